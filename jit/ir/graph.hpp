@@ -1,0 +1,100 @@
+// jit/ir/graph.hpp — the one IR: SSA nodes in an arena with u32 ids, hash-consed, typed
+#pragma once
+#include "jit/ir/dtype.hpp"
+#include "jit/ir/shape.hpp"
+#include "ops/op_id.hpp"
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace sinter {
+
+using ValueId = uint32_t;
+
+/// Op-specific attributes; each op's file documents what it stores in which field.
+struct Attrs {
+  std::vector<int64_t> ints;  ///< axes, permutation, target shape, slice starts, ...
+  std::vector<int64_t> ints2; ///< slice limits, pad highs, iota axis, ...
+  double real = 0.0;          ///< constant value, epsilon
+  bool flag = false;          ///< keepdims
+  DType dtype = DType::f32;   ///< result dtype of constant, iota, cast
+  bool operator==(const Attrs &) const = default;
+};
+
+struct TensorType {
+  DType dtype = DType::f32;
+  Shape shape;
+  bool operator==(const TensorType &) const = default;
+};
+
+std::string to_string(const TensorType &t);
+
+/// One SSA value. Inputs always have smaller ids than the node (the arena is topologically sorted).
+struct Node {
+  OpId op = OpId::constant;
+  TensorType type;
+  std::vector<ValueId> inputs;
+  Attrs attrs;
+  uint32_t scope = 0; ///< index into Graph's scope table: the model path that created the node
+};
+
+/// A shape or type error found while building the graph (at trace time).
+struct ShapeError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// A graph that failed its structural checks: a bug in a pass, not in user code.
+struct VerifyError : std::logic_error {
+  using std::logic_error::logic_error;
+};
+
+struct NamedValue {
+  std::string name;
+  ValueId id;
+};
+
+class Graph {
+public:
+  Graph();
+
+  /// Adds a node, or returns the id of an identical existing node (hash-consing).
+  ValueId add(Node node);
+  ValueId add_input(std::string name, TensorType type);
+  void add_output(std::string name, ValueId id);
+
+  const Node &node(ValueId id) const { return nodes_[id]; }
+  const TensorType &type(ValueId id) const { return nodes_[id].type; }
+  std::size_t size() const { return nodes_.size(); }
+  const std::vector<NamedValue> &inputs() const { return inputs_; }
+  const std::vector<NamedValue> &outputs() const { return outputs_; }
+  std::vector<NamedValue> &mutable_outputs() { return outputs_; }
+
+  /// Model path scopes (`blocks.3.attn`) recorded on each node, for errors and profiling.
+  void push_scope(std::string_view name);
+  void pop_scope();
+  uint32_t current_scope() const { return current_scope_; }
+  void set_current_scope(uint32_t scope) { current_scope_ = scope; }
+  std::size_t scope_count() const { return scopes_.size(); }
+  uint32_t intern_scope(const std::string &path);
+  const std::string &scope_path(uint32_t scope) const { return scopes_[scope]; }
+
+  /// Structural and type checks; throws VerifyError naming the first broken node.
+  void verify() const;
+  /// Stable, readable text form (same graph → same text).
+  std::string print() const;
+
+private:
+  std::vector<Node> nodes_;
+  std::vector<NamedValue> inputs_;
+  std::vector<NamedValue> outputs_;
+  std::unordered_map<uint64_t, std::vector<ValueId>> by_hash_;
+  std::vector<std::string> scopes_;
+  std::vector<uint32_t> scope_parent_;
+  uint32_t current_scope_ = 0;
+};
+
+} // namespace sinter

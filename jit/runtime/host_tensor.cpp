@@ -1,0 +1,127 @@
+// jit/runtime/host_tensor.cpp — typed element access and narrow-float conversions
+#include "jit/runtime/host_tensor.hpp"
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+namespace sinter {
+namespace {
+
+uint16_t bf16_bits(float v) {
+  uint32_t u = std::bit_cast<uint32_t>(v);
+  if (std::isnan(v)) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fff + ((u >> 16) & 1); // round to nearest even
+  return static_cast<uint16_t>(u >> 16);
+}
+
+float bf16_value(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+
+uint16_t f16_bits(float v) {
+  uint32_t u = std::bit_cast<uint32_t>(v);
+  uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000);
+  float a = std::fabs(v);
+  if (std::isnan(v)) return sign | 0x7e00;
+  if (a >= 65520.0f) return sign | 0x7c00; // overflows to infinity
+  if (a < 6.103515625e-05f) {              // subnormal: multiples of 2^-24
+    auto m = static_cast<uint16_t>(std::nearbyint(a * 16777216.0f));
+    return sign | m;
+  }
+  int e;
+  float m = std::frexp(a, &e); // a = m * 2^e, m in [0.5, 1)
+  auto mant = static_cast<uint32_t>(std::nearbyint((m * 2.0f - 1.0f) * 1024.0f));
+  int exp = e - 1 + 15;
+  if (mant == 1024) {
+    mant = 0;
+    ++exp;
+  }
+  if (exp >= 31) return sign | 0x7c00;
+  return static_cast<uint16_t>(sign | (exp << 10) | mant);
+}
+
+float f16_value(uint16_t h) {
+  int sign = (h & 0x8000) ? -1 : 1;
+  int exp = (h >> 10) & 0x1f;
+  int mant = h & 0x3ff;
+  if (exp == 0) return static_cast<float>(sign * std::ldexp(mant, -24));
+  if (exp == 31) return mant ? NAN : sign * INFINITY;
+  return static_cast<float>(sign * std::ldexp(1024 + mant, exp - 25));
+}
+
+template <class T> T load(const std::byte *p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class T> void store(std::byte *p, T v) { std::memcpy(p, &v, sizeof v); }
+
+} // namespace
+
+float round_to_bf16(float v) { return bf16_value(bf16_bits(v)); }
+float round_to_f16(float v) { return f16_value(f16_bits(v)); }
+
+HostTensor::HostTensor(DType dtype, Shape shape)
+    : dtype_(dtype), shape_(std::move(shape)),
+      bytes_(static_cast<std::size_t>(numel(shape_)) * dtype_bytes(dtype)) {}
+
+HostTensor HostTensor::from_doubles(DType dtype, Shape shape, std::span<const double> values) {
+  HostTensor t(dtype, std::move(shape));
+  if (values.size() != static_cast<std::size_t>(t.size()))
+    throw std::invalid_argument("sinter: " + std::to_string(values.size()) + " values for shape " +
+                                sinter::to_string(t.shape()) + " (needs " +
+                                std::to_string(t.size()) + ")");
+  for (std::size_t i = 0; i < values.size(); ++i)
+    t.set(static_cast<int64_t>(i), values[i]);
+  return t;
+}
+
+double HostTensor::at(int64_t i) const {
+  const std::byte *p = bytes_.data() + i * static_cast<int64_t>(dtype_bytes(dtype_));
+  switch (dtype_) {
+  case DType::f32: return load<float>(p);
+  case DType::f64: return load<double>(p);
+  case DType::bf16: return bf16_value(load<uint16_t>(p));
+  case DType::f16: return f16_value(load<uint16_t>(p));
+  case DType::i32: return load<int32_t>(p);
+  case DType::i64: return static_cast<double>(load<int64_t>(p));
+  case DType::boolean: return load<uint8_t>(p) ? 1.0 : 0.0;
+  }
+  return 0;
+}
+
+void HostTensor::set(int64_t i, double v) {
+  std::byte *p = bytes_.data() + i * static_cast<int64_t>(dtype_bytes(dtype_));
+  switch (dtype_) {
+  case DType::f32: store(p, static_cast<float>(v)); break;
+  case DType::f64: store(p, v); break;
+  case DType::bf16: store(p, bf16_bits(static_cast<float>(v))); break;
+  case DType::f16: store(p, f16_bits(static_cast<float>(v))); break;
+  case DType::i32: store(p, static_cast<int32_t>(v)); break;
+  case DType::i64: store(p, static_cast<int64_t>(v)); break;
+  case DType::boolean: store(p, static_cast<uint8_t>(v != 0.0)); break;
+  }
+}
+
+std::vector<double> HostTensor::to_doubles() const {
+  std::vector<double> out(static_cast<std::size_t>(size()));
+  for (int64_t i = 0; i < size(); ++i)
+    out[static_cast<std::size_t>(i)] = at(i);
+  return out;
+}
+
+std::string HostTensor::to_string(std::size_t max_values) const {
+  std::string out = std::string(dtype_name(dtype_)) + sinter::to_string(shape_) + " {";
+  for (int64_t i = 0; i < size(); ++i) {
+    if (static_cast<std::size_t>(i) == max_values) {
+      out += ", ...";
+      break;
+    }
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.6g", at(i));
+    out += (i ? ", " : "") + std::string(buf);
+  }
+  return out + "}";
+}
+
+} // namespace sinter

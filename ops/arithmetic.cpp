@@ -1,0 +1,285 @@
+// ops/arithmetic.cpp — add, sub, mul, div, neg, pow, maximum, minimum, comparisons, where, cast,
+// stop_gradient: elementwise ops over numpy-broadcast operands
+#include "ops/reference.hpp"
+#include "ops/test_cases.hpp"
+#include "ops/type_rules.hpp"
+
+#include <cmath>
+
+namespace sinter::op_defs {
+namespace {
+
+using Args = std::span<const F64Tensor>;
+using Scalars = const std::vector<double> &;
+
+template <double (*F)(Scalars)>
+F64Tensor elementwise_reference(Args in, const Attrs &, const TensorType &result) {
+  return reference::map(in, result.shape, F);
+}
+
+std::vector<OpTestCase> binary_cases() { return test_cases::binary(); }
+std::vector<OpTestCase> positive_binary_cases() {
+  return test_cases::binary({DType::f64, {}, 0.3, 2.0}, {DType::f64, {}, -1.5, 1.5});
+}
+std::vector<OpTestCase> divisor_cases() {
+  return test_cases::binary({}, {DType::f64, {}, -2.0, 2.0, 0.3});
+}
+std::vector<OpTestCase> comparison_cases() {
+  TestOperand whole{DType::f64, {}, -2, 3, 0, true};
+  return test_cases::binary(whole, whole);
+}
+
+} // namespace
+
+const OpDef add_op{
+    .arity = 2,
+    .elementwise = true,
+    .infer = type_rules::same_as_operands,
+    .grad = [](const GradArgs &g) { return std::vector<Value>{g.cotangent, g.cotangent}; },
+    .reference = elementwise_reference<[](Scalars v) { return v[0] + v[1]; }>,
+    .test_cases = binary_cases,
+};
+
+const OpDef sub_op{
+    .arity = 2,
+    .elementwise = true,
+    .infer = type_rules::same_as_operands,
+    .grad = [](const GradArgs &g) { return std::vector<Value>{g.cotangent, -g.cotangent}; },
+    .reference = elementwise_reference<[](Scalars v) { return v[0] - v[1]; }>,
+    .test_cases = binary_cases,
+};
+
+const OpDef mul_op{
+    .arity = 2,
+    .elementwise = true,
+    .infer = type_rules::same_as_operands,
+    .grad =
+        [](const GradArgs &g) {
+          return std::vector<Value>{g.cotangent * g.operands[1], g.cotangent * g.operands[0]};
+        },
+    .reference = elementwise_reference<[](Scalars v) { return v[0] * v[1]; }>,
+    .test_cases = binary_cases,
+};
+
+const OpDef div_op{
+    .arity = 2,
+    .elementwise = true,
+    .infer = type_rules::same_as_operands,
+    .grad =
+        [](const GradArgs &g) {
+          Value b = g.operands[1];
+          return std::vector<Value>{g.cotangent / b, -(g.cotangent * g.result) / b};
+        },
+    .reference = elementwise_reference<[](Scalars v) { return v[0] / v[1]; }>,
+    .test_cases = divisor_cases,
+};
+
+const OpDef neg_op{
+    .arity = 1,
+    .elementwise = true,
+    .infer = type_rules::same_as_operands,
+    .grad = [](const GradArgs &g) { return std::vector<Value>{-g.cotangent}; },
+    .reference = elementwise_reference<[](Scalars v) { return -v[0]; }>,
+    .test_cases = [] { return test_cases::unary(); },
+};
+
+const OpDef pow_op{
+    .arity = 2,
+    .elementwise = true,
+    .infer = type_rules::float_same_as_operands,
+    .grad =
+        [](const GradArgs &g) {
+          Value a = g.operands[0], b = g.operands[1];
+          return std::vector<Value>{g.cotangent * b * pow(a, b - 1.0),
+                                    g.cotangent * g.result * log(a)};
+        },
+    .reference = elementwise_reference<[](Scalars v) { return std::pow(v[0], v[1]); }>,
+    .test_cases = positive_binary_cases,
+};
+
+// Ties send the whole cotangent to the first operand (maximum) or the first (minimum).
+const OpDef maximum_op{
+    .arity = 2,
+    .elementwise = true,
+    .infer = type_rules::same_as_operands,
+    .grad =
+        [](const GradArgs &g) {
+          Value second_wins = less(g.operands[0], g.operands[1]);
+          Value zero = scalar_like(g.cotangent, 0.0);
+          return std::vector<Value>{where(second_wins, zero, g.cotangent),
+                                    where(second_wins, g.cotangent, zero)};
+        },
+    .reference = elementwise_reference<[](Scalars v) { return std::max(v[0], v[1]); }>,
+    .test_cases = binary_cases,
+};
+
+const OpDef minimum_op{
+    .arity = 2,
+    .elementwise = true,
+    .infer = type_rules::same_as_operands,
+    .grad =
+        [](const GradArgs &g) {
+          Value first_wins = less_equal(g.operands[0], g.operands[1]);
+          Value zero = scalar_like(g.cotangent, 0.0);
+          return std::vector<Value>{where(first_wins, g.cotangent, zero),
+                                    where(first_wins, zero, g.cotangent)};
+        },
+    .reference = elementwise_reference<[](Scalars v) { return std::min(v[0], v[1]); }>,
+    .test_cases = binary_cases,
+};
+
+const OpDef less_op{
+    .arity = 2,
+    .elementwise = true,
+    .differentiable = false,
+    .infer = type_rules::comparison,
+    .reference = elementwise_reference<[](Scalars v) { return double(v[0] < v[1]); }>,
+    .test_cases = comparison_cases,
+};
+
+const OpDef less_equal_op{
+    .arity = 2,
+    .elementwise = true,
+    .differentiable = false,
+    .infer = type_rules::comparison,
+    .reference = elementwise_reference<[](Scalars v) { return double(v[0] <= v[1]); }>,
+    .test_cases = comparison_cases,
+};
+
+const OpDef equal_op{
+    .arity = 2,
+    .elementwise = true,
+    .differentiable = false,
+    .infer = type_rules::comparison,
+    .reference = elementwise_reference<[](Scalars v) { return double(v[0] == v[1]); }>,
+    .test_cases = comparison_cases,
+};
+
+const OpDef not_equal_op{
+    .arity = 2,
+    .elementwise = true,
+    .differentiable = false,
+    .infer = type_rules::comparison,
+    .reference = elementwise_reference<[](Scalars v) { return double(v[0] != v[1]); }>,
+    .test_cases = comparison_cases,
+};
+
+const OpDef greater_op{
+    .arity = 2,
+    .elementwise = true,
+    .differentiable = false,
+    .infer = type_rules::comparison,
+    .lower = [](std::span<const Value> in, const Attrs &) { return less(in[1], in[0]); },
+    .reference = elementwise_reference<[](Scalars v) { return double(v[0] > v[1]); }>,
+    .test_cases = comparison_cases,
+};
+
+const OpDef greater_equal_op{
+    .arity = 2,
+    .elementwise = true,
+    .differentiable = false,
+    .infer = type_rules::comparison,
+    .lower = [](std::span<const Value> in, const Attrs &) { return less_equal(in[1], in[0]); },
+    .reference = elementwise_reference<[](Scalars v) { return double(v[0] >= v[1]); }>,
+    .test_cases = comparison_cases,
+};
+
+const OpDef where_op{
+    .arity = 3,
+    .elementwise = true,
+    .infer =
+        [](std::span<const TensorType> in, const Attrs &) {
+          if (in[0].dtype != DType::boolean)
+            type_rules::fail("condition must be bool, got " + std::string(dtype_name(in[0].dtype)) +
+                             " — compare first");
+          type_rules::require_same_dtype(in, 1);
+          type_rules::require_same_shape(in);
+          return in[1];
+        },
+    .grad =
+        [](const GradArgs &g) {
+          Value zero = scalar_like(g.cotangent, 0.0);
+          return std::vector<Value>{Value{}, where(g.operands[0], g.cotangent, zero),
+                                    where(g.operands[0], zero, g.cotangent)};
+        },
+    .reference = elementwise_reference<[](Scalars v) { return v[0] != 0 ? v[1] : v[2]; }>,
+    .test_cases =
+        [] {
+          std::vector<OpTestCase> cases;
+          for (auto [sc, sa, sb] :
+               {std::tuple<Shape, Shape, Shape>{{3, 4}, {3, 4}, {3, 4}}, {{3, 1}, {4}, {}}}) {
+            cases.push_back({{TestOperand{DType::boolean, sc, 0, 2}, TestOperand{DType::f64, sa},
+                              TestOperand{DType::f64, sb}},
+                             {}});
+          }
+          return cases;
+        },
+};
+
+namespace {
+/// Value of `v` after storing it in `t` (the interpreter's rounding rule for casts).
+double round_to(double v, DType t);
+} // namespace
+
+const OpDef cast_op{
+    .arity = 1,
+    .infer = [](std::span<const TensorType> in,
+                const Attrs &a) { return TensorType{a.dtype, in[0].shape}; },
+    .grad =
+        [](const GradArgs &g) {
+          Value x = g.operands[0];
+          if (!is_float(x.dtype()) || !is_float(g.result.dtype()))
+            return std::vector<Value>{Value{}};
+          return std::vector<Value>{cast(g.cotangent, x.dtype())};
+        },
+    .reference =
+        [](Args in, const Attrs &a, const TensorType &result) {
+          F64Tensor out = in[0];
+          out.shape = result.shape;
+          for (double &v : out.data)
+            v = round_to(v, a.dtype);
+          return out;
+        },
+    .test_cases =
+        [] {
+          std::vector<OpTestCase> cases;
+          for (DType t : {DType::f32, DType::f64, DType::i32, DType::boolean, DType::bf16})
+            cases.push_back({{TestOperand{DType::f64, {2, 5}, -5, 5}}, Attrs{.dtype = t}});
+          cases.push_back({{TestOperand{DType::i32, {4}, -5, 5}}, Attrs{.dtype = DType::f64}});
+          cases.push_back({{TestOperand{DType::f32, {2, 5}}}, Attrs{.dtype = DType::f64}});
+          return cases;
+        },
+};
+
+const OpDef stop_gradient_op{
+    .arity = 1,
+    .differentiable = false,
+    .infer = [](std::span<const TensorType> in, const Attrs &) { return in[0]; },
+    .reference = [](Args in, const Attrs &, const TensorType &) { return in[0]; },
+    .test_cases = [] { return test_cases::unary(); },
+};
+
+namespace {
+double round_to(double v, DType t) {
+  switch (t) {
+  case DType::f64: return v;
+  case DType::f32: return static_cast<float>(v);
+  case DType::i32:
+  case DType::i64: return std::trunc(v);
+  case DType::boolean: return v != 0.0 ? 1.0 : 0.0;
+  case DType::bf16:
+  case DType::f16: {
+    // Round to nearest even at the target's mantissa width (7 bits bf16, 10 bits f16).
+    if (v == 0.0 || !std::isfinite(v)) return v;
+    int mantissa_bits = t == DType::bf16 ? 7 : 10;
+    int e;
+    double m = std::frexp(v, &e); // v = m * 2^e, 0.5 <= |m| < 1
+    double scale = std::ldexp(1.0, mantissa_bits + 1);
+    return std::ldexp(std::nearbyint(m * scale) / scale, e);
+  }
+  }
+  return v;
+}
+} // namespace
+
+} // namespace sinter::op_defs

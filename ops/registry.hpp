@@ -1,0 +1,75 @@
+// ops/registry.hpp — OpDef: everything about one op (type rule, gradient, lowering, test cases)
+#pragma once
+#include "ops/value.hpp"
+
+#include <functional>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace sinter {
+
+/// Dense row-major float64 tensor: the value type of the reference interpreter and references.
+struct F64Tensor {
+  Shape shape;
+  std::vector<double> data;
+};
+
+/// What a gradient rule sees: the node's operands and result, and the result's cotangent.
+struct GradArgs {
+  std::span<const Value> operands;
+  Value result;
+  Value cotangent;
+  const Attrs &attrs;
+};
+
+/// One random operand of a generated test. Integer and bool operands draw whole numbers in
+/// [lo, hi); floats draw uniformly in [lo, hi), with |x| >= min_magnitude (keeps kinks away).
+struct TestOperand {
+  DType dtype = DType::f64;
+  Shape shape;
+  double lo = -2.0, hi = 2.0;
+  double min_magnitude = 0.0;
+  bool whole_numbers = false; ///< floats rounded to integers (makes ties and equality likely)
+};
+
+struct OpTestCase {
+  std::vector<TestOperand> operands;
+  Attrs attrs;
+};
+
+/// Precision policy for mixed precision (used by the AMP pass).
+enum class Precision { follow_input, fp32 };
+
+struct OpDef {
+  int arity = 1;              ///< number of tensor operands; -1 = any number >= 1
+  bool elementwise = false;   ///< operands broadcast (numpy rules) to one shape first
+  bool differentiable = true; ///< false: no gradient flows through this op
+  Precision precision = Precision::follow_input;
+  /// Result type from operand types; throws ShapeError with a message saying what is wrong.
+  TensorType (*infer)(std::span<const TensorType> operands, const Attrs &attrs) = nullptr;
+  /// Cotangent per operand (a null Value for none). Null rule on a composite: autodiff
+  /// differentiates its lowering instead.
+  std::vector<Value> (*grad)(const GradArgs &args) = nullptr;
+  /// Composites only: the same computation in terms of other ops.
+  Value (*lower)(std::span<const Value> operands, const Attrs &attrs) = nullptr;
+  /// Independent, naive float64 implementation that the generated tests compare against.
+  F64Tensor (*reference)(std::span<const F64Tensor> operands, const Attrs &attrs,
+                         const TensorType &result) = nullptr;
+  /// Shapes, domains and attributes the generated forward and gradient tests run on.
+  std::vector<OpTestCase> (*test_cases)() = nullptr;
+};
+
+const OpDef &op_def(OpId op);
+std::optional<OpId> op_by_name(std::string_view name);
+inline bool has_gradient(OpId op) { return op_def(op).differentiable; }
+
+// Each family file defines the OpDefs of its ops; the registry collects them by OpId.
+namespace op_defs {
+#define SINTER_PRIMITIVE(name) extern const OpDef name##_op;
+#define SINTER_COMPOSITE(name) extern const OpDef name##_op;
+#include "ops/op_list.def"
+} // namespace op_defs
+
+} // namespace sinter

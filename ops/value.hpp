@@ -1,0 +1,119 @@
+// ops/value.hpp — Value, a handle to a node under construction, and the op-building vocabulary
+// Gradient and lowering rules are written with these functions, so they read like the maths.
+#pragma once
+#include "jit/ir/graph.hpp"
+
+#include <initializer_list>
+#include <span>
+
+namespace sinter {
+
+/// A node of a Graph being built. Cheap to copy; valid while the graph lives.
+struct Value {
+  Graph *graph = nullptr;
+  ValueId id = 0;
+
+  explicit operator bool() const { return graph != nullptr; }
+  /// Valid only until the next node is added to the graph.
+  const Node &node() const { return graph->node(id); }
+  // By value on purpose: building a node may grow the arena and move earlier nodes.
+  TensorType type() const { return graph->type(id); }
+  DType dtype() const { return graph->type(id).dtype; }
+  Shape shape() const { return graph->type(id).shape; }
+  int64_t rank() const { return static_cast<int64_t>(graph->type(id).shape.size()); }
+};
+
+/// Builds one op node: checks operand types with the op's rule (ShapeError on mismatch, naming
+/// the op, the operand types and the model path), broadcasts elementwise operands numpy-style.
+Value emit(OpId op, std::span<const Value> operands, Attrs attrs = {});
+Value emit(OpId op, std::initializer_list<Value> operands, Attrs attrs = {});
+/// Same, naming the graph explicitly (needed by ops without operands: constant, iota).
+Value emit(Graph &graph, OpId op, std::span<const Value> operands, Attrs attrs = {});
+
+Value input(Graph &g, std::string name, TensorType type);
+Value constant(Graph &g, double value, DType dtype, Shape shape = {});
+/// A rank-0 constant with x's dtype (broadcasts against x in elementwise ops).
+Value scalar_like(Value x, double value);
+Value zeros_like(Value x);
+Value ones_like(Value x);
+Value iota(Graph &g, DType dtype, Shape shape, int64_t axis);
+
+Value operator+(Value a, Value b);
+Value operator-(Value a, Value b);
+Value operator*(Value a, Value b);
+Value operator/(Value a, Value b);
+Value operator-(Value a);
+Value operator+(Value a, double b);
+Value operator-(Value a, double b);
+Value operator*(Value a, double b);
+Value operator/(Value a, double b);
+Value operator+(double a, Value b);
+Value operator-(double a, Value b);
+Value operator*(double a, Value b);
+Value operator/(double a, Value b);
+
+Value pow(Value a, Value b);
+Value maximum(Value a, Value b);
+Value minimum(Value a, Value b);
+Value exp(Value x);
+Value log(Value x);
+Value sqrt(Value x);
+Value rsqrt(Value x);
+Value tanh(Value x);
+Value erf(Value x);
+Value abs(Value x);
+Value sigmoid(Value x);
+Value relu(Value x);
+Value gelu_tanh(Value x);
+Value gelu_erf(Value x);
+Value less(Value a, Value b);
+Value less_equal(Value a, Value b);
+Value greater(Value a, Value b);
+Value greater_equal(Value a, Value b);
+Value equal(Value a, Value b);
+Value not_equal(Value a, Value b);
+Value where(Value cond, Value a, Value b);
+Value cast(Value x, DType dtype);
+Value stop_gradient(Value x);
+
+/// Reductions over `axes` (negative axes count from the end; empty = all axes).
+Value sum(Value x, std::vector<int64_t> axes = {}, bool keepdims = false);
+Value mean(Value x, std::vector<int64_t> axes = {}, bool keepdims = false);
+Value max(Value x, std::vector<int64_t> axes = {}, bool keepdims = false);
+Value logsumexp(Value x, std::vector<int64_t> axes = {}, bool keepdims = false);
+
+/// Matrix product over the last two dims; batch dims broadcast, a 2-D right operand is shared.
+Value matmul(Value a, Value b);
+Value reshape(Value x, Shape shape);
+Value permute(Value x, std::vector<int64_t> perm);
+Value transpose(Value x, int64_t axis_a = -2, int64_t axis_b = -1);
+Value broadcast_to(Value x, Shape shape);
+Value slice(Value x, std::vector<int64_t> starts, std::vector<int64_t> limits);
+Value pad(Value x, std::vector<int64_t> low, std::vector<int64_t> high);
+Value concat(std::span<const Value> parts, int64_t axis);
+/// Rows of `table` picked by integer `indices`: [I...] x [V, D...] -> [I..., D...].
+Value gather(Value table, Value indices);
+/// Inverse of gather: sums `updates` [I..., D...] into `rows` zero rows at `indices`.
+Value scatter_add(Value indices, Value updates, int64_t rows);
+
+Value softmax(Value x, int64_t axis = -1);
+Value log_softmax(Value x, int64_t axis = -1);
+/// Normalises over the last axis, then scales by gamma and shifts by beta (both [D]).
+Value layernorm(Value x, Value gamma, Value beta, double eps = 1e-5);
+/// Per-sample softmax cross-entropy: logits [N..., C], integer labels [N...] -> [N...].
+Value cross_entropy(Value logits, Value labels);
+Value cross_entropy_mean(Value logits, Value labels);
+
+/// Scoped model path for nodes built inside it (`blocks.3.attn`), restored on destruction.
+class ScopeGuard {
+public:
+  ScopeGuard(Graph &g, std::string_view name) : graph_(g) { graph_.push_scope(name); }
+  ~ScopeGuard() { graph_.pop_scope(); }
+  ScopeGuard(const ScopeGuard &) = delete;
+  ScopeGuard &operator=(const ScopeGuard &) = delete;
+
+private:
+  Graph &graph_;
+};
+
+} // namespace sinter
