@@ -8,9 +8,9 @@
 
 namespace sinter {
 
-F64Tensor to_f64(const HostTensor &t) { return F64Tensor{t.shape(), t.to_doubles()}; }
+F64Tensor to_f64(const HostTensor& t) { return F64Tensor{t.shape(), t.to_doubles()}; }
 
-HostTensor from_f64(const F64Tensor &t, DType dtype) {
+HostTensor from_f64(const F64Tensor& t, DType dtype) {
   return HostTensor::from_doubles(dtype, t.shape, t.data);
 }
 
@@ -18,13 +18,13 @@ CompiledGraph::CompiledGraph(Graph traced, std::optional<AutodiffOptions> autodi
     : graph_(Pipeline::standard(std::move(autodiff)).run(std::move(traced))) {}
 
 std::vector<HostTensor> CompiledGraph::run(std::span<const HostTensor> inputs) const {
-  const auto &declared = graph_.inputs();
+  const auto& declared = graph_.inputs();
   if (inputs.size() != declared.size())
     throw std::invalid_argument("sinter: expected " + std::to_string(declared.size()) +
                                 " inputs, got " + std::to_string(inputs.size()));
   std::vector<F64Tensor> values;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    const TensorType &want = graph_.type(declared[i].id);
+    const TensorType& want = graph_.type(declared[i].id);
     if (inputs[i].dtype() != want.dtype || inputs[i].shape() != want.shape)
       throw std::invalid_argument("sinter: input '" + declared[i].name + "' expects " +
                                   to_string(want) + ", got " +

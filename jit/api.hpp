@@ -17,7 +17,7 @@ public:
   CompiledGraph(Graph traced, std::optional<AutodiffOptions> autodiff);
 
   /// The optimised graph that runs.
-  const Graph &graph() const { return graph_; }
+  const Graph& graph() const { return graph_; }
   /// Runs on the float64 reference interpreter; outputs follow graph().outputs().
   /// Throws std::invalid_argument naming the input whose dtype or shape is wrong.
   std::vector<HostTensor> run(std::span<const HostTensor> inputs) const;
@@ -26,7 +26,7 @@ private:
   Graph graph_;
 };
 
-F64Tensor to_f64(const HostTensor &t);
-HostTensor from_f64(const F64Tensor &t, DType dtype);
+F64Tensor to_f64(const HostTensor& t);
+HostTensor from_f64(const F64Tensor& t, DType dtype);
 
 } // namespace sinter

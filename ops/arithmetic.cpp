@@ -10,10 +10,10 @@ namespace sinter::op_defs {
 namespace {
 
 using Args = std::span<const F64Tensor>;
-using Scalars = const std::vector<double> &;
+using Scalars = const std::vector<double>&;
 
 template <double (*F)(Scalars)>
-F64Tensor elementwise_reference(Args in, const Attrs &, const TensorType &result) {
+F64Tensor elementwise_reference(Args in, const Attrs&, const TensorType& result) {
   return reference::map(in, result.shape, F);
 }
 
@@ -35,7 +35,7 @@ const OpDef add_op{
     .arity = 2,
     .elementwise = true,
     .infer = type_rules::same_as_operands,
-    .grad = [](const GradArgs &g) { return std::vector<Value>{g.cotangent, g.cotangent}; },
+    .grad = [](const GradArgs& g) { return std::vector<Value>{g.cotangent, g.cotangent}; },
     .reference = elementwise_reference<[](Scalars v) { return v[0] + v[1]; }>,
     .test_cases = binary_cases,
 };
@@ -44,7 +44,7 @@ const OpDef sub_op{
     .arity = 2,
     .elementwise = true,
     .infer = type_rules::same_as_operands,
-    .grad = [](const GradArgs &g) { return std::vector<Value>{g.cotangent, -g.cotangent}; },
+    .grad = [](const GradArgs& g) { return std::vector<Value>{g.cotangent, -g.cotangent}; },
     .reference = elementwise_reference<[](Scalars v) { return v[0] - v[1]; }>,
     .test_cases = binary_cases,
 };
@@ -54,7 +54,7 @@ const OpDef mul_op{
     .elementwise = true,
     .infer = type_rules::same_as_operands,
     .grad =
-        [](const GradArgs &g) {
+        [](const GradArgs& g) {
           return std::vector<Value>{g.cotangent * g.operands[1], g.cotangent * g.operands[0]};
         },
     .reference = elementwise_reference<[](Scalars v) { return v[0] * v[1]; }>,
@@ -66,7 +66,7 @@ const OpDef div_op{
     .elementwise = true,
     .infer = type_rules::same_as_operands,
     .grad =
-        [](const GradArgs &g) {
+        [](const GradArgs& g) {
           Value b = g.operands[1];
           return std::vector<Value>{g.cotangent / b, -(g.cotangent * g.result) / b};
         },
@@ -78,7 +78,7 @@ const OpDef neg_op{
     .arity = 1,
     .elementwise = true,
     .infer = type_rules::same_as_operands,
-    .grad = [](const GradArgs &g) { return std::vector<Value>{-g.cotangent}; },
+    .grad = [](const GradArgs& g) { return std::vector<Value>{-g.cotangent}; },
     .reference = elementwise_reference<[](Scalars v) { return -v[0]; }>,
     .test_cases = [] { return test_cases::unary(); },
 };
@@ -88,7 +88,7 @@ const OpDef pow_op{
     .elementwise = true,
     .infer = type_rules::float_same_as_operands,
     .grad =
-        [](const GradArgs &g) {
+        [](const GradArgs& g) {
           Value a = g.operands[0], b = g.operands[1];
           return std::vector<Value>{g.cotangent * b * pow(a, b - 1.0),
                                     g.cotangent * g.result * log(a)};
@@ -103,7 +103,7 @@ const OpDef maximum_op{
     .elementwise = true,
     .infer = type_rules::same_as_operands,
     .grad =
-        [](const GradArgs &g) {
+        [](const GradArgs& g) {
           Value second_wins = less(g.operands[0], g.operands[1]);
           Value zero = scalar_like(g.cotangent, 0.0);
           return std::vector<Value>{where(second_wins, zero, g.cotangent),
@@ -118,7 +118,7 @@ const OpDef minimum_op{
     .elementwise = true,
     .infer = type_rules::same_as_operands,
     .grad =
-        [](const GradArgs &g) {
+        [](const GradArgs& g) {
           Value first_wins = less_equal(g.operands[0], g.operands[1]);
           Value zero = scalar_like(g.cotangent, 0.0);
           return std::vector<Value>{where(first_wins, g.cotangent, zero),
@@ -169,7 +169,7 @@ const OpDef greater_op{
     .elementwise = true,
     .differentiable = false,
     .infer = type_rules::comparison,
-    .lower = [](std::span<const Value> in, const Attrs &) { return less(in[1], in[0]); },
+    .lower = [](std::span<const Value> in, const Attrs&) { return less(in[1], in[0]); },
     .reference = elementwise_reference<[](Scalars v) { return double(v[0] > v[1]); }>,
     .test_cases = comparison_cases,
 };
@@ -179,7 +179,7 @@ const OpDef greater_equal_op{
     .elementwise = true,
     .differentiable = false,
     .infer = type_rules::comparison,
-    .lower = [](std::span<const Value> in, const Attrs &) { return less_equal(in[1], in[0]); },
+    .lower = [](std::span<const Value> in, const Attrs&) { return less_equal(in[1], in[0]); },
     .reference = elementwise_reference<[](Scalars v) { return double(v[0] >= v[1]); }>,
     .test_cases = comparison_cases,
 };
@@ -188,7 +188,7 @@ const OpDef where_op{
     .arity = 3,
     .elementwise = true,
     .infer =
-        [](std::span<const TensorType> in, const Attrs &) {
+        [](std::span<const TensorType> in, const Attrs&) {
           if (in[0].dtype != DType::boolean)
             type_rules::fail("condition must be bool, got " + std::string(dtype_name(in[0].dtype)) +
                              " — compare first");
@@ -197,7 +197,7 @@ const OpDef where_op{
           return in[1];
         },
     .grad =
-        [](const GradArgs &g) {
+        [](const GradArgs& g) {
           Value zero = scalar_like(g.cotangent, 0.0);
           return std::vector<Value>{Value{}, where(g.operands[0], g.cotangent, zero),
                                     where(g.operands[0], zero, g.cotangent)};
@@ -224,19 +224,19 @@ double round_to(double v, DType t);
 const OpDef cast_op{
     .arity = 1,
     .infer = [](std::span<const TensorType> in,
-                const Attrs &a) { return TensorType{a.dtype, in[0].shape}; },
+                const Attrs& a) { return TensorType{a.dtype, in[0].shape}; },
     .grad =
-        [](const GradArgs &g) {
+        [](const GradArgs& g) {
           Value x = g.operands[0];
           if (!is_float(x.dtype()) || !is_float(g.result.dtype()))
             return std::vector<Value>{Value{}};
           return std::vector<Value>{cast(g.cotangent, x.dtype())};
         },
     .reference =
-        [](Args in, const Attrs &a, const TensorType &result) {
+        [](Args in, const Attrs& a, const TensorType& result) {
           F64Tensor out = in[0];
           out.shape = result.shape;
-          for (double &v : out.data)
+          for (double& v : out.data)
             v = round_to(v, a.dtype);
           return out;
         },
@@ -254,8 +254,8 @@ const OpDef cast_op{
 const OpDef stop_gradient_op{
     .arity = 1,
     .differentiable = false,
-    .infer = [](std::span<const TensorType> in, const Attrs &) { return in[0]; },
-    .reference = [](Args in, const Attrs &, const TensorType &) { return in[0]; },
+    .infer = [](std::span<const TensorType> in, const Attrs&) { return in[0]; },
+    .reference = [](Args in, const Attrs&, const TensorType&) { return in[0]; },
     .test_cases = [] { return test_cases::unary(); },
 };
 

@@ -17,7 +17,7 @@ int64_t checked_row(double index, int64_t rows, std::string_view op) {
   return row;
 }
 
-int64_t row_size(const Shape &s) { return s.empty() ? 1 : numel(s) / s[0]; }
+int64_t row_size(const Shape& s) { return s.empty() ? 1 : numel(s) / s[0]; }
 
 } // namespace
 
@@ -25,7 +25,7 @@ int64_t row_size(const Shape &s) { return s.empty() ? 1 : numel(s) / s[0]; }
 const OpDef gather_op{
     .arity = 2,
     .infer =
-        [](std::span<const TensorType> in, const Attrs &) {
+        [](std::span<const TensorType> in, const Attrs&) {
           if (in[0].shape.empty()) type_rules::fail("gather table needs rank >= 1");
           type_rules::require_integer(in[1], "gather indices");
           Shape out = in[1].shape;
@@ -33,13 +33,13 @@ const OpDef gather_op{
           return TensorType{in[0].dtype, out};
         },
     .grad =
-        [](const GradArgs &g) {
+        [](const GradArgs& g) {
           Value table = g.operands[0], indices = g.operands[1];
           return std::vector<Value>{scatter_add(indices, g.cotangent, table.shape()[0]), Value{}};
         },
     .reference =
-        [](Args in, const Attrs &, const TensorType &result) {
-          const F64Tensor &table = in[0];
+        [](Args in, const Attrs&, const TensorType& result) {
+          const F64Tensor& table = in[0];
           int64_t width = row_size(table.shape);
           F64Tensor out{result.shape, {}};
           for (double index : in[1].data) {
@@ -62,10 +62,10 @@ const OpDef gather_op{
 const OpDef scatter_add_op{
     .arity = 2,
     .infer =
-        [](std::span<const TensorType> in, const Attrs &a) {
+        [](std::span<const TensorType> in, const Attrs& a) {
           type_rules::require_integer(in[0], "scatter_add indices");
-          const Shape &idx = in[0].shape;
-          const Shape &upd = in[1].shape;
+          const Shape& idx = in[0].shape;
+          const Shape& upd = in[1].shape;
           if (a.ints.size() != 1 || a.ints[0] < 0)
             type_rules::fail("scatter_add needs a row count");
           if (upd.size() < idx.size() || !std::equal(idx.begin(), idx.end(), upd.begin()))
@@ -76,11 +76,11 @@ const OpDef scatter_add_op{
           return TensorType{in[1].dtype, out};
         },
     .grad =
-        [](const GradArgs &g) {
+        [](const GradArgs& g) {
           return std::vector<Value>{Value{}, gather(g.cotangent, g.operands[0])};
         },
     .reference =
-        [](Args in, const Attrs &a, const TensorType &result) {
+        [](Args in, const Attrs& a, const TensorType& result) {
           F64Tensor out{result.shape, std::vector<double>(numel(result.shape), 0.0)};
           int64_t width = row_size(result.shape);
           for (std::size_t i = 0; i < in[0].data.size(); ++i) {

@@ -11,14 +11,14 @@ using Args = std::span<const F64Tensor>;
 using reference::ravel;
 using reference::unravel;
 
-std::vector<int64_t> inverse_permutation(const std::vector<int64_t> &perm) {
+std::vector<int64_t> inverse_permutation(const std::vector<int64_t>& perm) {
   std::vector<int64_t> inv(perm.size());
   for (std::size_t i = 0; i < perm.size(); ++i)
     inv[perm[i]] = static_cast<int64_t>(i);
   return inv;
 }
 
-std::vector<int64_t> checked_permutation(const std::vector<int64_t> &perm, std::size_t rank) {
+std::vector<int64_t> checked_permutation(const std::vector<int64_t>& perm, std::size_t rank) {
   if (perm.size() != rank)
     type_rules::fail("permutation has " + std::to_string(perm.size()) + " entries for rank " +
                      std::to_string(rank));
@@ -32,7 +32,7 @@ std::vector<int64_t> checked_permutation(const std::vector<int64_t> &perm, std::
   return out;
 }
 
-std::vector<int64_t> transpose_permutation(const Attrs &a, std::size_t rank) {
+std::vector<int64_t> transpose_permutation(const Attrs& a, std::size_t rank) {
   if (a.ints.size() != 2) type_rules::fail("transpose takes two axes");
   std::vector<int64_t> perm(rank);
   std::iota(perm.begin(), perm.end(), 0);
@@ -40,7 +40,7 @@ std::vector<int64_t> transpose_permutation(const Attrs &a, std::size_t rank) {
   return perm;
 }
 
-F64Tensor permute_reference(const F64Tensor &x, const std::vector<int64_t> &perm) {
+F64Tensor permute_reference(const F64Tensor& x, const std::vector<int64_t>& perm) {
   Shape out_shape;
   for (int64_t p : perm)
     out_shape.push_back(x.shape[p]);
@@ -55,9 +55,9 @@ F64Tensor permute_reference(const F64Tensor &x, const std::vector<int64_t> &perm
   return out;
 }
 
-TensorType broadcast_type(std::span<const TensorType> in, const Attrs &a) {
-  const Shape &from = in[0].shape;
-  const Shape &to = a.ints;
+TensorType broadcast_type(std::span<const TensorType> in, const Attrs& a) {
+  const Shape& from = in[0].shape;
+  const Shape& to = a.ints;
   if (from.size() > to.size())
     type_rules::fail("cannot broadcast rank " + std::to_string(from.size()) + " to rank " +
                      std::to_string(to.size()));
@@ -69,9 +69,9 @@ TensorType broadcast_type(std::span<const TensorType> in, const Attrs &a) {
   return TensorType{in[0].dtype, to};
 }
 
-Value broadcast_cotangent(const GradArgs &g) {
-  const Shape &from = g.operands[0].shape();
-  const Shape &to = g.result.shape();
+Value broadcast_cotangent(const GradArgs& g) {
+  const Shape& from = g.operands[0].shape();
+  const Shape& to = g.result.shape();
   std::size_t offset = to.size() - from.size();
   std::vector<int64_t> axes;
   for (std::size_t i = 0; i < to.size(); ++i)
@@ -82,7 +82,7 @@ Value broadcast_cotangent(const GradArgs &g) {
   return reshape(dy, from);
 }
 
-void check_slice(const Shape &s, const Attrs &a) {
+void check_slice(const Shape& s, const Attrs& a) {
   if (a.ints.size() != s.size() || a.ints2.size() != s.size())
     type_rules::fail("slice needs one start and one limit per dim (rank " +
                      std::to_string(s.size()) + ")");
@@ -99,7 +99,7 @@ void check_slice(const Shape &s, const Attrs &a) {
 const OpDef reshape_op{
     .arity = 1,
     .infer =
-        [](std::span<const TensorType> in, const Attrs &a) {
+        [](std::span<const TensorType> in, const Attrs& a) {
           for (int64_t d : a.ints)
             if (d < 0) type_rules::fail("negative dimension in " + to_string(a.ints));
           if (numel(a.ints) != numel(in[0].shape))
@@ -108,11 +108,11 @@ const OpDef reshape_op{
           return TensorType{in[0].dtype, a.ints};
         },
     .grad =
-        [](const GradArgs &g) {
+        [](const GradArgs& g) {
           return std::vector<Value>{reshape(g.cotangent, g.operands[0].shape())};
         },
-    .reference = [](Args in, const Attrs &a,
-                    const TensorType &) { return F64Tensor{a.ints, in[0].data}; },
+    .reference = [](Args in, const Attrs& a,
+                    const TensorType&) { return F64Tensor{a.ints, in[0].data}; },
     .test_cases =
         [] {
           return std::vector<OpTestCase>{
@@ -126,7 +126,7 @@ const OpDef reshape_op{
 const OpDef permute_op{
     .arity = 1,
     .infer =
-        [](std::span<const TensorType> in, const Attrs &a) {
+        [](std::span<const TensorType> in, const Attrs& a) {
           auto perm = checked_permutation(a.ints, in[0].shape.size());
           Shape out;
           for (int64_t p : perm)
@@ -134,12 +134,12 @@ const OpDef permute_op{
           return TensorType{in[0].dtype, out};
         },
     .grad =
-        [](const GradArgs &g) {
+        [](const GradArgs& g) {
           auto perm = checked_permutation(g.attrs.ints, g.operands[0].shape().size());
           return std::vector<Value>{permute(g.cotangent, inverse_permutation(perm))};
         },
     .reference =
-        [](Args in, const Attrs &a, const TensorType &) {
+        [](Args in, const Attrs& a, const TensorType&) {
           return permute_reference(in[0], checked_permutation(a.ints, in[0].shape.size()));
         },
     .test_cases =
@@ -154,7 +154,7 @@ const OpDef permute_op{
 const OpDef transpose_op{
     .arity = 1,
     .infer =
-        [](std::span<const TensorType> in, const Attrs &a) {
+        [](std::span<const TensorType> in, const Attrs& a) {
           auto perm = transpose_permutation(a, in[0].shape.size());
           Shape out;
           for (int64_t p : perm)
@@ -162,11 +162,11 @@ const OpDef transpose_op{
           return TensorType{in[0].dtype, out};
         },
     .lower =
-        [](std::span<const Value> in, const Attrs &a) {
+        [](std::span<const Value> in, const Attrs& a) {
           return permute(in[0], transpose_permutation(a, in[0].shape().size()));
         },
     .reference =
-        [](Args in, const Attrs &a, const TensorType &) {
+        [](Args in, const Attrs& a, const TensorType&) {
           return permute_reference(in[0], transpose_permutation(a, in[0].shape.size()));
         },
     .test_cases =
@@ -181,11 +181,11 @@ const OpDef transpose_op{
 const OpDef broadcast_op{
     .arity = 1,
     .infer = broadcast_type,
-    .grad = [](const GradArgs &g) { return std::vector<Value>{broadcast_cotangent(g)}; },
+    .grad = [](const GradArgs& g) { return std::vector<Value>{broadcast_cotangent(g)}; },
     .reference =
-        [](Args in, const Attrs &, const TensorType &result) {
+        [](Args in, const Attrs&, const TensorType& result) {
           return reference::map(in, result.shape,
-                                [](const std::vector<double> &v) { return v[0]; });
+                                [](const std::vector<double>& v) { return v[0]; });
         },
     .test_cases =
         [] {
@@ -200,7 +200,7 @@ const OpDef broadcast_to_op{
     .arity = 1,
     .infer = broadcast_type,
     .lower =
-        [](std::span<const Value> in, const Attrs &a) {
+        [](std::span<const Value> in, const Attrs& a) {
           return in[0].shape() == a.ints ? in[0] : emit(OpId::broadcast, {in[0]}, a);
         },
     .reference = broadcast_op.reference,
@@ -211,7 +211,7 @@ const OpDef broadcast_to_op{
 const OpDef slice_op{
     .arity = 1,
     .infer =
-        [](std::span<const TensorType> in, const Attrs &a) {
+        [](std::span<const TensorType> in, const Attrs& a) {
           check_slice(in[0].shape, a);
           Shape out;
           for (std::size_t i = 0; i < a.ints.size(); ++i)
@@ -219,15 +219,15 @@ const OpDef slice_op{
           return TensorType{in[0].dtype, out};
         },
     .grad =
-        [](const GradArgs &g) {
-          const Shape &s = g.operands[0].shape();
+        [](const GradArgs& g) {
+          const Shape& s = g.operands[0].shape();
           std::vector<int64_t> high;
           for (std::size_t i = 0; i < s.size(); ++i)
             high.push_back(s[i] - g.attrs.ints2[i]);
           return std::vector<Value>{pad(g.cotangent, g.attrs.ints, high)};
         },
     .reference =
-        [](Args in, const Attrs &a, const TensorType &result) {
+        [](Args in, const Attrs& a, const TensorType& result) {
           F64Tensor out{result.shape, std::vector<double>(numel(result.shape))};
           for (int64_t i = 0; i < numel(result.shape); ++i) {
             auto idx = unravel(i, result.shape);
@@ -249,8 +249,8 @@ const OpDef slice_op{
 const OpDef pad_op{
     .arity = 1,
     .infer =
-        [](std::span<const TensorType> in, const Attrs &a) {
-          const Shape &s = in[0].shape;
+        [](std::span<const TensorType> in, const Attrs& a) {
+          const Shape& s = in[0].shape;
           if (a.ints.size() != s.size() || a.ints2.size() != s.size())
             type_rules::fail("pad needs one low and one high amount per dim");
           Shape out;
@@ -261,15 +261,15 @@ const OpDef pad_op{
           return TensorType{in[0].dtype, out};
         },
     .grad =
-        [](const GradArgs &g) {
-          const Shape &s = g.operands[0].shape();
+        [](const GradArgs& g) {
+          const Shape& s = g.operands[0].shape();
           std::vector<int64_t> limits;
           for (std::size_t i = 0; i < s.size(); ++i)
             limits.push_back(g.attrs.ints[i] + s[i]);
           return std::vector<Value>{slice(g.cotangent, g.attrs.ints, limits)};
         },
     .reference =
-        [](Args in, const Attrs &a, const TensorType &result) {
+        [](Args in, const Attrs& a, const TensorType& result) {
           F64Tensor out{result.shape, std::vector<double>(numel(result.shape), 0.0)};
           for (int64_t i = 0; i < numel(in[0].shape); ++i) {
             auto idx = unravel(i, in[0].shape);
@@ -290,7 +290,7 @@ const OpDef pad_op{
 const OpDef concat_op{
     .arity = -1,
     .infer =
-        [](std::span<const TensorType> in, const Attrs &a) {
+        [](std::span<const TensorType> in, const Attrs& a) {
           type_rules::require_same_dtype(in);
           if (a.ints.size() != 1) type_rules::fail("concat takes one axis");
           int64_t axis = type_rules::axis(a.ints[0], in[0].shape.size());
@@ -307,11 +307,11 @@ const OpDef concat_op{
           return TensorType{in[0].dtype, out};
         },
     .grad =
-        [](const GradArgs &g) {
+        [](const GradArgs& g) {
           int64_t axis = type_rules::axis(g.attrs.ints[0], g.result.shape().size());
           std::vector<Value> grads;
           int64_t offset = 0;
-          for (const Value &part : g.operands) {
+          for (const Value& part : g.operands) {
             std::vector<int64_t> starts(part.shape().size(), 0);
             std::vector<int64_t> limits = g.result.shape();
             starts[axis] = offset;
@@ -322,11 +322,11 @@ const OpDef concat_op{
           return grads;
         },
     .reference =
-        [](Args in, const Attrs &a, const TensorType &result) {
+        [](Args in, const Attrs& a, const TensorType& result) {
           int64_t axis = *normalize_axis(a.ints[0], result.shape.size());
           F64Tensor out{result.shape, std::vector<double>(numel(result.shape))};
           int64_t offset = 0;
-          for (const F64Tensor &part : in) {
+          for (const F64Tensor& part : in) {
             for (int64_t i = 0; i < numel(part.shape); ++i) {
               auto idx = unravel(i, part.shape);
               idx[axis] += offset;

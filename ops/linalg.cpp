@@ -19,7 +19,7 @@ Value swap_last_two(Value x) {
 const OpDef matmul_op{
     .arity = 2,
     .infer =
-        [](std::span<const TensorType> in, const Attrs &) {
+        [](std::span<const TensorType> in, const Attrs&) {
           type_rules::require_same_dtype(in);
           type_rules::require_numeric(in[0]);
           const Shape &a = in[0].shape, &b = in[1].shape;
@@ -34,14 +34,14 @@ const OpDef matmul_op{
           return TensorType{in[0].dtype, out};
         },
     .grad =
-        [](const GradArgs &g) {
+        [](const GradArgs& g) {
           Value a = g.operands[0], b = g.operands[1], dy = g.cotangent;
           return std::vector<Value>{emit(OpId::matmul, {dy, swap_last_two(b)}),
                                     emit(OpId::matmul, {swap_last_two(a), dy})};
         },
     .reference =
-        [](std::span<const F64Tensor> in, const Attrs &, const TensorType &result) {
-          const Shape &as = in[0].shape;
+        [](std::span<const F64Tensor> in, const Attrs&, const TensorType& result) {
+          const Shape& as = in[0].shape;
           int64_t m = as[as.size() - 2], k = as.back(), n = result.shape.back();
           int64_t batches = numel(as) / (m * k);
           F64Tensor out{result.shape, std::vector<double>(numel(result.shape), 0.0)};

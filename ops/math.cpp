@@ -12,8 +12,8 @@ namespace {
 using Args = std::span<const F64Tensor>;
 
 template <double (*F)(double)>
-F64Tensor unary_reference(Args in, const Attrs &, const TensorType &result) {
-  return reference::map(in, result.shape, [](const std::vector<double> &v) { return F(v[0]); });
+F64Tensor unary_reference(Args in, const Attrs&, const TensorType& result) {
+  return reference::map(in, result.shape, [](const std::vector<double>& v) { return F(v[0]); });
 }
 
 std::vector<OpTestCase> any_cases() { return test_cases::unary(); }
@@ -29,7 +29,7 @@ constexpr double gelu_cubic = 0.044715;
 const OpDef exp_op{
     .arity = 1,
     .infer = type_rules::float_same_as_operands,
-    .grad = [](const GradArgs &g) { return std::vector<Value>{g.cotangent * g.result}; },
+    .grad = [](const GradArgs& g) { return std::vector<Value>{g.cotangent * g.result}; },
     .reference = unary_reference<[](double x) { return std::exp(x); }>,
     .test_cases = any_cases,
 };
@@ -37,7 +37,7 @@ const OpDef exp_op{
 const OpDef log_op{
     .arity = 1,
     .infer = type_rules::float_same_as_operands,
-    .grad = [](const GradArgs &g) { return std::vector<Value>{g.cotangent / g.operands[0]}; },
+    .grad = [](const GradArgs& g) { return std::vector<Value>{g.cotangent / g.operands[0]}; },
     .reference = unary_reference<[](double x) { return std::log(x); }>,
     .test_cases = positive_cases,
 };
@@ -45,7 +45,7 @@ const OpDef log_op{
 const OpDef sqrt_op{
     .arity = 1,
     .infer = type_rules::float_same_as_operands,
-    .grad = [](const GradArgs &g) { return std::vector<Value>{g.cotangent * 0.5 / g.result}; },
+    .grad = [](const GradArgs& g) { return std::vector<Value>{g.cotangent * 0.5 / g.result}; },
     .reference = unary_reference<[](double x) { return std::sqrt(x); }>,
     .test_cases = positive_cases,
 };
@@ -54,7 +54,7 @@ const OpDef rsqrt_op{
     .arity = 1,
     .infer = type_rules::float_same_as_operands,
     .grad =
-        [](const GradArgs &g) {
+        [](const GradArgs& g) {
           return std::vector<Value>{g.cotangent * -0.5 * g.result / g.operands[0]};
         },
     .reference = unary_reference<[](double x) { return 1.0 / std::sqrt(x); }>,
@@ -65,7 +65,7 @@ const OpDef tanh_op{
     .arity = 1,
     .infer = type_rules::float_same_as_operands,
     .grad =
-        [](const GradArgs &g) {
+        [](const GradArgs& g) {
           return std::vector<Value>{g.cotangent * (1.0 - g.result * g.result)};
         },
     .reference = unary_reference<[](double x) { return std::tanh(x); }>,
@@ -76,7 +76,7 @@ const OpDef erf_op{
     .arity = 1,
     .infer = type_rules::float_same_as_operands,
     .grad =
-        [](const GradArgs &g) {
+        [](const GradArgs& g) {
           Value x = g.operands[0];
           return std::vector<Value>{g.cotangent * (2.0 / std::sqrt(std::numbers::pi)) *
                                     exp(-(x * x))};
@@ -89,7 +89,7 @@ const OpDef abs_op{
     .arity = 1,
     .infer = type_rules::same_as_operands,
     .grad =
-        [](const GradArgs &g) {
+        [](const GradArgs& g) {
           Value negative = less(g.operands[0], scalar_like(g.operands[0], 0.0));
           return std::vector<Value>{where(negative, -g.cotangent, g.cotangent)};
         },
@@ -101,10 +101,10 @@ const OpDef sigmoid_op{
     .arity = 1,
     .infer = type_rules::float_same_as_operands,
     .grad =
-        [](const GradArgs &g) {
+        [](const GradArgs& g) {
           return std::vector<Value>{g.cotangent * g.result * (1.0 - g.result)};
         },
-    .lower = [](std::span<const Value> in, const Attrs &) { return 1.0 / (1.0 + exp(-in[0])); },
+    .lower = [](std::span<const Value> in, const Attrs&) { return 1.0 / (1.0 + exp(-in[0])); },
     .reference = unary_reference<[](double x) { return 1.0 / (1.0 + std::exp(-x)); }>,
     .test_cases = any_cases,
 };
@@ -113,12 +113,12 @@ const OpDef relu_op{
     .arity = 1,
     .infer = type_rules::same_as_operands,
     .grad =
-        [](const GradArgs &g) {
+        [](const GradArgs& g) {
           Value positive = less(scalar_like(g.operands[0], 0.0), g.operands[0]);
           return std::vector<Value>{where(positive, g.cotangent, scalar_like(g.cotangent, 0.0))};
         },
     .lower = [](std::span<const Value> in,
-                const Attrs &) { return maximum(in[0], scalar_like(in[0], 0.0)); },
+                const Attrs&) { return maximum(in[0], scalar_like(in[0], 0.0)); },
     .reference = unary_reference<[](double x) { return (x > 0 ? x : 0.0); }>,
     .test_cases = away_from_zero_cases,
 };
@@ -128,7 +128,7 @@ const OpDef gelu_tanh_op{
     .arity = 1,
     .infer = type_rules::float_same_as_operands,
     .lower =
-        [](std::span<const Value> in, const Attrs &) {
+        [](std::span<const Value> in, const Attrs&) {
           Value x = in[0];
           return 0.5 * x * (1.0 + tanh(sqrt_2_over_pi * (x + gelu_cubic * x * x * x)));
         },
@@ -143,7 +143,7 @@ const OpDef gelu_erf_op{
     .arity = 1,
     .infer = type_rules::float_same_as_operands,
     .lower =
-        [](std::span<const Value> in, const Attrs &) {
+        [](std::span<const Value> in, const Attrs&) {
           Value x = in[0];
           return 0.5 * x * (1.0 + erf(x * (1.0 / std::numbers::sqrt2)));
         },

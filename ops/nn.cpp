@@ -11,7 +11,7 @@ using Args = std::span<const F64Tensor>;
 using reference::ravel;
 using reference::unravel;
 
-TensorType float_along_axis(std::span<const TensorType> in, const Attrs &a) {
+TensorType float_along_axis(std::span<const TensorType> in, const Attrs& a) {
   type_rules::require_float(in[0]);
   if (a.ints.size() != 1) type_rules::fail("needs exactly one axis");
   type_rules::axis(a.ints[0], in[0].shape.size());
@@ -19,8 +19,8 @@ TensorType float_along_axis(std::span<const TensorType> in, const Attrs &a) {
 }
 
 /// Applies f to each 1-D lane of x along `axis` (in place on a copy).
-F64Tensor per_lane(const F64Tensor &x, int64_t axis,
-                   const std::function<void(std::vector<double> &)> &f) {
+F64Tensor per_lane(const F64Tensor& x, int64_t axis,
+                   const std::function<void(std::vector<double>&)>& f) {
   F64Tensor out = x;
   Shape outer = x.shape;
   int64_t n = x.shape[axis];
@@ -41,7 +41,7 @@ F64Tensor per_lane(const F64Tensor &x, int64_t axis,
   return out;
 }
 
-double lane_logsumexp(const std::vector<double> &lane) {
+double lane_logsumexp(const std::vector<double>& lane) {
   double m = *std::max_element(lane.begin(), lane.end());
   double s = 0;
   for (double v : lane)
@@ -54,10 +54,10 @@ std::vector<OpTestCase> lane_cases() {
           {{TestOperand{DType::f64, {2, 4, 3}}}, Attrs{.ints = {1}}}};
 }
 
-TensorType cross_entropy_type(std::span<const TensorType> in, const Attrs &) {
+TensorType cross_entropy_type(std::span<const TensorType> in, const Attrs&) {
   type_rules::require_float(in[0], "logits");
   type_rules::require_integer(in[1], "labels");
-  const Shape &logits = in[0].shape;
+  const Shape& logits = in[0].shape;
   if (logits.empty() || Shape(logits.begin(), logits.end() - 1) != in[1].shape)
     type_rules::fail("labels must have the logits' shape without the class dim: logits " +
                      to_string(logits) + ", labels " + to_string(in[1].shape));
@@ -98,22 +98,22 @@ const OpDef softmax_op{
     .precision = Precision::fp32,
     .infer = float_along_axis,
     .grad =
-        [](const GradArgs &g) {
+        [](const GradArgs& g) {
           Value y = g.result, dy = g.cotangent;
           return std::vector<Value>{y * (dy - sum(dy * y, g.attrs.ints, true))};
         },
     .lower =
-        [](std::span<const Value> in, const Attrs &a) {
+        [](std::span<const Value> in, const Attrs& a) {
           Value x = in[0];
           Value e = exp(x - stop_gradient(max(x, a.ints, true)));
           return e / sum(e, a.ints, true);
         },
     .reference =
-        [](Args in, const Attrs &a, const TensorType &) {
+        [](Args in, const Attrs& a, const TensorType&) {
           return per_lane(in[0], *normalize_axis(a.ints[0], in[0].shape.size()),
-                          [](std::vector<double> &lane) {
+                          [](std::vector<double>& lane) {
                             double lse = lane_logsumexp(lane);
-                            for (double &v : lane)
+                            for (double& v : lane)
                               v = std::exp(v - lse);
                           });
         },
@@ -125,18 +125,18 @@ const OpDef log_softmax_op{
     .precision = Precision::fp32,
     .infer = float_along_axis,
     .grad =
-        [](const GradArgs &g) {
+        [](const GradArgs& g) {
           Value dy = g.cotangent;
           return std::vector<Value>{dy - exp(g.result) * sum(dy, g.attrs.ints, true)};
         },
     .lower = [](std::span<const Value> in,
-                const Attrs &a) { return in[0] - logsumexp(in[0], a.ints, true); },
+                const Attrs& a) { return in[0] - logsumexp(in[0], a.ints, true); },
     .reference =
-        [](Args in, const Attrs &a, const TensorType &) {
+        [](Args in, const Attrs& a, const TensorType&) {
           return per_lane(in[0], *normalize_axis(a.ints[0], in[0].shape.size()),
-                          [](std::vector<double> &lane) {
+                          [](std::vector<double>& lane) {
                             double lse = lane_logsumexp(lane);
-                            for (double &v : lane)
+                            for (double& v : lane)
                               v -= lse;
                           });
         },
@@ -148,7 +148,7 @@ const OpDef layernorm_op{
     .arity = 3,
     .precision = Precision::fp32,
     .infer =
-        [](std::span<const TensorType> in, const Attrs &a) {
+        [](std::span<const TensorType> in, const Attrs& a) {
           type_rules::require_float(in[0]);
           type_rules::require_same_dtype(in);
           if (in[0].shape.empty()) type_rules::fail("layernorm needs rank >= 1");
@@ -160,16 +160,16 @@ const OpDef layernorm_op{
           return in[0];
         },
     .lower =
-        [](std::span<const Value> in, const Attrs &a) {
+        [](std::span<const Value> in, const Attrs& a) {
           Value x = in[0];
           Value centered = x - mean(x, {-1}, true);
           Value variance = mean(centered * centered, {-1}, true);
           return centered * rsqrt(variance + a.real) * in[1] + in[2];
         },
     .reference =
-        [](Args in, const Attrs &a, const TensorType &) {
+        [](Args in, const Attrs& a, const TensorType&) {
           F64Tensor out = per_lane(
-              in[0], static_cast<int64_t>(in[0].shape.size()) - 1, [&](std::vector<double> &lane) {
+              in[0], static_cast<int64_t>(in[0].shape.size()) - 1, [&](std::vector<double>& lane) {
                 double mu = 0, var = 0;
                 for (double v : lane)
                   mu += v;
@@ -202,9 +202,9 @@ const OpDef cross_entropy_op{
     .precision = Precision::fp32,
     .infer = cross_entropy_type,
     .lower = [](std::span<const Value> in,
-                const Attrs &) { return cross_entropy_lowering(in[0], in[1]); },
-    .reference = [](Args in, const Attrs &,
-                    const TensorType &) { return cross_entropy_reference(in); },
+                const Attrs&) { return cross_entropy_lowering(in[0], in[1]); },
+    .reference = [](Args in, const Attrs&,
+                    const TensorType&) { return cross_entropy_reference(in); },
     .test_cases = cross_entropy_cases,
 };
 
@@ -212,11 +212,11 @@ const OpDef cross_entropy_mean_op{
     .arity = 2,
     .precision = Precision::fp32,
     .infer = [](std::span<const TensorType> in,
-                const Attrs &a) { return TensorType{cross_entropy_type(in, a).dtype, {}}; },
+                const Attrs& a) { return TensorType{cross_entropy_type(in, a).dtype, {}}; },
     .lower = [](std::span<const Value> in,
-                const Attrs &) { return mean(cross_entropy_lowering(in[0], in[1])); },
+                const Attrs&) { return mean(cross_entropy_lowering(in[0], in[1])); },
     .reference =
-        [](Args in, const Attrs &, const TensorType &) {
+        [](Args in, const Attrs&, const TensorType&) {
           F64Tensor per_sample = cross_entropy_reference(in);
           double total = 0;
           for (double v : per_sample.data)

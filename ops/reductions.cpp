@@ -12,13 +12,13 @@ namespace {
 
 using Args = std::span<const F64Tensor>;
 
-TensorType reduce_type(std::span<const TensorType> in, const Attrs &a) {
+TensorType reduce_type(std::span<const TensorType> in, const Attrs& a) {
   type_rules::require_numeric(in[0]);
   auto axes = type_rules::axes(a.ints, in[0].shape.size());
   return TensorType{in[0].dtype, type_rules::reduced_shape(in[0].shape, axes, a.flag)};
 }
 
-TensorType primitive_reduce_type(std::span<const TensorType> in, const Attrs &a) {
+TensorType primitive_reduce_type(std::span<const TensorType> in, const Attrs& a) {
   if (a.ints.empty() && !in[0].shape.empty())
     type_rules::fail("primitive reductions need explicit axes");
   auto axes = type_rules::axes(a.ints, in[0].shape.size());
@@ -28,27 +28,27 @@ TensorType primitive_reduce_type(std::span<const TensorType> in, const Attrs &a)
 }
 
 /// `r` (x reduced over `axes`, dims dropped) brought back to x's shape.
-Value expand_reduced(Value r, Value x, const std::vector<int64_t> &axes) {
+Value expand_reduced(Value r, Value x, const std::vector<int64_t>& axes) {
   Shape kept = type_rules::reduced_shape(x.shape(), axes, true);
   return emit(OpId::broadcast, {reshape(r, kept)}, Attrs{.ints = x.shape()});
 }
 
-std::vector<int64_t> normalized_axes(Value x, const Attrs &a) {
+std::vector<int64_t> normalized_axes(Value x, const Attrs& a) {
   return type_rules::axes(a.ints, x.shape().size());
 }
 
-Value reduce_keeping(OpId prim, Value x, const Attrs &a) {
+Value reduce_keeping(OpId prim, Value x, const Attrs& a) {
   auto axes = normalized_axes(x, a);
   Value r = emit(prim, {x}, Attrs{.ints = axes});
   return a.flag ? reshape(r, type_rules::reduced_shape(x.shape(), axes, true)) : r;
 }
 
-F64Tensor sum_reference(Args in, const Attrs &a, const TensorType &) {
+F64Tensor sum_reference(Args in, const Attrs& a, const TensorType&) {
   auto axes = type_rules::axes(a.ints, in[0].shape.size());
   return reference::reduce(in[0], axes, a.flag, 0.0, [](double s, double v) { return s + v; });
 }
 
-F64Tensor max_reference(Args in, const Attrs &a, const TensorType &) {
+F64Tensor max_reference(Args in, const Attrs& a, const TensorType&) {
   auto axes = type_rules::axes(a.ints, in[0].shape.size());
   return reference::reduce(in[0], axes, a.flag, -std::numeric_limits<double>::infinity(),
                            [](double m, double v) { return std::max(m, v); });
@@ -73,7 +73,7 @@ const OpDef reduce_sum_op{
     .arity = 1,
     .infer = primitive_reduce_type,
     .grad =
-        [](const GradArgs &g) {
+        [](const GradArgs& g) {
           return std::vector<Value>{expand_reduced(g.cotangent, g.operands[0], g.attrs.ints)};
         },
     .reference = sum_reference,
@@ -85,7 +85,7 @@ const OpDef reduce_max_op{
     .arity = 1,
     .infer = primitive_reduce_type,
     .grad =
-        [](const GradArgs &g) {
+        [](const GradArgs& g) {
           Value x = g.operands[0];
           Value is_max = cast(equal(x, expand_reduced(g.result, x, g.attrs.ints)), x.dtype());
           Value count = emit(OpId::reduce_sum, {is_max}, Attrs{.ints = g.attrs.ints});
@@ -99,7 +99,7 @@ const OpDef sum_op{
     .arity = 1,
     .infer = reduce_type,
     .lower = [](std::span<const Value> in,
-                const Attrs &a) { return reduce_keeping(OpId::reduce_sum, in[0], a); },
+                const Attrs& a) { return reduce_keeping(OpId::reduce_sum, in[0], a); },
     .reference = sum_reference,
     .test_cases = composite_cases,
 };
@@ -107,23 +107,23 @@ const OpDef sum_op{
 const OpDef mean_op{
     .arity = 1,
     .infer =
-        [](std::span<const TensorType> in, const Attrs &a) {
+        [](std::span<const TensorType> in, const Attrs& a) {
           type_rules::require_float(in[0]);
           return reduce_type(in, a);
         },
     .lower =
-        [](std::span<const Value> in, const Attrs &a) {
+        [](std::span<const Value> in, const Attrs& a) {
           int64_t count = 1;
           for (int64_t axis : normalized_axes(in[0], a))
             count *= in[0].shape()[axis];
           return reduce_keeping(OpId::reduce_sum, in[0], a) / static_cast<double>(count);
         },
     .reference =
-        [](Args in, const Attrs &a, const TensorType &result) {
+        [](Args in, const Attrs& a, const TensorType& result) {
           F64Tensor s = sum_reference(in, a, result);
           double count =
               static_cast<double>(numel(in[0].shape)) / std::max<int64_t>(1, numel(s.shape));
-          for (double &v : s.data)
+          for (double& v : s.data)
             v /= count;
           return s;
         },
@@ -134,7 +134,7 @@ const OpDef max_op{
     .arity = 1,
     .infer = reduce_type,
     .lower = [](std::span<const Value> in,
-                const Attrs &a) { return reduce_keeping(OpId::reduce_max, in[0], a); },
+                const Attrs& a) { return reduce_keeping(OpId::reduce_max, in[0], a); },
     .reference = max_reference,
     .test_cases = composite_cases,
 };
@@ -143,19 +143,19 @@ const OpDef max_op{
 const OpDef logsumexp_op{
     .arity = 1,
     .infer =
-        [](std::span<const TensorType> in, const Attrs &a) {
+        [](std::span<const TensorType> in, const Attrs& a) {
           type_rules::require_float(in[0]);
           return reduce_type(in, a);
         },
     .grad =
-        [](const GradArgs &g) {
+        [](const GradArgs& g) {
           Value x = g.operands[0];
           auto axes = normalized_axes(x, g.attrs);
           return std::vector<Value>{expand_reduced(g.cotangent, x, axes) *
                                     exp(x - expand_reduced(g.result, x, axes))};
         },
     .lower =
-        [](std::span<const Value> in, const Attrs &a) {
+        [](std::span<const Value> in, const Attrs& a) {
           Value x = in[0];
           auto axes = normalized_axes(x, a);
           Value m = stop_gradient(emit(OpId::reduce_max, {x}, Attrs{.ints = axes}));
@@ -164,14 +164,14 @@ const OpDef logsumexp_op{
           return a.flag ? reshape(r, type_rules::reduced_shape(x.shape(), axes, true)) : r;
         },
     .reference =
-        [](Args in, const Attrs &a, const TensorType &) {
+        [](Args in, const Attrs& a, const TensorType&) {
           auto axes = type_rules::axes(a.ints, in[0].shape.size());
           F64Tensor e = in[0];
-          for (double &v : e.data)
+          for (double& v : e.data)
             v = std::exp(v);
           F64Tensor s =
               reference::reduce(e, axes, a.flag, 0.0, [](double acc, double v) { return acc + v; });
-          for (double &v : s.data)
+          for (double& v : s.data)
             v = std::log(v);
           return s;
         },

@@ -8,7 +8,7 @@
 namespace sinter::reference {
 
 /// Multi-index of flat position `flat` in `shape` (row-major).
-inline std::vector<int64_t> unravel(int64_t flat, const Shape &shape) {
+inline std::vector<int64_t> unravel(int64_t flat, const Shape& shape) {
   std::vector<int64_t> idx(shape.size());
   for (std::size_t i = shape.size(); i-- > 0;) {
     idx[i] = flat % shape[i];
@@ -17,7 +17,7 @@ inline std::vector<int64_t> unravel(int64_t flat, const Shape &shape) {
   return idx;
 }
 
-inline int64_t ravel(const std::vector<int64_t> &idx, const Shape &shape) {
+inline int64_t ravel(const std::vector<int64_t>& idx, const Shape& shape) {
   int64_t flat = 0;
   for (std::size_t i = 0; i < shape.size(); ++i)
     flat = flat * shape[i] + idx[i];
@@ -25,7 +25,7 @@ inline int64_t ravel(const std::vector<int64_t> &idx, const Shape &shape) {
 }
 
 /// Element of `t` at output multi-index `out_idx` under numpy broadcasting.
-inline double broadcast_at(const F64Tensor &t, const std::vector<int64_t> &out_idx) {
+inline double broadcast_at(const F64Tensor& t, const std::vector<int64_t>& out_idx) {
   std::size_t offset = out_idx.size() - t.shape.size();
   int64_t flat = 0;
   for (std::size_t i = 0; i < t.shape.size(); ++i)
@@ -34,8 +34,8 @@ inline double broadcast_at(const F64Tensor &t, const std::vector<int64_t> &out_i
 }
 
 /// Elementwise map with broadcasting: out[i] = f(args at i).
-inline F64Tensor map(std::span<const F64Tensor> in, const Shape &out_shape,
-                     const std::function<double(const std::vector<double> &)> &f) {
+inline F64Tensor map(std::span<const F64Tensor> in, const Shape& out_shape,
+                     const std::function<double(const std::vector<double>&)>& f) {
   F64Tensor out{out_shape, std::vector<double>(numel(out_shape))};
   std::vector<double> args(in.size());
   for (int64_t i = 0; i < numel(out_shape); ++i) {
@@ -48,8 +48,8 @@ inline F64Tensor map(std::span<const F64Tensor> in, const Shape &out_shape,
 }
 
 /// Folds the elements of `x` along `axes` (normalised) with `combine`, starting at `init`.
-inline F64Tensor reduce(const F64Tensor &x, const std::vector<int64_t> &axes, bool keepdims,
-                        double init, const std::function<double(double, double)> &combine) {
+inline F64Tensor reduce(const F64Tensor& x, const std::vector<int64_t>& axes, bool keepdims,
+                        double init, const std::function<double(double, double)>& combine) {
   Shape kept = x.shape;
   for (int64_t a : axes)
     kept[a] = 1;
@@ -58,7 +58,7 @@ inline F64Tensor reduce(const F64Tensor &x, const std::vector<int64_t> &axes, bo
     auto idx = unravel(i, x.shape);
     for (int64_t a : axes)
       idx[a] = 0;
-    double &slot = out.data[ravel(idx, kept)];
+    double& slot = out.data[ravel(idx, kept)];
     slot = combine(slot, x.data[i]);
   }
   if (!keepdims) {

@@ -4,7 +4,7 @@
 namespace sinter {
 namespace {
 
-const OpDef *const op_table[] = {
+const OpDef* const op_table[] = {
 #define SINTER_PRIMITIVE(name) &op_defs::name##_op,
 #define SINTER_COMPOSITE(name) &op_defs::name##_op,
 #include "ops/op_list.def"
@@ -13,7 +13,7 @@ static_assert(std::size(op_table) == num_ops, "every op in op_list.def needs an 
 
 } // namespace
 
-const OpDef &op_def(OpId op) { return *op_table[static_cast<std::size_t>(op)]; }
+const OpDef& op_def(OpId op) { return *op_table[static_cast<std::size_t>(op)]; }
 
 std::optional<OpId> op_by_name(std::string_view name) {
   for (std::size_t i = 0; i < num_ops; ++i)

@@ -21,7 +21,7 @@ struct GradArgs {
   std::span<const Value> operands;
   Value result;
   Value cotangent;
-  const Attrs &attrs;
+  const Attrs& attrs;
 };
 
 /// One random operand of a generated test. Integer and bool operands draw whole numbers in
@@ -48,20 +48,20 @@ struct OpDef {
   bool differentiable = true; ///< false: no gradient flows through this op
   Precision precision = Precision::follow_input;
   /// Result type from operand types; throws ShapeError with a message saying what is wrong.
-  TensorType (*infer)(std::span<const TensorType> operands, const Attrs &attrs) = nullptr;
+  TensorType (*infer)(std::span<const TensorType> operands, const Attrs& attrs) = nullptr;
   /// Cotangent per operand (a null Value for none). Null rule on a composite: autodiff
   /// differentiates its lowering instead.
-  std::vector<Value> (*grad)(const GradArgs &args) = nullptr;
+  std::vector<Value> (*grad)(const GradArgs& args) = nullptr;
   /// Composites only: the same computation in terms of other ops.
-  Value (*lower)(std::span<const Value> operands, const Attrs &attrs) = nullptr;
+  Value (*lower)(std::span<const Value> operands, const Attrs& attrs) = nullptr;
   /// Independent, naive float64 implementation that the generated tests compare against.
-  F64Tensor (*reference)(std::span<const F64Tensor> operands, const Attrs &attrs,
-                         const TensorType &result) = nullptr;
+  F64Tensor (*reference)(std::span<const F64Tensor> operands, const Attrs& attrs,
+                         const TensorType& result) = nullptr;
   /// Shapes, domains and attributes the generated forward and gradient tests run on.
   std::vector<OpTestCase> (*test_cases)() = nullptr;
 };
 
-const OpDef &op_def(OpId op);
+const OpDef& op_def(OpId op);
 std::optional<OpId> op_by_name(std::string_view name);
 inline bool has_gradient(OpId op) { return op_def(op).differentiable; }
 

@@ -5,12 +5,12 @@
 namespace sinter::op_defs {
 namespace {
 
-void require_valid_shape(const Shape &s) {
+void require_valid_shape(const Shape& s) {
   for (int64_t d : s)
     if (d < 0) type_rules::fail("negative dimension in shape " + to_string(s));
 }
 
-TensorType type_from_attrs(std::span<const TensorType>, const Attrs &a) {
+TensorType type_from_attrs(std::span<const TensorType>, const Attrs& a) {
   require_valid_shape(a.ints);
   return TensorType{a.dtype, a.ints};
 }
@@ -30,7 +30,7 @@ const OpDef constant_op{
     .differentiable = false,
     .infer = type_from_attrs,
     .reference =
-        [](std::span<const F64Tensor>, const Attrs &a, const TensorType &result) {
+        [](std::span<const F64Tensor>, const Attrs& a, const TensorType& result) {
           return F64Tensor{result.shape, std::vector<double>(numel(result.shape), a.real)};
         },
     .test_cases =
@@ -45,7 +45,7 @@ const OpDef iota_op{
     .arity = 0,
     .differentiable = false,
     .infer =
-        [](std::span<const TensorType> in, const Attrs &a) {
+        [](std::span<const TensorType> in, const Attrs& a) {
           TensorType t = type_from_attrs(in, a);
           if (a.ints2.size() != 1) type_rules::fail("iota needs one axis");
           type_rules::axis(a.ints2[0], t.shape.size());
@@ -53,7 +53,7 @@ const OpDef iota_op{
           return t;
         },
     .reference =
-        [](std::span<const F64Tensor>, const Attrs &a, const TensorType &result) {
+        [](std::span<const F64Tensor>, const Attrs& a, const TensorType& result) {
           F64Tensor out{result.shape, std::vector<double>(numel(result.shape))};
           int64_t axis = *normalize_axis(a.ints2[0], result.shape.size());
           for (int64_t i = 0; i < numel(result.shape); ++i)

@@ -15,8 +15,8 @@ std::string operand_list(std::span<const Value> operands) {
   return out;
 }
 
-[[noreturn]] void throw_op_error(OpId op, std::span<const Value> operands, Graph *g,
-                                 const std::string &why) {
+[[noreturn]] void throw_op_error(OpId op, std::span<const Value> operands, Graph* g,
+                                 const std::string& why) {
   std::string where;
   if (g && !g->scope_path(g->current_scope()).empty())
     where = " at " + g->scope_path(g->current_scope());
@@ -24,9 +24,9 @@ std::string operand_list(std::span<const Value> operands) {
                    operand_list(operands) + " — " + why);
 }
 
-Graph *graph_of(OpId op, std::span<const Value> operands) {
-  Graph *g = nullptr;
-  for (const Value &v : operands) {
+Graph* graph_of(OpId op, std::span<const Value> operands) {
+  Graph* g = nullptr;
+  for (const Value& v : operands) {
     if (!v) throw std::invalid_argument("sinter: " + std::string(op_name(op)) + ": empty operand");
     if (g && v.graph != g)
       throw std::invalid_argument("sinter: " + std::string(op_name(op)) +
@@ -36,24 +36,24 @@ Graph *graph_of(OpId op, std::span<const Value> operands) {
   return g;
 }
 
-Value with_shape(Value x, const Shape &shape) {
+Value with_shape(Value x, const Shape& shape) {
   return x.shape() == shape ? x : emit(OpId::broadcast, {x}, Attrs{.ints = shape});
 }
 
 } // namespace
 
 Value emit(OpId op, std::span<const Value> operands, Attrs attrs) {
-  Graph *g = graph_of(op, operands);
+  Graph* g = graph_of(op, operands);
   if (!g)
     throw std::invalid_argument("sinter: emit(" + std::string(op_name(op)) +
                                 ") without operands needs the graph: use emit(graph, ...)");
   return emit(*g, op, operands, std::move(attrs));
 }
 
-Value emit(Graph &graph, OpId op, std::span<const Value> operands, Attrs attrs) {
-  const OpDef &def = op_def(op);
-  Graph *g = &graph;
-  if (Graph *from_operands = graph_of(op, operands); from_operands && from_operands != g)
+Value emit(Graph& graph, OpId op, std::span<const Value> operands, Attrs attrs) {
+  const OpDef& def = op_def(op);
+  Graph* g = &graph;
+  if (Graph* from_operands = graph_of(op, operands); from_operands && from_operands != g)
     throw std::invalid_argument("sinter: " + std::string(op_name(op)) +
                                 ": operands belong to another graph");
   if (def.arity >= 0 && operands.size() != static_cast<std::size_t>(def.arity))
@@ -72,19 +72,19 @@ Value emit(Graph &graph, OpId op, std::span<const Value> operands, Attrs attrs) 
                            " do not broadcast (each dim must match or be 1)");
       common = *b;
     }
-    for (Value &a : args)
+    for (Value& a : args)
       a = with_shape(a, common);
   }
   std::vector<TensorType> types;
   std::vector<ValueId> ids;
-  for (const Value &a : args) {
+  for (const Value& a : args) {
     types.push_back(a.type());
     ids.push_back(a.id);
   }
   TensorType type;
   try {
     type = def.infer(types, attrs);
-  } catch (const ShapeError &e) {
+  } catch (const ShapeError& e) {
     throw_op_error(op, operands, g, e.what());
   }
   Node n;
@@ -99,11 +99,11 @@ Value emit(OpId op, std::initializer_list<Value> operands, Attrs attrs) {
   return emit(op, std::span<const Value>(operands.begin(), operands.size()), std::move(attrs));
 }
 
-Value input(Graph &g, std::string name, TensorType type) {
+Value input(Graph& g, std::string name, TensorType type) {
   return Value{&g, g.add_input(std::move(name), std::move(type))};
 }
 
-Value constant(Graph &g, double value, DType dtype, Shape shape) {
+Value constant(Graph& g, double value, DType dtype, Shape shape) {
   Node n;
   n.op = OpId::constant;
   n.type = TensorType{dtype, shape};
@@ -115,7 +115,7 @@ Value scalar_like(Value x, double value) { return constant(*x.graph, value, x.dt
 Value zeros_like(Value x) { return constant(*x.graph, 0.0, x.dtype(), x.shape()); }
 Value ones_like(Value x) { return constant(*x.graph, 1.0, x.dtype(), x.shape()); }
 
-Value iota(Graph &g, DType dtype, Shape shape, int64_t axis) {
+Value iota(Graph& g, DType dtype, Shape shape, int64_t axis) {
   Node n;
   n.op = OpId::iota;
   n.attrs = Attrs{.ints = shape, .ints2 = {axis}, .dtype = dtype};
@@ -192,8 +192,9 @@ Value matmul(Value a, Value b) {
     out_shape.back() = b.shape().back();
     return reshape(emit(OpId::matmul, {reshape(a, {rows, k_a}), b}), out_shape);
   }
-  Shape batch_a(a.shape().begin(), a.shape().end() - 2);
-  Shape batch_b(b.shape().begin(), b.shape().end() - 2);
+  Shape shape_a = a.shape(), shape_b = b.shape();
+  Shape batch_a(shape_a.begin(), shape_a.end() - 2);
+  Shape batch_b(shape_b.begin(), shape_b.end() - 2);
   auto batch = broadcast_shapes(batch_a, batch_b);
   if (!batch)
     throw_op_error(OpId::matmul, operands, a.graph,

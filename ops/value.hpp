@@ -10,12 +10,12 @@ namespace sinter {
 
 /// A node of a Graph being built. Cheap to copy; valid while the graph lives.
 struct Value {
-  Graph *graph = nullptr;
+  Graph* graph = nullptr;
   ValueId id = 0;
 
   explicit operator bool() const { return graph != nullptr; }
   /// Valid only until the next node is added to the graph.
-  const Node &node() const { return graph->node(id); }
+  const Node& node() const { return graph->node(id); }
   // By value on purpose: building a node may grow the arena and move earlier nodes.
   TensorType type() const { return graph->type(id); }
   DType dtype() const { return graph->type(id).dtype; }
@@ -28,15 +28,15 @@ struct Value {
 Value emit(OpId op, std::span<const Value> operands, Attrs attrs = {});
 Value emit(OpId op, std::initializer_list<Value> operands, Attrs attrs = {});
 /// Same, naming the graph explicitly (needed by ops without operands: constant, iota).
-Value emit(Graph &graph, OpId op, std::span<const Value> operands, Attrs attrs = {});
+Value emit(Graph& graph, OpId op, std::span<const Value> operands, Attrs attrs = {});
 
-Value input(Graph &g, std::string name, TensorType type);
-Value constant(Graph &g, double value, DType dtype, Shape shape = {});
+Value input(Graph& g, std::string name, TensorType type);
+Value constant(Graph& g, double value, DType dtype, Shape shape = {});
 /// A rank-0 constant with x's dtype (broadcasts against x in elementwise ops).
 Value scalar_like(Value x, double value);
 Value zeros_like(Value x);
 Value ones_like(Value x);
-Value iota(Graph &g, DType dtype, Shape shape, int64_t axis);
+Value iota(Graph& g, DType dtype, Shape shape, int64_t axis);
 
 Value operator+(Value a, Value b);
 Value operator-(Value a, Value b);
@@ -107,13 +107,13 @@ Value cross_entropy_mean(Value logits, Value labels);
 /// Scoped model path for nodes built inside it (`blocks.3.attn`), restored on destruction.
 class ScopeGuard {
 public:
-  ScopeGuard(Graph &g, std::string_view name) : graph_(g) { graph_.push_scope(name); }
+  ScopeGuard(Graph& g, std::string_view name) : graph_(g) { graph_.push_scope(name); }
   ~ScopeGuard() { graph_.pop_scope(); }
-  ScopeGuard(const ScopeGuard &) = delete;
-  ScopeGuard &operator=(const ScopeGuard &) = delete;
+  ScopeGuard(const ScopeGuard&) = delete;
+  ScopeGuard& operator=(const ScopeGuard&) = delete;
 
 private:
-  Graph &graph_;
+  Graph& graph_;
 };
 
 } // namespace sinter

@@ -12,10 +12,10 @@
 
 namespace sinter::testing {
 
-inline F64Tensor random_operand(const TestOperand &spec, std::mt19937_64 &rng) {
+inline F64Tensor random_operand(const TestOperand& spec, std::mt19937_64& rng) {
   F64Tensor t{spec.shape, std::vector<double>(numel(spec.shape))};
   std::uniform_real_distribution<double> uniform(spec.lo, spec.hi);
-  for (double &v : t.data) {
+  for (double& v : t.data) {
     if (!is_float(spec.dtype) || spec.whole_numbers) {
       v = std::floor(uniform(rng));
       continue;
@@ -28,7 +28,7 @@ inline F64Tensor random_operand(const TestOperand &spec, std::mt19937_64 &rng) {
 }
 
 /// Builds a graph from named inputs; `body` returns the outputs.
-using GraphBody = std::function<std::vector<Value>(Graph &g, std::vector<Value> &inputs)>;
+using GraphBody = std::function<std::vector<Value>(Graph& g, std::vector<Value>& inputs)>;
 
 struct NamedOperand {
   std::string name;
@@ -36,10 +36,10 @@ struct NamedOperand {
   F64Tensor value;
 };
 
-inline Graph build_graph(const std::vector<NamedOperand> &operands, const GraphBody &body) {
+inline Graph build_graph(const std::vector<NamedOperand>& operands, const GraphBody& body) {
   Graph g;
   std::vector<Value> inputs;
-  for (const NamedOperand &op : operands)
+  for (const NamedOperand& op : operands)
     inputs.push_back(input(g, op.name, op.type));
   std::vector<Value> outs = body(g, inputs);
   for (std::size_t i = 0; i < outs.size(); ++i)
@@ -47,15 +47,15 @@ inline Graph build_graph(const std::vector<NamedOperand> &operands, const GraphB
   return g;
 }
 
-inline std::vector<F64Tensor> values_of(const std::vector<NamedOperand> &operands) {
+inline std::vector<F64Tensor> values_of(const std::vector<NamedOperand>& operands) {
   std::vector<F64Tensor> v;
-  for (const NamedOperand &op : operands)
+  for (const NamedOperand& op : operands)
     v.push_back(op.value);
   return v;
 }
 
 /// Evaluates the (lowered, optimised) graph in float64.
-inline std::vector<F64Tensor> evaluate(const Graph &g, const std::vector<F64Tensor> &inputs) {
+inline std::vector<F64Tensor> evaluate(const Graph& g, const std::vector<F64Tensor>& inputs) {
   Graph lowered = Pipeline::standard(std::nullopt).run(g, DumpSelection(""), std::cerr);
   return interpret(lowered, inputs);
 }
@@ -66,13 +66,13 @@ struct GradientReport {
 };
 
 /// Compares autodiff gradients of scalar output 0 with central finite differences (float64).
-inline GradientReport check_gradients(const Graph &g, std::vector<NamedOperand> operands,
-                                      const std::vector<std::string> &wrt, double step = 1e-6) {
+inline GradientReport check_gradients(const Graph& g, std::vector<NamedOperand> operands,
+                                      const std::vector<std::string>& wrt, double step = 1e-6) {
   Graph with_grads =
       Pipeline::standard(AutodiffOptions{wrt, 0}).run(g, DumpSelection(""), std::cerr);
   std::vector<F64Tensor> analytic = interpret(with_grads, values_of(operands));
   Graph forward = Pipeline::standard(std::nullopt).run(g, DumpSelection(""), std::cerr);
-  auto loss_at = [&](const std::vector<NamedOperand> &ops) {
+  auto loss_at = [&](const std::vector<NamedOperand>& ops) {
     return interpret(forward, values_of(ops))[0].data[0];
   };
   GradientReport report;
@@ -80,7 +80,7 @@ inline GradientReport check_gradients(const Graph &g, std::vector<NamedOperand> 
     std::size_t k = 0;
     while (operands[k].name != wrt[w])
       ++k;
-    const F64Tensor &grad = analytic[g.outputs().size() + w];
+    const F64Tensor& grad = analytic[g.outputs().size() + w];
     for (std::size_t i = 0; i < operands[k].value.data.size(); ++i) {
       double x = operands[k].value.data[i];
       operands[k].value.data[i] = x + step;
@@ -102,7 +102,7 @@ inline GradientReport check_gradients(const Graph &g, std::vector<NamedOperand> 
 }
 
 /// Largest |a - b| / max(1, |b|) over two tensors of equal shape (infinite if shapes differ).
-inline double max_relative_difference(const F64Tensor &a, const F64Tensor &b) {
+inline double max_relative_difference(const F64Tensor& a, const F64Tensor& b) {
   if (a.shape != b.shape || a.data.size() != b.data.size()) return INFINITY;
   double worst = 0;
   for (std::size_t i = 0; i < a.data.size(); ++i) {

@@ -17,22 +17,22 @@ struct PreparedCase {
   TensorType result;
 };
 
-PreparedCase prepare(OpId op, const OpTestCase &c, uint64_t seed) {
+PreparedCase prepare(OpId op, const OpTestCase& c, uint64_t seed) {
   std::mt19937_64 rng(seed);
   PreparedCase p;
   for (std::size_t i = 0; i < c.operands.size(); ++i) {
-    const TestOperand &spec = c.operands[i];
+    const TestOperand& spec = c.operands[i];
     p.operands.push_back(
         {"x" + std::to_string(i), TensorType{spec.dtype, spec.shape}, random_operand(spec, rng)});
   }
-  p.graph = build_graph(p.operands, [&](Graph &g, std::vector<Value> &in) {
+  p.graph = build_graph(p.operands, [&](Graph& g, std::vector<Value>& in) {
     return std::vector<Value>{emit(g, op, in, c.attrs)};
   });
   p.result = p.graph.type(p.graph.outputs()[0].id);
   return p;
 }
 
-std::string describe(OpId op, const OpTestCase &c) {
+std::string describe(OpId op, const OpTestCase& c) {
   std::ostringstream os;
   os << op_name(op) << "(";
   for (std::size_t i = 0; i < c.operands.size(); ++i)
@@ -42,7 +42,7 @@ std::string describe(OpId op, const OpTestCase &c) {
 }
 
 void forward_matches_reference(OpId op) {
-  const OpDef &def = op_def(op);
+  const OpDef& def = op_def(op);
   REQUIRE(def.test_cases);
   REQUIRE(def.reference);
   auto cases = def.test_cases();
@@ -58,13 +58,13 @@ void forward_matches_reference(OpId op) {
 }
 
 void gradient_matches_finite_differences(OpId op) {
-  const OpDef &def = op_def(op);
+  const OpDef& def = op_def(op);
   auto cases = def.test_cases();
   for (std::size_t k = 0; k < cases.size(); ++k) {
     INFO(describe(op, cases[k]));
     PreparedCase p = prepare(op, cases[k], 1000 * static_cast<uint64_t>(op) + k);
     std::vector<std::string> wrt;
-    for (const NamedOperand &o : p.operands)
+    for (const NamedOperand& o : p.operands)
       if (is_float(o.type.dtype)) wrt.push_back(o.name);
     // Finite differences need float64 precision end to end: narrower results only round.
     if (p.result.dtype != DType::f64 || wrt.empty()) continue;
@@ -74,7 +74,7 @@ void gradient_matches_finite_differences(OpId op) {
                             random_operand(TestOperand{DType::f64, p.result.shape}, rng)};
     std::vector<NamedOperand> operands = p.operands;
     operands.push_back(projection);
-    Graph g = build_graph(operands, [&](Graph &graph, std::vector<Value> &in) {
+    Graph g = build_graph(operands, [&](Graph& graph, std::vector<Value>& in) {
       std::vector<Value> op_inputs(in.begin(), in.end() - 1);
       Value y = cast(emit(graph, op, op_inputs, cases[k].attrs), DType::f64);
       return std::vector<Value>{sum(y * in.back())};
@@ -94,7 +94,7 @@ template <std::size_t I> void gradient_test() {
 // ops/op_list.def is tested without a new test being written.
 template <std::size_t... I> bool register_all(std::index_sequence<I...>) {
   static std::deque<std::string> names; // Catch2 keeps references to the names
-  auto add = [](std::string name, void (*fn)(), const char *tags) {
+  auto add = [](std::string name, void (*fn)(), const char* tags) {
     names.push_back(std::move(name));
     static std::deque<Catch::AutoReg> registrations;
     registrations.emplace_back(Catch::makeTestInvoker(fn), CATCH_INTERNAL_LINEINFO,

@@ -9,7 +9,7 @@
 
 namespace {
 
-void print_usage(std::FILE *to) {
+void print_usage(std::FILE* to) {
   std::fprintf(to, "usage: sinter <command>\n\n"
                    "commands:\n"
                    "  ops        list every registered op: name arity grad=yes|no\n"
@@ -20,7 +20,7 @@ void print_usage(std::FILE *to) {
 int list_ops() {
   for (std::size_t i = 0; i < sinter::num_ops; ++i) {
     auto op = static_cast<sinter::OpId>(i);
-    const sinter::OpDef &def = sinter::op_def(op);
+    const sinter::OpDef& def = sinter::op_def(op);
     std::string arity = def.arity < 0 ? "n" : std::to_string(def.arity);
     std::printf("%s %s grad=%s\n", std::string(sinter::op_name(op)).c_str(), arity.c_str(),
                 def.differentiable ? "yes" : "no");
@@ -30,7 +30,7 @@ int list_ops() {
 
 } // namespace
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   if (argc < 2) {
     print_usage(stderr);
     return 2;

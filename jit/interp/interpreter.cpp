@@ -11,9 +11,9 @@ namespace {
 
 // One entry per primitive, generated from the op list: a primitive without float64 semantics
 // fails here at start-up of the table rather than deep inside a run.
-const std::vector<const OpDef *> &primitive_table() {
-  static const std::vector<const OpDef *> table = [] {
-    std::vector<const OpDef *> t;
+const std::vector<const OpDef*>& primitive_table() {
+  static const std::vector<const OpDef*> table = [] {
+    std::vector<const OpDef*> t;
 #define SINTER_PRIMITIVE(name)                                                                     \
   t.push_back(&op_defs::name##_op);                                                                \
   if (OpId::name != OpId::input && !op_defs::name##_op.reference)                                  \
@@ -26,8 +26,8 @@ const std::vector<const OpDef *> &primitive_table() {
 
 } // namespace
 
-std::vector<F64Tensor> interpret(const Graph &graph, std::span<const F64Tensor> inputs) {
-  const auto &table = primitive_table();
+std::vector<F64Tensor> interpret(const Graph& graph, std::span<const F64Tensor> inputs) {
+  const auto& table = primitive_table();
   if (inputs.size() != graph.inputs().size())
     throw std::invalid_argument("sinter: the graph takes " + std::to_string(graph.inputs().size()) +
                                 " inputs, got " + std::to_string(inputs.size()));
@@ -35,13 +35,13 @@ std::vector<F64Tensor> interpret(const Graph &graph, std::span<const F64Tensor> 
   for (ValueId id = 0; id < graph.size(); ++id)
     for (ValueId in : graph.node(id).inputs)
       ++remaining_uses[in];
-  for (const NamedValue &out : graph.outputs())
+  for (const NamedValue& out : graph.outputs())
     ++remaining_uses[out.id];
 
   std::vector<F64Tensor> values(graph.size());
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    const NamedValue &in = graph.inputs()[i];
-    const Shape &expected = graph.type(in.id).shape;
+    const NamedValue& in = graph.inputs()[i];
+    const Shape& expected = graph.type(in.id).shape;
     if (inputs[i].shape != expected ||
         inputs[i].data.size() != static_cast<std::size_t>(numel(expected)))
       throw std::invalid_argument("sinter: input '" + in.name + "' should be " +
@@ -53,7 +53,7 @@ std::vector<F64Tensor> interpret(const Graph &graph, std::span<const F64Tensor> 
 
   std::vector<F64Tensor> operands;
   for (ValueId id = 0; id < graph.size(); ++id) {
-    const Node &n = graph.node(id);
+    const Node& n = graph.node(id);
     if (n.op == OpId::input) continue;
     if (!is_primitive(n.op))
       throw std::invalid_argument("sinter: interpreter met composite op '" +
@@ -64,14 +64,14 @@ std::vector<F64Tensor> interpret(const Graph &graph, std::span<const F64Tensor> 
       operands.push_back(values[in]);
     values[id] = table[static_cast<std::size_t>(n.op)]->reference(operands, n.attrs, n.type);
     if (is_integer(n.type.dtype))
-      for (double &v : values[id].data)
+      for (double& v : values[id].data)
         v = std::trunc(v);
     for (ValueId in : n.inputs)
       if (--remaining_uses[in] == 0) values[in] = F64Tensor{};
   }
 
   std::vector<F64Tensor> results;
-  for (const NamedValue &out : graph.outputs())
+  for (const NamedValue& out : graph.outputs())
     results.push_back(values[out.id]);
   return results;
 }

@@ -12,6 +12,6 @@ namespace sinter {
 /// `inputs` follow graph.inputs(); returns one tensor per graph output.
 /// Throws std::invalid_argument for a wrong input count or shape, or a composite node
 /// (run the `lower` pass first).
-std::vector<F64Tensor> interpret(const Graph &graph, std::span<const F64Tensor> inputs);
+std::vector<F64Tensor> interpret(const Graph& graph, std::span<const F64Tensor> inputs);
 
 } // namespace sinter

@@ -15,7 +15,7 @@ uint64_t mix(uint64_t h, uint64_t v) {
   return h * 0xff51afd7ed558ccdULL;
 }
 
-uint64_t hash_node(const Node &n) {
+uint64_t hash_node(const Node& n) {
   uint64_t h = mix(static_cast<uint64_t>(n.op), static_cast<uint64_t>(n.type.dtype));
   for (int64_t d : n.type.shape)
     h = mix(h, static_cast<uint64_t>(d));
@@ -33,7 +33,7 @@ uint64_t hash_node(const Node &n) {
   return mix(h, static_cast<uint64_t>(n.attrs.dtype));
 }
 
-bool same_node(const Node &a, const Node &b) {
+bool same_node(const Node& a, const Node& b) {
   return a.op == b.op && a.type == b.type && a.inputs == b.inputs && a.attrs == b.attrs;
 }
 
@@ -43,7 +43,7 @@ std::string format_real(double v) {
   return std::string(buf, res.ptr);
 }
 
-std::string format_ints(const std::vector<int64_t> &v) {
+std::string format_ints(const std::vector<int64_t>& v) {
   std::string out = "[";
   for (std::size_t i = 0; i < v.size(); ++i)
     out += (i ? "," : "") + std::to_string(v[i]);
@@ -56,7 +56,7 @@ bool carries_dtype_attr(OpId op) {
 
 } // namespace
 
-std::string to_string(const TensorType &t) {
+std::string to_string(const TensorType& t) {
   return std::string(dtype_name(t.dtype)) + to_string(t.shape);
 }
 
@@ -68,7 +68,7 @@ Graph::Graph() {
 ValueId Graph::add(Node node) {
   node.scope = node.op == OpId::input ? 0 : current_scope_;
   uint64_t h = hash_node(node);
-  auto &bucket = by_hash_[h];
+  auto& bucket = by_hash_[h];
   for (ValueId id : bucket)
     if (same_node(nodes_[id], node)) return id;
   auto id = static_cast<ValueId>(nodes_.size());
@@ -91,7 +91,7 @@ ValueId Graph::add_input(std::string name, TensorType type) {
 
 void Graph::add_output(std::string name, ValueId id) { outputs_.push_back({std::move(name), id}); }
 
-uint32_t Graph::intern_scope(const std::string &path) {
+uint32_t Graph::intern_scope(const std::string& path) {
   for (uint32_t i = 0; i < scopes_.size(); ++i)
     if (scopes_[i] == path) return i;
   scopes_.push_back(path);
@@ -100,7 +100,7 @@ uint32_t Graph::intern_scope(const std::string &path) {
 }
 
 void Graph::push_scope(std::string_view name) {
-  const std::string &base = scopes_[current_scope_];
+  const std::string& base = scopes_[current_scope_];
   std::string path = base.empty() ? std::string(name) : base + "." + std::string(name);
   uint32_t parent = current_scope_;
   current_scope_ = intern_scope(path);
@@ -110,15 +110,15 @@ void Graph::push_scope(std::string_view name) {
 void Graph::pop_scope() { current_scope_ = scope_parent_[current_scope_]; }
 
 void Graph::verify() const {
-  auto fail = [&](ValueId id, const std::string &what) {
+  auto fail = [&](ValueId id, const std::string& what) {
     throw VerifyError("sinter: IR verification failed at %" + std::to_string(id) + " (" +
                       std::string(op_name(nodes_[id].op)) + "): " + what);
   };
   std::size_t input_count = 0;
   for (ValueId id = 0; id < nodes_.size(); ++id) {
-    const Node &n = nodes_[id];
+    const Node& n = nodes_[id];
     if (static_cast<std::size_t>(n.op) >= num_ops) fail(id, "unknown op");
-    const OpDef &def = op_def(n.op);
+    const OpDef& def = op_def(n.op);
     if (def.arity >= 0 && n.inputs.size() != static_cast<std::size_t>(def.arity))
       fail(id, "expects " + std::to_string(def.arity) + " operands, has " +
                    std::to_string(n.inputs.size()));
@@ -131,17 +131,17 @@ void Graph::verify() const {
     TensorType expected;
     try {
       expected = def.infer(operand_types, n.attrs);
-    } catch (const ShapeError &e) {
+    } catch (const ShapeError& e) {
       fail(id, e.what());
     }
     if (!(expected == n.type))
       fail(id, "stored type " + to_string(n.type) + " but operands give " + to_string(expected));
   }
   if (input_count != inputs_.size()) throw VerifyError("sinter: input nodes and input list differ");
-  for (const NamedValue &in : inputs_)
+  for (const NamedValue& in : inputs_)
     if (in.id >= nodes_.size() || nodes_[in.id].op != OpId::input)
       throw VerifyError("sinter: graph input '" + in.name + "' is not an input node");
-  for (const NamedValue &out : outputs_)
+  for (const NamedValue& out : outputs_)
     if (out.id >= nodes_.size())
       throw VerifyError("sinter: graph output '" + out.name + "' refers to a missing node");
 }
@@ -154,7 +154,7 @@ std::string Graph::print() const {
        << to_string(nodes_[inputs_[i].id].type);
   os << ") {\n";
   for (ValueId id = 0; id < nodes_.size(); ++id) {
-    const Node &n = nodes_[id];
+    const Node& n = nodes_[id];
     if (n.op == OpId::input) continue;
     os << "  %" << id << " = " << op_name(n.op);
     for (std::size_t i = 0; i < n.inputs.size(); ++i)

@@ -22,16 +22,16 @@ struct Attrs {
   double real = 0.0;          ///< constant value, epsilon
   bool flag = false;          ///< keepdims
   DType dtype = DType::f32;   ///< result dtype of constant, iota, cast
-  bool operator==(const Attrs &) const = default;
+  bool operator==(const Attrs&) const = default;
 };
 
 struct TensorType {
   DType dtype = DType::f32;
   Shape shape;
-  bool operator==(const TensorType &) const = default;
+  bool operator==(const TensorType&) const = default;
 };
 
-std::string to_string(const TensorType &t);
+std::string to_string(const TensorType& t);
 
 /// One SSA value. Inputs always have smaller ids than the node (the arena is topologically sorted).
 struct Node {
@@ -66,12 +66,12 @@ public:
   ValueId add_input(std::string name, TensorType type);
   void add_output(std::string name, ValueId id);
 
-  const Node &node(ValueId id) const { return nodes_[id]; }
-  const TensorType &type(ValueId id) const { return nodes_[id].type; }
+  const Node& node(ValueId id) const { return nodes_[id]; }
+  const TensorType& type(ValueId id) const { return nodes_[id].type; }
   std::size_t size() const { return nodes_.size(); }
-  const std::vector<NamedValue> &inputs() const { return inputs_; }
-  const std::vector<NamedValue> &outputs() const { return outputs_; }
-  std::vector<NamedValue> &mutable_outputs() { return outputs_; }
+  const std::vector<NamedValue>& inputs() const { return inputs_; }
+  const std::vector<NamedValue>& outputs() const { return outputs_; }
+  std::vector<NamedValue>& mutable_outputs() { return outputs_; }
 
   /// Model path scopes (`blocks.3.attn`) recorded on each node, for errors and profiling.
   void push_scope(std::string_view name);
@@ -79,8 +79,8 @@ public:
   uint32_t current_scope() const { return current_scope_; }
   void set_current_scope(uint32_t scope) { current_scope_ = scope; }
   std::size_t scope_count() const { return scopes_.size(); }
-  uint32_t intern_scope(const std::string &path);
-  const std::string &scope_path(uint32_t scope) const { return scopes_[scope]; }
+  uint32_t intern_scope(const std::string& path);
+  const std::string& scope_path(uint32_t scope) const { return scopes_[scope]; }
 
   /// Structural and type checks; throws VerifyError naming the first broken node.
   void verify() const;

@@ -9,14 +9,14 @@ namespace sinter {
 
 using Shape = std::vector<int64_t>;
 
-inline int64_t numel(const Shape &s) {
+inline int64_t numel(const Shape& s) {
   int64_t n = 1;
   for (int64_t d : s)
     n *= d;
   return n;
 }
 
-inline std::string to_string(const Shape &s) {
+inline std::string to_string(const Shape& s) {
   std::string out = "[";
   for (std::size_t i = 0; i < s.size(); ++i) {
     if (i) out += ",";
@@ -26,7 +26,7 @@ inline std::string to_string(const Shape &s) {
 }
 
 /// Row-major strides of a shape, in elements.
-inline std::vector<int64_t> strides_of(const Shape &s) {
+inline std::vector<int64_t> strides_of(const Shape& s) {
   std::vector<int64_t> st(s.size(), 1);
   for (std::size_t i = s.size(); i-- > 1;)
     st[i - 1] = st[i] * s[i];
@@ -34,7 +34,7 @@ inline std::vector<int64_t> strides_of(const Shape &s) {
 }
 
 /// numpy broadcasting of two shapes (right-aligned, size-1 dims stretch); nullopt if incompatible.
-inline std::optional<Shape> broadcast_shapes(const Shape &a, const Shape &b) {
+inline std::optional<Shape> broadcast_shapes(const Shape& a, const Shape& b) {
   std::size_t rank = std::max(a.size(), b.size());
   Shape out(rank);
   for (std::size_t i = 0; i < rank; ++i) {

@@ -11,36 +11,36 @@ namespace sinter {
 namespace {
 
 /// Composites whose gradient is defined through their lowering are expanded first.
-Graph expand_composites_without_gradient(const Graph &graph) {
+Graph expand_composites_without_gradient(const Graph& graph) {
   Graph g = graph;
   for (;;) {
     bool pending = false;
     for (ValueId id = 0; id < g.size() && !pending; ++id) {
-      const Node &n = g.node(id);
+      const Node& n = g.node(id);
       pending = !is_primitive(n.op) && op_def(n.op).differentiable && !op_def(n.op).grad;
     }
     if (!pending) return g;
-    g = rebuild(g, [](const Node &n, std::span<const Value> operands) -> Value {
-      const OpDef &def = op_def(n.op);
+    g = rebuild(g, [](const Node& n, std::span<const Value> operands) -> Value {
+      const OpDef& def = op_def(n.op);
       if (is_primitive(n.op) || !def.differentiable || def.grad) return {};
       return def.lower(operands, n.attrs);
     });
   }
 }
 
-std::vector<ValueId> resolve_wrt(const Graph &g, const AutodiffOptions &options) {
+std::vector<ValueId> resolve_wrt(const Graph& g, const AutodiffOptions& options) {
   std::vector<ValueId> ids;
   if (options.wrt.empty()) {
-    for (const NamedValue &in : g.inputs())
+    for (const NamedValue& in : g.inputs())
       if (is_float(g.type(in.id).dtype)) ids.push_back(in.id);
     return ids;
   }
-  for (const std::string &name : options.wrt) {
+  for (const std::string& name : options.wrt) {
     auto it = std::find_if(g.inputs().begin(), g.inputs().end(),
-                           [&](const NamedValue &in) { return in.name == name; });
+                           [&](const NamedValue& in) { return in.name == name; });
     if (it == g.inputs().end()) {
       std::string known;
-      for (const NamedValue &in : g.inputs())
+      for (const NamedValue& in : g.inputs())
         known += (known.empty() ? "" : ", ") + in.name;
       throw std::invalid_argument("sinter: cannot differentiate with respect to '" + name +
                                   "': no such input (inputs: " + known + ")");
@@ -58,7 +58,7 @@ std::vector<ValueId> resolve_wrt(const Graph &g, const AutodiffOptions &options)
 
 } // namespace
 
-Graph autodiff(const Graph &graph, const AutodiffOptions &options) {
+Graph autodiff(const Graph& graph, const AutodiffOptions& options) {
   if (options.output >= graph.outputs().size())
     throw std::invalid_argument("sinter: autodiff output index " + std::to_string(options.output) +
                                 " but the graph has " + std::to_string(graph.outputs().size()) +
@@ -77,7 +77,7 @@ Graph autodiff(const Graph &graph, const AutodiffOptions &options) {
   for (ValueId id : wrt)
     depends[id] = true;
   for (ValueId id = 0; id < forward_size; ++id) {
-    const Node &n = g.node(id);
+    const Node& n = g.node(id);
     if (!op_def(n.op).differentiable) continue;
     for (ValueId in : n.inputs)
       depends[id] = depends[id] || depends[in];
@@ -92,9 +92,9 @@ Graph autodiff(const Graph &graph, const AutodiffOptions &options) {
   cotangent[target] = ones_like(Value{&g, target});
   for (ValueId id = target + 1; id-- > 0;) {
     if (!cotangent[id] || !depends[id]) continue;
-    const Node &n = g.node(id);
+    const Node& n = g.node(id);
     if (n.op == OpId::input) continue;
-    const OpDef &def = op_def(n.op);
+    const OpDef& def = op_def(n.op);
     if (!def.differentiable) continue;
     std::vector<Value> operands;
     for (ValueId in : n.inputs)
@@ -112,8 +112,8 @@ Graph autodiff(const Graph &graph, const AutodiffOptions &options) {
 
   for (ValueId id : wrt) {
     Value grad = cotangent[id] ? cotangent[id] : zeros_like(Value{&g, id});
-    const auto &name =
-        std::find_if(g.inputs().begin(), g.inputs().end(), [&](const NamedValue &in) {
+    const auto& name =
+        std::find_if(g.inputs().begin(), g.inputs().end(), [&](const NamedValue& in) {
           return in.id == id;
         })->name;
     g.add_output("grad:" + name, grad.id);

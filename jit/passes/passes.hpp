@@ -13,8 +13,8 @@ namespace sinter {
 /// fresh graph, node by node in order. `replace` sees each node with its operands already
 /// rebuilt and returns a replacement, or a null Value to copy the node as it is. Nodes keep
 /// their model-path scope; hash-consing in the new graph merges duplicates.
-using NodeRewrite = std::function<Value(const Node &node, std::span<const Value> operands)>;
-Graph rebuild(const Graph &graph, const NodeRewrite &replace);
+using NodeRewrite = std::function<Value(const Node& node, std::span<const Value> operands)>;
+Graph rebuild(const Graph& graph, const NodeRewrite& replace);
 
 struct AutodiffOptions {
   /// Names of the inputs to differentiate with respect to (empty = every float input).
@@ -25,13 +25,13 @@ struct AutodiffOptions {
 
 /// Reverse-mode autodiff: appends the gradient graph and one output `grad:<input>` per wrt
 /// input. Throws std::invalid_argument for an unknown or integer wrt input.
-Graph autodiff(const Graph &graph, const AutodiffOptions &options);
+Graph autodiff(const Graph& graph, const AutodiffOptions& options);
 
 /// Expands composite ops into primitives and drops stop_gradient (run after autodiff).
-Graph lower(const Graph &graph);
+Graph lower(const Graph& graph);
 /// Algebraic simplification and constant folding (x*1, x+0, -(-x), permute∘permute, ...).
-Graph simplify(const Graph &graph);
+Graph simplify(const Graph& graph);
 /// Common-subexpression and dead-code elimination.
-Graph cse(const Graph &graph);
+Graph cse(const Graph& graph);
 
 } // namespace sinter

@@ -3,9 +3,9 @@
 
 namespace sinter {
 
-Graph rebuild(const Graph &graph, const NodeRewrite &replace) {
+Graph rebuild(const Graph& graph, const NodeRewrite& replace) {
   std::vector<bool> live(graph.size(), false);
-  for (const NamedValue &out : graph.outputs())
+  for (const NamedValue& out : graph.outputs())
     live[out.id] = true;
   for (ValueId id = static_cast<ValueId>(graph.size()); id-- > 0;)
     if (live[id])
@@ -18,12 +18,12 @@ Graph rebuild(const Graph &graph, const NodeRewrite &replace) {
     scope_map[s] = out.intern_scope(graph.scope_path(s));
 
   std::vector<Value> mapped(graph.size());
-  for (const NamedValue &in : graph.inputs())
+  for (const NamedValue& in : graph.inputs())
     mapped[in.id] = Value{&out, out.add_input(in.name, graph.type(in.id))};
 
   std::vector<Value> operands;
   for (ValueId id = 0; id < graph.size(); ++id) {
-    const Node &n = graph.node(id);
+    const Node& n = graph.node(id);
     if (!live[id] || n.op == OpId::input) continue;
     operands.clear();
     for (ValueId in : n.inputs)
@@ -43,11 +43,11 @@ Graph rebuild(const Graph &graph, const NodeRewrite &replace) {
     mapped[id] = v;
   }
   out.set_current_scope(0);
-  for (const NamedValue &o : graph.outputs())
+  for (const NamedValue& o : graph.outputs())
     out.add_output(o.name, mapped[o.id].id);
   return out;
 }
 
-Graph cse(const Graph &graph) { return rebuild(graph, nullptr); }
+Graph cse(const Graph& graph) { return rebuild(graph, nullptr); }
 
 } // namespace sinter

@@ -10,7 +10,7 @@ namespace {
 
 /// The value of a splat constant (a constant, possibly broadcast or reshaped), if `v` is one.
 std::optional<double> splat_value(Value v) {
-  const Node &n = v.node();
+  const Node& n = v.node();
   if (n.op == OpId::constant) return n.attrs.real;
   if (n.op == OpId::broadcast || n.op == OpId::reshape)
     return splat_value(Value{v.graph, n.inputs[0]});
@@ -53,7 +53,7 @@ bool foldable(OpId op) {
 }
 
 /// Folds an op whose operands are all splat constants into one splat constant.
-Value fold_constants(const Node &n, std::span<const Value> operands) {
+Value fold_constants(const Node& n, std::span<const Value> operands) {
   if (!foldable(n.op) || operands.empty()) return {};
   std::vector<F64Tensor> scalars;
   for (Value v : operands) {
@@ -70,13 +70,13 @@ Value fold_constants(const Node &n, std::span<const Value> operands) {
   return constant(*operands[0].graph, folded, n.type.dtype, n.type.shape);
 }
 
-Value same_type(Value v, const Node &n) {
+Value same_type(Value v, const Node& n) {
   if (v.type() == n.type) return v;
   if (v.dtype() == n.type.dtype) return emit(OpId::broadcast, {v}, Attrs{.ints = n.type.shape});
   return {};
 }
 
-Value simplify_node(const Node &n, std::span<const Value> in) {
+Value simplify_node(const Node& n, std::span<const Value> in) {
   if (Value folded = fold_constants(n, in)) return folded;
   switch (n.op) {
   case OpId::add:
@@ -113,8 +113,8 @@ Value simplify_node(const Node &n, std::span<const Value> in) {
     Value source = in[0];
     if (source.node().op == OpId::permute) {
       // permute(permute(x, p), q)[i] = x[p[q[i]]]
-      const auto &inner = source.node().attrs.ints;
-      for (int64_t &p : perm)
+      const auto& inner = source.node().attrs.ints;
+      for (int64_t& p : perm)
         p = inner[p];
       source = Value{source.graph, source.node().inputs[0]};
     }
@@ -139,6 +139,7 @@ Value simplify_node(const Node &n, std::span<const Value> in) {
 
 } // namespace
 
-Graph simplify(const Graph &graph) { return rebuild(graph, simplify_node); }
+// Replaced nodes leave their old operands behind; the cse rebuild drops what is now dead.
+Graph simplify(const Graph& graph) { return cse(rebuild(graph, simplify_node)); }
 
 } // namespace sinter

@@ -15,20 +15,20 @@ DumpSelection::DumpSelection(std::string spec) {
 }
 
 DumpSelection DumpSelection::from_environment() {
-  const char *spec = std::getenv("SINTER_DUMP");
+  const char* spec = std::getenv("SINTER_DUMP");
   return DumpSelection(spec ? spec : "");
 }
 
 bool DumpSelection::wants(std::string_view pass) const {
-  for (const std::string &n : names_)
+  for (const std::string& n : names_)
     if (n == pass || n == "all") return true;
   return false;
 }
 
-Graph Pipeline::run(Graph graph, const DumpSelection &dump, std::ostream &dump_to) const {
+Graph Pipeline::run(Graph graph, const DumpSelection& dump, std::ostream& dump_to) const {
   graph.verify();
   if (dump.wants("trace")) dump_to << "// sinter IR after trace\n" << graph.print();
-  for (const Pass &pass : passes_) {
+  for (const Pass& pass : passes_) {
     graph = pass.run(graph);
     graph.verify();
     if (dump.wants(pass.name))
@@ -45,7 +45,7 @@ Pipeline Pipeline::standard(std::optional<AutodiffOptions> autodiff_options) {
   std::vector<Pass> passes;
   if (autodiff_options)
     passes.push_back(
-        {"autodiff", [opts = *autodiff_options](const Graph &g) { return autodiff(g, opts); }});
+        {"autodiff", [opts = *autodiff_options](const Graph& g) { return autodiff(g, opts); }});
   passes.push_back({"lower", lower});
   passes.push_back({"simplify", simplify});
   passes.push_back({"cse", cse});

@@ -12,7 +12,7 @@ namespace sinter {
 
 struct Pass {
   std::string name;
-  std::function<Graph(const Graph &)> run;
+  std::function<Graph(const Graph&)> run;
 };
 
 /// Which IR dumps to print: pass names, "trace" (the graph as traced) or "all".
@@ -32,9 +32,9 @@ public:
   explicit Pipeline(std::vector<Pass> passes) : passes_(std::move(passes)) {}
 
   /// Runs every pass in order, verifying after each and dumping where selected.
-  Graph run(Graph graph, const DumpSelection &dump, std::ostream &dump_to) const;
+  Graph run(Graph graph, const DumpSelection& dump, std::ostream& dump_to) const;
   Graph run(Graph graph) const;
-  const std::vector<Pass> &passes() const { return passes_; }
+  const std::vector<Pass>& passes() const { return passes_; }
 
   /// autodiff (when options are given) → lower → simplify → cse.
   static Pipeline standard(std::optional<AutodiffOptions> autodiff_options);

@@ -49,12 +49,12 @@ float f16_value(uint16_t h) {
   return static_cast<float>(sign * std::ldexp(1024 + mant, exp - 25));
 }
 
-template <class T> T load(const std::byte *p) {
+template <class T> T load(const std::byte* p) {
   T v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-template <class T> void store(std::byte *p, T v) { std::memcpy(p, &v, sizeof v); }
+template <class T> void store(std::byte* p, T v) { std::memcpy(p, &v, sizeof v); }
 
 } // namespace
 
@@ -77,7 +77,7 @@ HostTensor HostTensor::from_doubles(DType dtype, Shape shape, std::span<const do
 }
 
 double HostTensor::at(int64_t i) const {
-  const std::byte *p = bytes_.data() + i * static_cast<int64_t>(dtype_bytes(dtype_));
+  const std::byte* p = bytes_.data() + i * static_cast<int64_t>(dtype_bytes(dtype_));
   switch (dtype_) {
   case DType::f32: return load<float>(p);
   case DType::f64: return load<double>(p);
@@ -91,7 +91,7 @@ double HostTensor::at(int64_t i) const {
 }
 
 void HostTensor::set(int64_t i, double v) {
-  std::byte *p = bytes_.data() + i * static_cast<int64_t>(dtype_bytes(dtype_));
+  std::byte* p = bytes_.data() + i * static_cast<int64_t>(dtype_bytes(dtype_));
   switch (dtype_) {
   case DType::f32: store(p, static_cast<float>(v)); break;
   case DType::f64: store(p, v); break;

@@ -20,13 +20,13 @@ public:
   /// A tensor of `dtype` holding `values` (converted, rounded for narrow types).
   static HostTensor from_doubles(DType dtype, Shape shape, std::span<const double> values);
   template <class T>
-  static HostTensor from(DType dtype, Shape shape, const std::vector<T> &values) {
+  static HostTensor from(DType dtype, Shape shape, const std::vector<T>& values) {
     std::vector<double> d(values.begin(), values.end());
     return from_doubles(dtype, std::move(shape), d);
   }
 
   DType dtype() const { return dtype_; }
-  const Shape &shape() const { return shape_; }
+  const Shape& shape() const { return shape_; }
   int64_t size() const { return numel(shape_); }
   std::span<std::byte> bytes() { return bytes_; }
   std::span<const std::byte> bytes() const { return bytes_; }
