@@ -12,20 +12,10 @@ namespace {
 
 /// Composites whose gradient is defined through their lowering are expanded first.
 Graph expand_composites_without_gradient(const Graph& graph) {
-  Graph g = graph;
-  for (;;) {
-    bool pending = false;
-    for (ValueId id = 0; id < g.size() && !pending; ++id) {
-      const Node& n = g.node(id);
-      pending = !is_primitive(n.op) && op_def(n.op).differentiable && !op_def(n.op).grad;
-    }
-    if (!pending) return g;
-    g = rebuild(g, [](const Node& n, std::span<const Value> operands) -> Value {
-      const OpDef& def = op_def(n.op);
-      if (is_primitive(n.op) || !def.differentiable || def.grad) return {};
-      return def.lower(operands, n.attrs);
-    });
-  }
+  return lower_selected(graph, [](OpId op) {
+    const OpDef& def = op_def(op);
+    return def.differentiable && !def.grad;
+  });
 }
 
 std::vector<ValueId> resolve_wrt(const Graph& g, const AutodiffOptions& options) {

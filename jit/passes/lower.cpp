@@ -5,31 +5,38 @@
 namespace sinter {
 namespace {
 
-bool has_composites(const Graph& g) {
+// A lowering may use other composites (softmax uses max and sum), so passes repeat to a
+// fixpoint; the nesting depth of composites is small and fixed by ops/.
+constexpr int max_lowering_depth = 16;
+
+bool any_node(const Graph& g, const std::function<bool(OpId)>& selected) {
   for (ValueId id = 0; id < g.size(); ++id)
-    if (!is_primitive(g.node(id).op)) return true;
+    if (selected(g.node(id).op)) return true;
   return false;
 }
 
-} // namespace
-
-Graph lower(const Graph& graph) {
-  // A lowering may use other composites (softmax uses max and sum), so repeat to a fixpoint;
-  // the nesting depth of composites is small and fixed by ops/.
-  constexpr int max_depth = 16;
+Graph lower_until_none(const Graph& graph, const std::function<bool(OpId)>& selected) {
   Graph g = graph;
-  for (int round = 0; round < max_depth; ++round) {
-    bool stop_gradients = false;
-    for (ValueId id = 0; id < g.size() && !stop_gradients; ++id)
-      stop_gradients = g.node(id).op == OpId::stop_gradient;
-    if (!has_composites(g) && !stop_gradients) return g;
-    g = rebuild(g, [](const Node& n, std::span<const Value> operands) -> Value {
+  for (int round = 0; round < max_lowering_depth; ++round) {
+    if (!any_node(g, selected)) return g;
+    g = rebuild(g, [&](const Node& n, std::span<const Value> operands) -> Value {
+      if (!selected(n.op)) return {};
       if (n.op == OpId::stop_gradient) return operands[0];
-      if (is_primitive(n.op)) return {};
       return op_def(n.op).lower(operands, n.attrs);
     });
   }
   throw std::logic_error("sinter: composite lowering did not reach primitives");
+}
+
+} // namespace
+
+Graph lower_selected(const Graph& graph, const std::function<bool(OpId)>& selected) {
+  return lower_until_none(graph, [&](OpId op) { return !is_primitive(op) && selected(op); });
+}
+
+Graph lower(const Graph& graph) {
+  return lower_until_none(graph,
+                          [](OpId op) { return !is_primitive(op) || op == OpId::stop_gradient; });
 }
 
 } // namespace sinter

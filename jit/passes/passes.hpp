@@ -29,6 +29,9 @@ Graph autodiff(const Graph& graph, const AutodiffOptions& options);
 
 /// Expands composite ops into primitives and drops stop_gradient (run after autodiff).
 Graph lower(const Graph& graph);
+/// Expands only the composites `selected` accepts (repeatedly, as lowerings may add more);
+/// stop_gradient stays.
+Graph lower_selected(const Graph& graph, const std::function<bool(OpId)>& selected);
 /// Algebraic simplification and constant folding (x*1, x+0, -(-x), permute∘permute, ...).
 Graph simplify(const Graph& graph);
 /// Common-subexpression and dead-code elimination.
