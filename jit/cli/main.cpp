@@ -1,11 +1,22 @@
-// jit/cli/main.cpp — the `sinter` command-line tool: inspect the op registry and the build
+// jit/cli/main.cpp — the `sinter` command-line tool: op registry, host info and kernel cache
+#include "jit/runtime/kernel_cache.hpp"
+#include "jit/runtime/thread_pool.hpp"
 #include "ops/registry.hpp"
 
+#include <llvm/ADT/StringMap.h>
 #include <llvm/Config/llvm-config.h>
+#include <llvm/TargetParser/Host.h>
 
+#include <dlfcn.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace {
 
@@ -14,6 +25,10 @@ void print_usage(std::FILE* to) {
                    "commands:\n"
                    "  ops        list every registered op: name arity grad=yes|no\n"
                    "  version    print the sinter and LLVM versions\n"
+                   "  info       print the versions, host CPU, thread count, cache dir and\n"
+                   "             whether a CUDA driver is loadable\n"
+                   "  cache stats  print the kernel cache's dir, entries, bytes and last run\n"
+                   "  cache clear  remove every kernel cache entry\n"
                    "  help       show this message\n");
 }
 
@@ -28,6 +43,64 @@ int list_ops() {
   return 0;
 }
 
+constexpr const char* sinter_version = "0.1.0";
+
+std::string enabled_cpu_features() {
+  // LLVM 19: a StringMap<bool> of every feature LLVM knows for the host, true when enabled.
+  const llvm::StringMap<bool> features = llvm::sys::getHostCPUFeatures();
+  std::vector<std::string> names;
+  for (const auto& feature : features)
+    if (feature.getValue()) names.push_back(feature.getKey().str());
+  std::sort(names.begin(), names.end());
+  std::string text;
+  for (const std::string& name : names)
+    text += (text.empty() ? "" : " ") + name;
+  return text.empty() ? "(none reported)" : text;
+}
+
+int print_info() {
+  std::printf("sinter: %s\n", sinter_version);
+  std::printf("llvm: %s\n", LLVM_VERSION_STRING);
+  std::printf("cpu: %s\n", llvm::sys::getHostCPUName().str().c_str());
+  std::printf("cpu features: %s\n", enabled_cpu_features().c_str());
+  std::printf("threads: %zu\n", sinter::default_thread_count());
+  std::printf("cache dir: %s\n", sinter::KernelCache::default_dir().c_str());
+  // NOTE: only a probe; the GPU backend will load the driver itself when it needs it.
+  if (void* cuda = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL)) {
+    dlclose(cuda);
+    std::printf("cuda driver: found\n");
+  } else {
+    std::printf("cuda driver: not found (libcuda.so.1 not loadable)\n");
+  }
+  return 0;
+}
+
+int run_cache_command(int argc, char** argv) {
+  std::string_view sub = argc >= 3 ? argv[2] : "";
+  if (argc != 3 || (sub != "stats" && sub != "clear")) {
+    if (!sub.empty()) std::fprintf(stderr, "sinter: unknown cache command '%s'\n\n", argv[2]);
+    std::fprintf(stderr, "usage: sinter cache stats|clear\n"
+                         "  stats  print the kernel cache's dir, entries, bytes and last run\n"
+                         "  clear  remove every kernel cache entry\n"
+                         "the cache dir is $SINTER_CACHE_DIR, else $XDG_CACHE_HOME/sinter, else "
+                         "$HOME/.cache/sinter\n");
+    return 2;
+  }
+  sinter::KernelCache cache(sinter::KernelCache::default_dir());
+  if (sub == "stats") {
+    sinter::KernelCache::Stats stats = cache.stats();
+    std::printf("dir: %s\n", cache.dir().c_str());
+    std::printf("entries: %zu\n", stats.entries);
+    std::printf("bytes: %llu\n", static_cast<unsigned long long>(stats.bytes));
+    std::optional<std::string> last = cache.last_run();
+    std::printf("last run: %s\n", last ? last->c_str() : "(none recorded)");
+    return 0;
+  }
+  std::size_t removed = cache.clear();
+  std::printf("removed %zu entries from %s\n", removed, cache.dir().c_str());
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -38,8 +111,15 @@ int main(int argc, char** argv) {
   std::string_view command = argv[1];
   if (command == "ops") return list_ops();
   if (command == "version") {
-    std::printf("sinter 0.1.0 (LLVM %s)\n", LLVM_VERSION_STRING);
+    std::printf("sinter %s (LLVM %s)\n", sinter_version, LLVM_VERSION_STRING);
     return 0;
+  }
+  try {
+    if (command == "info") return print_info();
+    if (command == "cache") return run_cache_command(argc, argv);
+  } catch (const std::exception& error) { // e.g. a bad SINTER_NUM_THREADS
+    std::fprintf(stderr, "%s\n", error.what());
+    return 1;
   }
   if (command == "help" || command == "--help" || command == "-h") {
     print_usage(stdout);

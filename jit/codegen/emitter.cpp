@@ -1,0 +1,567 @@
+// jit/codegen/emitter.cpp — elemental code generation: every inlined node computed at an index
+#include "jit/codegen/emitter.hpp"
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/Module.h>
+
+#include <map>
+#include <stdexcept>
+
+namespace sinter {
+namespace {
+
+using Index = std::vector<llvm::Value*>;
+
+int64_t product(const Shape& s, std::size_t from, std::size_t to) {
+  int64_t p = 1;
+  for (std::size_t i = from; i < to; ++i) p *= s[i];
+  return p;
+}
+
+/// Emits one kernel's function body.
+class KernelEmitter {
+public:
+  KernelEmitter(llvm::Module& module, const FusionPlan& plan, const Kernel& kernel)
+      : module_(module), ctx_(module.getContext()), b_(ctx_), plan_(plan), g_(*plan.graph),
+        kernel_(kernel) {}
+
+  void emit(const std::string& name) {
+    // The exported entry unpacks the buffer table and calls an always-inlined body whose
+    // pointer parameters are noalias: after inlining, LLVM keeps that as alias scopes, which
+    // lets the vectoriser skip runtime overlap checks.
+    auto* ptr = b_.getPtrTy();
+    auto* i64 = b_.getInt64Ty();
+    std::vector<llvm::Type*> body_params(1 + kernel_.reads.size(), ptr);
+    body_params.push_back(i64);
+    body_params.push_back(i64);
+    auto* body_type = llvm::FunctionType::get(b_.getVoidTy(), body_params, false);
+    auto* body = llvm::Function::Create(body_type, llvm::Function::InternalLinkage, name + ".body",
+                                        module_);
+    body->addFnAttr(llvm::Attribute::AlwaysInline);
+    for (std::size_t i = 0; i + 2 < body_params.size(); ++i)
+      body->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::NoAlias);
+
+    auto* entry_type = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i64, i64}, false);
+    auto* entry = llvm::Function::Create(entry_type, llvm::Function::ExternalLinkage, name, module_);
+    b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", entry));
+    std::vector<llvm::Value*> args;
+    for (std::size_t i = 0; i <= kernel_.reads.size(); ++i)
+      args.push_back(b_.CreateLoad(ptr, b_.CreateConstGEP1_64(ptr, entry->getArg(0), i)));
+    args.push_back(entry->getArg(1));
+    args.push_back(entry->getArg(2));
+    b_.CreateCall(body, args);
+    b_.CreateRetVoid();
+
+    fn_ = body;
+    b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", body));
+    out_ = body->getArg(0);
+    for (std::size_t i = 0; i < kernel_.reads.size(); ++i)
+      buffers_[kernel_.reads[i]] = body->getArg(static_cast<unsigned>(i + 1));
+    llvm::Value* begin = body->getArg(static_cast<unsigned>(kernel_.reads.size() + 1));
+    llvm::Value* end = body->getArg(static_cast<unsigned>(kernel_.reads.size() + 2));
+    switch (kernel_.kind) {
+    case KernelKind::loop: emit_loop(begin, end); break;
+    case KernelKind::reduce: emit_reduce(begin, end); break;
+    case KernelKind::scatter_add: emit_scatter(begin, end); break;
+    case KernelKind::gemm: throw std::logic_error("sinter: gemm kernels are library calls");
+    }
+    b_.CreateRetVoid();
+  }
+
+private:
+  // ---- types ------------------------------------------------------------------------------
+  llvm::Type* compute_type(DType t) {
+    switch (t) {
+    case DType::f64: return b_.getDoubleTy();
+    case DType::f32:
+    case DType::bf16:
+    case DType::f16: return b_.getFloatTy();
+    case DType::i32: return b_.getInt32Ty();
+    case DType::i64: return b_.getInt64Ty();
+    case DType::boolean: return b_.getInt1Ty();
+    }
+    return nullptr;
+  }
+
+  llvm::Type* storage_type(DType t) {
+    switch (t) {
+    case DType::bf16:
+    case DType::f16: return b_.getInt16Ty();
+    case DType::boolean: return b_.getInt8Ty();
+    default: return compute_type(t);
+    }
+  }
+
+  llvm::Value* i64(int64_t v) { return b_.getInt64(static_cast<uint64_t>(v)); }
+
+  // ---- bf16 / f16 conversions (compute in f32) -------------------------------------------
+  llvm::Value* round_to_bf16(llvm::Value* f) {
+    llvm::Value* bits = b_.CreateBitCast(f, b_.getInt32Ty());
+    llvm::Value* lsb = b_.CreateAnd(b_.CreateLShr(bits, 16), b_.getInt32(1));
+    llvm::Value* rounded = b_.CreateAdd(bits, b_.CreateAdd(b_.getInt32(0x7fff), lsb));
+    return b_.CreateBitCast(b_.CreateAnd(rounded, b_.getInt32(0xffff0000u)), b_.getFloatTy());
+  }
+  llvm::Value* round_to_f16(llvm::Value* f) {
+    return b_.CreateFPExt(b_.CreateFPTrunc(f, b_.getHalfTy()), b_.getFloatTy());
+  }
+
+  llvm::Value* to_storage(llvm::Value* v, DType t) {
+    switch (t) {
+    case DType::bf16:
+      return b_.CreateTrunc(b_.CreateLShr(b_.CreateBitCast(round_to_bf16(v), b_.getInt32Ty()), 16),
+                            b_.getInt16Ty());
+    case DType::f16: return b_.CreateBitCast(b_.CreateFPTrunc(v, b_.getHalfTy()), b_.getInt16Ty());
+    case DType::boolean: return b_.CreateZExt(v, b_.getInt8Ty());
+    default: return v;
+    }
+  }
+
+  llvm::Value* from_storage(llvm::Value* v, DType t) {
+    switch (t) {
+    case DType::bf16:
+      return b_.CreateBitCast(b_.CreateShl(b_.CreateZExt(v, b_.getInt32Ty()), 16), b_.getFloatTy());
+    case DType::f16: return b_.CreateFPExt(b_.CreateBitCast(v, b_.getHalfTy()), b_.getFloatTy());
+    case DType::boolean: return b_.CreateICmpNE(v, b_.getInt8(0));
+    default: return v;
+    }
+  }
+
+  // ---- indexing ---------------------------------------------------------------------------
+  llvm::Value* linear(const Index& idx, const Shape& shape) {
+    llvm::Value* flat = i64(0);
+    auto strides = strides_of(shape);
+    for (std::size_t d = 0; d < shape.size(); ++d)
+      if (shape[d] != 1) flat = b_.CreateAdd(flat, b_.CreateMul(idx[d], i64(strides[d])));
+    return flat;
+  }
+
+  Index delinearize(llvm::Value* flat, const Shape& shape) {
+    Index idx(shape.size());
+    for (std::size_t d = shape.size(); d-- > 0;) {
+      if (shape[d] == 1) {
+        idx[d] = i64(0);
+        continue;
+      }
+      idx[d] = d == 0 ? flat : b_.CreateURem(flat, i64(shape[d]));
+      if (d > 0) flat = b_.CreateUDiv(flat, i64(shape[d]));
+    }
+    return idx;
+  }
+
+  llvm::Value* clamp(llvm::Value* v, int64_t lo, int64_t hi) {
+    v = b_.CreateSelect(b_.CreateICmpSLT(v, i64(lo)), i64(lo), v);
+    return b_.CreateSelect(b_.CreateICmpSGT(v, i64(hi)), i64(hi), v);
+  }
+
+  llvm::Value* load_flat(ValueId buffer_node, llvm::Value* flat, DType t) {
+    llvm::Value* base = buffers_.at(buffer_node);
+    llvm::Value* p = b_.CreateGEP(storage_type(t), base, flat);
+    return from_storage(b_.CreateLoad(storage_type(t), p), t);
+  }
+
+  bool in_memory(ValueId v) const {
+    return v != kernel_.root && (plan_.materialized[v] || plan_.view_of[v] != v);
+  }
+
+  // ---- loops ------------------------------------------------------------------------------
+  template <class Body> void emit_for(llvm::Value* begin, llvm::Value* end, Body body) {
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    auto* header = llvm::BasicBlock::Create(ctx_, "loop", fn_);
+    auto* inside = llvm::BasicBlock::Create(ctx_, "body", fn_);
+    auto* exit = llvm::BasicBlock::Create(ctx_, "exit", fn_);
+    b_.CreateBr(header);
+    b_.SetInsertPoint(header);
+    llvm::PHINode* iv = b_.CreatePHI(b_.getInt64Ty(), 2);
+    iv->addIncoming(begin, pre);
+    b_.CreateCondBr(b_.CreateICmpSLT(iv, end), inside, exit);
+    b_.SetInsertPoint(inside);
+    body(static_cast<llvm::Value*>(iv));
+    llvm::Value* next = b_.CreateAdd(iv, i64(1), "", true, true);
+    iv->addIncoming(next, b_.GetInsertBlock());
+    b_.CreateBr(header);
+    b_.SetInsertPoint(exit);
+  }
+
+  /// Nested loops over `dims` (outermost first); `body` gets one induction variable per dim.
+  template <class Body> void emit_nest(const Shape& dims, std::size_t d, Index& ivs, Body body) {
+    if (d == dims.size()) {
+      body(ivs);
+      return;
+    }
+    emit_for(i64(0), i64(dims[d]), [&](llvm::Value* iv) {
+      ivs.push_back(iv);
+      emit_nest(dims, d + 1, ivs, body);
+      ivs.pop_back();
+    });
+  }
+
+  void store_out(llvm::Value* v, llvm::Value* flat, DType t) {
+    b_.CreateStore(to_storage(v, t), b_.CreateGEP(storage_type(t), out_, flat));
+  }
+
+  void emit_loop(llvm::Value* begin, llvm::Value* end) {
+    const Node& root = g_.node(kernel_.root);
+    Shape s = root.type.shape;
+    Shape rows_shape(s.begin(), s.end() - (s.empty() ? 0 : 1));
+    int64_t inner = s.empty() ? 1 : s.back();
+    emit_for(begin, end, [&](llvm::Value* row) {
+      Index row_idx = delinearize(row, rows_shape);
+      llvm::Value* row_base = b_.CreateMul(row, i64(inner));
+      emit_for(i64(0), i64(inner), [&](llvm::Value* j) {
+        memo_.clear();
+        Index idx = row_idx;
+        if (!s.empty()) idx.push_back(j);
+        llvm::Value* v = compute(kernel_.root, idx);
+        store_out(v, b_.CreateAdd(row_base, j), root.type.dtype);
+      });
+    });
+  }
+
+  llvm::Value* reduce_init(const Node& root) {
+    llvm::Type* t = compute_type(root.type.dtype);
+    if (root.op == OpId::reduce_sum)
+      return t->isFloatingPointTy() ? llvm::ConstantFP::get(t, 0.0) : llvm::ConstantInt::get(t, 0);
+    if (t->isFloatingPointTy()) return llvm::ConstantFP::getInfinity(t, true);
+    return llvm::ConstantInt::get(t, llvm::APInt::getSignedMinValue(t->getIntegerBitWidth()));
+  }
+
+  llvm::Value* combine(const Node& root, llvm::Value* acc, llvm::Value* x) {
+    bool fp = acc->getType()->isFloatingPointTy();
+    if (root.op == OpId::reduce_sum) {
+      if (!fp) return b_.CreateAdd(acc, x);
+      // Reassociation lets the vectoriser keep several partial sums.
+      llvm::FastMathFlags fmf;
+      fmf.setAllowReassoc();
+      auto* sum = b_.CreateFAdd(acc, x);
+      llvm::cast<llvm::Instruction>(sum)->setFastMathFlags(fmf);
+      return sum;
+    }
+    llvm::Value* less = fp ? b_.CreateFCmpOLT(acc, x) : b_.CreateICmpSLT(acc, x);
+    return b_.CreateSelect(less, x, acc);
+  }
+
+  void emit_reduce(llvm::Value* begin, llvm::Value* end) {
+    const Node& root = g_.node(kernel_.root);
+    ValueId operand = root.inputs[0];
+    Shape xs = g_.type(operand).shape;
+    const auto& axes = root.attrs.ints;
+    auto reduced = [&](std::size_t d) {
+      return std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) != axes.end();
+    };
+    Shape out_shape = root.type.shape, reduced_dims;
+    for (std::size_t d = 0; d < xs.size(); ++d)
+      if (reduced(d)) reduced_dims.push_back(xs[d]);
+    DType t = root.type.dtype;
+    // Assembles the operand index from the output index and the reduced loop variables.
+    auto operand_index = [&](const Index& out_idx, const Index& red_idx) {
+      Index idx;
+      std::size_t o = 0, r = 0;
+      for (std::size_t d = 0; d < xs.size(); ++d) idx.push_back(reduced(d) ? red_idx[r++] : out_idx[o++]);
+      return idx;
+    };
+    llvm::IRBuilderBase::InsertPoint ip = b_.saveIP();
+    b_.SetInsertPoint(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
+    llvm::AllocaInst* acc = b_.CreateAlloca(compute_type(t));
+    b_.restoreIP(ip);
+
+    if (xs.empty() || reduced(xs.size() - 1)) {
+      // Contiguous reduction: each output element folds its lanes, innermost loop contiguous.
+      emit_for(begin, end, [&](llvm::Value* flat_out) {
+        Index out_idx = delinearize(flat_out, out_shape);
+        b_.CreateStore(reduce_init(root), acc);
+        Index red;
+        emit_nest(reduced_dims, 0, red, [&](const Index& red_idx) {
+          memo_.clear();
+          llvm::Value* x = compute(operand, operand_index(out_idx, red_idx));
+          b_.CreateStore(combine(root, b_.CreateLoad(acc->getAllocatedType(), acc), x), acc);
+        });
+        store_out(b_.CreateLoad(acc->getAllocatedType(), acc), flat_out, t);
+      });
+      return;
+    }
+    // The last axis is kept: accumulate whole output rows, innermost loop over that axis.
+    Shape rows_shape(out_shape.begin(), out_shape.end() - 1);
+    int64_t inner = out_shape.back();
+    emit_for(begin, end, [&](llvm::Value* row) {
+      Index row_idx = delinearize(row, rows_shape);
+      llvm::Value* base = b_.CreateMul(row, i64(inner));
+      emit_for(i64(0), i64(inner), [&](llvm::Value* j) {
+        store_out(reduce_init(root), b_.CreateAdd(base, j), t);
+      });
+      Index red;
+      emit_nest(reduced_dims, 0, red, [&](const Index& red_idx) {
+        emit_for(i64(0), i64(inner), [&](llvm::Value* j) {
+          memo_.clear();
+          Index out_idx = row_idx;
+          out_idx.push_back(j);
+          llvm::Value* x = compute(operand, operand_index(out_idx, red_idx));
+          llvm::Value* slot = b_.CreateGEP(storage_type(t), out_, b_.CreateAdd(base, j));
+          llvm::Value* old = from_storage(b_.CreateLoad(storage_type(t), slot), t);
+          b_.CreateStore(to_storage(combine(root, old, x), t), slot);
+        });
+      });
+    });
+  }
+
+  void emit_scatter(llvm::Value* begin, llvm::Value* end) {
+    // Serial over the parallel range (1): rows may repeat, so updates must not race.
+    const Node& root = g_.node(kernel_.root);
+    Shape out_shape = root.type.shape, idx_shape = g_.type(root.inputs[0]).shape;
+    Shape row_shape(out_shape.begin() + 1, out_shape.end());
+    int64_t rows = out_shape[0], width = numel(row_shape);
+    DType t = root.type.dtype;
+    emit_for(begin, end, [&](llvm::Value*) {
+      emit_for(i64(0), i64(numel(out_shape)), [&](llvm::Value* i) {
+        store_out(llvm::Constant::getNullValue(compute_type(t)), i, t);
+      });
+      emit_for(i64(0), i64(numel(idx_shape)), [&](llvm::Value* i) {
+        memo_.clear();
+        Index at = delinearize(i, idx_shape);
+        llvm::Value* row = b_.CreateSExt(compute(root.inputs[0], at), b_.getInt64Ty());
+        llvm::Value* valid = b_.CreateAnd(b_.CreateICmpSGE(row, i64(0)), b_.CreateICmpSLT(row, i64(rows)));
+        auto* then = llvm::BasicBlock::Create(ctx_, "in_range", fn_);
+        auto* done = llvm::BasicBlock::Create(ctx_, "next", fn_);
+        b_.CreateCondBr(valid, then, done);
+        b_.SetInsertPoint(then);
+        emit_for(i64(0), i64(width), [&](llvm::Value* k) {
+          memo_.clear();
+          Index upd = at;
+          for (llvm::Value* v : delinearize(k, row_shape)) upd.push_back(v);
+          llvm::Value* x = compute(root.inputs[1], upd);
+          llvm::Value* slot = b_.CreateGEP(storage_type(t), out_, b_.CreateAdd(b_.CreateMul(row, i64(width)), k));
+          llvm::Value* old = from_storage(b_.CreateLoad(storage_type(t), slot), t);
+          llvm::Value* sum = x->getType()->isFloatingPointTy() ? b_.CreateFAdd(old, x) : b_.CreateAdd(old, x);
+          b_.CreateStore(to_storage(sum, t), slot);
+        });
+        b_.CreateBr(done);
+        b_.SetInsertPoint(done);
+      });
+    });
+  }
+
+  // ---- elemental computation --------------------------------------------------------------
+  llvm::Value* compute(ValueId v, const Index& idx) {
+    auto key = std::make_pair(v, idx);
+    if (auto it = memo_.find(key); it != memo_.end()) return it->second;
+    llvm::Value* result = compute_uncached(v, idx);
+    memo_[key] = result;
+    return result;
+  }
+
+  llvm::Value* call_libm(const char* f32_name, const char* f64_name, llvm::Value* x) {
+    bool is_double = x->getType()->isDoubleTy();
+    auto callee = module_.getOrInsertFunction(is_double ? f64_name : f32_name, x->getType(), x->getType());
+    return b_.CreateCall(callee, {x});
+  }
+
+  llvm::Value* convert(llvm::Value* v, DType from, DType to) {
+    llvm::Type* target = compute_type(to);
+    llvm::Type* source = v->getType();
+    if (to == DType::boolean) {
+      return source->isFloatingPointTy() ? b_.CreateFCmpUNE(v, llvm::ConstantFP::get(source, 0.0))
+             : source->isIntegerTy(1)    ? v
+                                         : b_.CreateICmpNE(v, llvm::ConstantInt::get(source, 0));
+    }
+    llvm::Value* out = v;
+    if (source->isFloatingPointTy() && target->isFloatingPointTy()) {
+      out = b_.CreateFPCast(v, target);
+    } else if (source->isFloatingPointTy()) {
+      out = b_.CreateFPToSI(v, target);
+    } else if (target->isFloatingPointTy()) {
+      out = from == DType::boolean ? b_.CreateUIToFP(v, target) : b_.CreateSIToFP(v, target);
+    } else {
+      out = from == DType::boolean ? b_.CreateZExt(v, target) : b_.CreateSExtOrTrunc(v, target);
+    }
+    if (to == DType::bf16) out = round_to_bf16(out);
+    if (to == DType::f16) out = round_to_f16(out);
+    return out;
+  }
+
+  llvm::Value* compute_uncached(ValueId v, const Index& idx) {
+    const Node& n = g_.node(v);
+    const Shape& shape = n.type.shape;
+    if (in_memory(v)) return load_flat(plan_.view_of[v], linear(idx, shape), n.type.dtype);
+    auto operand = [&](std::size_t i, const Index& at) { return compute(n.inputs[i], at); };
+    auto same = [&](std::size_t i) { return operand(i, idx); };
+    llvm::Type* t = compute_type(n.type.dtype);
+    bool fp = t->isFloatingPointTy();
+    switch (n.op) {
+    case OpId::constant:
+      return fp ? llvm::ConstantFP::get(t, n.attrs.real)
+             : t->isIntegerTy(1)
+                 ? b_.getInt1(n.attrs.real != 0)
+                 : llvm::ConstantInt::get(t, static_cast<uint64_t>(static_cast<int64_t>(n.attrs.real)), true);
+    case OpId::iota: {
+      int64_t axis = *normalize_axis(n.attrs.ints2[0], shape.size());
+      return convert(idx[axis], DType::i64, n.type.dtype);
+    }
+    case OpId::add: return fp ? b_.CreateFAdd(same(0), same(1)) : b_.CreateAdd(same(0), same(1));
+    case OpId::sub: return fp ? b_.CreateFSub(same(0), same(1)) : b_.CreateSub(same(0), same(1));
+    case OpId::mul: return fp ? b_.CreateFMul(same(0), same(1)) : b_.CreateMul(same(0), same(1));
+    case OpId::div: {
+      if (fp) return b_.CreateFDiv(same(0), same(1));
+      // Integer division by zero would trap; the interpreter gives a truncated infinity.
+      llvm::Value* d = same(1);
+      llvm::Value* zero = llvm::ConstantInt::get(t, 0);
+      llvm::Value* safe = b_.CreateSelect(b_.CreateICmpEQ(d, zero), llvm::ConstantInt::get(t, 1), d);
+      return b_.CreateSelect(b_.CreateICmpEQ(d, zero), zero, b_.CreateSDiv(same(0), safe));
+    }
+    case OpId::neg: return fp ? b_.CreateFNeg(same(0)) : b_.CreateNeg(same(0));
+    case OpId::pow: {
+      if (fp) return b_.CreateBinaryIntrinsic(llvm::Intrinsic::pow, same(0), same(1));
+      llvm::Value* a = b_.CreateSIToFP(same(0), b_.getDoubleTy());
+      llvm::Value* e = b_.CreateSIToFP(same(1), b_.getDoubleTy());
+      return b_.CreateFPToSI(b_.CreateBinaryIntrinsic(llvm::Intrinsic::pow, a, e), t);
+    }
+    case OpId::maximum: { // std::max: (a < b) ? b : a
+      llvm::Value *a = same(0), *c = same(1);
+      return b_.CreateSelect(fp ? b_.CreateFCmpOLT(a, c) : b_.CreateICmpSLT(a, c), c, a);
+    }
+    case OpId::minimum: { // std::min: (b < a) ? b : a
+      llvm::Value *a = same(0), *c = same(1);
+      return b_.CreateSelect(fp ? b_.CreateFCmpOLT(c, a) : b_.CreateICmpSLT(c, a), c, a);
+    }
+    case OpId::exp: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::exp, same(0));
+    case OpId::log: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::log, same(0));
+    case OpId::sqrt: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, same(0));
+    case OpId::rsqrt:
+      return b_.CreateFDiv(llvm::ConstantFP::get(t, 1.0),
+                           b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, same(0)));
+    case OpId::tanh: return call_libm("tanhf", "tanh", same(0));
+    case OpId::erf: return call_libm("erff", "erf", same(0));
+    case OpId::abs:
+      if (fp) return b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, same(0));
+      return b_.CreateSelect(b_.CreateICmpSLT(same(0), llvm::ConstantInt::get(t, 0)),
+                             b_.CreateNeg(same(0)), same(0));
+    case OpId::less:
+    case OpId::less_equal:
+    case OpId::equal:
+    case OpId::not_equal: return compare(n.op, same(0), same(1));
+    case OpId::where: return b_.CreateSelect(same(0), same(1), same(2));
+    case OpId::cast: return convert(same(0), g_.type(n.inputs[0]).dtype, n.type.dtype);
+    case OpId::stop_gradient: return same(0);
+    case OpId::broadcast: {
+      Shape in = g_.type(n.inputs[0]).shape;
+      std::size_t offset = shape.size() - in.size();
+      Index at;
+      for (std::size_t d = 0; d < in.size(); ++d) at.push_back(in[d] == 1 ? i64(0) : idx[offset + d]);
+      return operand(0, at);
+    }
+    case OpId::reshape: {
+      llvm::Value* flat = linear(idx, shape);
+      ValueId src = n.inputs[0];
+      if (in_memory(src)) return load_flat(plan_.view_of[src], flat, n.type.dtype);
+      return operand(0, delinearize(flat, g_.type(src).shape));
+    }
+    case OpId::permute: {
+      Index at(idx.size());
+      for (std::size_t d = 0; d < idx.size(); ++d) at[n.attrs.ints[d]] = idx[d];
+      return operand(0, at);
+    }
+    case OpId::slice: {
+      Index at;
+      for (std::size_t d = 0; d < idx.size(); ++d) at.push_back(b_.CreateAdd(idx[d], i64(n.attrs.ints[d])));
+      return operand(0, at);
+    }
+    case OpId::pad: {
+      Shape in = g_.type(n.inputs[0]).shape;
+      llvm::Value* inside = b_.getTrue();
+      Index at;
+      for (std::size_t d = 0; d < idx.size(); ++d) {
+        llvm::Value* p = b_.CreateSub(idx[d], i64(n.attrs.ints[d]));
+        inside = b_.CreateAnd(inside, b_.CreateAnd(b_.CreateICmpSGE(p, i64(0)), b_.CreateICmpSLT(p, i64(in[d]))));
+        at.push_back(clamp(p, 0, in[d] - 1)); // in bounds even where the select drops it
+      }
+      return b_.CreateSelect(inside, operand(0, at), llvm::Constant::getNullValue(t));
+    }
+    case OpId::concat: {
+      int64_t axis = *normalize_axis(n.attrs.ints[0], shape.size());
+      llvm::Value* result = nullptr;
+      int64_t offset = 0;
+      for (std::size_t i = 0; i < n.inputs.size(); ++i) {
+        int64_t size = g_.type(n.inputs[i]).shape[axis];
+        Index at = idx;
+        at[axis] = clamp(b_.CreateSub(idx[axis], i64(offset)), 0, size - 1);
+        llvm::Value* part = operand(i, at);
+        result = result ? b_.CreateSelect(b_.CreateICmpSGE(idx[axis], i64(offset)), part, result) : part;
+        offset += size;
+      }
+      return result;
+    }
+    case OpId::gather: {
+      Shape table = g_.type(n.inputs[0]).shape, indices = g_.type(n.inputs[1]).shape;
+      Index at_index(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(indices.size()));
+      llvm::Value* row = b_.CreateSExt(operand(1, at_index), b_.getInt64Ty());
+      Index at{clamp(row, 0, table[0] - 1)}; // out-of-range ids read the nearest row
+      at.insert(at.end(), idx.begin() + static_cast<std::ptrdiff_t>(indices.size()), idx.end());
+      return operand(0, at);
+    }
+    default:
+      throw std::logic_error("sinter: cannot inline " + std::string(op_name(n.op)) + " at %" +
+                             std::to_string(v) + " into a loop kernel");
+    }
+  }
+
+  llvm::Value* compare(OpId op, llvm::Value* a, llvm::Value* c) {
+    if (a->getType()->isFloatingPointTy()) {
+      switch (op) {
+      case OpId::less: return b_.CreateFCmpOLT(a, c);
+      case OpId::less_equal: return b_.CreateFCmpOLE(a, c);
+      case OpId::equal: return b_.CreateFCmpOEQ(a, c);
+      default: return b_.CreateFCmpUNE(a, c);
+      }
+    }
+    bool unsigned_bool = a->getType()->isIntegerTy(1);
+    switch (op) {
+    case OpId::less: return unsigned_bool ? b_.CreateICmpULT(a, c) : b_.CreateICmpSLT(a, c);
+    case OpId::less_equal: return unsigned_bool ? b_.CreateICmpULE(a, c) : b_.CreateICmpSLE(a, c);
+    case OpId::equal: return b_.CreateICmpEQ(a, c);
+    default: return b_.CreateICmpNE(a, c);
+    }
+  }
+
+  llvm::Module& module_;
+  llvm::LLVMContext& ctx_;
+  llvm::IRBuilder<> b_;
+  const FusionPlan& plan_;
+  const Graph& g_;
+  const Kernel& kernel_;
+  llvm::Function* fn_ = nullptr;
+  llvm::Value* out_ = nullptr;
+  std::map<ValueId, llvm::Value*> buffers_;
+  std::map<std::pair<ValueId, Index>, llvm::Value*> memo_;
+};
+
+} // namespace
+
+int64_t parallel_range(const Graph& g, const Kernel& k) {
+  Shape s = g.type(k.root).shape;
+  switch (k.kind) {
+  case KernelKind::loop: return s.empty() ? 1 : product(s, 0, s.size() - 1);
+  case KernelKind::reduce: {
+    const Node& root = g.node(k.root);
+    Shape xs = g.type(root.inputs[0]).shape;
+    bool contiguous = xs.empty() || std::find(root.attrs.ints.begin(), root.attrs.ints.end(),
+                                              static_cast<int64_t>(xs.size() - 1)) != root.attrs.ints.end();
+    return contiguous ? numel(s) : product(s, 0, s.size() - 1);
+  }
+  case KernelKind::scatter_add: return 1;
+  case KernelKind::gemm: return 1;
+  }
+  return 1;
+}
+
+int64_t work_per_step(const Graph& g, const Kernel& k) {
+  int64_t range = std::max<int64_t>(1, parallel_range(g, k));
+  int64_t elements = numel(g.type(k.root).shape);
+  if (k.kind == KernelKind::reduce) elements = numel(g.type(g.node(k.root).inputs[0]).shape);
+  return std::max<int64_t>(1, elements / range);
+}
+
+void emit_kernel(llvm::Module& module, const FusionPlan& plan, const Kernel& kernel,
+                 const std::string& name) {
+  KernelEmitter(module, plan, kernel).emit(name);
+}
+
+} // namespace sinter

@@ -1,0 +1,222 @@
+// jit/passes/fuse.cpp — materialisation decisions and kernel grouping for the lowered graph
+#include "jit/passes/fuse.hpp"
+
+#include <algorithm>
+#include <sstream>
+
+namespace sinter {
+namespace {
+
+/// Ops that only move or pick elements: recomputing them in each consumer costs no arithmetic.
+bool index_only(OpId op) {
+  switch (op) {
+  case OpId::constant:
+  case OpId::iota:
+  case OpId::broadcast:
+  case OpId::reshape:
+  case OpId::permute:
+  case OpId::slice:
+  case OpId::pad:
+  case OpId::concat:
+  case OpId::gather:
+    return true;
+  default:
+    return false;
+  }
+}
+
+/// One cheap instruction per element: worth recomputing rather than storing and reloading.
+bool cheap_elementwise(OpId op) {
+  switch (op) {
+  case OpId::add:
+  case OpId::sub:
+  case OpId::mul:
+  case OpId::neg:
+  case OpId::maximum:
+  case OpId::minimum:
+  case OpId::abs:
+  case OpId::less:
+  case OpId::less_equal:
+  case OpId::equal:
+  case OpId::not_equal:
+  case OpId::where:
+  case OpId::cast:
+    return true;
+  default:
+    return false;
+  }
+}
+
+bool always_root(OpId op) {
+  return op == OpId::reduce_sum || op == OpId::reduce_max || op == OpId::matmul ||
+         op == OpId::scatter_add;
+}
+
+bool swaps_last_two(const Node& n) {
+  const auto& perm = n.attrs.ints;
+  std::size_t r = perm.size();
+  if (r < 2) return false;
+  for (std::size_t i = 0; i + 2 < r; ++i)
+    if (perm[i] != static_cast<int64_t>(i)) return false;
+  return perm[r - 2] == static_cast<int64_t>(r - 1) && perm[r - 1] == static_cast<int64_t>(r - 2);
+}
+
+KernelKind kind_of(OpId op) {
+  switch (op) {
+  case OpId::reduce_sum:
+  case OpId::reduce_max: return KernelKind::reduce;
+  case OpId::matmul: return KernelKind::gemm;
+  case OpId::scatter_add: return KernelKind::scatter_add;
+  default: return KernelKind::loop;
+  }
+}
+
+const char* kind_name(KernelKind k) {
+  switch (k) {
+  case KernelKind::loop: return "loop";
+  case KernelKind::reduce: return "reduce";
+  case KernelKind::gemm: return "gemm";
+  case KernelKind::scatter_add: return "scatter_add";
+  }
+  return "?";
+}
+
+} // namespace
+
+FusionPlan fuse(const Graph& g) {
+  std::size_t n = g.size();
+  FusionPlan plan;
+  plan.graph = &g;
+  plan.materialized.assign(n, false);
+  plan.view_of.resize(n);
+  for (ValueId id = 0; id < n; ++id) plan.view_of[id] = id;
+
+  std::vector<std::vector<ValueId>> consumers(n);
+  for (ValueId id = 0; id < n; ++id)
+    for (ValueId in : g.node(id).inputs) consumers[in].push_back(id);
+  std::vector<bool> is_output(n, false);
+  for (const NamedValue& out : g.outputs()) is_output[out.id] = true;
+
+  auto& mat = plan.materialized;
+  // Recompute cost of a value if everything upstream were inlined (capped): cheap elementwise
+  // values with a small cost are recomputed in each consumer instead of being stored.
+  constexpr int64_t max_duplicated_cost = 3;
+  std::vector<int64_t> cone_cost(n, 0);
+  for (ValueId id = 0; id < n; ++id) {
+    const Node& node = g.node(id);
+    if (node.op == OpId::input || always_root(node.op)) continue;
+    int64_t cost = index_only(node.op) ? 0 : (cheap_elementwise(node.op) ? 1 : max_duplicated_cost + 1);
+    for (ValueId in : node.inputs) cost += cone_cost[in];
+    cone_cost[id] = std::min(cost, max_duplicated_cost + 1);
+  }
+
+  // Reverse order: a node's consumers are decided before the node itself.
+  std::vector<int64_t> uses(n, 0);
+  for (ValueId id = static_cast<ValueId>(n); id-- > 0;) {
+    const Node& node = g.node(id);
+    bool root = node.op == OpId::input || always_root(node.op) || is_output[id];
+    int64_t count = 0;
+    for (ValueId c : consumers[id]) count += mat[c] ? 1 : uses[c];
+    if (!root && !index_only(node.op) && count > 1)
+      root = cone_cost[id] > max_duplicated_cost;
+    mat[id] = root;
+    uses[id] = root ? 1 : count;
+  }
+  // A GEMM reads buffers: an operand that is not one, a reshape of one, or the last-two
+  // transpose of either, is stored first. (Storing more only shortens other kernels' bodies.)
+  auto in_buffer = [&](ValueId id) {
+    while (!mat[id] && g.node(id).op == OpId::reshape) id = g.node(id).inputs[0];
+    return mat[id];
+  };
+  for (ValueId id = 0; id < n; ++id) {
+    if (g.node(id).op != OpId::matmul) continue;
+    for (ValueId in : g.node(id).inputs) {
+      const Node& operand = g.node(in);
+      bool transposed_buffer =
+          operand.op == OpId::permute && swaps_last_two(operand) && in_buffer(operand.inputs[0]);
+      if (!in_buffer(in) && !transposed_buffer) mat[in] = true;
+    }
+  }
+
+  // Reshapes of buffers are views: no kernel, no memory, the same flat order.
+  for (ValueId id = 0; id < n; ++id) {
+    const Node& node = g.node(id);
+    if (node.op == OpId::reshape) {
+      ValueId src = plan.view_of[node.inputs[0]];
+      if (mat[src]) plan.view_of[id] = src;
+    }
+  }
+
+  for (ValueId id = 0; id < n; ++id) {
+    const Node& node = g.node(id);
+    if (!mat[id] || node.op == OpId::input) continue;
+    if (plan.view_of[id] != id && !is_output[id]) continue;
+    Kernel k;
+    k.root = id;
+    k.kind = kind_of(node.op);
+    // Collect the inlined body: everything reachable without crossing a buffer.
+    std::vector<bool> seen(n, false);
+    std::vector<ValueId> stack{id};
+    seen[id] = true;
+    while (!stack.empty()) {
+      ValueId v = stack.back();
+      stack.pop_back();
+      k.body.push_back(v);
+      if (k.kind == KernelKind::gemm && v == id) {
+        for (ValueId in : g.node(v).inputs) {
+          ValueId src = in;
+          bool transposed = false;
+          if (!mat[src] && g.node(src).op == OpId::permute) {
+            src = g.node(src).inputs[0];
+            transposed = true;
+          }
+          ValueId buffer = plan.view_of[src];
+          (k.reads.empty() ? k.gemm_a : k.gemm_b) = GemmOperand{buffer, src, transposed};
+          k.reads.push_back(buffer);
+        }
+        break;
+      }
+      for (ValueId in : g.node(v).inputs) {
+        ValueId buffer = plan.view_of[in];
+        if (mat[in] || mat[buffer]) {
+          if (std::find(k.reads.begin(), k.reads.end(), buffer) == k.reads.end())
+            k.reads.push_back(buffer);
+          // A view is still walked as an index mapping over its buffer.
+          if (buffer != in && !seen[in]) {
+            seen[in] = true;
+            k.body.push_back(in);
+          }
+          continue;
+        }
+        if (!seen[in]) {
+          seen[in] = true;
+          stack.push_back(in);
+        }
+      }
+    }
+    std::sort(k.body.begin(), k.body.end());
+    k.body.erase(std::unique(k.body.begin(), k.body.end()), k.body.end());
+    plan.kernels.push_back(std::move(k));
+  }
+  return plan;
+}
+
+std::string FusionPlan::print() const {
+  std::ostringstream os;
+  os << "fusion: " << kernels.size() << " kernels\n";
+  for (std::size_t i = 0; i < kernels.size(); ++i) {
+    const Kernel& k = kernels[i];
+    os << "  kernel " << i << " " << kind_name(k.kind) << " -> %" << k.root << " "
+       << to_string(graph->type(k.root)) << "\n    body:";
+    for (ValueId v : k.body) os << " %" << v << ":" << op_name(graph->node(v).op);
+    os << "\n    reads:";
+    for (ValueId v : k.reads) os << " %" << v;
+    if (k.kind == KernelKind::gemm)
+      os << "  (a %" << k.gemm_a.buffer << (k.gemm_a.transposed ? "ᵀ" : "") << ", b %"
+         << k.gemm_b.buffer << (k.gemm_b.transposed ? "ᵀ" : "") << ")";
+    os << "\n";
+  }
+  return os.str();
+}
+
+} // namespace sinter

@@ -1,0 +1,52 @@
+// jit/passes/fuse.hpp — groups primitives into kernels: fused loop nests, reductions, GEMMs
+#pragma once
+#include "jit/ir/graph.hpp"
+
+#include <string>
+#include <vector>
+
+namespace sinter {
+
+enum class KernelKind {
+  loop,        ///< one pass over the root's elements; producers inlined elementally
+  reduce,      ///< reduce_sum / reduce_max over axes; the operand chain inlined
+  gemm,        ///< matmul through the BLAS bridge, operands read from buffers
+  scatter_add, ///< accumulating rows at indices (inlined index and update chains)
+};
+
+/// How a GEMM operand is read: `logical` (a matrix or batch of matrices, row-major in the memory
+/// of `buffer`), used as is or transposed in its last two dims.
+struct GemmOperand {
+  ValueId buffer = 0;
+  ValueId logical = 0;
+  bool transposed = false;
+};
+
+struct Kernel {
+  KernelKind kind = KernelKind::loop;
+  ValueId root = 0;
+  /// Nodes computed inside the kernel (root included), in graph order.
+  std::vector<ValueId> body;
+  /// Materialised values (buffers) the kernel reads, in first-use order.
+  std::vector<ValueId> reads;
+  GemmOperand gemm_a{}, gemm_b{}; ///< gemm kernels only
+};
+
+/// The result of fusion: which values live in memory and the kernels that compute them.
+struct FusionPlan {
+  const Graph* graph = nullptr;
+  std::vector<Kernel> kernels; ///< in a valid execution order
+  /// materialized[id]: node `id` has its own buffer (inputs and kernel roots).
+  std::vector<bool> materialized;
+  /// view_of[id] != id: node `id` is a reshape of a buffer and shares its memory.
+  std::vector<ValueId> view_of;
+
+  std::string print() const;
+};
+
+/// Decides what to materialise: graph outputs, reductions, GEMMs and their operands, scatters,
+/// and arithmetic values used by more than one kernel; everything else is inlined into its
+/// consumers (index-only ops such as broadcast, permute and slice are never materialised).
+FusionPlan fuse(const Graph& graph);
+
+} // namespace sinter

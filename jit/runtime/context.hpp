@@ -1,0 +1,33 @@
+// jit/runtime/context.hpp — Context: the one object holding process-wide runtime state
+#pragma once
+#include "jit/runtime/kernel_cache.hpp"
+#include "jit/runtime/thread_pool.hpp"
+
+#include <cstddef>
+#include <filesystem>
+
+namespace sinter {
+
+/// The worker pool and the kernel cache. The process uses Context::global(); tests build
+/// their own so that nothing leaks between them.
+class Context {
+public:
+  /// default_thread_count() threads and the cache at KernelCache::default_dir().
+  /// Throws std::invalid_argument for a bad SINTER_NUM_THREADS.
+  Context();
+  Context(std::size_t threads, std::filesystem::path cache_dir);
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  ThreadPool& pool() { return pool_; }
+  KernelCache& cache() { return cache_; }
+
+  /// The process-wide context, built on first use (thread-safe).
+  static Context& global();
+
+private:
+  ThreadPool pool_;
+  KernelCache cache_;
+};
+
+} // namespace sinter

@@ -1,0 +1,40 @@
+// jit/runtime/cpu_executable.hpp — a compiled step on the CPU: kernels, arena, launches
+#pragma once
+#include "jit/codegen/kernel_library.hpp"
+#include "jit/runtime/host_tensor.hpp"
+#include "jit/runtime/memory_plan.hpp"
+#include "jit/runtime/thread_pool.hpp"
+
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+namespace sinter {
+
+class CpuExecutable {
+public:
+  /// Fuses `graph` (primitives only), plans its memory and fetches or compiles every kernel.
+  CpuExecutable(Graph graph, KernelLibrary& library, ThreadPool& pool);
+
+  /// Runs one step. Inputs follow graph().inputs() and must already have the right types.
+  /// Not re-entrant: concurrent calls on one executable are serialised (they share the arena).
+  std::vector<HostTensor> run(std::span<const HostTensor> inputs) const;
+
+  const Graph& graph() const { return *graph_; }
+  const FusionPlan& fusion() const { return fusion_; }
+  const MemoryPlan& memory_plan() const { return memory_; }
+  const CompileReport& report() const { return report_; }
+
+private:
+  std::unique_ptr<Graph> graph_; // stable address: the fusion plan points at it
+  FusionPlan fusion_;
+  MemoryPlan memory_;
+  ThreadPool& pool_;
+  std::vector<KernelEntry> entries_; ///< per kernel; null for GEMMs
+  CompileReport report_;
+  mutable std::mutex run_mutex_;
+  mutable std::unique_ptr<std::byte[]> arena_;
+};
+
+} // namespace sinter

@@ -1,0 +1,21 @@
+// kernels/blas_gemm.hpp — the GEMM bridge: row-major C = op(A) · op(B) through OpenBLAS
+#pragma once
+#include "jit/ir/dtype.hpp"
+
+#include <cstdint>
+
+namespace sinter::kernels {
+
+struct GemmShape {
+  int64_t m = 0, n = 0, k = 0;
+  bool trans_a = false, trans_b = false; ///< A is stored [k, m] / B is stored [n, k]
+};
+
+/// C[m, n] = op(A) · op(B), all row-major and contiguous. f32 and f64 go to OpenBLAS
+/// (sgemm/dgemm); other dtypes take a plain loop (they are rare and small here).
+void gemm(DType dtype, const GemmShape& shape, const void* a, const void* b, void* c);
+
+/// Threads OpenBLAS may use for one GEMM.
+void set_gemm_threads(int threads);
+
+} // namespace sinter::kernels

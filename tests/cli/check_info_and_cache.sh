@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# tests/cli/check_info_and_cache.sh — `sinter info` and `sinter cache stats|clear` on a temp cache
+set -euo pipefail
+sinter="$1"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/sinter-cli-cache.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
+info=$(SINTER_NUM_THREADS=3 SINTER_CACHE_DIR="$tmp/cache" "$sinter" info)
+echo "$info"
+printf '%s\n' "$info" | grep -Eq '^llvm: [0-9]+\.[0-9]+' || { echo "no LLVM version line"; exit 1; }
+printf '%s\n' "$info" | grep -q '^threads: 3$' || { echo "thread count missing or wrong"; exit 1; }
+printf '%s\n' "$info" | grep -q "^cache dir: $tmp/cache\$" || { echo "cache dir missing"; exit 1; }
+printf '%s\n' "$info" | grep -Eq '^cuda driver: (found|not found \(libcuda\.so\.1 not loadable\))$' \
+  || { echo "no cuda driver line"; exit 1; }
+printf '%s\n' "$info" | grep -q '^cpu: ' || { echo "no cpu line"; exit 1; }
+if SINTER_NUM_THREADS=zero "$sinter" info >/dev/null 2>"$tmp/err"; then
+  echo "bad SINTER_NUM_THREADS accepted"; exit 1
+fi
+grep -q "SINTER_NUM_THREADS='zero'" "$tmp/err" || { echo "bad SINTER_NUM_THREADS not named"; exit 1; }
+
+# Two fake entries and a leftover temp file; stats counts the entries, clear removes all three.
+mkdir -p "$tmp/cache"
+head -c 100 /dev/zero > "$tmp/cache/0123456789abcdef0123456789abcdef.sko"
+head -c 28 /dev/zero > "$tmp/cache/fedcba9876543210fedcba9876543210.sko"
+head -c 5 /dev/zero > "$tmp/cache/fedcba9876543210fedcba9876543210.sko.tmp-1-abc"
+echo "hits=1 misses=2 corrupt=0 compiled=2" > "$tmp/cache/last-run.txt"
+stats=$(SINTER_CACHE_DIR="$tmp/cache" "$sinter" cache stats)
+echo "$stats"
+printf '%s\n' "$stats" | grep -q "^dir: $tmp/cache\$" || { echo "stats: no dir"; exit 1; }
+printf '%s\n' "$stats" | grep -q '^entries: 2$' || { echo "stats: wrong entries"; exit 1; }
+printf '%s\n' "$stats" | grep -q '^bytes: 128$' || { echo "stats: wrong bytes"; exit 1; }
+printf '%s\n' "$stats" | grep -q '^last run: hits=1 misses=2 corrupt=0 compiled=2$' \
+  || { echo "stats: no last run"; exit 1; }
+cleared=$(SINTER_CACHE_DIR="$tmp/cache" "$sinter" cache clear)
+echo "$cleared"
+[ "$cleared" = "removed 2 entries from $tmp/cache" ] || { echo "clear: wrong message"; exit 1; }
+[ -z "$(ls "$tmp/cache" | grep -v '^last-run.txt$' || true)" ] || { echo "clear left files"; exit 1; }
+SINTER_CACHE_DIR="$tmp/cache" "$sinter" cache stats | grep -q '^entries: 0$' \
+  || { echo "entries remain after clear"; exit 1; }
+
+for bad in "cache" "cache nope" "cache stats extra"; do
+  # shellcheck disable=SC2086
+  if "$sinter" $bad >/dev/null 2>"$tmp/err"; then echo "'sinter $bad' accepted"; exit 1; fi
+  status=0; "$sinter" $bad >/dev/null 2>&1 || status=$?
+  [ "$status" -eq 2 ] || { echo "'sinter $bad' exited $status, want 2"; exit 1; }
+  grep -q 'usage: sinter cache stats|clear' "$tmp/err" || { echo "'sinter $bad': no usage"; exit 1; }
+done
+echo "sinter info and cache: ok"

@@ -1,0 +1,207 @@
+// tests/test_cpu_backend.cpp — fusion, memory planning, vector code and the persistent cache
+#include "backend_check.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <sys/wait.h>
+#include <unistd.h>
+
+using namespace sinter;
+using namespace sinter::testing;
+
+namespace {
+
+Graph optimized(const Graph& g, std::optional<AutodiffOptions> ad = std::nullopt) {
+  return Pipeline::standard(std::move(ad)).run(g, DumpSelection(""), std::cerr);
+}
+
+/// MLP 784-1024-1024-10 training-step graph (forward + backward), batch `batch`.
+Graph mlp_step_graph(int64_t batch, int64_t hidden = 1024) {
+  Graph g;
+  Value x = input(g, "x", {DType::f32, {batch, 784}});
+  Value labels = input(g, "labels", {DType::i32, {batch}});
+  Value w1 = input(g, "w1", {DType::f32, {784, hidden}});
+  Value b1 = input(g, "b1", {DType::f32, {hidden}});
+  Value w2 = input(g, "w2", {DType::f32, {hidden, hidden}});
+  Value b2 = input(g, "b2", {DType::f32, {hidden}});
+  Value w3 = input(g, "w3", {DType::f32, {hidden, 10}});
+  Value b3 = input(g, "b3", {DType::f32, {10}});
+  Value h1 = relu(matmul(x, w1) + b1);
+  Value h2 = relu(matmul(h1, w2) + b2);
+  g.add_output("loss", cross_entropy_mean(matmul(h2, w3) + b3, labels).id);
+  return optimized(g, AutodiffOptions{{"w1", "b1", "w2", "b2", "w3", "b3"}, 0});
+}
+
+std::vector<HostTensor> random_inputs(const Graph& g, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<HostTensor> out;
+  for (const NamedValue& in : g.inputs()) {
+    TensorType t = g.type(in.id);
+    TestOperand spec{t.dtype, t.shape, -0.1, 0.1};
+    if (!is_float(t.dtype)) spec = TestOperand{t.dtype, t.shape, 0, 10};
+    out.push_back(from_f64(random_operand(spec, rng), t.dtype));
+  }
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("a chain of five elementwise ops becomes one kernel", "[cpu][fusion]") {
+  Graph g;
+  Value x = input(g, "x", {DType::f32, {64, 128}});
+  Value b = input(g, "b", {DType::f32, {128}});
+  g.add_output("y", tanh(exp(-(x + b) * 0.5) - 1.0).id);
+  FusionPlan plan = fuse(optimized(g));
+  CHECK(plan.kernels.size() == 1);
+  CHECK(plan.kernels[0].kind == KernelKind::loop);
+}
+
+TEST_CASE("an MLP training step fuses into at most 24 kernels", "[cpu][fusion]") {
+  Graph g = mlp_step_graph(8, 32);
+  FusionPlan plan = fuse(g);
+  INFO(plan.print());
+  std::size_t gemms = 0;
+  for (const Kernel& k : plan.kernels) gemms += k.kind == KernelKind::gemm;
+  CHECK(gemms == 8); // 3 forward, 5 backward (no gradient for x)
+  CHECK(plan.kernels.size() <= 24);
+}
+
+TEST_CASE("backward GEMMs read transposed operands in place", "[cpu][fusion]") {
+  FusionPlan plan = fuse(mlp_step_graph(8, 32));
+  std::size_t transposed = 0;
+  for (const Kernel& k : plan.kernels)
+    if (k.kind == KernelKind::gemm) transposed += k.gemm_a.transposed + k.gemm_b.transposed;
+  CHECK(transposed == 5);
+  for (const Kernel& k : plan.kernels) CHECK(plan.graph->node(k.root).op != OpId::permute);
+}
+
+TEST_CASE("the memory plan reuses buffers and reports the peak", "[cpu][memory]") {
+  Graph g = mlp_step_graph(256);
+  FusionPlan plan = fuse(g);
+  MemoryPlan memory(plan);
+  INFO(memory.print());
+  CHECK(memory.arena_bytes() < memory.unshared_bytes());
+  int64_t output_bytes = 0;
+  for (const NamedValue& out : g.outputs())
+    output_bytes += (numel(g.type(out.id).shape) * 4 + 63) / 64 * 64;
+  CHECK(memory.peak_bytes() == memory.arena_bytes() + output_bytes);
+  // No two buffers alive at the same time overlap.
+  const auto& slots = memory.slots();
+  for (std::size_t i = 0; i < slots.size(); ++i)
+    for (std::size_t j = i + 1; j < slots.size(); ++j) {
+      bool live_together = slots[i].first <= slots[j].last && slots[j].first <= slots[i].last;
+      bool overlap = slots[i].offset < slots[j].offset + slots[j].bytes &&
+                     slots[j].offset < slots[i].offset + slots[i].bytes;
+      CHECK_FALSE((live_together && overlap));
+    }
+}
+
+TEST_CASE("a compiled MLP step matches the interpreter", "[cpu]") {
+  TestBackend backend;
+  Graph g = mlp_step_graph(16, 64);
+  auto inputs = random_inputs(g, 3);
+  std::vector<F64Tensor> values;
+  for (const HostTensor& t : inputs) values.push_back(to_f64(t));
+  auto want = interpret(g, values);
+  CpuExecutable exe(g, *backend.library, backend.pool);
+  auto got = exe.run(inputs);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    INFO(g.outputs()[i].name);
+    CHECK(max_relative_difference(to_f64(got[i]), want[i]) < 1e-5);
+  }
+}
+
+TEST_CASE("elementwise kernels are vectorised", "[cpu][codegen]") {
+  TestBackend backend;
+  Graph g;
+  Value x = input(g, "x", {DType::f32, {256, 1024}});
+  Value y = input(g, "y", {DType::f32, {256, 1024}});
+  g.add_output("z", (x * y + x * 0.5).id);
+  Graph o = optimized(g);
+  FusionPlan plan = fuse(o);
+  std::string assembly;
+  backend.library->target().compile(plan, plan.kernels[0], "vector_check", &assembly);
+  INFO(assembly.substr(0, 4000));
+  bool packed = assembly.find("ps\t%ymm") != std::string::npos ||
+                assembly.find("ps\t%zmm") != std::string::npos ||
+                assembly.find("ps\t%xmm") != std::string::npos;
+  CHECK(packed);
+}
+
+TEST_CASE("a new process finds compiled kernels in the disk cache", "[cpu][cache]") {
+  TestBackend backend("sinter-cache");
+  Graph g = mlp_step_graph(4, 16);
+  auto inputs = random_inputs(g, 1);
+  CpuExecutable first(g, *backend.library, backend.pool);
+  CHECK(first.report().compiled > 0);
+  CHECK(first.report().from_disk == 0);
+  auto expected = first.run(inputs);
+
+  CpuExecutable again(g, *backend.library, backend.pool);
+  CHECK(again.report().compiled == 0);
+  CHECK(again.report().from_memory == first.report().generated);
+  CHECK(first.report().compiled < first.report().generated); // identical kernels compile once
+
+  backend.restart();
+  CpuExecutable restarted(g, *backend.library, backend.pool);
+  CHECK(restarted.report().compiled == 0);
+  CHECK(restarted.report().from_disk == first.report().compiled);
+  auto got = restarted.run(inputs);
+  for (std::size_t i = 0; i < got.size(); ++i)
+    CHECK(got[i].to_doubles() == expected[i].to_doubles());
+}
+
+TEST_CASE("a corrupt cache entry is reported, never executed, and recompiled", "[cpu][cache]") {
+  TestBackend backend("sinter-corrupt");
+  Graph g = mlp_step_graph(4, 16);
+  CpuExecutable first(g, *backend.library, backend.pool);
+  std::size_t entries = 0;
+  for (const auto& file : std::filesystem::directory_iterator(backend.dir)) {
+    if (file.path().extension() != ".sko") continue;
+    ++entries;
+    auto size = std::filesystem::file_size(file.path());
+    std::filesystem::resize_file(file.path(), size / 2); // truncated, as by a crash mid-write
+  }
+  REQUIRE(entries == first.report().compiled);
+  backend.restart();
+  CpuExecutable second(g, *backend.library, backend.pool);
+  CHECK(second.report().from_disk == 0);
+  CHECK(second.report().compiled == entries);
+  auto inputs = random_inputs(g, 2);
+  CHECK(second.run(inputs)[0].to_doubles() == first.run(inputs)[0].to_doubles());
+}
+
+TEST_CASE("two processes compiling the same kernels at once both succeed", "[cpu][cache]") {
+  TestBackend backend("sinter-race");
+  Graph g = mlp_step_graph(4, 16);
+  pid_t children[2];
+  for (pid_t& child : children) {
+    child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      int status = 0;
+      try {
+        KernelCache cache(backend.dir);
+        KernelLibrary library(cache);
+        ThreadPool pool(1);
+        CpuExecutable exe(g, library, pool);
+        exe.run(random_inputs(g, 1));
+      } catch (...) {
+        status = 1;
+      }
+      _exit(status);
+    }
+  }
+  for (pid_t child : children) {
+    int status = 0;
+    waitpid(child, &status, 0);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+  backend.restart();
+  CpuExecutable after(g, *backend.library, backend.pool);
+  CHECK(after.report().compiled == 0);
+  for (const auto& file : std::filesystem::directory_iterator(backend.dir))
+    CHECK(file.path().extension() != ".tmp");
+}

@@ -1,0 +1,490 @@
+// tests/test_runtime.cpp — the runtime: ThreadPool, thread-count parsing, KernelCache, Context
+#include "jit/runtime/context.hpp"
+#include "jit/runtime/kernel_cache.hpp"
+#include "jit/runtime/thread_pool.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+#include <utility>
+#include <vector>
+
+using namespace sinter;
+namespace fs = std::filesystem;
+
+namespace {
+
+/// A fresh directory from mkdtemp, removed with its contents at scope exit.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "sinter-test-XXXXXX").string();
+    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
+    path = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+/// Sets (or unsets, with nullopt) an environment variable and restores it at scope exit.
+struct EnvOverride {
+  std::string name;
+  std::optional<std::string> saved;
+  EnvOverride(std::string variable, std::optional<std::string> value) : name(std::move(variable)) {
+    if (const char* old = std::getenv(name.c_str())) saved = old;
+    if (value)
+      ::setenv(name.c_str(), value->c_str(), 1);
+    else
+      ::unsetenv(name.c_str());
+  }
+  ~EnvOverride() {
+    if (saved)
+      ::setenv(name.c_str(), saved->c_str(), 1);
+    else
+      ::unsetenv(name.c_str());
+  }
+};
+
+/// Everything written to stderr while `run` executes.
+template <class F> std::string capture_stderr(F run) {
+  std::fflush(stderr);
+  std::FILE* sink = std::tmpfile();
+  REQUIRE(sink != nullptr);
+  int saved = ::dup(2);
+  ::dup2(::fileno(sink), 2);
+  run();
+  std::fflush(stderr);
+  ::dup2(saved, 2);
+  ::close(saved);
+  std::string text;
+  std::rewind(sink);
+  for (int c; (c = std::fgetc(sink)) != EOF;)
+    text.push_back(static_cast<char>(c));
+  std::fclose(sink);
+  return text;
+}
+
+std::vector<char> bytes_of(std::string_view text) { return {text.begin(), text.end()}; }
+
+CacheKey key_named(std::string_view name) {
+  KeyHasher h;
+  h.add(name);
+  return h.finish();
+}
+
+std::size_t count_lines(const std::string& text) {
+  return static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
+}
+
+std::vector<std::string> file_names(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir))
+    names.push_back(entry.path().filename());
+  return names;
+}
+
+/// Rewrites one byte of a file in place.
+void flip_byte(const fs::path& file, std::uintmax_t offset) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c = 0;
+  f.get(c);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.put(static_cast<char>(c ^ 0x5a));
+}
+
+} // namespace
+
+// ---- ThreadPool -------------------------------------------------------------------------
+
+TEST_CASE("parallel_for covers every index exactly once in chunks of at least min_chunk",
+          "[runtime]") {
+  for (std::size_t threads : {1, 2, 3, 4, 8}) {
+    ThreadPool pool(threads);
+    CHECK(pool.size() == threads);
+    for (int64_t count : {0, 1, 2, 7, 100, 1000, 12345}) {
+      for (int64_t min_chunk : {0, 1, 3, 64, 1000}) {
+        std::vector<std::atomic<int>> seen(static_cast<std::size_t>(count));
+        std::mutex ranges_mutex;
+        std::vector<std::pair<int64_t, int64_t>> ranges;
+        pool.parallel_for(count, min_chunk, [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i)
+            seen[static_cast<std::size_t>(i)]++;
+          std::lock_guard lock(ranges_mutex);
+          ranges.emplace_back(begin, end);
+        });
+        INFO("threads=" << threads << " count=" << count << " min_chunk=" << min_chunk);
+        for (const auto& hits : seen)
+          REQUIRE(hits.load() == 1);
+        CHECK(ranges.size() <= threads);
+        if (ranges.size() > 1)
+          for (auto [begin, end] : ranges)
+            CHECK(end - begin >= std::max<int64_t>(min_chunk, 1));
+      }
+    }
+  }
+}
+
+TEST_CASE("parallel_for runs its chunks concurrently on every worker and the caller", "[runtime]") {
+  ThreadPool pool(4);
+  std::mutex ids_mutex;
+  std::vector<std::thread::id> ids;
+  std::atomic<int> started{0};
+  pool.parallel_for(4, 1, [&](int64_t, int64_t) {
+    {
+      std::lock_guard lock(ids_mutex);
+      ids.push_back(std::this_thread::get_id());
+    }
+    // Every chunk waits for all four to start: only possible if four threads run them at once.
+    started++;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (started.load() < 4 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::yield();
+  });
+  CHECK(started.load() == 4);
+  std::sort(ids.begin(), ids.end());
+  CHECK(std::unique(ids.begin(), ids.end()) == ids.end());
+  CHECK(std::find(ids.begin(), ids.end(), std::this_thread::get_id()) != ids.end());
+}
+
+TEST_CASE("parallel_for survives thousands of back-to-back small launches", "[runtime]") {
+  ThreadPool pool(4);
+  std::atomic<int64_t> total{0};
+  for (int launch = 0; launch < 5000; ++launch)
+    pool.parallel_for(64, 1, [&](int64_t begin, int64_t end) { total += end - begin; });
+  CHECK(total.load() == 5000 * 64);
+}
+
+TEST_CASE("an exception thrown in a chunk is rethrown on the caller", "[runtime]") {
+  ThreadPool pool(4);
+  auto throwing = [](int64_t begin, int64_t end) {
+    if (begin <= 50 && 50 < end) throw std::runtime_error("chunk containing 50 failed");
+  };
+  CHECK_THROWS_WITH(pool.parallel_for(100, 1, throwing), "chunk containing 50 failed");
+  // The pool is still usable afterwards.
+  std::atomic<int64_t> total{0};
+  pool.parallel_for(100, 1, [&](int64_t begin, int64_t end) { total += end - begin; });
+  CHECK(total.load() == 100);
+}
+
+TEST_CASE("a nested parallel_for runs inline instead of deadlocking", "[runtime]") {
+  ThreadPool pool(3);
+  std::atomic<int64_t> total{0};
+  pool.parallel_for(3, 1, [&](int64_t, int64_t) {
+    pool.parallel_for(10, 1, [&](int64_t begin, int64_t end) { total += end - begin; });
+  });
+  CHECK(total.load() == 30);
+}
+
+TEST_CASE("SINTER_NUM_THREADS sets the default thread count", "[runtime]") {
+  EnvOverride env("SINTER_NUM_THREADS", "3");
+  CHECK(default_thread_count() == 3);
+}
+
+TEST_CASE("without SINTER_NUM_THREADS the default is the hardware thread count", "[runtime]") {
+  EnvOverride env("SINTER_NUM_THREADS", std::nullopt);
+  CHECK(default_thread_count() == std::max(1u, std::thread::hardware_concurrency()));
+}
+
+TEST_CASE("a bad SINTER_NUM_THREADS is rejected naming the variable and the value", "[runtime]") {
+  for (const char* bad : {"0", "-2", "abc", "4x", " 4", "99999999999999999999"}) {
+    EnvOverride env("SINTER_NUM_THREADS", bad);
+    INFO("SINTER_NUM_THREADS=" << bad);
+    try {
+      default_thread_count();
+      FAIL("accepted");
+    } catch (const std::invalid_argument& error) {
+      std::string message = error.what();
+      CHECK(message.find("SINTER_NUM_THREADS") != std::string::npos);
+      CHECK(message.find(std::string("'") + bad + "'") != std::string::npos);
+    }
+  }
+}
+
+// ---- KeyHasher ----------------------------------------------------------------------------
+
+TEST_CASE("cache keys are stable across runs and sensitive to every input", "[runtime]") {
+  KeyHasher h;
+  h.add(std::string_view("matmul"));
+  h.add(uint64_t{42});
+  h.add_double(0.5);
+  CacheKey key = h.finish();
+  CHECK(key.hex().size() == 32);
+  CHECK(key == h.finish());
+
+  auto key_of = [](auto build) {
+    KeyHasher k;
+    build(k);
+    return k.finish();
+  };
+  CHECK(key_of([](KeyHasher& k) {
+          k.add(std::string_view("ab"));
+          k.add(std::string_view("c"));
+        }) != key_of([](KeyHasher& k) {
+          k.add(std::string_view("a"));
+          k.add(std::string_view("bc"));
+        }));
+  CHECK(key_of([](KeyHasher& k) { k.add(uint64_t{1}); }) !=
+        key_of([](KeyHasher& k) { k.add(uint64_t{2}); }));
+  CHECK(key_of([](KeyHasher& k) { k.add_double(1.0); }) !=
+        key_of([](KeyHasher& k) { k.add(std::bit_cast<uint64_t>(1.0)); }));
+  CHECK(key_of([](KeyHasher&) {}) != key_of([](KeyHasher& k) { k.add(std::string_view()); }));
+}
+
+TEST_CASE("the cache key of fixed inputs never changes", "[runtime]") {
+  // Pinned: changing the hash silently invalidates every user's cache, so it must be deliberate.
+  KeyHasher h;
+  h.add(std::string_view("sinter"));
+  h.add(uint64_t{7});
+  h.add_double(-1.25);
+  CHECK(h.finish().hex() == "a561b7527a396e4e3432a7b00f3e3576");
+}
+
+// ---- KernelCache --------------------------------------------------------------------------
+
+TEST_CASE("a stored kernel loads back byte for byte", "[runtime]") {
+  TempDir tmp;
+  KernelCache cache(tmp.path / "cache");
+  CacheKey key = key_named("round trip");
+  CHECK_FALSE(cache.load(key).has_value());
+  std::vector<char> object = bytes_of("\x7f"
+                                      "ELF pretend object with a \0 byte inside");
+  cache.store(key, object);
+  CHECK(fs::exists(tmp.path / "cache" / (key.hex() + ".sko")));
+  std::optional<std::vector<char>> loaded = cache.load(key);
+  REQUIRE(loaded.has_value());
+  CHECK(*loaded == object);
+  KernelCache::Counters c = cache.counters();
+  CHECK(c.hits == 1);
+  CHECK(c.misses == 1);
+  CHECK(c.corrupt == 0);
+}
+
+TEST_CASE("an empty object is a valid entry", "[runtime]") {
+  TempDir tmp;
+  KernelCache cache(tmp.path);
+  cache.store(key_named("empty"), {});
+  std::optional<std::vector<char>> loaded = cache.load(key_named("empty"));
+  REQUIRE(loaded.has_value());
+  CHECK(loaded->empty());
+}
+
+TEST_CASE("a new cache object on the same directory sees earlier entries", "[runtime]") {
+  TempDir tmp;
+  CacheKey key = key_named("persisted");
+  KernelCache(tmp.path).store(key, bytes_of("object bytes"));
+  KernelCache later(tmp.path); // as a new process would
+  std::optional<std::vector<char>> loaded = later.load(key);
+  REQUIRE(loaded.has_value());
+  CHECK(*loaded == bytes_of("object bytes"));
+}
+
+TEST_CASE("a truncated entry is reported once, deleted and treated as a miss", "[runtime]") {
+  TempDir tmp;
+  KernelCache cache(tmp.path);
+  CacheKey key = key_named("truncated");
+  cache.store(key, std::vector<char>(1000, 'x'));
+  fs::path file = cache.entry_path(key);
+  for (std::uintmax_t size : {std::uintmax_t{500}, std::uintmax_t{20}, std::uintmax_t{0}}) {
+    cache.store(key, std::vector<char>(1000, 'x'));
+    fs::resize_file(file, size);
+    std::optional<std::vector<char>> loaded;
+    std::string err = capture_stderr([&] { loaded = cache.load(key); });
+    INFO("truncated to " << size << " bytes; stderr: " << err);
+    CHECK_FALSE(loaded.has_value());
+    CHECK_FALSE(fs::exists(file));
+    CHECK(count_lines(err) == 1);
+    CHECK(err.rfind("sinter: kernel cache entry " + file.string() + " is corrupt (", 0) == 0);
+    CHECK(err.find("); recompiling\n") != std::string::npos);
+  }
+  CHECK(cache.counters().corrupt == 3);
+}
+
+TEST_CASE("an entry with a flipped payload byte fails its checksum", "[runtime]") {
+  TempDir tmp;
+  KernelCache cache(tmp.path);
+  CacheKey key = key_named("flipped");
+  cache.store(key, std::vector<char>(256, 'k'));
+  flip_byte(cache.entry_path(key), fs::file_size(cache.entry_path(key)) - 100);
+  std::optional<std::vector<char>> loaded;
+  std::string err = capture_stderr([&] { loaded = cache.load(key); });
+  CHECK_FALSE(loaded.has_value());
+  CHECK(err.find("(checksum mismatch)") != std::string::npos);
+  CHECK_FALSE(fs::exists(cache.entry_path(key)));
+}
+
+TEST_CASE("an entry with a flipped magic byte is rejected", "[runtime]") {
+  TempDir tmp;
+  KernelCache cache(tmp.path);
+  CacheKey key = key_named("magic");
+  cache.store(key, bytes_of("payload"));
+  flip_byte(cache.entry_path(key), 0);
+  std::optional<std::vector<char>> loaded;
+  std::string err = capture_stderr([&] { loaded = cache.load(key); });
+  CHECK_FALSE(loaded.has_value());
+  CHECK(err.find("(bad magic)") != std::string::npos);
+}
+
+TEST_CASE("an entry whose header names another key is rejected", "[runtime]") {
+  TempDir tmp;
+  KernelCache cache(tmp.path);
+  CacheKey wanted = key_named("wanted"), other = key_named("other");
+  cache.store(other, bytes_of("other kernel"));
+  fs::rename(cache.entry_path(other), cache.entry_path(wanted));
+  std::optional<std::vector<char>> loaded;
+  std::string err = capture_stderr([&] { loaded = cache.load(wanted); });
+  CHECK_FALSE(loaded.has_value());
+  CHECK(err.find("key mismatch") != std::string::npos);
+  CHECK_FALSE(fs::exists(cache.entry_path(wanted)));
+}
+
+TEST_CASE("two processes storing the same key concurrently always leave a valid entry",
+          "[runtime]") {
+  TempDir tmp;
+  CacheKey key = key_named("contended");
+  // Different sizes per process, so a torn or interleaved write could not pass validation.
+  std::vector<char> objects[2] = {std::vector<char>(3000, 'a'), std::vector<char>(70000, 'b')};
+  std::fflush(nullptr);
+  pid_t children[2];
+  for (int p = 0; p < 2; ++p) {
+    children[p] = ::fork();
+    REQUIRE(children[p] >= 0);
+    if (children[p] == 0) {
+      KernelCache cache(tmp.path);
+      int bad = 0;
+      for (int i = 0; i < 200; ++i) {
+        cache.store(key, objects[p]);
+        std::optional<std::vector<char>> loaded = cache.load(key);
+        if (loaded && *loaded != objects[0] && *loaded != objects[1]) ++bad;
+      }
+      bad += static_cast<int>(cache.counters().corrupt);
+      bad += cache.enabled() ? 0 : 1;
+      ::_exit(bad == 0 ? 0 : 1);
+    }
+  }
+  for (pid_t child : children) {
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+  KernelCache cache(tmp.path);
+  std::optional<std::vector<char>> loaded = cache.load(key);
+  REQUIRE(loaded.has_value());
+  CHECK((*loaded == objects[0] || *loaded == objects[1]));
+  CHECK(file_names(tmp.path) == std::vector<std::string>{key.hex() + ".sko"});
+}
+
+TEST_CASE("stats counts the entries and their bytes on disk", "[runtime]") {
+  TempDir tmp;
+  KernelCache cache(tmp.path);
+  CHECK(cache.stats().entries == 0);
+  CHECK(cache.stats().bytes == 0);
+  cache.store(key_named("one"), std::vector<char>(100, '1'));
+  cache.store(key_named("two"), std::vector<char>(200, '2'));
+  cache.store(key_named("two"), std::vector<char>(200, '2')); // overwrites, no new entry
+  KernelCache::Stats stats = cache.stats();
+  CHECK(stats.entries == 2);
+  CHECK(stats.bytes == fs::file_size(cache.entry_path(key_named("one"))) +
+                           fs::file_size(cache.entry_path(key_named("two"))));
+  CHECK(stats.bytes > 300);
+}
+
+TEST_CASE("stats of a directory that does not exist is empty", "[runtime]") {
+  TempDir tmp;
+  KernelCache cache(tmp.path / "never-created");
+  CHECK(cache.stats().entries == 0);
+  CHECK(cache.clear() == 0);
+  CHECK_FALSE(fs::exists(tmp.path / "never-created"));
+}
+
+TEST_CASE("clear removes every entry and leftover temp file", "[runtime]") {
+  TempDir tmp;
+  KernelCache cache(tmp.path);
+  for (int i = 0; i < 5; ++i)
+    cache.store(key_named(std::to_string(i)), bytes_of("obj"));
+  std::ofstream(tmp.path / (key_named("x").hex() + ".sko.tmp-123-abcdef")) << "half written";
+  std::ofstream(tmp.path / "unrelated.txt") << "kept";
+  CHECK(cache.clear() == 5);
+  CHECK(cache.stats().entries == 0);
+  CHECK(file_names(tmp.path) == std::vector<std::string>{"unrelated.txt"});
+}
+
+TEST_CASE("record_run_stats writes this process's counters to last-run.txt", "[runtime]") {
+  TempDir tmp;
+  KernelCache cache(tmp.path);
+  CHECK_FALSE(cache.last_run().has_value());
+  CacheKey key = key_named("counted");
+  CHECK_FALSE(cache.load(key).has_value()); // miss
+  cache.note_compiled();
+  cache.store(key, bytes_of("obj"));
+  CHECK(cache.load(key).has_value()); // hit
+  cache.record_run_stats();
+  REQUIRE(cache.last_run().has_value());
+  CHECK(*cache.last_run() == "hits=1 misses=1 corrupt=0 compiled=1");
+  CHECK(KernelCache(tmp.path).last_run() == cache.last_run());
+}
+
+TEST_CASE("an unwritable cache directory disables caching with one warning", "[runtime]") {
+  TempDir tmp;
+  std::ofstream(tmp.path / "a-file") << "not a directory";
+  KernelCache cache(tmp.path / "a-file" / "cache"); // cannot be created, even by root
+  std::string err = capture_stderr([&] {
+    cache.store(key_named("a"), bytes_of("obj"));
+    cache.store(key_named("b"), bytes_of("obj"));
+    cache.record_run_stats();
+  });
+  CHECK_FALSE(cache.enabled());
+  CHECK(count_lines(err) == 1);
+  CHECK(err.find("caching is disabled") != std::string::npos);
+  CHECK_FALSE(cache.load(key_named("a")).has_value());
+}
+
+TEST_CASE("the default cache dir follows SINTER_CACHE_DIR, XDG_CACHE_HOME, then HOME",
+          "[runtime]") {
+  EnvOverride home("HOME", "/home/someone");
+  {
+    EnvOverride xdg("XDG_CACHE_HOME", std::nullopt);
+    EnvOverride own("SINTER_CACHE_DIR", std::nullopt);
+    CHECK(KernelCache::default_dir() == fs::path("/home/someone/.cache/sinter"));
+  }
+  {
+    EnvOverride xdg("XDG_CACHE_HOME", "/xdg/cache");
+    EnvOverride own("SINTER_CACHE_DIR", std::nullopt);
+    CHECK(KernelCache::default_dir() == fs::path("/xdg/cache/sinter"));
+  }
+  {
+    EnvOverride xdg("XDG_CACHE_HOME", "/xdg/cache");
+    EnvOverride own("SINTER_CACHE_DIR", "/explicit/dir");
+    CHECK(KernelCache::default_dir() == fs::path("/explicit/dir"));
+  }
+}
+
+// ---- Context ------------------------------------------------------------------------------
+
+TEST_CASE("a context owns a pool of the requested size and a cache at the given dir", "[runtime]") {
+  TempDir tmp;
+  Context context(2, tmp.path);
+  CHECK(context.pool().size() == 2);
+  CHECK(context.cache().dir() == tmp.path);
+  std::atomic<int64_t> total{0};
+  context.pool().parallel_for(10, 1, [&](int64_t begin, int64_t end) { total += end - begin; });
+  CHECK(total.load() == 10);
+}
