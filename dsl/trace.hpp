@@ -6,6 +6,7 @@
 #include "dsl/operators.hpp"
 
 #include <array>
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <span>
@@ -106,6 +107,38 @@ inline std::string signature_key(std::span<const HostTensor> args) {
   for (const HostTensor& a : args)
     key += to_string(TensorType{a.dtype(), a.shape()}) + ";";
   return key;
+}
+
+/// Why arguments of these types need a new specialisation: the first input whose type differs
+/// from the last compiled one, naming the dim and its old and new size.
+inline std::string recompile_reason(const std::vector<TensorType>& before,
+                                    std::span<const HostTensor> args,
+                                    const std::vector<std::string>& names) {
+  for (std::size_t i = 0; i < args.size() && i < before.size(); ++i) {
+    const TensorType& old = before[i];
+    const std::string who = "input '" + names[i] + "'";
+    if (old.dtype != args[i].dtype())
+      return who + " dtype changed " + std::string(dtype_name(old.dtype)) + " -> " +
+             std::string(dtype_name(args[i].dtype()));
+    if (old.shape.size() != args[i].shape().size())
+      return who + " rank changed " + to_string(old.shape) + " -> " + to_string(args[i].shape());
+    for (std::size_t d = 0; d < old.shape.size(); ++d)
+      if (old.shape[d] != args[i].shape()[d])
+        return who + " dim " + std::to_string(d) + " changed " + std::to_string(old.shape[d]) +
+               " -> " + std::to_string(args[i].shape()[d]);
+  }
+  return "new argument types";
+}
+
+inline std::string describe_compile(const CompiledGraph& c) {
+  const CompileReport& r = c.compile_report();
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "in %.1f ms: %zu kernels (%zu compiled, %zu loaded from the disk cache, %zu "
+                "reused in memory, %zu library GEMMs); peak memory %.1f KiB",
+                c.compile_seconds() * 1e3, r.kernels, r.compiled, r.from_disk, r.from_memory,
+                r.kernels - r.generated, static_cast<double>(c.memory_plan().peak_bytes()) / 1024);
+  return buf;
 }
 
 } // namespace detail
@@ -231,8 +264,18 @@ public:
                                   " arguments, got " + std::to_string(args.size()));
     std::string key = detail::signature_key(args);
     if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+    std::string why = cache_.empty()
+                          ? std::string("first call")
+                          : "recompiling, " + detail::recompile_reason(last_types_, args, names_);
     Graph traced = trace(args, std::make_index_sequence<arity>{});
-    return cache_.emplace(key, CompiledGraph(std::move(traced), autodiff_)).first->second;
+    const CompiledGraph& compiled =
+        cache_.emplace(key, CompiledGraph(std::move(traced), autodiff_)).first->second;
+    last_types_.clear();
+    for (const HostTensor& a : args) last_types_.push_back(TensorType{a.dtype(), a.shape()});
+    if (compiled.backend() == Backend::cpu)
+      log_line("sinter: compiled (" + why + ", specialisation " + std::to_string(cache_.size()) +
+               ") " + detail::describe_compile(compiled));
+    return compiled;
   }
 
   /// How many distinct argument signatures have been traced (a new batch size traces anew).
@@ -255,11 +298,18 @@ private:
   std::vector<std::string> names_;
   std::optional<AutodiffOptions> autodiff_;
   mutable std::map<std::string, CompiledGraph> cache_; // by argument types; see trace_count()
+  mutable std::vector<TensorType> last_types_;         // of the latest specialisation
 };
 
 /// Traces `fn` (parameters: Tensor<...> or Var) into a graph on first call and runs it.
 template <class Fn> auto jit(Fn fn, TraceOptions options = {}) {
   return Function<Fn, Returns::outputs>(std::move(fn), std::move(options.names), std::nullopt);
+}
+
+/// The same as jit(): the first call traces and compiles, later calls with the same argument
+/// types reuse the compiled code, new types compile a new specialisation (and log why).
+template <class Fn> auto compile(Fn fn, TraceOptions options = {}) {
+  return jit(std::move(fn), std::move(options));
 }
 
 /// Gradients of `fn`'s first output (a scalar loss) with respect to options.wrt.

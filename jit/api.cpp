@@ -3,8 +3,15 @@
 
 #include "jit/interp/interpreter.hpp"
 #include "jit/pipeline/pipeline.hpp"
+#include "jit/runtime/context.hpp"
+#include "jit/runtime/cpu_executable.hpp"
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
 #include <stdexcept>
+#include <string_view>
 
 namespace sinter {
 
@@ -14,8 +21,50 @@ HostTensor from_f64(const F64Tensor& t, DType dtype) {
   return HostTensor::from_doubles(dtype, t.shape, t.data);
 }
 
-CompiledGraph::CompiledGraph(Graph traced, std::optional<AutodiffOptions> autodiff)
-    : graph_(Pipeline::standard(std::move(autodiff)).run(std::move(traced))) {}
+Backend backend_from_environment() {
+  const char* value = std::getenv("SINTER_BACKEND");
+  if (!value || !*value || std::string_view(value) == "cpu") return Backend::cpu;
+  if (std::string_view(value) == "interpreter") return Backend::interpreter;
+  throw std::invalid_argument(std::string("sinter: SINTER_BACKEND='") + value +
+                              "' is not a backend — use cpu or interpreter");
+}
+
+void log_line(const std::string& line) {
+  const char* setting = std::getenv("SINTER_LOG");
+  if (setting && std::string_view(setting) == "0") return;
+  std::fprintf(stderr, "%s\n", line.c_str());
+}
+
+CompiledGraph::CompiledGraph(Graph traced, std::optional<AutodiffOptions> autodiff,
+                             Backend backend, Context* context)
+    : backend_(backend) {
+  auto start = std::chrono::steady_clock::now();
+  DumpSelection dump = DumpSelection::from_environment();
+  graph_ = Pipeline::standard(std::move(autodiff)).run(std::move(traced), dump, std::cerr);
+  if (backend_ == Backend::cpu) {
+    Context& ctx = context ? *context : Context::global();
+    cpu_ = std::make_unique<CpuExecutable>(graph_, ctx.kernels(), ctx.pool());
+    if (dump.wants("fuse")) std::cerr << "// sinter " << cpu_->fusion().print();
+    if (dump.wants("memory")) std::cerr << "// sinter " << cpu_->memory_plan().print();
+    ctx.cache().record_run_stats();
+  }
+  compile_seconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+CompiledGraph::~CompiledGraph() = default;
+CompiledGraph::CompiledGraph(CompiledGraph&&) noexcept = default;
+CompiledGraph& CompiledGraph::operator=(CompiledGraph&&) noexcept = default;
+
+const MemoryPlan& CompiledGraph::memory_plan() const {
+  static const MemoryPlan none;
+  return cpu_ ? cpu_->memory_plan() : none;
+}
+
+const CompileReport& CompiledGraph::compile_report() const {
+  static const CompileReport none;
+  return cpu_ ? cpu_->report() : none;
+}
 
 std::vector<HostTensor> CompiledGraph::run(std::span<const HostTensor> inputs) const {
   const auto& declared = graph_.inputs();
@@ -29,8 +78,9 @@ std::vector<HostTensor> CompiledGraph::run(std::span<const HostTensor> inputs) c
       throw std::invalid_argument("sinter: input '" + declared[i].name + "' expects " +
                                   to_string(want) + ", got " +
                                   to_string(TensorType{inputs[i].dtype(), inputs[i].shape()}));
-    values.push_back(to_f64(inputs[i]));
   }
+  if (cpu_) return cpu_->run(inputs);
+  for (const HostTensor& t : inputs) values.push_back(to_f64(t));
   std::vector<F64Tensor> results = interpret(graph_, values);
   std::vector<HostTensor> out;
   for (std::size_t i = 0; i < results.size(); ++i)

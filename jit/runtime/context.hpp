@@ -1,10 +1,13 @@
 // jit/runtime/context.hpp — Context: the one object holding process-wide runtime state
 #pragma once
+#include "jit/codegen/kernel_library.hpp"
 #include "jit/runtime/kernel_cache.hpp"
 #include "jit/runtime/thread_pool.hpp"
 
 #include <cstddef>
 #include <filesystem>
+#include <memory>
+#include <mutex>
 
 namespace sinter {
 
@@ -21,6 +24,8 @@ public:
 
   ThreadPool& pool() { return pool_; }
   KernelCache& cache() { return cache_; }
+  /// Compiled kernels of this process (starts LLVM on first use; thread-safe).
+  KernelLibrary& kernels();
 
   /// The process-wide context, built on first use (thread-safe).
   static Context& global();
@@ -28,6 +33,8 @@ public:
 private:
   ThreadPool pool_;
   KernelCache cache_;
+  std::once_flag kernels_once_;
+  std::unique_ptr<KernelLibrary> kernels_;
 };
 
 } // namespace sinter

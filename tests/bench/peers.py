@@ -107,7 +107,7 @@ def run_torch(args, compiled):
     # Gradients land in p.grad (computed synchronously on the CPU).
     first, median, loss = timed(step, args.warmup, args.iters, lambda out: out)
     assert all(p.grad is not None for p in params)
-    return first if compiled else None, median, float(loss)
+    return first if compiled else None, median, float(loss.detach())
 
 
 def run_jax(args):
