@@ -66,7 +66,7 @@ def main():
         first = num(f, "compile_s")
         loss = num(f, "loss")
         cells = (name, fmt(t * 1e3, ".3f"), fmt(1.0 / t if t > 0 else math.nan, ".2f"),
-                 fmt(t / base if base > 0 else math.nan, ".2f"), fmt(first, ".3f"),
+                 fmt(t / base if base > 0 else math.nan, ".3g"), fmt(first, ".3f"),
                  fmt(loss, ".6f"))
         print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))))
         if not math.isnan(loss) and abs(loss - base_loss) > 1e-3 * max(1.0, abs(base_loss)):

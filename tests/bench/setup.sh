@@ -101,11 +101,12 @@ say "checking torch.compile on the CPU (compiles C++ with $(command -v c++); up 
 "$PY" - <<'EOF' || die "torch.compile does not work (see above)"
 import logging, tempfile, os, torch
 torch._logging.set_logs(all=logging.ERROR)
-os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="sinter-bench-inductor-")
-f = torch.compile(lambda x, w: torch.relu(x @ w).sum())
-w = torch.ones(4, 4, requires_grad=True)
-y = f(torch.ones(3, 4), w)
-y.backward()
+with tempfile.TemporaryDirectory(prefix="sinter-bench-inductor-") as cache:
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
+    f = torch.compile(lambda x, w: torch.relu(x @ w).sum())
+    w = torch.ones(4, 4, requires_grad=True)
+    y = f(torch.ones(3, 4), w)
+    y.backward()
 assert float(y.detach()) == 48.0 and float(w.grad.sum()) == 48.0, (y, w.grad)
 print("  torch.compile ok")
 EOF
