@@ -271,7 +271,8 @@ public:
     const CompiledGraph& compiled =
         cache_.emplace(key, CompiledGraph(std::move(traced), autodiff_)).first->second;
     last_types_.clear();
-    for (const HostTensor& a : args) last_types_.push_back(TensorType{a.dtype(), a.shape()});
+    for (const HostTensor& a : args)
+      last_types_.push_back(TensorType{a.dtype(), a.shape()});
     if (compiled.backend() == Backend::cpu)
       log_line("sinter: compiled (" + why + ", specialisation " + std::to_string(cache_.size()) +
                ") " + detail::describe_compile(compiled));

@@ -35,8 +35,8 @@ void log_line(const std::string& line) {
   std::fprintf(stderr, "%s\n", line.c_str());
 }
 
-CompiledGraph::CompiledGraph(Graph traced, std::optional<AutodiffOptions> autodiff,
-                             Backend backend, Context* context)
+CompiledGraph::CompiledGraph(Graph traced, std::optional<AutodiffOptions> autodiff, Backend backend,
+                             Context* context)
     : backend_(backend) {
   auto start = std::chrono::steady_clock::now();
   DumpSelection dump = DumpSelection::from_environment();
@@ -80,7 +80,8 @@ std::vector<HostTensor> CompiledGraph::run(std::span<const HostTensor> inputs) c
                                   to_string(TensorType{inputs[i].dtype(), inputs[i].shape()}));
   }
   if (cpu_) return cpu_->run(inputs);
-  for (const HostTensor& t : inputs) values.push_back(to_f64(t));
+  for (const HostTensor& t : inputs)
+    values.push_back(to_f64(t));
   std::vector<F64Tensor> results = interpret(graph_, values);
   std::vector<HostTensor> out;
   for (std::size_t i = 0; i < results.size(); ++i)

@@ -2,8 +2,8 @@
 #pragma once
 #include "jit/codegen/kernel_library.hpp"
 #include "jit/passes/passes.hpp"
-#include "jit/runtime/memory_plan.hpp"
 #include "jit/runtime/host_tensor.hpp"
+#include "jit/runtime/memory_plan.hpp"
 #include "ops/registry.hpp"
 #include "ops/value.hpp"
 

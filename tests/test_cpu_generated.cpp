@@ -25,7 +25,8 @@ Graph op_graph(OpId op, const OpTestCase& c, bool narrow, std::vector<F64Tensor>
     if (narrow && spec.dtype == DType::f64) spec.dtype = DType::f32;
     // Both sides must see the values the typed input really holds.
     if (spec.dtype == DType::f32)
-      for (double& x : v.data) x = static_cast<float>(x);
+      for (double& x : v.data)
+        x = static_cast<float>(x);
     operands.push_back({"x" + std::to_string(i), TensorType{spec.dtype, spec.shape}, v});
   }
   values = values_of(operands);
@@ -40,11 +41,13 @@ void compare(const Graph& optimized, const std::vector<F64Tensor>& values, doubl
   std::vector<HostTensor> got = exe.run(as_host(optimized, values));
   REQUIRE(got.size() == want.size());
   for (std::size_t i = 0; i < got.size(); ++i) {
-    INFO("output " << optimized.outputs()[i].name << " " << to_string(optimized.type(optimized.outputs()[i].id)));
+    INFO("output " << optimized.outputs()[i].name << " "
+                   << to_string(optimized.type(optimized.outputs()[i].id)));
     // The interpreter keeps float64 between ops; compiled f32 rounds at every op.
     F64Tensor expected = want[i];
     if (optimized.type(optimized.outputs()[i].id).dtype == DType::f32)
-      for (double& x : expected.data) x = static_cast<float>(x);
+      for (double& x : expected.data)
+        x = static_cast<float>(x);
     CHECK(max_relative_difference(to_f64(got[i]), expected) <= tolerance);
   }
 }
@@ -82,12 +85,14 @@ void gradient_compiled(OpId op) {
     // loss = sum(op(x) * r) with r a fixed input, so every output element gets a cotangent.
     Graph lossy;
     std::vector<Value> ins;
-    for (const NamedValue& in : g.inputs()) ins.push_back(input(lossy, in.name, g.type(in.id)));
+    for (const NamedValue& in : g.inputs())
+      ins.push_back(input(lossy, in.name, g.type(in.id)));
     Value r = input(lossy, "r", result);
     lossy.add_output("loss", sum(emit(lossy, op, ins, cases[k].attrs) * r).id);
     std::mt19937_64 rng(k);
     values.push_back(random_operand(TestOperand{DType::f64, result.shape}, rng));
-    Graph optimized = Pipeline::standard(AutodiffOptions{wrt, 0}).run(lossy, DumpSelection(""), std::cerr);
+    Graph optimized =
+        Pipeline::standard(AutodiffOptions{wrt, 0}).run(lossy, DumpSelection(""), std::cerr);
     compare(optimized, values, 1e-10);
   }
 }

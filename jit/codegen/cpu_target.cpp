@@ -32,7 +32,8 @@ template <class T> T check(llvm::Expected<T> value, const char* what) {
 
 void check(llvm::Error error, const char* what) {
   if (error)
-    throw std::runtime_error(std::string("sinter: ") + what + ": " + llvm::toString(std::move(error)));
+    throw std::runtime_error(std::string("sinter: ") + what + ": " +
+                             llvm::toString(std::move(error)));
 }
 
 void initialize_llvm() {
@@ -62,9 +63,8 @@ struct CpuTarget::Impl {
     // Kernels call libm (expf, tanhf, erff) and, once vectorised, glibc's libmvec.
     std::string error;
     has_libmvec = !llvm::sys::DynamicLibrary::LoadLibraryPermanently("libmvec.so.1", &error);
-    jit->getMainJITDylib().addGenerator(
-        check(llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(prefix),
-              "process symbols"));
+    jit->getMainJITDylib().addGenerator(check(
+        llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(prefix), "process symbols"));
     fingerprint = machine->getTargetTriple().str() + ";" + machine->getTargetCPU().str() + ";" +
                   machine->getTargetFeatureString().str() + ";llvm " LLVM_VERSION_STRING +
                   ";libmvec " + (has_libmvec ? "1" : "0") +
@@ -136,8 +136,8 @@ std::vector<char> CpuTarget::compile(const FusionPlan& plan, const Kernel& kerne
 
 KernelEntry CpuTarget::load(std::span<const char> object, const std::string& symbol) {
   std::lock_guard lock(impl_->mutex);
-  auto buffer = llvm::MemoryBuffer::getMemBufferCopy(
-      llvm::StringRef(object.data(), object.size()), symbol);
+  auto buffer =
+      llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(object.data(), object.size()), symbol);
   check(impl_->jit->addObjectFile(std::move(buffer)), "load kernel object");
   auto address = check(impl_->jit->lookup(symbol), "find kernel symbol");
   return address.toPtr<KernelEntry>();

@@ -15,7 +15,8 @@ using Index = std::vector<llvm::Value*>;
 
 int64_t product(const Shape& s, std::size_t from, std::size_t to) {
   int64_t p = 1;
-  for (std::size_t i = from; i < to; ++i) p *= s[i];
+  for (std::size_t i = from; i < to; ++i)
+    p *= s[i];
   return p;
 }
 
@@ -36,14 +37,17 @@ public:
     body_params.push_back(i64);
     body_params.push_back(i64);
     auto* body_type = llvm::FunctionType::get(b_.getVoidTy(), body_params, false);
-    auto* body = llvm::Function::Create(body_type, llvm::Function::InternalLinkage, name + ".body",
-                                        module_);
+    auto* body =
+        llvm::Function::Create(body_type, llvm::Function::InternalLinkage, name + ".body", module_);
     body->addFnAttr(llvm::Attribute::AlwaysInline);
-    for (std::size_t i = 0; i + 2 < body_params.size(); ++i)
-      body->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::NoAlias);
+    // An in-place kernel reads and writes one buffer, so its pointers may alias.
+    if (!kernel_.in_place())
+      for (std::size_t i = 0; i + 2 < body_params.size(); ++i)
+        body->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::NoAlias);
 
     auto* entry_type = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i64, i64}, false);
-    auto* entry = llvm::Function::Create(entry_type, llvm::Function::ExternalLinkage, name, module_);
+    auto* entry =
+        llvm::Function::Create(entry_type, llvm::Function::ExternalLinkage, name, module_);
     b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", entry));
     std::vector<llvm::Value*> args;
     for (std::size_t i = 0; i <= kernel_.reads.size(); ++i)
@@ -257,7 +261,8 @@ private:
     auto operand_index = [&](const Index& out_idx, const Index& red_idx) {
       Index idx;
       std::size_t o = 0, r = 0;
-      for (std::size_t d = 0; d < xs.size(); ++d) idx.push_back(reduced(d) ? red_idx[r++] : out_idx[o++]);
+      for (std::size_t d = 0; d < xs.size(); ++d)
+        idx.push_back(reduced(d) ? red_idx[r++] : out_idx[o++]);
       return idx;
     };
     llvm::IRBuilderBase::InsertPoint ip = b_.saveIP();
@@ -286,9 +291,8 @@ private:
     emit_for(begin, end, [&](llvm::Value* row) {
       Index row_idx = delinearize(row, rows_shape);
       llvm::Value* base = b_.CreateMul(row, i64(inner));
-      emit_for(i64(0), i64(inner), [&](llvm::Value* j) {
-        store_out(reduce_init(root), b_.CreateAdd(base, j), t);
-      });
+      emit_for(i64(0), i64(inner),
+               [&](llvm::Value* j) { store_out(reduce_init(root), b_.CreateAdd(base, j), t); });
       Index red;
       emit_nest(reduced_dims, 0, red, [&](const Index& red_idx) {
         emit_for(i64(0), i64(inner), [&](llvm::Value* j) {
@@ -319,7 +323,8 @@ private:
         memo_.clear();
         Index at = delinearize(i, idx_shape);
         llvm::Value* row = b_.CreateSExt(compute(root.inputs[0], at), b_.getInt64Ty());
-        llvm::Value* valid = b_.CreateAnd(b_.CreateICmpSGE(row, i64(0)), b_.CreateICmpSLT(row, i64(rows)));
+        llvm::Value* valid =
+            b_.CreateAnd(b_.CreateICmpSGE(row, i64(0)), b_.CreateICmpSLT(row, i64(rows)));
         auto* then = llvm::BasicBlock::Create(ctx_, "in_range", fn_);
         auto* done = llvm::BasicBlock::Create(ctx_, "next", fn_);
         b_.CreateCondBr(valid, then, done);
@@ -327,11 +332,14 @@ private:
         emit_for(i64(0), i64(width), [&](llvm::Value* k) {
           memo_.clear();
           Index upd = at;
-          for (llvm::Value* v : delinearize(k, row_shape)) upd.push_back(v);
+          for (llvm::Value* v : delinearize(k, row_shape))
+            upd.push_back(v);
           llvm::Value* x = compute(root.inputs[1], upd);
-          llvm::Value* slot = b_.CreateGEP(storage_type(t), out_, b_.CreateAdd(b_.CreateMul(row, i64(width)), k));
+          llvm::Value* slot =
+              b_.CreateGEP(storage_type(t), out_, b_.CreateAdd(b_.CreateMul(row, i64(width)), k));
           llvm::Value* old = from_storage(b_.CreateLoad(storage_type(t), slot), t);
-          llvm::Value* sum = x->getType()->isFloatingPointTy() ? b_.CreateFAdd(old, x) : b_.CreateAdd(old, x);
+          llvm::Value* sum =
+              x->getType()->isFloatingPointTy() ? b_.CreateFAdd(old, x) : b_.CreateAdd(old, x);
           b_.CreateStore(to_storage(sum, t), slot);
         });
         b_.CreateBr(done);
@@ -351,7 +359,8 @@ private:
 
   llvm::Value* call_libm(const char* f32_name, const char* f64_name, llvm::Value* x) {
     bool is_double = x->getType()->isDoubleTy();
-    auto callee = module_.getOrInsertFunction(is_double ? f64_name : f32_name, x->getType(), x->getType());
+    auto callee =
+        module_.getOrInsertFunction(is_double ? f64_name : f32_name, x->getType(), x->getType());
     return b_.CreateCall(callee, {x});
   }
 
@@ -391,7 +400,8 @@ private:
       return fp ? llvm::ConstantFP::get(t, n.attrs.real)
              : t->isIntegerTy(1)
                  ? b_.getInt1(n.attrs.real != 0)
-                 : llvm::ConstantInt::get(t, static_cast<uint64_t>(static_cast<int64_t>(n.attrs.real)), true);
+                 : llvm::ConstantInt::get(
+                       t, static_cast<uint64_t>(static_cast<int64_t>(n.attrs.real)), true);
     case OpId::iota: {
       int64_t axis = *normalize_axis(n.attrs.ints2[0], shape.size());
       return convert(idx[axis], DType::i64, n.type.dtype);
@@ -404,7 +414,8 @@ private:
       // Integer division by zero would trap; the interpreter gives a truncated infinity.
       llvm::Value* d = same(1);
       llvm::Value* zero = llvm::ConstantInt::get(t, 0);
-      llvm::Value* safe = b_.CreateSelect(b_.CreateICmpEQ(d, zero), llvm::ConstantInt::get(t, 1), d);
+      llvm::Value* safe =
+          b_.CreateSelect(b_.CreateICmpEQ(d, zero), llvm::ConstantInt::get(t, 1), d);
       return b_.CreateSelect(b_.CreateICmpEQ(d, zero), zero, b_.CreateSDiv(same(0), safe));
     }
     case OpId::neg: return fp ? b_.CreateFNeg(same(0)) : b_.CreateNeg(same(0));
@@ -445,7 +456,8 @@ private:
       Shape in = g_.type(n.inputs[0]).shape;
       std::size_t offset = shape.size() - in.size();
       Index at;
-      for (std::size_t d = 0; d < in.size(); ++d) at.push_back(in[d] == 1 ? i64(0) : idx[offset + d]);
+      for (std::size_t d = 0; d < in.size(); ++d)
+        at.push_back(in[d] == 1 ? i64(0) : idx[offset + d]);
       return operand(0, at);
     }
     case OpId::reshape: {
@@ -456,12 +468,14 @@ private:
     }
     case OpId::permute: {
       Index at(idx.size());
-      for (std::size_t d = 0; d < idx.size(); ++d) at[n.attrs.ints[d]] = idx[d];
+      for (std::size_t d = 0; d < idx.size(); ++d)
+        at[n.attrs.ints[d]] = idx[d];
       return operand(0, at);
     }
     case OpId::slice: {
       Index at;
-      for (std::size_t d = 0; d < idx.size(); ++d) at.push_back(b_.CreateAdd(idx[d], i64(n.attrs.ints[d])));
+      for (std::size_t d = 0; d < idx.size(); ++d)
+        at.push_back(b_.CreateAdd(idx[d], i64(n.attrs.ints[d])));
       return operand(0, at);
     }
     case OpId::pad: {
@@ -470,7 +484,8 @@ private:
       Index at;
       for (std::size_t d = 0; d < idx.size(); ++d) {
         llvm::Value* p = b_.CreateSub(idx[d], i64(n.attrs.ints[d]));
-        inside = b_.CreateAnd(inside, b_.CreateAnd(b_.CreateICmpSGE(p, i64(0)), b_.CreateICmpSLT(p, i64(in[d]))));
+        inside = b_.CreateAnd(
+            inside, b_.CreateAnd(b_.CreateICmpSGE(p, i64(0)), b_.CreateICmpSLT(p, i64(in[d]))));
         at.push_back(clamp(p, 0, in[d] - 1)); // in bounds even where the select drops it
       }
       return b_.CreateSelect(inside, operand(0, at), llvm::Constant::getNullValue(t));
@@ -484,7 +499,8 @@ private:
         Index at = idx;
         at[axis] = clamp(b_.CreateSub(idx[axis], i64(offset)), 0, size - 1);
         llvm::Value* part = operand(i, at);
-        result = result ? b_.CreateSelect(b_.CreateICmpSGE(idx[axis], i64(offset)), part, result) : part;
+        result =
+            result ? b_.CreateSelect(b_.CreateICmpSGE(idx[axis], i64(offset)), part, result) : part;
         offset += size;
       }
       return result;
@@ -542,8 +558,9 @@ int64_t parallel_range(const Graph& g, const Kernel& k) {
   case KernelKind::reduce: {
     const Node& root = g.node(k.root);
     Shape xs = g.type(root.inputs[0]).shape;
-    bool contiguous = xs.empty() || std::find(root.attrs.ints.begin(), root.attrs.ints.end(),
-                                              static_cast<int64_t>(xs.size() - 1)) != root.attrs.ints.end();
+    bool contiguous =
+        xs.empty() || std::find(root.attrs.ints.begin(), root.attrs.ints.end(),
+                                static_cast<int64_t>(xs.size() - 1)) != root.attrs.ints.end();
     return contiguous ? numel(s) : product(s, 0, s.size() - 1);
   }
   case KernelKind::scatter_add: return 1;

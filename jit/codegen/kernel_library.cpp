@@ -10,12 +10,14 @@ namespace {
 void add_type(KeyHasher& h, const TensorType& t) {
   h.add(static_cast<uint64_t>(t.dtype));
   h.add(t.shape.size());
-  for (int64_t d : t.shape) h.add(static_cast<uint64_t>(d));
+  for (int64_t d : t.shape)
+    h.add(static_cast<uint64_t>(d));
 }
 
 void add_ints(KeyHasher& h, const std::vector<int64_t>& v) {
   h.add(v.size());
-  for (int64_t x : v) h.add(static_cast<uint64_t>(x));
+  for (int64_t x : v)
+    h.add(static_cast<uint64_t>(x));
 }
 
 } // namespace
@@ -29,9 +31,12 @@ CacheKey kernel_key(const FusionPlan& plan, const Kernel& kernel, const std::str
   // Buffers are numbered by their position in `reads`, body nodes by their position in `body`:
   // the key depends on the kernel's structure, never on graph-wide ids.
   std::map<ValueId, uint64_t> local;
-  for (std::size_t i = 0; i < kernel.reads.size(); ++i) local.emplace(kernel.reads[i], i);
+  for (std::size_t i = 0; i < kernel.reads.size(); ++i)
+    local.emplace(kernel.reads[i], i);
   h.add(kernel.reads.size());
-  for (ValueId r : kernel.reads) add_type(h, g.type(r));
+  for (ValueId r : kernel.reads)
+    add_type(h, g.type(r));
+  h.add(kernel.in_place() ? 1 + local.at(kernel.overwrites) : 0);
   for (std::size_t i = 0; i < kernel.body.size(); ++i) {
     ValueId v = kernel.body[i];
     const Node& n = g.node(v);
@@ -64,7 +69,8 @@ CacheKey kernel_key(const FusionPlan& plan, const Kernel& kernel, const std::str
   return h.finish();
 }
 
-KernelEntry KernelLibrary::get(const FusionPlan& plan, const Kernel& kernel, CompileReport& report) {
+KernelEntry KernelLibrary::get(const FusionPlan& plan, const Kernel& kernel,
+                               CompileReport& report) {
   ++report.generated;
   CacheKey key = kernel_key(plan, kernel, target_.fingerprint());
   std::lock_guard lock(mutex_);

@@ -2,6 +2,8 @@
 #include "jit/passes/fuse.hpp"
 
 #include <algorithm>
+#include <map>
+#include <set>
 #include <sstream>
 
 namespace sinter {
@@ -18,10 +20,8 @@ bool index_only(OpId op) {
   case OpId::slice:
   case OpId::pad:
   case OpId::concat:
-  case OpId::gather:
-    return true;
-  default:
-    return false;
+  case OpId::gather: return true;
+  default: return false;
   }
 }
 
@@ -40,10 +40,8 @@ bool cheap_elementwise(OpId op) {
   case OpId::equal:
   case OpId::not_equal:
   case OpId::where:
-  case OpId::cast:
-    return true;
-  default:
-    return false;
+  case OpId::cast: return true;
+  default: return false;
   }
 }
 
@@ -83,19 +81,85 @@ const char* kind_name(KernelKind k) {
 
 } // namespace
 
+namespace {
+
+/// Buffers a loop kernel reads only at the index it writes (through elementwise ops alone).
+std::vector<ValueId> aligned_reads(const FusionPlan& plan, const Kernel& k) {
+  const Graph& g = *plan.graph;
+  std::map<ValueId, bool> aligned; // buffer -> every access aligned so far
+  std::vector<std::pair<ValueId, bool>> stack{{k.root, true}};
+  std::set<std::pair<ValueId, bool>> seen;
+  Shape root_shape = g.type(k.root).shape;
+  while (!stack.empty()) {
+    auto [v, at_root_index] = stack.back();
+    stack.pop_back();
+    if (!seen.insert({v, at_root_index}).second) continue;
+    bool in_memory = v != k.root && (plan.materialized[v] || plan.view_of[v] != v);
+    if (in_memory) {
+      bool ok = at_root_index && g.type(v).shape == root_shape;
+      auto [it, inserted] = aligned.emplace(plan.view_of[v], ok);
+      if (!inserted) it->second = it->second && ok;
+      continue;
+    }
+    bool elementwise = g.node(v).op != OpId::input && is_primitive(g.node(v).op) &&
+                       !index_only(g.node(v).op) && !always_root(g.node(v).op);
+    for (ValueId in : g.node(v).inputs)
+      stack.push_back({in, at_root_index && elementwise});
+  }
+  std::vector<ValueId> out;
+  for (auto [buffer, ok] : aligned)
+    if (ok) out.push_back(buffer);
+  return out;
+}
+
+/// Lets each loop kernel write over a buffer that dies in it, when that is safe.
+void choose_in_place(FusionPlan& plan) {
+  const Graph& g = *plan.graph;
+  std::vector<bool> is_output(g.size(), false);
+  for (const NamedValue& out : g.outputs())
+    is_output[out.id] = true;
+  std::vector<std::size_t> last_use(g.size(), 0);
+  for (std::size_t k = 0; k < plan.kernels.size(); ++k)
+    for (ValueId r : plan.kernels[k].reads)
+      last_use[r] = k;
+  std::vector<bool> taken(g.size(), false); // one kernel writes over a buffer at most once
+  for (std::size_t k = 0; k < plan.kernels.size(); ++k) {
+    Kernel& kernel = plan.kernels[k];
+    kernel.overwrites = kernel.root;
+    if (kernel.kind != KernelKind::loop || is_output[kernel.root]) continue;
+    const TensorType& t = g.type(kernel.root);
+    for (ValueId r : aligned_reads(plan, kernel)) {
+      const TensorType& rt = g.type(r);
+      bool same_bytes = numel(rt.shape) * static_cast<int64_t>(dtype_bytes(rt.dtype)) ==
+                        numel(t.shape) * static_cast<int64_t>(dtype_bytes(t.dtype));
+      if (g.node(r).op == OpId::input || is_output[r] || last_use[r] != k || !same_bytes ||
+          taken[r])
+        continue;
+      kernel.overwrites = r;
+      taken[r] = true;
+      break;
+    }
+  }
+}
+
+} // namespace
+
 FusionPlan fuse(const Graph& g) {
   std::size_t n = g.size();
   FusionPlan plan;
   plan.graph = &g;
   plan.materialized.assign(n, false);
   plan.view_of.resize(n);
-  for (ValueId id = 0; id < n; ++id) plan.view_of[id] = id;
+  for (ValueId id = 0; id < n; ++id)
+    plan.view_of[id] = id;
 
   std::vector<std::vector<ValueId>> consumers(n);
   for (ValueId id = 0; id < n; ++id)
-    for (ValueId in : g.node(id).inputs) consumers[in].push_back(id);
+    for (ValueId in : g.node(id).inputs)
+      consumers[in].push_back(id);
   std::vector<bool> is_output(n, false);
-  for (const NamedValue& out : g.outputs()) is_output[out.id] = true;
+  for (const NamedValue& out : g.outputs())
+    is_output[out.id] = true;
 
   auto& mat = plan.materialized;
   // Recompute cost of a value if everything upstream were inlined (capped): cheap elementwise
@@ -105,8 +169,10 @@ FusionPlan fuse(const Graph& g) {
   for (ValueId id = 0; id < n; ++id) {
     const Node& node = g.node(id);
     if (node.op == OpId::input || always_root(node.op)) continue;
-    int64_t cost = index_only(node.op) ? 0 : (cheap_elementwise(node.op) ? 1 : max_duplicated_cost + 1);
-    for (ValueId in : node.inputs) cost += cone_cost[in];
+    int64_t cost =
+        index_only(node.op) ? 0 : (cheap_elementwise(node.op) ? 1 : max_duplicated_cost + 1);
+    for (ValueId in : node.inputs)
+      cost += cone_cost[in];
     cone_cost[id] = std::min(cost, max_duplicated_cost + 1);
   }
 
@@ -116,16 +182,17 @@ FusionPlan fuse(const Graph& g) {
     const Node& node = g.node(id);
     bool root = node.op == OpId::input || always_root(node.op) || is_output[id];
     int64_t count = 0;
-    for (ValueId c : consumers[id]) count += mat[c] ? 1 : uses[c];
-    if (!root && !index_only(node.op) && count > 1)
-      root = cone_cost[id] > max_duplicated_cost;
+    for (ValueId c : consumers[id])
+      count += mat[c] ? 1 : uses[c];
+    if (!root && !index_only(node.op) && count > 1) root = cone_cost[id] > max_duplicated_cost;
     mat[id] = root;
     uses[id] = root ? 1 : count;
   }
   // A GEMM reads buffers: an operand that is not one, a reshape of one, or the last-two
   // transpose of either, is stored first. (Storing more only shortens other kernels' bodies.)
   auto in_buffer = [&](ValueId id) {
-    while (!mat[id] && g.node(id).op == OpId::reshape) id = g.node(id).inputs[0];
+    while (!mat[id] && g.node(id).op == OpId::reshape)
+      id = g.node(id).inputs[0];
     return mat[id];
   };
   for (ValueId id = 0; id < n; ++id) {
@@ -198,6 +265,7 @@ FusionPlan fuse(const Graph& g) {
     k.body.erase(std::unique(k.body.begin(), k.body.end()), k.body.end());
     plan.kernels.push_back(std::move(k));
   }
+  choose_in_place(plan);
   return plan;
 }
 
@@ -208,9 +276,12 @@ std::string FusionPlan::print() const {
     const Kernel& k = kernels[i];
     os << "  kernel " << i << " " << kind_name(k.kind) << " -> %" << k.root << " "
        << to_string(graph->type(k.root)) << "\n    body:";
-    for (ValueId v : k.body) os << " %" << v << ":" << op_name(graph->node(v).op);
+    for (ValueId v : k.body)
+      os << " %" << v << ":" << op_name(graph->node(v).op);
+    if (k.in_place()) os << "  (in place over %" << k.overwrites << ")";
     os << "\n    reads:";
-    for (ValueId v : k.reads) os << " %" << v;
+    for (ValueId v : k.reads)
+      os << " %" << v;
     if (k.kind == KernelKind::gemm)
       os << "  (a %" << k.gemm_a.buffer << (k.gemm_a.transposed ? "ᵀ" : "") << ", b %"
          << k.gemm_b.buffer << (k.gemm_b.transposed ? "ᵀ" : "") << ")";

@@ -30,6 +30,10 @@ struct Kernel {
   /// Materialised values (buffers) the kernel reads, in first-use order.
   std::vector<ValueId> reads;
   GemmOperand gemm_a{}, gemm_b{}; ///< gemm kernels only
+  /// In-place update: a read buffer this kernel may write its result over (same size, read only
+  /// at the element being written, last read here). Equal to `root` when there is none.
+  ValueId overwrites = 0;
+  bool in_place() const { return overwrites != root; }
 };
 
 /// The result of fusion: which values live in memory and the kernels that compute them.

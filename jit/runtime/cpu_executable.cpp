@@ -24,8 +24,9 @@ CpuExecutable::CpuExecutable(Graph graph, KernelLibrary& library, ThreadPool& po
   for (const Kernel& k : fusion_.kernels)
     entries_.push_back(k.kind == KernelKind::gemm ? nullptr : library.get(fusion_, k, report_));
   report_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  arena_.reset(new (std::align_val_t(MemoryPlan::alignment))
-                   std::byte[static_cast<std::size_t>(std::max<int64_t>(memory_.arena_bytes(), 1))]);
+  arena_.reset(
+      new (std::align_val_t(MemoryPlan::alignment))
+          std::byte[static_cast<std::size_t>(std::max<int64_t>(memory_.arena_bytes(), 1))]);
 }
 
 std::vector<HostTensor> CpuExecutable::run(std::span<const HostTensor> inputs) const {
@@ -35,7 +36,8 @@ std::vector<HostTensor> CpuExecutable::run(std::span<const HostTensor> inputs) c
   std::vector<void*> pointer(g.size(), nullptr);
   for (std::size_t i = 0; i < inputs.size(); ++i)
     pointer[g.inputs()[i].id] = const_cast<std::byte*>(inputs[i].bytes().data());
-  for (const BufferSlot& slot : memory_.slots()) pointer[slot.node] = arena_.get() + slot.offset;
+  for (const BufferSlot& slot : memory_.slots())
+    pointer[slot.node] = arena_.get() + slot.offset;
   std::vector<bool> written(g.size(), false);
   for (const NamedValue& out : g.outputs())
     results.emplace_back(g.type(out.id).dtype, g.type(out.id).shape);
@@ -68,11 +70,13 @@ std::vector<HostTensor> CpuExecutable::run(std::span<const HostTensor> inputs) c
       continue;
     }
     args.assign({pointer[kernel.root]});
-    for (ValueId r : kernel.reads) args.push_back(pointer[r]);
+    for (ValueId r : kernel.reads)
+      args.push_back(pointer[r]);
     int64_t range = parallel_range(g, kernel);
     int64_t chunk = std::max<int64_t>(1, elements_per_chunk / work_per_step(g, kernel));
     KernelEntry entry = entries_[k];
-    pool_.parallel_for(range, chunk, [&](int64_t begin, int64_t end) { entry(args.data(), begin, end); });
+    pool_.parallel_for(range, chunk,
+                       [&](int64_t begin, int64_t end) { entry(args.data(), begin, end); });
   }
 
   // Outputs no kernel wrote: graph inputs passed through, and repeated outputs.

@@ -71,14 +71,15 @@ MemoryPlan::MemoryPlan(const FusionPlan& fusion) {
   }
   std::vector<std::size_t> last_use(g.size(), 0);
   for (std::size_t k = 0; k < fusion.kernels.size(); ++k)
-    for (ValueId r : fusion.kernels[k].reads) last_use[r] = k;
+    for (ValueId r : fusion.kernels[k].reads)
+      last_use[r] = k;
 
   for (std::size_t k = 0; k < fusion.kernels.size(); ++k) {
     ValueId root = fusion.kernels[k].root;
     if (is_output[root]) continue;
     const TensorType& t = g.type(root);
-    int64_t bytes = aligned(std::max<int64_t>(1, numel(t.shape)) *
-                            static_cast<int64_t>(dtype_bytes(t.dtype)));
+    int64_t bytes =
+        aligned(std::max<int64_t>(1, numel(t.shape)) * static_cast<int64_t>(dtype_bytes(t.dtype)));
     slots_.push_back(BufferSlot{root, 0, bytes, k, std::max(k, last_use[root])});
     unshared_bytes_ += bytes;
   }
@@ -86,7 +87,8 @@ MemoryPlan::MemoryPlan(const FusionPlan& fusion) {
   // last reader ran before k (a kernel's output never overlaps what it reads).
   FreeList free;
   std::vector<std::size_t> order(slots_.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  for (std::size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
   std::vector<bool> released(slots_.size(), false);
   for (std::size_t i = 0; i < slots_.size(); ++i) {
     BufferSlot& slot = slots_[i];
@@ -95,7 +97,17 @@ MemoryPlan::MemoryPlan(const FusionPlan& fusion) {
         free.give_back(slots_[j].offset, slots_[j].bytes);
         released[j] = true;
       }
-    slot.offset = free.take(slot.bytes, arena_bytes_);
+    const Kernel& kernel = fusion.kernels[slot.first];
+    if (kernel.in_place()) {
+      // Take over the slot of the buffer this kernel writes over; it dies here.
+      for (std::size_t j = 0; j < i; ++j)
+        if (slots_[j].node == kernel.overwrites && !released[j]) {
+          slot.offset = slots_[j].offset;
+          released[j] = true;
+        }
+    } else {
+      slot.offset = free.take(slot.bytes, arena_bytes_);
+    }
     offset_by_node_[slot.node] = slot.offset;
   }
 }

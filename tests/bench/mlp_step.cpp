@@ -83,9 +83,9 @@ template <std::size_t H> int run(const Options& opt, int64_t batch) {
     args.push_back(pattern({fan_out}, 0.1, 2.0 + 2.0 * static_cast<double>(layer)));
   }
 
-  auto step = value_and_grad(mlp_loss<H>,
-                             {.names = {"x", "labels", "w1", "b1", "w2", "b2", "w3", "b3"},
-                              .wrt = {"w1", "b1", "w2", "b2", "w3", "b3"}});
+  auto step =
+      value_and_grad(mlp_loss<H>, {.names = {"x", "labels", "w1", "b1", "w2", "b2", "w3", "b3"},
+                                   .wrt = {"w1", "b1", "w2", "b2", "w3", "b3"}});
 
   auto start = std::chrono::steady_clock::now();
   GradResult result = step.call(args); // trace + compile (or cache load) + one step
