@@ -4,6 +4,11 @@
 #include <boost/hana/equal.hpp>
 #include <catch2/catch.hpp>
 
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <unistd.h>
+
 #include <cmath>
 #include <string>
 #include <utility>
@@ -352,4 +357,54 @@ TEST_CASE("Narrowing a Var to a Tensor of a different static shape throws a Shap
   });
   CHECK_THROWS_WITH(f(f64_tensor({2, 3}, ramp(6, 1, 0))),
                     Catch::Contains("Tensor<f64[dyn,5]>") && Catch::Contains("dim 1 is 3"));
+}
+
+namespace {
+
+/// Runs `body` with stderr sent to a temporary file; returns what it wrote.
+template <class Body> std::string capture_stderr(Body body) {
+  std::fflush(stderr);
+  char path[] = "/tmp/sinter-stderr-XXXXXX";
+  int file = mkstemp(path);
+  int saved = dup(2);
+  dup2(file, 2);
+  try {
+    body();
+  } catch (...) {
+    dup2(saved, 2);
+    close(saved);
+    close(file);
+    unlink(path);
+    throw;
+  }
+  std::fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  close(file);
+  unlink(path);
+  return text;
+}
+
+} // namespace
+
+TEST_CASE("A recompile is logged with the input, the dim and its old and new size", "[dsl]") {
+  auto step = value_and_grad(mlp_loss, {.names = mlp_names, .wrt = {"w2"}});
+  std::string first = capture_stderr([&] { step.call(mlp_data(3).args); });
+  CHECK_THAT(first, Catch::Contains("sinter: compiled (first call, specialisation 1) in "));
+  std::string again = capture_stderr([&] { step.call(mlp_data(3).args); });
+  CHECK(again.empty());
+  std::string second = capture_stderr([&] { step.call(mlp_data(7).args); });
+  CHECK_THAT(second, Catch::Contains("recompiling, input 'x' dim 0 changed 3 -> 7") &&
+                         Catch::Contains("specialisation 2"));
+}
+
+TEST_CASE("The compiled step reports its peak memory before running", "[dsl]") {
+  auto step = value_and_grad(mlp_loss, {.names = mlp_names});
+  const CompiledGraph& small = step.compile(mlp_data(3).args);
+  const CompiledGraph& large = step.compile(mlp_data(300).args);
+  CHECK(small.memory_plan().peak_bytes() > 0);
+  CHECK(large.memory_plan().peak_bytes() > small.memory_plan().peak_bytes());
+  CHECK(large.memory_plan().arena_bytes() <= large.memory_plan().unshared_bytes());
 }
