@@ -43,7 +43,7 @@ int list_ops() {
   return 0;
 }
 
-constexpr const char* sinter_version = "0.1.0";
+constexpr const char* sinter_version = SINTER_VERSION;
 
 std::string enabled_cpu_features() {
   // LLVM 19: a StringMap<bool> of every feature LLVM knows for the host, true when enabled.
