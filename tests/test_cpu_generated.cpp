@@ -2,9 +2,9 @@
 // forward (f64 and f32) and gradients, generated from the registry like the reference tests
 #include "backend_check.hpp"
 
-#include <catch2/catch.hpp>
+#include "op_test_registry.hpp"
 
-#include <deque>
+#include <catch2/catch.hpp>
 
 namespace sinter::testing {
 namespace {
@@ -97,33 +97,10 @@ void gradient_compiled(OpId op) {
   }
 }
 
-template <std::size_t I> void forward_test() { forward_compiled(static_cast<OpId>(I)); }
-template <std::size_t I> void gradient_test() { gradient_compiled(static_cast<OpId>(I)); }
-
-template <std::size_t... I> bool register_all(std::index_sequence<I...>) {
-  static std::deque<std::string> names;
-  static std::deque<Catch::AutoReg> registrations;
-  auto add = [](std::string name, void (*fn)(), const char* tags) {
-    names.push_back(std::move(name));
-    registrations.emplace_back(Catch::makeTestInvoker(fn), CATCH_INTERNAL_LINEINFO,
-                               Catch::StringRef(), Catch::NameAndTags{names.back().c_str(), tags});
-  };
-  (
-      [&] {
-        auto op = static_cast<OpId>(I);
-        if (op == OpId::input) return;
-        std::string name(op_name(op));
-        add("op " + name + ": compiled on the CPU matches the interpreter (f64 and f32)",
-            &forward_test<I>, "[cpu][cpu-forward]");
-        if (op_def(op).differentiable)
-          add("op " + name + ": compiled gradient matches the interpreter", &gradient_test<I>,
-              "[cpu][cpu-gradient]");
-      }(),
-      ...);
-  return true;
-}
-
-const bool registered = register_all(std::make_index_sequence<num_ops>{});
+const bool forward_compiled_registered = register_op_tests<forward_compiled>(
+    "compiled on the CPU matches the interpreter (f64 and f32)", "[cpu][cpu-forward]");
+const bool gradient_compiled_registered = register_op_tests<gradient_compiled>(
+    "compiled gradient matches the interpreter", "[cpu][cpu-gradient]", true);
 
 } // namespace
 } // namespace sinter::testing

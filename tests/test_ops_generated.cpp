@@ -2,9 +2,10 @@
 // forward vs the op's float64 reference, gradient vs central finite differences
 #include "numeric_check.hpp"
 
+#include "op_test_registry.hpp"
+
 #include <catch2/catch.hpp>
 
-#include <deque>
 #include <sstream>
 #include <utility>
 
@@ -85,37 +86,11 @@ void gradient_matches_finite_differences(OpId op) {
   }
 }
 
-template <std::size_t I> void forward_test() { forward_matches_reference(static_cast<OpId>(I)); }
-template <std::size_t I> void gradient_test() {
-  gradient_matches_finite_differences(static_cast<OpId>(I));
-}
-
-// Registers the generated cases with Catch2 (one per op and property), so a new op in
-// ops/op_list.def is tested without a new test being written.
-template <std::size_t... I> bool register_all(std::index_sequence<I...>) {
-  static std::deque<std::string> names; // Catch2 keeps references to the names
-  auto add = [](std::string name, void (*fn)(), const char* tags) {
-    names.push_back(std::move(name));
-    static std::deque<Catch::AutoReg> registrations;
-    registrations.emplace_back(Catch::makeTestInvoker(fn), CATCH_INTERNAL_LINEINFO,
-                               Catch::StringRef(), Catch::NameAndTags{names.back().c_str(), tags});
-  };
-  (
-      [&] {
-        auto op = static_cast<OpId>(I);
-        if (op == OpId::input) return; // a graph input has no computation to test
-        std::string name(op_name(op));
-        add("op " + name + ": forward matches the float64 reference", &forward_test<I>,
-            "[ops][forward]");
-        if (op_def(op).differentiable)
-          add("op " + name + ": gradient matches central finite differences", &gradient_test<I>,
-              "[ops][gradient]");
-      }(),
-      ...);
-  return true;
-}
-
-const bool registered = register_all(std::make_index_sequence<num_ops>{});
+const bool forward_matches_reference_registered = register_op_tests<forward_matches_reference>(
+    "forward matches the float64 reference", "[ops][forward]");
+const bool gradient_matches_finite_differences_registered =
+    register_op_tests<gradient_matches_finite_differences>(
+        "gradient matches central finite differences", "[ops][gradient]", true);
 
 } // namespace
 } // namespace sinter::testing
