@@ -65,9 +65,9 @@ struct CpuTarget::Impl {
     has_libmvec = !llvm::sys::DynamicLibrary::LoadLibraryPermanently("libmvec.so.1", &error);
     jit->getMainJITDylib().addGenerator(check(
         llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(prefix), "process symbols"));
-    fingerprint = "sinter " SINTER_VERSION ";" + machine->getTargetTriple().str() + ";" + machine->getTargetCPU().str() + ";" +
-                  machine->getTargetFeatureString().str() + ";llvm " LLVM_VERSION_STRING +
-                  ";libmvec " + (has_libmvec ? "1" : "0") +
+    fingerprint = "sinter " SINTER_VERSION ";" + machine->getTargetTriple().str() + ";" +
+                  machine->getTargetCPU().str() + ";" + machine->getTargetFeatureString().str() +
+                  ";llvm " LLVM_VERSION_STRING + ";libmvec " + (has_libmvec ? "1" : "0") +
                   // The emitter's build: a rebuilt code generator never reuses old objects.
                   ";emitter " __DATE__ " " __TIME__;
   }
