@@ -1,7 +1,13 @@
-// dsl/sinter.hpp — the header a model author includes: Tensor, Var, the op vocabulary, jit/grad
+// dsl/sinter.hpp — the header a model author includes: Tensor, Var, the op vocabulary, jit/grad,
+// modules, compile_step
 #pragma once
+#include "dsl/checkpoint.hpp"
 #include "dsl/dims.hpp"
 #include "dsl/expr.hpp"
+#include "dsl/nn/layers.hpp"
+#include "dsl/nn/parameter.hpp"
+#include "dsl/nn/transformer.hpp"
 #include "dsl/operators.hpp"
 #include "dsl/tensor.hpp"
 #include "dsl/trace.hpp"
+#include "dsl/train.hpp"

@@ -62,13 +62,13 @@ template <class T> struct is_tuple : std::false_type {};
 template <class... T> struct is_tuple<std::tuple<T...>> : std::true_type {};
 
 template <class P>
-concept Parameter = is_tensor<P>::value || std::same_as<P, Var>;
+concept TracedParameter = is_tensor<P>::value || std::same_as<P, Var>;
 
 /// One input node per parameter, checked against the parameter's static type.
 template <class P>
 P make_parameter(Graph& g, const HostTensor& arg, const std::string& name, std::size_t index) {
-  static_assert(Parameter<P>, "sinter: every parameter of a traced function must be a "
-                              "sinter::Tensor<dtype, dims...> or a sinter::Var");
+  static_assert(TracedParameter<P>, "sinter: every parameter of a traced function must be a "
+                                    "sinter::Tensor<dtype, dims...> or a sinter::Var");
   TensorType got{arg.dtype(), arg.shape()};
   if constexpr (std::same_as<P, Var>) {
     return Var(input(g, name, got));

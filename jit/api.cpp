@@ -66,26 +66,56 @@ const CompileReport& CompiledGraph::compile_report() const {
   return cpu_ ? cpu_->report() : none;
 }
 
-std::vector<HostTensor> CompiledGraph::run(std::span<const HostTensor> inputs) const {
+namespace {
+std::vector<const HostTensor*> pointers_to(std::span<const HostTensor> tensors) {
+  std::vector<const HostTensor*> out;
+  for (const HostTensor& t : tensors)
+    out.push_back(&t);
+  return out;
+}
+} // namespace
+
+void CompiledGraph::run_into(std::span<const HostTensor> inputs,
+                             std::span<HostTensor> outputs) const {
+  run_into(pointers_to(inputs), outputs);
+}
+
+void CompiledGraph::run_into(std::span<const HostTensor* const> inputs,
+                             std::span<HostTensor> outputs) const {
+  if (outputs.size() != graph_.outputs().size())
+    throw std::invalid_argument("sinter: run_into needs one output tensor per graph output");
+  check_inputs(inputs);
+  if (cpu_) {
+    cpu_->run_into(inputs, outputs);
+    return;
+  }
+  std::vector<F64Tensor> values;
+  for (const HostTensor* t : inputs)
+    values.push_back(to_f64(*t));
+  std::vector<F64Tensor> results = interpret(graph_, values);
+  for (std::size_t i = 0; i < results.size(); ++i)
+    outputs[i] = from_f64(results[i], graph_.type(graph_.outputs()[i].id).dtype);
+}
+
+void CompiledGraph::check_inputs(std::span<const HostTensor* const> inputs) const {
   const auto& declared = graph_.inputs();
   if (inputs.size() != declared.size())
     throw std::invalid_argument("sinter: expected " + std::to_string(declared.size()) +
                                 " inputs, got " + std::to_string(inputs.size()));
-  std::vector<F64Tensor> values;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const TensorType& want = graph_.type(declared[i].id);
-    if (inputs[i].dtype() != want.dtype || inputs[i].shape() != want.shape)
+    if (inputs[i]->dtype() != want.dtype || inputs[i]->shape() != want.shape)
       throw std::invalid_argument("sinter: input '" + declared[i].name + "' expects " +
                                   to_string(want) + ", got " +
-                                  to_string(TensorType{inputs[i].dtype(), inputs[i].shape()}));
+                                  to_string(TensorType{inputs[i]->dtype(), inputs[i]->shape()}));
   }
-  if (cpu_) return cpu_->run(inputs);
-  for (const HostTensor& t : inputs)
-    values.push_back(to_f64(t));
-  std::vector<F64Tensor> results = interpret(graph_, values);
+}
+
+std::vector<HostTensor> CompiledGraph::run(std::span<const HostTensor> inputs) const {
   std::vector<HostTensor> out;
-  for (std::size_t i = 0; i < results.size(); ++i)
-    out.push_back(from_f64(results[i], graph_.type(graph_.outputs()[i].id).dtype));
+  for (const NamedValue& o : graph_.outputs())
+    out.emplace_back(graph_.type(o.id).dtype, graph_.type(o.id).shape);
+  run_into(inputs, out);
   return out;
 }
 

@@ -42,6 +42,9 @@ public:
   /// Runs one step; outputs follow graph().outputs().
   /// Throws std::invalid_argument naming the input whose dtype or shape is wrong.
   std::vector<HostTensor> run(std::span<const HostTensor> inputs) const;
+  /// The same, writing into `outputs` (resized to the right types when they are not).
+  void run_into(std::span<const HostTensor> inputs, std::span<HostTensor> outputs) const;
+  void run_into(std::span<const HostTensor* const> inputs, std::span<HostTensor> outputs) const;
 
   /// Memory the step needs (CPU backend): `memory_plan().peak_bytes()`.
   const MemoryPlan& memory_plan() const;
@@ -51,6 +54,8 @@ public:
   double compile_seconds() const { return compile_seconds_; }
 
 private:
+  void check_inputs(std::span<const HostTensor* const> inputs) const;
+
   Graph graph_;
   Backend backend_;
   std::unique_ptr<CpuExecutable> cpu_;
@@ -64,3 +69,11 @@ F64Tensor to_f64(const HostTensor& t);
 HostTensor from_f64(const F64Tensor& t, DType dtype);
 
 } // namespace sinter
+
+// The training runtime, checkpoints and data loading are part of the same façade.
+#include "jit/data/fashion_mnist.hpp"
+#include "jit/data/loader.hpp"
+#include "jit/data/synthetic.hpp"
+#include "jit/data/text.hpp"
+#include "jit/runtime/checkpoint.hpp"
+#include "jit/runtime/train_step.hpp"

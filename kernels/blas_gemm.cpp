@@ -46,26 +46,27 @@ void store(DType t, void* base, int64_t i, double v) {
 void gemm(DType dtype, const GemmShape& s, const void* a, const void* b, void* c) {
   auto ta = s.trans_a ? CblasTrans : CblasNoTrans;
   auto tb = s.trans_b ? CblasTrans : CblasNoTrans;
-  auto lda = static_cast<blasint>(s.trans_a ? s.m : s.k);
-  auto ldb = static_cast<blasint>(s.trans_b ? s.k : s.n);
+  auto lda = static_cast<blasint>(s.lda ? s.lda : (s.trans_a ? s.m : s.k));
+  auto ldb = static_cast<blasint>(s.ldb ? s.ldb : (s.trans_b ? s.k : s.n));
+  auto ldc = static_cast<blasint>(s.ldc ? s.ldc : s.n);
   auto m = static_cast<blasint>(s.m), n = static_cast<blasint>(s.n), k = static_cast<blasint>(s.k);
   if (dtype == DType::f32) {
     cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, static_cast<const float*>(a), lda,
-                static_cast<const float*>(b), ldb, 0.0f, static_cast<float*>(c), n);
+                static_cast<const float*>(b), ldb, 0.0f, static_cast<float*>(c), ldc);
     return;
   }
   if (dtype == DType::f64) {
     cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, static_cast<const double*>(a), lda,
-                static_cast<const double*>(b), ldb, 0.0, static_cast<double*>(c), n);
+                static_cast<const double*>(b), ldb, 0.0, static_cast<double*>(c), ldc);
     return;
   }
   for (int64_t i = 0; i < s.m; ++i)
     for (int64_t j = 0; j < s.n; ++j) {
       double acc = 0;
       for (int64_t q = 0; q < s.k; ++q)
-        acc += load(dtype, a, s.trans_a ? q * s.m + i : i * s.k + q) *
-               load(dtype, b, s.trans_b ? j * s.k + q : q * s.n + j);
-      store(dtype, c, i * s.n + j, acc);
+        acc += load(dtype, a, s.trans_a ? q * lda + i : i * lda + q) *
+               load(dtype, b, s.trans_b ? j * ldb + q : q * ldb + j);
+      store(dtype, c, i * ldc + j, acc);
     }
 }
 

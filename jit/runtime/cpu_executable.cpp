@@ -20,6 +20,7 @@ CpuExecutable::CpuExecutable(Graph graph, KernelLibrary& library, ThreadPool& po
     : graph_(std::make_unique<Graph>(std::move(graph))), fusion_(fuse(*graph_)), memory_(fusion_),
       pool_(pool) {
   auto start = std::chrono::steady_clock::now();
+  kernels::set_gemm_threads(1);
   report_.kernels = fusion_.kernels.size();
   for (const Kernel& k : fusion_.kernels)
     entries_.push_back(k.kind == KernelKind::gemm ? nullptr : library.get(fusion_, k, report_));
@@ -30,17 +31,36 @@ CpuExecutable::CpuExecutable(Graph graph, KernelLibrary& library, ThreadPool& po
 }
 
 std::vector<HostTensor> CpuExecutable::run(std::span<const HostTensor> inputs) const {
+  std::vector<HostTensor> results;
+  for (const NamedValue& out : graph_->outputs())
+    results.emplace_back(graph_->type(out.id).dtype, graph_->type(out.id).shape);
+  run_into(inputs, results);
+  return results;
+}
+
+void CpuExecutable::run_into(std::span<const HostTensor> inputs,
+                             std::span<HostTensor> results) const {
+  std::vector<const HostTensor*> pointers;
+  for (const HostTensor& t : inputs)
+    pointers.push_back(&t);
+  run_into(pointers, results);
+}
+
+void CpuExecutable::run_into(std::span<const HostTensor* const> inputs,
+                             std::span<HostTensor> results) const {
   std::lock_guard lock(run_mutex_);
   const Graph& g = *graph_;
-  std::vector<HostTensor> results;
   std::vector<void*> pointer(g.size(), nullptr);
   for (std::size_t i = 0; i < inputs.size(); ++i)
-    pointer[g.inputs()[i].id] = const_cast<std::byte*>(inputs[i].bytes().data());
+    pointer[g.inputs()[i].id] = const_cast<std::byte*>(inputs[i]->bytes().data());
   for (const BufferSlot& slot : memory_.slots())
     pointer[slot.node] = arena_.get() + slot.offset;
   std::vector<bool> written(g.size(), false);
-  for (const NamedValue& out : g.outputs())
-    results.emplace_back(g.type(out.id).dtype, g.type(out.id).shape);
+  for (std::size_t i = 0; i < g.outputs().size(); ++i) {
+    const TensorType& t = g.type(g.outputs()[i].id);
+    if (results[i].dtype() != t.dtype || results[i].shape() != t.shape)
+      results[i] = HostTensor(t.dtype, t.shape);
+  }
   // Kernel roots that are outputs write straight into the first result naming them.
   for (std::size_t i = 0; i < g.outputs().size(); ++i) {
     ValueId id = g.outputs()[i].id;
@@ -64,9 +84,23 @@ std::vector<HostTensor> CpuExecutable::run(std::span<const HostTensor> inputs) c
       auto* pa = static_cast<std::byte*>(pointer[kernel.gemm_a.buffer]);
       auto* pb = static_cast<std::byte*>(pointer[kernel.gemm_b.buffer]);
       auto* pc = static_cast<std::byte*>(pointer[kernel.root]);
-      for (int64_t i = 0; i < batches; ++i)
-        kernels::gemm(root.type.dtype, s, pa + i * s.m * s.k * elem, pb + i * s.k * s.n * elem,
-                      pc + i * s.m * s.n * elem);
+      // Row blocks of C run on the pool, each a single-threaded library GEMM.
+      int64_t block = std::max<int64_t>(16, (s.m + static_cast<int64_t>(pool_.size()) - 1) /
+                                                static_cast<int64_t>(pool_.size()));
+      int64_t blocks = (s.m + block - 1) / block;
+      pool_.parallel_for(batches * blocks, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t job = begin; job < end; ++job) {
+          int64_t i = job / blocks, row = (job % blocks) * block;
+          kernels::GemmShape part = s;
+          part.m = std::min(block, s.m - row);
+          part.lda = s.trans_a ? s.m : s.k;
+          part.ldb = s.trans_b ? s.k : s.n;
+          part.ldc = s.n;
+          std::byte* a = pa + i * s.m * s.k * elem + (s.trans_a ? row : row * s.k) * elem;
+          kernels::gemm(root.type.dtype, part, a, pb + i * s.k * s.n * elem,
+                        pc + (i * s.m * s.n + row * s.n) * elem);
+        }
+      });
       continue;
     }
     args.assign({pointer[kernel.root]});
@@ -86,7 +120,6 @@ std::vector<HostTensor> CpuExecutable::run(std::span<const HostTensor> inputs) c
     if (source == results[i].bytes().data()) continue;
     std::memcpy(results[i].bytes().data(), source, results[i].bytes().size());
   }
-  return results;
 }
 
 } // namespace sinter

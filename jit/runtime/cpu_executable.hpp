@@ -20,6 +20,11 @@ public:
   /// Runs one step. Inputs follow graph().inputs() and must already have the right types.
   /// Not re-entrant: concurrent calls on one executable are serialised (they share the arena).
   std::vector<HostTensor> run(std::span<const HostTensor> inputs) const;
+  /// The same, writing into `outputs` (one per graph output, already of the right types), so a
+  /// loop of steps allocates nothing.
+  void run_into(std::span<const HostTensor> inputs, std::span<HostTensor> outputs) const;
+  /// The same with inputs by pointer (callers that keep them in several places).
+  void run_into(std::span<const HostTensor* const> inputs, std::span<HostTensor> outputs) const;
 
   const Graph& graph() const { return *graph_; }
   const FusionPlan& fusion() const { return fusion_; }

@@ -1,0 +1,70 @@
+// dsl/nn/layers.hpp — Linear, Embedding, LayerNorm and MLP modules
+#pragma once
+#include "dsl/nn/parameter.hpp"
+
+namespace sinter {
+
+/// y = x · W + b with W [in, out] (PyTorch's default init: U(±1/√in)).
+struct Linear {
+  BOOST_HANA_DEFINE_STRUCT(Linear, (Parameter, weight), (Parameter, bias));
+
+  Linear() = default;
+  Linear(int64_t in, int64_t out, Init& init) {
+    double bound = 1.0 / std::sqrt(static_cast<double>(in));
+    weight = Parameter(init.uniform({in, out}, bound));
+    bias = Parameter(init.uniform({out}, bound));
+  }
+  Var operator()(const Var& x) const { return Var(matmul(x.value(), weight.node()) + bias.node()); }
+};
+
+/// Rows of a [vocab, dim] table looked up by integer ids (N(0, 0.02) init, as GPT-2).
+struct Embedding {
+  BOOST_HANA_DEFINE_STRUCT(Embedding, (Parameter, weight));
+
+  Embedding() = default;
+  Embedding(int64_t vocab, int64_t dim, Init& init) : weight(init.normal({vocab, dim}, 0.02)) {}
+  Var operator()(const Var& ids) const { return Var(gather(weight.node(), ids.value())); }
+};
+
+/// Normalises the last axis; gamma = 1, beta = 0 initially.
+struct LayerNorm {
+  BOOST_HANA_DEFINE_STRUCT(LayerNorm, (Parameter, gamma), (Parameter, beta));
+  double eps = 1e-5;
+
+  LayerNorm() = default;
+  LayerNorm(int64_t dim, Init& init, double epsilon = 1e-5)
+      : gamma(init.constant({dim}, 1.0)), beta(init.constant({dim}, 0.0)), eps(epsilon) {}
+  Var operator()(const Var& x) const {
+    return Var(layernorm(x.value(), gamma.node(), beta.node(), eps));
+  }
+};
+
+enum class Activation { relu, gelu };
+
+inline Value activate(Value x, Activation a) {
+  return a == Activation::relu ? relu(x) : gelu_tanh(x);
+}
+
+/// Linear layers with an activation between them (none after the last).
+struct MLP {
+  BOOST_HANA_DEFINE_STRUCT(MLP, (std::vector<Linear>, layers));
+  Activation activation = Activation::relu;
+
+  MLP() = default;
+  /// widths = {in, hidden..., out}.
+  MLP(const std::vector<int64_t>& widths, Init& init, Activation act = Activation::relu)
+      : activation(act) {
+    for (std::size_t i = 0; i + 1 < widths.size(); ++i)
+      layers.emplace_back(widths[i], widths[i + 1], init);
+  }
+  Var operator()(const Var& x) const {
+    Var h = x;
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      h = layers[i](h);
+      if (i + 1 < layers.size()) h = Var(activate(h.value(), activation));
+    }
+    return h;
+  }
+};
+
+} // namespace sinter

@@ -1,0 +1,93 @@
+// dsl/nn/parameter.hpp — Parameter, seeded initialisation, and reflection over a model's params
+#pragma once
+#include "dsl/tensor.hpp"
+
+#include <boost/hana.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace sinter {
+
+/// A trainable tensor: its current value on the host, and its node while a step is traced.
+struct Parameter {
+  HostTensor value;
+  Var traced; ///< valid only inside a traced function
+
+  Parameter() = default;
+  explicit Parameter(HostTensor v) : value(std::move(v)) {}
+  /// The parameter inside a traced function.
+  Var var() const {
+    if (!traced.value())
+      throw std::logic_error("sinter: a Parameter was used outside a traced step or eval");
+    return traced;
+  }
+  Value node() const { return var().value(); }
+};
+
+/// Deterministic initialisation: the same seed gives the same model.
+class Init {
+public:
+  explicit Init(uint64_t seed) : rng_(seed) {}
+  HostTensor uniform(Shape shape, double bound, DType dtype = DType::f32) {
+    std::uniform_real_distribution<double> d(-bound, bound);
+    return fill(std::move(shape), dtype, [&] { return d(rng_); });
+  }
+  HostTensor normal(Shape shape, double stddev, DType dtype = DType::f32) {
+    std::normal_distribution<double> d(0.0, stddev);
+    return fill(std::move(shape), dtype, [&] { return d(rng_); });
+  }
+  HostTensor constant(Shape shape, double value, DType dtype = DType::f32) {
+    return fill(std::move(shape), dtype, [&] { return value; });
+  }
+
+private:
+  template <class F> HostTensor fill(Shape shape, DType dtype, F draw) {
+    HostTensor t(dtype, std::move(shape));
+    for (int64_t i = 0; i < t.size(); ++i)
+      t.set(i, draw());
+    return t;
+  }
+  std::mt19937_64 rng_;
+};
+
+namespace detail {
+template <class T> struct is_std_vector : std::false_type {};
+template <class T, class A> struct is_std_vector<std::vector<T, A>> : std::true_type {};
+
+inline std::string join_path(const std::string& prefix, const std::string& name) {
+  return prefix.empty() ? name : prefix + "." + name;
+}
+} // namespace detail
+
+/// Calls f(dotted_name, Parameter&) for every parameter of a module, in declaration order:
+/// members declared with BOOST_HANA_DEFINE_STRUCT, recursing into sub-modules and
+/// std::vectors of them (`blocks.3.attn.qkv.weight`). Other members are configuration.
+template <class M, class F>
+void for_each_parameter(M& module, F&& f, const std::string& prefix = "") {
+  using T = std::remove_cvref_t<M>;
+  if constexpr (std::is_same_v<T, Parameter>) {
+    f(prefix, module);
+  } else if constexpr (detail::is_std_vector<T>::value) {
+    for (std::size_t i = 0; i < module.size(); ++i)
+      for_each_parameter(module[i], f, detail::join_path(prefix, std::to_string(i)));
+  } else if constexpr (boost::hana::Struct<T>::value) {
+    boost::hana::for_each(boost::hana::accessors<T>(), [&](auto pair) {
+      std::string name = boost::hana::to<const char*>(boost::hana::first(pair));
+      for_each_parameter(boost::hana::second(pair)(module), f, detail::join_path(prefix, name));
+    });
+  }
+}
+
+/// Number of scalar weights in the model.
+template <class M> int64_t parameter_count(M& model) {
+  int64_t n = 0;
+  for_each_parameter(model, [&](const std::string&, Parameter& p) { n += p.value.size(); });
+  return n;
+}
+
+} // namespace sinter

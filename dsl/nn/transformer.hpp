@@ -1,0 +1,142 @@
+// dsl/nn/transformer.hpp — attention, the pre-norm transformer block, and ViT / GPT models
+#pragma once
+#include "dsl/nn/layers.hpp"
+
+namespace sinter {
+
+/// Multi-head self-attention over [B, T, D], optionally causal.
+struct MultiHeadAttention {
+  BOOST_HANA_DEFINE_STRUCT(MultiHeadAttention, (Linear, qkv), (Linear, proj));
+  int64_t heads = 1;
+  bool causal = false;
+
+  MultiHeadAttention() = default;
+  MultiHeadAttention(int64_t dim, int64_t num_heads, bool is_causal, Init& init)
+      : qkv(dim, 3 * dim, init), proj(dim, dim, init), heads(num_heads), causal(is_causal) {
+    if (dim % num_heads != 0)
+      throw std::invalid_argument("sinter: attention width " + std::to_string(dim) +
+                                  " is not divisible by " + std::to_string(num_heads) + " heads");
+  }
+
+  Var operator()(const Var& x) const {
+    Shape s = x.value().shape();
+    if (s.size() != 3)
+      throw ShapeError("sinter: attention expects [batch, tokens, dim], got " + to_string(s));
+    int64_t b = s[0], t = s[1], d = s[2], dh = d / heads;
+    Value packed = reshape(qkv(x).value(), {b, t, 3, heads, dh});
+    Value split = permute(packed, {2, 0, 3, 1, 4}); // [3, B, H, T, Dh]
+    auto part = [&](int64_t i) {
+      return reshape(slice(split, {i, 0, 0, 0, 0}, {i + 1, b, heads, t, dh}), {b, heads, t, dh});
+    };
+    Value q = part(0), k = part(1), v = part(2);
+    Value scores = matmul(q, transpose(k, -2, -1)) * (1.0 / std::sqrt(static_cast<double>(dh)));
+    if (causal) {
+      Graph& g = *scores.graph;
+      Value row = iota(g, DType::i32, {t, t}, 0), col = iota(g, DType::i32, {t, t}, 1);
+      scores = where(less_equal(col, row), scores, scalar_like(scores, -1e9));
+    }
+    Value attended = matmul(softmax(scores, -1), v);                    // [B, H, T, Dh]
+    Value merged = reshape(permute(attended, {0, 2, 1, 3}), {b, t, d}); // [B, T, D]
+    return proj(Var(merged));
+  }
+};
+
+/// Pre-norm block: x + attn(ln1(x)), then x + mlp(ln2(x)) with a 4× GELU MLP.
+struct TransformerBlock {
+  BOOST_HANA_DEFINE_STRUCT(TransformerBlock, (LayerNorm, ln1), (MultiHeadAttention, attn),
+                           (LayerNorm, ln2), (MLP, mlp));
+
+  TransformerBlock() = default;
+  TransformerBlock(int64_t dim, int64_t heads, bool causal, Init& init)
+      : ln1(dim, init), attn(dim, heads, causal, init), ln2(dim, init),
+        mlp({dim, 4 * dim, dim}, init, Activation::gelu) {}
+
+  Var operator()(const Var& x) const {
+    Var h = Var(x.value() + attn(ln1(x)).value());
+    return Var(h.value() + mlp(ln2(h)).value());
+  }
+};
+
+/// Cuts [B, H, W] images into non-overlapping P×P patches and projects each to `dim`.
+struct PatchEmbed {
+  BOOST_HANA_DEFINE_STRUCT(PatchEmbed, (Linear, proj));
+  int64_t patch = 1;
+
+  PatchEmbed() = default;
+  PatchEmbed(int64_t patch_size, int64_t dim, Init& init)
+      : proj(patch_size * patch_size, dim, init), patch(patch_size) {}
+
+  Var operator()(const Var& images) const {
+    Shape s = images.value().shape();
+    if (s.size() != 3 || s[1] % patch != 0 || s[2] % patch != 0)
+      throw ShapeError("sinter: PatchEmbed expects [batch, H, W] with H and W multiples of " +
+                       std::to_string(patch) + ", got " + to_string(s));
+    int64_t b = s[0], gh = s[1] / patch, gw = s[2] / patch;
+    Value grid = reshape(images.value(), {b, gh, patch, gw, patch});
+    Value patches = reshape(permute(grid, {0, 1, 3, 2, 4}), {b, gh * gw, patch * patch});
+    return proj(Var(patches));
+  }
+};
+
+struct ViTConfig {
+  int64_t image = 28, patch = 7, dim = 64, depth = 4, heads = 4, classes = 10;
+};
+
+/// Vision transformer: patches + learned positions → blocks → LayerNorm → mean over tokens →
+/// class logits.
+struct ViT {
+  BOOST_HANA_DEFINE_STRUCT(ViT, (PatchEmbed, embed), (Parameter, position),
+                           (std::vector<TransformerBlock>, blocks), (LayerNorm, norm),
+                           (Linear, head));
+
+  ViT() = default;
+  ViT(const ViTConfig& c, Init& init)
+      : embed(c.patch, c.dim, init),
+        position(init.normal({(c.image / c.patch) * (c.image / c.patch), c.dim}, 0.02)),
+        norm(c.dim, init), head(c.dim, c.classes, init) {
+    for (int64_t i = 0; i < c.depth; ++i)
+      blocks.emplace_back(c.dim, c.heads, false, init);
+  }
+
+  Var operator()(const Var& images) const {
+    Var x = Var(embed(images).value() + position.node());
+    for (const TransformerBlock& block : blocks)
+      x = block(x);
+    return head(Var(mean(norm(x).value(), {1})));
+  }
+};
+
+struct GPTConfig {
+  int64_t vocab = 256, context = 64, dim = 128, depth = 4, heads = 4;
+};
+
+/// Decoder-only language model: token + position embeddings → causal blocks → LayerNorm →
+/// next-token logits [B, T, vocab].
+struct GPT {
+  BOOST_HANA_DEFINE_STRUCT(GPT, (Embedding, tokens), (Parameter, position),
+                           (std::vector<TransformerBlock>, blocks), (LayerNorm, norm),
+                           (Linear, head));
+
+  GPT() = default;
+  GPT(const GPTConfig& c, Init& init)
+      : tokens(c.vocab, c.dim, init), position(init.normal({c.context, c.dim}, 0.02)),
+        norm(c.dim, init), head(c.dim, c.vocab, init) {
+    for (int64_t i = 0; i < c.depth; ++i)
+      blocks.emplace_back(c.dim, c.heads, true, init);
+  }
+
+  Var operator()(const Var& ids) const {
+    Shape s = ids.value().shape();
+    int64_t t = s.at(1), context = position.value.shape()[0];
+    if (t > context)
+      throw ShapeError("sinter: GPT context is " + std::to_string(context) + " tokens, got " +
+                       std::to_string(t));
+    Value pos = slice(position.node(), {0, 0}, {t, position.value.shape()[1]});
+    Var x = Var(tokens(ids).value() + pos);
+    for (const TransformerBlock& block : blocks)
+      x = block(x);
+    return head(norm(x));
+  }
+};
+
+} // namespace sinter

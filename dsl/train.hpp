@@ -1,0 +1,218 @@
+// dsl/train.hpp — compile_step (forward + loss + backward + update as one program), compile_eval,
+// optimizers and learning-rate schedules
+#pragma once
+#include "dsl/nn/parameter.hpp"
+#include "dsl/trace.hpp"
+
+#include <cmath>
+#include <functional>
+#include <numbers>
+
+namespace sinter {
+
+/// AdamW; `lr` is the base learning rate the schedule scales.
+struct adamw {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+};
+/// SGD with optional (Nesterov) momentum and L2 weight decay.
+struct sgd {
+  double lr = 0.01, momentum = 0.0, weight_decay = 0.0;
+  bool nesterov = false;
+};
+
+/// Learning rate of optimizer step `step` (0-based). Fed to the compiled step as a runtime
+/// scalar, so changing it never recompiles.
+using Schedule = std::function<double(int64_t step)>;
+
+inline Schedule constant_schedule(double lr) {
+  return [lr](int64_t) { return lr; };
+}
+/// Linear warm-up to `peak` over `warmup` steps, then cosine decay to `peak * final_fraction`
+/// at `total` steps (held there after).
+inline Schedule warmup_cosine(double peak, int64_t warmup, int64_t total,
+                              double final_fraction = 0.0) {
+  return [=](int64_t step) {
+    if (step < warmup) return peak * static_cast<double>(step + 1) / static_cast<double>(warmup);
+    double progress = std::min(1.0, static_cast<double>(step - warmup) /
+                                        static_cast<double>(std::max<int64_t>(1, total - warmup)));
+    double cosine = 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
+    return peak * (final_fraction + (1.0 - final_fraction) * cosine);
+  };
+}
+/// Learning rate for a batch k times larger: linear (×k) or square-root (×√k) scaling.
+inline double scale_lr_linear(double lr, double k) { return lr * k; }
+inline double scale_lr_sqrt(double lr, double k) { return lr * std::sqrt(k); }
+
+struct StepOptions {
+  /// Names of the batch parameters (default batch0, batch1, ...).
+  std::vector<std::string> batch_names;
+  /// Default: the optimizer's lr, constant.
+  Schedule schedule;
+  /// Rescale gradients when their global L2 norm exceeds this (0: off).
+  double clip_grad_norm = 0.0;
+  /// Micro-batches whose gradients are summed (and averaged) before each update.
+  int64_t accumulate = 1;
+};
+
+struct StepOutput {
+  LossHandle loss; ///< reading it costs nothing extra and never recompiles
+  int64_t step;    ///< optimizer steps done after this call
+  double lr;       ///< learning rate used for this call
+};
+
+namespace detail {
+
+inline Optimizer to_optimizer(const adamw& a) {
+  return AdamW{a.beta1, a.beta2, a.eps, a.weight_decay};
+}
+inline Optimizer to_optimizer(const sgd& s) { return SGD{s.momentum, s.nesterov, s.weight_decay}; }
+
+/// Traces `fn(model, batch...)` with the model's parameters as named inputs.
+template <class Model, class Fn, std::size_t... I>
+Graph trace_with_model(Model& model, const Fn& fn, std::span<const HostTensor> batch,
+                       const std::vector<std::string>& batch_names, std::index_sequence<I...>) {
+  using params = typename signature<Fn>::params; // (Model, batch types...)
+  Graph g;
+  ActiveTrace active(g);
+  for_each_parameter(model, [&](const std::string& name, Parameter& p) {
+    p.traced = Var(input(g, name, TensorType{p.value.dtype(), p.value.shape()}));
+  });
+  struct Untrace {
+    Model& m;
+    ~Untrace() {
+      for_each_parameter(m, [](const std::string&, Parameter& p) { p.traced = Var(); });
+    }
+  } untrace{model};
+  // Braced initialisation creates the batch inputs in call order (function arguments would not).
+  std::tuple<std::tuple_element_t<I + 1, params>...> inputs{
+      make_parameter<std::tuple_element_t<I + 1, params>>(g, batch[I], batch_names[I], I)...};
+  auto result = std::apply([&](auto&... in) { return fn(model, in...); }, inputs);
+  add_outputs(g, result);
+  return g;
+}
+
+template <class Fn> constexpr std::size_t batch_arity() {
+  return std::tuple_size_v<typename signature<Fn>::params> - 1;
+}
+
+inline std::vector<std::string> default_batch_names(std::vector<std::string> names, std::size_t n) {
+  if (names.empty())
+    for (std::size_t i = 0; i < n; ++i)
+      names.push_back("batch" + std::to_string(i));
+  if (names.size() != n)
+    throw std::invalid_argument("sinter: " + std::to_string(names.size()) + " batch names for " +
+                                std::to_string(n) + " batch parameters");
+  return names;
+}
+
+} // namespace detail
+
+/// A compiled training step over a model: call it with one HostTensor per batch parameter.
+template <class Model, class LossFn> class CompiledStep {
+  static constexpr std::size_t arity = detail::batch_arity<LossFn>();
+
+public:
+  CompiledStep(Model& model, LossFn fn, Optimizer optimizer, double lr, StepOptions options)
+      : schedule_(options.schedule ? options.schedule : constant_schedule(lr)) {
+    auto batch_names = detail::default_batch_names(options.batch_names, arity);
+    std::vector<std::string> names;
+    std::vector<HostTensor*> values;
+    for_each_parameter(model, [&](const std::string& name, Parameter& p) {
+      names.push_back(name);
+      values.push_back(&p.value);
+    });
+    auto trace = [&model, fn, batch_names](std::span<const HostTensor> batch) {
+      return detail::trace_with_model(model, fn, batch, batch_names,
+                                      std::make_index_sequence<arity>{});
+    };
+    TrainStepOptions step_options;
+    step_options.update = UpdateOptions{optimizer, options.clip_grad_norm};
+    step_options.accumulate = options.accumulate;
+    runtime_ = std::make_unique<TrainStep>(trace, names, values, step_options);
+  }
+
+  template <class... H>
+    requires(std::same_as<std::remove_cvref_t<H>, HostTensor> && ...)
+  StepOutput operator()(H&&... batch) {
+    static_assert(sizeof...(H) == arity, "sinter: pass one HostTensor per batch parameter");
+    std::array<HostTensor, sizeof...(H)> packed{std::forward<H>(batch)...};
+    return call(packed);
+  }
+
+  StepOutput call(std::span<const HostTensor> batch) {
+    double lr = schedule_(runtime_->steps());
+    LossHandle loss = (*runtime_)(batch, lr);
+    return StepOutput{loss, runtime_->steps(), lr};
+  }
+
+  int64_t steps() const { return runtime_->steps(); }
+  TrainStep& runtime() { return *runtime_; }
+
+private:
+  Schedule schedule_;
+  std::unique_ptr<TrainStep> runtime_;
+};
+
+/// Compiles `loss(model, batch...)` (a scalar) together with its gradients and the optimizer
+/// update of every Parameter of `model` into one program. The model must outlive the step; its
+/// parameters hold the updated weights after each call.
+template <class Model, class LossFn, class Opt>
+auto compile_step(Model& model, LossFn loss, Opt optimizer, StepOptions options = {}) {
+  return CompiledStep<Model, LossFn>(model, std::move(loss), detail::to_optimizer(optimizer),
+                                     optimizer.lr, std::move(options));
+}
+
+/// `fn(model, batch...)` compiled without backward, reading the model's current weights at
+/// every call: for evaluation and inference.
+template <class Model, class Fn> class CompiledEval {
+  static constexpr std::size_t arity = detail::batch_arity<Fn>();
+
+public:
+  CompiledEval(Model& model, Fn fn, std::vector<std::string> batch_names)
+      : model_(model), fn_(std::move(fn)),
+        batch_names_(detail::default_batch_names(std::move(batch_names), arity)) {
+    for_each_parameter(model_,
+                       [&](const std::string&, Parameter& p) { params_.push_back(&p.value); });
+  }
+
+  template <class... H>
+    requires(std::same_as<std::remove_cvref_t<H>, HostTensor> && ...)
+  auto operator()(H&&... batch) const {
+    std::array<HostTensor, sizeof...(H)> packed{std::forward<H>(batch)...};
+    return call(packed);
+  }
+
+  /// Output 0 (a HostTensor) of the function.
+  HostTensor call(std::span<const HostTensor> batch) const {
+    std::string key;
+    for (const HostTensor& t : batch)
+      key += to_string(TensorType{t.dtype(), t.shape()}) + ";";
+    auto it = compiled_.find(key);
+    if (it == compiled_.end()) {
+      Graph g = detail::trace_with_model(model_, fn_, batch, batch_names_,
+                                         std::make_index_sequence<arity>{});
+      it =
+          compiled_.emplace(key, std::make_unique<CompiledGraph>(std::move(g), std::nullopt)).first;
+    }
+    std::vector<const HostTensor*> inputs(params_.begin(), params_.end());
+    for (const HostTensor& t : batch)
+      inputs.push_back(&t);
+    std::vector<HostTensor> outputs(it->second->graph().outputs().size());
+    it->second->run_into(inputs, outputs);
+    return std::move(outputs[0]);
+  }
+
+private:
+  Model& model_;
+  Fn fn_;
+  std::vector<std::string> batch_names_;
+  std::vector<HostTensor*> params_;
+  mutable std::map<std::string, std::unique_ptr<CompiledGraph>> compiled_;
+};
+
+template <class Model, class Fn>
+auto compile_eval(Model& model, Fn fn, std::vector<std::string> batch_names = {}) {
+  return CompiledEval<Model, Fn>(model, std::move(fn), std::move(batch_names));
+}
+
+} // namespace sinter

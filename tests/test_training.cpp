@@ -1,0 +1,174 @@
+// tests/test_training.cpp — modules, compile_step (optimizers, clipping, accumulation), eval
+#include "dsl/sinter.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+using namespace sinter;
+
+namespace {
+
+HostTensor tensor(DType t, Shape shape, std::vector<double> values) {
+  return HostTensor::from_doubles(t, std::move(shape), values);
+}
+
+/// 8 samples of 4 features in 3 classes, fixed.
+std::pair<HostTensor, HostTensor> toy_batch() {
+  std::vector<double> x;
+  for (int i = 0; i < 32; ++i)
+    x.push_back(std::sin(0.7 * i) + 0.1 * (i % 4));
+  return {tensor(DType::f32, {8, 4}, x), tensor(DType::i32, {8}, {0, 1, 2, 0, 1, 2, 0, 1})};
+}
+
+/// A single weight vector: loss = mean((x · w - y)^2), easy to check by hand.
+struct Regression {
+  BOOST_HANA_DEFINE_STRUCT(Regression, (Parameter, w));
+};
+
+auto regression_loss = [](Regression& m, Var x, Var y) {
+  Value err = sinter::matmul(x.value(), m.w.node()) - y.value();
+  return Var(sinter::mean(err * err));
+};
+
+} // namespace
+
+TEST_CASE("a tiny MLP trains to near-zero loss on a fixed batch", "[training]") {
+  Init init(1);
+  MLP model({4, 32, 3}, init);
+  auto step =
+      compile_step(model, [](MLP& m, Var x, Var y) { return cross_entropy_mean(m(x), y); },
+                   adamw{.lr = 0.02, .weight_decay = 0.0}, {.batch_names = {"x", "labels"}});
+  auto [x, y] = toy_batch();
+  double first = step(x, y).loss.value(), last = first;
+  for (int i = 0; i < 300; ++i)
+    last = step(x, y).loss.value();
+  CHECK(first > 0.9);
+  CHECK(last < 0.02);
+  CHECK(step.steps() == 301);
+  CHECK(step.runtime().compilations() == 1);
+}
+
+TEST_CASE("SGD with momentum matches the update computed by hand", "[training]") {
+  Regression model{Parameter(tensor(DType::f64, {2, 1}, {0.5, -1.0}))};
+  auto step = compile_step(model, regression_loss, sgd{.lr = 0.1, .momentum = 0.9});
+  HostTensor x = tensor(DType::f64, {2, 2}, {1, 2, 3, 4}), y = tensor(DType::f64, {2, 1}, {1, 0});
+  // Hand computation: g = 2/N Xᵀ(Xw - y); b = 0.9 b + g; w -= 0.1 b.
+  std::vector<double> w{0.5, -1.0}, b{0, 0};
+  for (int s = 0; s < 3; ++s) {
+    double r0 = 1 * w[0] + 2 * w[1] - 1, r1 = 3 * w[0] + 4 * w[1] - 0;
+    double g0 = (1 * r0 + 3 * r1), g1 = (2 * r0 + 4 * r1); // 2/N with N = 2
+    b = {0.9 * b[0] + g0, 0.9 * b[1] + g1};
+    w = {w[0] - 0.1 * b[0], w[1] - 0.1 * b[1]};
+    step(x, y);
+  }
+  CHECK(model.w.value.at(0) == Approx(w[0]).epsilon(1e-12));
+  CHECK(model.w.value.at(1) == Approx(w[1]).epsilon(1e-12));
+}
+
+TEST_CASE("AdamW matches the reference update, decoupled weight decay included", "[training]") {
+  Regression model{Parameter(tensor(DType::f64, {2, 1}, {0.5, -1.0}))};
+  adamw opt{.lr = 0.05, .beta1 = 0.8, .beta2 = 0.9, .eps = 1e-6, .weight_decay = 0.1};
+  auto step = compile_step(model, regression_loss, opt);
+  HostTensor x = tensor(DType::f64, {2, 2}, {1, 2, 3, 4}), y = tensor(DType::f64, {2, 1}, {1, 0});
+  std::vector<double> w{0.5, -1.0}, m{0, 0}, v{0, 0};
+  for (int t = 1; t <= 3; ++t) {
+    double r0 = w[0] + 2 * w[1] - 1, r1 = 3 * w[0] + 4 * w[1];
+    double g[2] = {r0 + 3 * r1, 2 * r0 + 4 * r1};
+    for (int i = 0; i < 2; ++i) {
+      m[i] = 0.8 * m[i] + 0.2 * g[i];
+      v[i] = 0.9 * v[i] + 0.1 * g[i] * g[i];
+      double mh = m[i] / (1 - std::pow(0.8, t)), vh = v[i] / (1 - std::pow(0.9, t));
+      w[i] = w[i] - 0.05 * 0.1 * w[i] - 0.05 * mh / (std::sqrt(vh) + 1e-6);
+    }
+    step(x, y);
+  }
+  CHECK(model.w.value.at(0) == Approx(w[0]).epsilon(1e-9));
+  CHECK(model.w.value.at(1) == Approx(w[1]).epsilon(1e-9));
+}
+
+TEST_CASE("accumulating four micro-batches equals one step on the whole batch", "[training]") {
+  HostTensor x = tensor(DType::f64, {4, 2}, {1, 2, 3, 4, -1, 0.5, 2, -2});
+  HostTensor y = tensor(DType::f64, {4, 1}, {1, 0, 2, -1});
+  Regression whole{Parameter(tensor(DType::f64, {2, 1}, {0.5, -1.0}))};
+  Regression parts = whole;
+  auto full = compile_step(whole, regression_loss, sgd{.lr = 0.05});
+  auto micro = compile_step(parts, regression_loss, sgd{.lr = 0.05}, {.accumulate = 4});
+  full(x, y);
+  for (int i = 0; i < 4; ++i) {
+    CHECK(micro.steps() == 0);
+    micro(tensor(DType::f64, {1, 2}, {x.at(2 * i), x.at(2 * i + 1)}),
+          tensor(DType::f64, {1, 1}, {y.at(i)}));
+  }
+  CHECK(micro.steps() == 1);
+  CHECK(parts.w.value.at(0) == Approx(whole.w.value.at(0)).epsilon(1e-12));
+  CHECK(parts.w.value.at(1) == Approx(whole.w.value.at(1)).epsilon(1e-12));
+}
+
+TEST_CASE("gradient clipping bounds the global norm of the update", "[training]") {
+  Regression model{Parameter(tensor(DType::f64, {2, 1}, {5.0, -5.0}))};
+  auto step = compile_step(model, regression_loss, sgd{.lr = 1.0}, {.clip_grad_norm = 0.5});
+  HostTensor x = tensor(DType::f64, {2, 2}, {1, 2, 3, 4}), y = tensor(DType::f64, {2, 1}, {1, 0});
+  step(x, y);
+  double d0 = model.w.value.at(0) - 5.0, d1 = model.w.value.at(1) + 5.0;
+  CHECK(std::sqrt(d0 * d0 + d1 * d1) == Approx(0.5).epsilon(1e-5));
+}
+
+TEST_CASE("a learning-rate schedule changes the rate without recompiling", "[training]") {
+  Init init(2);
+  MLP model({4, 8, 3}, init);
+  auto step = compile_step(model, [](MLP& m, Var x, Var y) { return cross_entropy_mean(m(x), y); },
+                           adamw{}, {.schedule = warmup_cosine(0.01, 2, 6)});
+  auto [x, y] = toy_batch();
+  std::vector<double> rates;
+  for (int i = 0; i < 6; ++i)
+    rates.push_back(step(x, y).lr);
+  CHECK(rates[0] == Approx(0.005));
+  CHECK(rates[1] == Approx(0.01));
+  CHECK(rates[5] < rates[2]);
+  CHECK(step.runtime().compilations() == 1);
+}
+
+TEST_CASE("parameters have stable dotted names and counts", "[training]") {
+  Init init(3);
+  GPT gpt(GPTConfig{.vocab = 32, .context = 8, .dim = 16, .depth = 2, .heads = 2}, init);
+  std::vector<std::string> names;
+  for_each_parameter(gpt, [&](const std::string& n, Parameter&) { names.push_back(n); });
+  CHECK(names.front() == "tokens.weight");
+  CHECK(std::find(names.begin(), names.end(), "blocks.1.attn.qkv.weight") != names.end());
+  CHECK(std::find(names.begin(), names.end(), "blocks.0.mlp.layers.1.bias") != names.end());
+  int64_t d = 16, per_block = 2 * 2 * d + (d * 3 * d + 3 * d) + (d * d + d) + (d * 4 * d + 4 * d) +
+                              (4 * d * d + d);
+  CHECK(parameter_count(gpt) == 32 * d + 8 * d + 2 * per_block + 2 * d + (d * 32 + 32));
+}
+
+TEST_CASE("a GPT's logits at a position ignore later tokens", "[training]") {
+  Init init(4);
+  GPT gpt(GPTConfig{.vocab = 32, .context = 8, .dim = 16, .depth = 2, .heads = 2}, init);
+  auto logits = compile_eval(gpt, [](GPT& m, Var ids) { return m(ids); });
+  HostTensor a = tensor(DType::i32, {1, 6}, {1, 2, 3, 4, 5, 6});
+  HostTensor b = tensor(DType::i32, {1, 6}, {1, 2, 3, 9, 9, 9});
+  HostTensor la = logits(a), lb = logits(b);
+  REQUIRE(la.shape() == Shape{1, 6, 32});
+  for (int i = 0; i < 3 * 32; ++i)
+    CHECK(la.at(i) == Approx(lb.at(i)).epsilon(1e-5));
+  CHECK(la.at(3 * 32) != Approx(lb.at(3 * 32)));
+}
+
+TEST_CASE("a ViT maps images to class logits and trains", "[training]") {
+  Init init(5);
+  ViT vit(ViTConfig{.image = 8, .patch = 4, .dim = 16, .depth = 1, .heads = 2, .classes = 3}, init);
+  std::vector<double> pixels;
+  for (int i = 0; i < 4 * 64; ++i)
+    pixels.push_back(std::cos(0.3 * i));
+  HostTensor images = tensor(DType::f32, {4, 8, 8}, pixels),
+             labels = tensor(DType::i32, {4}, {0, 1, 2, 1});
+  auto step = compile_step(
+      vit, [](ViT& m, Var x, Var y) { return cross_entropy_mean(m(x), y); }, adamw{.lr = 0.01});
+  double first = step(images, labels).loss.value(), last = first;
+  for (int i = 0; i < 60; ++i)
+    last = step(images, labels).loss.value();
+  CHECK(last < 0.5 * first);
+  auto eval = compile_eval(vit, [](ViT& m, Var x) { return m(x); });
+  CHECK(eval(images).shape() == Shape{4, 3});
+}
