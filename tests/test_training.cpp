@@ -172,3 +172,93 @@ TEST_CASE("a ViT maps images to class logits and trains", "[training]") {
   auto eval = compile_eval(vit, [](ViT& m, Var x) { return m(x); });
   CHECK(eval(images).shape() == Shape{4, 3});
 }
+
+namespace {
+
+struct BlobRun {
+  MLP model;
+  std::vector<double> flat_weights() {
+    std::vector<double> out;
+    for_each_parameter(model, [&](const std::string&, Parameter& p) {
+      auto v = p.value.to_doubles();
+      out.insert(out.end(), v.begin(), v.end());
+    });
+    return out;
+  }
+};
+
+auto blob_loss = [](MLP& m, Var x, Var y) { return cross_entropy_mean(m(x), y); };
+
+} // namespace
+
+TEST_CASE("resuming from a checkpoint continues bit for bit like an uninterrupted run",
+          "[training][checkpoint]") {
+  auto blobs = data::gaussian_blobs(256, 6, 3, 7);
+  data::LoaderOptions opts{.batch_size = 32, .shuffle = true, .seed = 11, .prefetch_threads = 2};
+  auto dir = std::filesystem::temp_directory_path() / "sinter-resume-test";
+  std::filesystem::create_directories(dir);
+  auto file = dir / "step.safetensors";
+
+  // Uninterrupted: 20 steps.
+  Init init_a(3);
+  MLP a({6, 16, 3}, init_a);
+  auto step_a = compile_step(a, blob_loss, adamw{.lr = 0.01});
+  data::DataLoader loader_a(*blobs, opts);
+  data::Batch b;
+  for (int i = 0; i < 20; ++i) {
+    if (!loader_a.next(b)) {
+      loader_a.start_epoch(loader_a.position().epoch + 1);
+      loader_a.next(b);
+    }
+    step_a(b.examples, b.labels);
+  }
+
+  // Interrupted after 13 steps, saved, then resumed in fresh objects for the remaining 7.
+  {
+    Init init_b(3);
+    MLP b_model({6, 16, 3}, init_b);
+    auto step_b = compile_step(b_model, blob_loss, adamw{.lr = 0.01});
+    data::DataLoader loader_b(*blobs, opts);
+    for (int i = 0; i < 13; ++i) {
+      if (!loader_b.next(b)) {
+        loader_b.start_epoch(loader_b.position().epoch + 1);
+        loader_b.next(b);
+      }
+      step_b(b.examples, b.labels);
+    }
+    save_checkpoint(file, b_model, step_b,
+                    {{"epoch", std::to_string(loader_b.position().epoch)},
+                     {"batch", std::to_string(loader_b.position().batch)}});
+  }
+  Init init_c(99); // different initial weights: everything must come from the checkpoint
+  MLP c({6, 16, 3}, init_c);
+  auto step_c = compile_step(c, blob_loss, adamw{.lr = 0.01});
+  auto meta = load_checkpoint(file, c, step_c);
+  CHECK(step_c.steps() == 13);
+  data::DataLoader loader_c(*blobs, opts);
+  loader_c.seek({std::stoll(meta.at("epoch")), std::stoll(meta.at("batch"))});
+  for (int i = 13; i < 20; ++i) {
+    if (!loader_c.next(b)) {
+      loader_c.start_epoch(loader_c.position().epoch + 1);
+      loader_c.next(b);
+    }
+    step_c(b.examples, b.labels);
+  }
+  BlobRun ra{a}, rc{c};
+  CHECK(ra.flat_weights() == rc.flat_weights());
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a checkpoint for another model is rejected by name", "[training][checkpoint]") {
+  auto dir = std::filesystem::temp_directory_path() / "sinter-mismatch-test";
+  std::filesystem::create_directories(dir);
+  Init init(1);
+  MLP small({4, 8, 3}, init), wide({4, 16, 3}, init);
+  auto step_small = compile_step(small, blob_loss, sgd{});
+  auto step_wide = compile_step(wide, blob_loss, sgd{});
+  save_checkpoint(dir / "c.safetensors", small, step_small);
+  CHECK_THROWS_WITH(
+      load_checkpoint(dir / "c.safetensors", wide, step_wide),
+      Catch::Contains("'model.layers.0.weight' is f32[4,8], the model expects f32[4,16]"));
+  std::filesystem::remove_all(dir);
+}

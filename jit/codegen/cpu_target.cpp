@@ -17,6 +17,9 @@
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 
+#include <dlfcn.h>
+#include <sys/stat.h>
+
 #include <mutex>
 #include <stdexcept>
 
@@ -34,6 +37,20 @@ void check(llvm::Error error, const char* what) {
   if (error)
     throw std::runtime_error(std::string("sinter: ") + what + ": " +
                              llvm::toString(std::move(error)));
+}
+
+/// Identifies the build of the code generator: the size and modification time of the binary
+/// that contains it (libsinter.so, or the executable it is linked into). Any rebuild changes
+/// it, so a changed emitter never reuses objects compiled by an older one.
+std::string code_generator_build() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&emit_kernel), &info) && info.dli_fname) {
+    struct stat st{};
+    if (stat(info.dli_fname, &st) == 0)
+      return std::to_string(st.st_size) + "@" + std::to_string(st.st_mtim.tv_sec) + "." +
+             std::to_string(st.st_mtim.tv_nsec);
+  }
+  return "unknown-" __DATE__ " " __TIME__;
 }
 
 void initialize_llvm() {
@@ -68,8 +85,7 @@ struct CpuTarget::Impl {
     fingerprint = "sinter " SINTER_VERSION ";" + machine->getTargetTriple().str() + ";" +
                   machine->getTargetCPU().str() + ";" + machine->getTargetFeatureString().str() +
                   ";llvm " LLVM_VERSION_STRING + ";libmvec " + (has_libmvec ? "1" : "0") +
-                  // The emitter's build: a rebuilt code generator never reuses old objects.
-                  ";emitter " __DATE__ " " __TIME__;
+                  ";build " + code_generator_build();
   }
 
   void optimize(llvm::Module& module) {

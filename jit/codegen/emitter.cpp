@@ -153,6 +153,43 @@ private:
     return idx;
   }
 
+  /// The operand index of a reshape from `in` to `out` at output index `idx`. Dims are matched
+  /// in groups whose sizes multiply to the same product, so splitting a dim costs only
+  /// multiply-adds and merging costs a div/mod on that group alone (not a full flat index).
+  Index reshape_index(const Index& idx, const Shape& out, const Shape& in) {
+    Index result(in.size());
+    std::size_t o = 0, i = 0;
+    while (o < out.size() || i < in.size()) {
+      std::size_t o_end = o, i_end = i;
+      int64_t po = 1, pi = 1;
+      // Grow the group on whichever side has the smaller product until they match.
+      do {
+        if ((po <= pi && o_end < out.size()) || i_end == in.size())
+          po *= out[o_end++];
+        else
+          pi *= in[i_end++];
+      } while (po != pi && (o_end < out.size() || i_end < in.size()));
+      // Trailing size-1 dims join this group.
+      while (o_end < out.size() && out[o_end] == 1 && po == pi && i_end == in.size())
+        ++o_end;
+      while (i_end < in.size() && in[i_end] == 1 && po == pi && o_end == out.size())
+        ++i_end;
+      Shape out_group(out.begin() + static_cast<std::ptrdiff_t>(o),
+                      out.begin() + static_cast<std::ptrdiff_t>(o_end));
+      Shape in_group(in.begin() + static_cast<std::ptrdiff_t>(i),
+                     in.begin() + static_cast<std::ptrdiff_t>(i_end));
+      Index out_idx(idx.begin() + static_cast<std::ptrdiff_t>(o),
+                    idx.begin() + static_cast<std::ptrdiff_t>(o_end));
+      llvm::Value* flat = linear(out_idx, out_group);
+      Index in_idx = in_group.size() == 1 ? Index{flat} : delinearize(flat, in_group);
+      for (std::size_t k = 0; k < in_idx.size(); ++k)
+        result[i + k] = in_idx[k];
+      o = o_end;
+      i = i_end;
+    }
+    return result;
+  }
+
   llvm::Value* clamp(llvm::Value* v, int64_t lo, int64_t hi) {
     v = b_.CreateSelect(b_.CreateICmpSLT(v, i64(lo)), i64(lo), v);
     return b_.CreateSelect(b_.CreateICmpSGT(v, i64(hi)), i64(hi), v);
@@ -364,6 +401,36 @@ private:
     return b_.CreateCall(callee, {x});
   }
 
+  /// tanh without a scalar libm call for f32, so loops stay vectorised (exp is vectorised
+  /// through libmvec): an odd Taylor polynomial near 0, where 1 - 2/(e^2x + 1) would cancel,
+  /// and that formula elsewhere. Both within a few f32 ulps. f64 keeps libm's tanh.
+  llvm::Value* tanh_of(llvm::Value* x) {
+    if (x->getType()->isDoubleTy()) return call_libm("tanhf", "tanh", x);
+    llvm::Type* t = x->getType();
+    auto c = [&](double v) { return llvm::ConstantFP::get(t, v); };
+    llvm::Value* ax = b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x);
+    // tanh x = Σ T_k x^(2k+1); T_k from the Bernoulli numbers: 1, -1/3, 2/15, -17/315, ...
+    static constexpr double taylor[] = {1.0,
+                                        -1.0 / 3.0,
+                                        2.0 / 15.0,
+                                        -17.0 / 315.0,
+                                        62.0 / 2835.0,
+                                        -1382.0 / 155925.0,
+                                        21844.0 / 6081075.0,
+                                        -929569.0 / 638512875.0,
+                                        6404582.0 / 10854718875.0};
+    llvm::Value* x2 = b_.CreateFMul(x, x);
+    llvm::Value* poly = c(taylor[8]);
+    for (int k = 7; k >= 0; --k)
+      poly = b_.CreateFAdd(b_.CreateFMul(poly, x2), c(taylor[k]));
+    llvm::Value* near_zero = b_.CreateFMul(poly, x);
+    // 1 - 2 / (e^(2|x|) + 1), with the sign of x; e^(2|x|) overflows to inf → exactly 1.
+    llvm::Value* e = b_.CreateUnaryIntrinsic(llvm::Intrinsic::exp, b_.CreateFMul(ax, c(2.0)));
+    llvm::Value* far = b_.CreateFSub(c(1.0), b_.CreateFDiv(c(2.0), b_.CreateFAdd(e, c(1.0))));
+    far = b_.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, far, x);
+    return b_.CreateSelect(b_.CreateFCmpOLT(ax, c(0.55)), near_zero, far);
+  }
+
   llvm::Value* convert(llvm::Value* v, DType from, DType to) {
     llvm::Type* target = compute_type(to);
     llvm::Type* source = v->getType();
@@ -439,7 +506,7 @@ private:
     case OpId::rsqrt:
       return b_.CreateFDiv(llvm::ConstantFP::get(t, 1.0),
                            b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, same(0)));
-    case OpId::tanh: return call_libm("tanhf", "tanh", same(0));
+    case OpId::tanh: return tanh_of(same(0));
     case OpId::erf: return call_libm("erff", "erf", same(0));
     case OpId::abs:
       if (fp) return b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, same(0));
@@ -461,10 +528,9 @@ private:
       return operand(0, at);
     }
     case OpId::reshape: {
-      llvm::Value* flat = linear(idx, shape);
       ValueId src = n.inputs[0];
-      if (in_memory(src)) return load_flat(plan_.view_of[src], flat, n.type.dtype);
-      return operand(0, delinearize(flat, g_.type(src).shape));
+      if (in_memory(src)) return load_flat(plan_.view_of[src], linear(idx, shape), n.type.dtype);
+      return operand(0, reshape_index(idx, shape, g_.type(src).shape));
     }
     case OpId::permute: {
       Index at(idx.size());

@@ -2,6 +2,7 @@
 #include "jit/runtime/cpu_executable.hpp"
 
 #include "jit/codegen/emitter.hpp"
+#include "jit/passes/passes.hpp"
 #include "kernels/blas_gemm.hpp"
 
 #include <chrono>
@@ -16,9 +17,40 @@ constexpr int64_t elements_per_chunk = 1 << 14;
 
 } // namespace
 
+namespace {
+
+/// Work (multiply-adds per matrix) under which a GEMM runs as a fused loop kernel instead of a
+/// library call: for the many tiny per-head products of attention, call overhead dominates.
+constexpr int64_t small_gemm_work = 32 * 32 * 32;
+
+/// Rewrites small batched matmuls as broadcast-multiply-reduce, which fusion turns into one
+/// generated kernel (C[.., i, j] = sum over k of A[.., i, k] * B[.., k, j]).
+Graph small_matmuls_as_reductions(const Graph& graph) {
+  return rebuild(graph, [](const Node& n, std::span<const Value> in) -> Value {
+    if (n.op != OpId::matmul) return {};
+    Shape a = in[0].shape(), b = in[1].shape();
+    int64_t m = a[a.size() - 2], k = a.back(), nn = b.back();
+    if (a.size() < 3 || m * k * nn > small_gemm_work || !is_float(n.type.dtype)) return {};
+    Shape batch(a.begin(), a.end() - 2);
+    auto with = [&](Shape tail) {
+      Shape s = batch;
+      s.insert(s.end(), tail.begin(), tail.end());
+      return s;
+    };
+    Value lhs =
+        emit(OpId::broadcast, {reshape(in[0], with({m, k, 1}))}, Attrs{.ints = with({m, k, nn})});
+    Value rhs =
+        emit(OpId::broadcast, {reshape(in[1], with({1, k, nn}))}, Attrs{.ints = with({m, k, nn})});
+    auto axis = static_cast<int64_t>(batch.size() + 1);
+    return emit(OpId::reduce_sum, {lhs * rhs}, Attrs{.ints = {axis}});
+  });
+}
+
+} // namespace
+
 CpuExecutable::CpuExecutable(Graph graph, KernelLibrary& library, ThreadPool& pool)
-    : graph_(std::make_unique<Graph>(std::move(graph))), fusion_(fuse(*graph_)), memory_(fusion_),
-      pool_(pool) {
+    : graph_(std::make_unique<Graph>(small_matmuls_as_reductions(graph))), fusion_(fuse(*graph_)),
+      memory_(fusion_), pool_(pool) {
   auto start = std::chrono::steady_clock::now();
   kernels::set_gemm_threads(1);
   report_.kernels = fusion_.kernels.size();

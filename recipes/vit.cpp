@@ -1,0 +1,42 @@
+// recipes/vit.cpp — a small vision transformer trained on Fashion-MNIST
+#include "fashion_training.hpp"
+
+using namespace sinter;
+
+namespace {
+
+/// Standardised images [B, 28, 28] → ViT → 10 logits.
+struct FashionViT {
+  BOOST_HANA_DEFINE_STRUCT(FashionViT, (ViT, vit));
+
+  FashionViT(const ViTConfig& config, Init& init) : vit(config, init) {}
+  Var operator()(const Var& images) const {
+    return vit(Var((images.value() - 0.2860) * (1.0 / 0.3530)));
+  }
+};
+
+} // namespace
+
+int main(int argc, char** argv) {
+  recipe::Flags flags(
+      "vit", "Trains a vision transformer on Fashion-MNIST (CPU) and reports test accuracy.",
+      recipe::fashion_flags({{"epochs", "12"}, {"lr", "0.003"}, {"weight-decay", "0.05"}},
+                            {{"patch", "7", "patch size (divides 28)"},
+                             {"dim", "64", "token width"},
+                             {"depth", "4", "transformer blocks"},
+                             {"heads", "4", "attention heads (divide --dim)"}}),
+      argc, argv);
+  if (flags.integer("threads") > 0) setenv("SINTER_NUM_THREADS", flags.str("threads").c_str(), 1);
+  return recipe::run("vit", [&] {
+    ViTConfig config{.image = 28,
+                     .patch = flags.integer("patch"),
+                     .dim = flags.integer("dim"),
+                     .depth = flags.integer("depth"),
+                     .heads = flags.integer("heads"),
+                     .classes = 10};
+    if (config.patch <= 0 || 28 % config.patch != 0) flags.fail("--patch must divide 28");
+    Init init(static_cast<uint64_t>(flags.integer("seed")));
+    FashionViT model(config, init);
+    return recipe::train_fashion("vit", flags, model);
+  });
+}
