@@ -262,3 +262,14 @@ TEST_CASE("a checkpoint for another model is rejected by name", "[training][chec
       Catch::Contains("'model.layers.0.weight' is f32[4,8], the model expects f32[4,16]"));
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("compile_eval returns a scalar loss with its own storage", "[training]") {
+  Init init(6);
+  MLP model({4, 8, 3}, init);
+  auto loss = compile_eval(model, [](MLP& m, Var x, Var y) { return cross_entropy_mean(m(x), y); });
+  auto [x, y] = toy_batch();
+  HostTensor l = loss(x, y);
+  CHECK(l.shape().empty());
+  CHECK(l.bytes().size() == 4);
+  CHECK(l.at(0) > 0.5);
+}

@@ -1,0 +1,159 @@
+// recipes/gpt.cpp — a byte-level GPT trained on a text corpus (default: Debian's fortunes)
+#include "dsl/sinter.hpp"
+#include "recipe_support.hpp"
+
+#include <cmath>
+#include <random>
+
+using namespace sinter;
+
+namespace {
+
+/// Entropy in nats of the byte distribution of `data`: what a model that ignores context
+/// (a unigram model) achieves at best, the bar a language model must clear.
+double unigram_entropy(const data::Dataset& windows) {
+  std::vector<double> counts(256, 0.0);
+  TensorType t = windows.label_type();
+  std::vector<int32_t> example(static_cast<std::size_t>(numel(t.shape))), label(example.size());
+  double total = 0;
+  for (std::size_t i = 0; i < windows.size(); ++i) {
+    windows.read(i, reinterpret_cast<std::byte*>(example.data()), reinterpret_cast<std::byte*>(label.data()));
+    for (int32_t b : label) ++counts[static_cast<std::size_t>(b)];
+    total += static_cast<double>(label.size());
+  }
+  double h = 0;
+  for (double c : counts)
+    if (c > 0) h -= c / total * std::log(c / total);
+  return h;
+}
+
+/// Mean loss over the held-out windows.
+template <class Eval> double holdout_loss(const Eval& loss_of, const data::Dataset& split, int64_t batch) {
+  data::DataLoader loader(split, {.batch_size = batch, .shuffle = false, .drop_last = true});
+  data::Batch b;
+  double sum = 0;
+  int64_t n = 0;
+  while (loader.next(b)) {
+    sum += loss_of(b.examples, b.labels).at(0);
+    ++n;
+  }
+  return n ? sum / static_cast<double>(n) : NAN;
+}
+
+/// Samples `length` bytes after `prompt`, temperature `temperature`, from the current weights.
+template <class Eval>
+std::string sample(const Eval& logits_of, const std::string& prompt, int64_t context, int64_t length,
+                   double temperature, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string text = prompt;
+  for (int64_t i = 0; i < length; ++i) {
+    std::string window = text.size() > static_cast<std::size_t>(context)
+                             ? text.substr(text.size() - static_cast<std::size_t>(context))
+                             : text;
+    // Left-pad with spaces to the full context so every call has the same shape.
+    std::string padded = std::string(static_cast<std::size_t>(context) - window.size(), ' ') + window;
+    std::vector<double> ids(padded.begin(), padded.end());
+    for (double& v : ids) v = static_cast<unsigned char>(static_cast<char>(v));
+    HostTensor logits = logits_of(HostTensor::from_doubles(DType::i32, {1, context}, ids));
+    std::vector<double> p(256);
+    double max_logit = -1e30;
+    for (int64_t c = 0; c < 256; ++c) max_logit = std::max(max_logit, logits.at((context - 1) * 256 + c));
+    double z = 0;
+    for (int64_t c = 0; c < 256; ++c) z += p[c] = std::exp((logits.at((context - 1) * 256 + c) - max_logit) / temperature);
+    std::discrete_distribution<int> pick(p.begin(), p.end());
+    text.push_back(static_cast<char>(pick(rng)));
+  }
+  return text;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  recipe::Flags flags(
+      "gpt", "Trains a byte-level GPT on a text corpus (CPU), reports held-out loss and a sample.",
+      {{"steps", "800", "optimizer steps"},
+       {"epochs", "0", "passes over the corpus instead of --steps (0: use --steps)"},
+       {"batch-size", "32", "sequences per step"},
+       {"context", "64", "tokens (bytes) per sequence"},
+       {"dim", "128", "model width"},
+       {"depth", "4", "transformer blocks"},
+       {"heads", "4", "attention heads"},
+       {"lr", "0.003", "peak AdamW learning rate (warm-up, then cosine decay)"},
+       {"weight-decay", "0.01", "AdamW decoupled weight decay"},
+       {"clip", "1.0", "global gradient-norm clipping (0: off)"},
+       {"seed", "0", "initialisation, shuffling and sampling seed"},
+       {"threads", "0", "worker threads (0: SINTER_NUM_THREADS or all cores)"},
+       {"text", "", "a text file to train on (default: the fortunes in /usr/share/games/fortunes)"},
+       {"checkpoint-dir", "", "save a checkpoint here every 500 steps and at the end"},
+       {"resume", "0", "switch: continue from the checkpoint in --checkpoint-dir"},
+       {"prompt", "The ", "text the sample starts from"},
+       {"sample-bytes", "200", "bytes to generate at the end"}},
+      argc, argv);
+  if (flags.integer("threads") > 0) setenv("SINTER_NUM_THREADS", flags.str("threads").c_str(), 1);
+  return [&]() -> int {
+    try {
+      int64_t context = flags.integer("context"), batch = flags.integer("batch-size");
+      if (context <= 1 || batch <= 0) flags.fail("--context must be > 1 and --batch-size > 0");
+      auto corpus = flags.str("text").empty() ? data::fortunes_corpus(context)
+                                              : data::text_windows(flags.str("text"), context);
+      auto [train, holdout] = data::split_holdout(std::move(corpus), 0.05);
+      auto seed = static_cast<uint64_t>(flags.integer("seed"));
+      Init init(seed);
+      GPT model(GPTConfig{.vocab = 256, .context = context, .dim = flags.integer("dim"),
+                          .depth = flags.integer("depth"), .heads = flags.integer("heads")},
+                init);
+      data::DataLoader loader(*train, {.batch_size = batch, .shuffle = true, .seed = seed});
+      int64_t total = flags.integer("epochs") > 0 ? flags.integer("epochs") * loader.batches_per_epoch()
+                                                  : flags.integer("steps");
+      auto loss_fn = [](GPT& m, Var ids, Var next) { return cross_entropy_mean(m(ids), next); };
+      auto step = compile_step(model, loss_fn,
+                               adamw{.lr = flags.real("lr"), .weight_decay = flags.real("weight-decay")},
+                               {.batch_names = {"ids", "next"},
+                                .schedule = warmup_cosine(flags.real("lr"), std::min<int64_t>(100, total / 10 + 1), total),
+                                .clip_grad_norm = flags.real("clip")});
+      auto eval_loss = compile_eval(model, loss_fn, {"ids", "next"});
+      auto logits = compile_eval(model, [](GPT& m, Var ids) { return m(ids); }, {"ids"});
+
+      std::filesystem::path ckpt_dir = flags.str("checkpoint-dir"), ckpt = ckpt_dir / "gpt.safetensors";
+      if (flags.on("resume")) {
+        if (ckpt_dir.empty()) flags.fail("--resume needs --checkpoint-dir");
+        auto meta = load_checkpoint(ckpt, model, step);
+        loader.seek({std::stoll(meta.at("epoch")), std::stoll(meta.at("batch"))});
+      }
+      if (!ckpt_dir.empty()) std::filesystem::create_directories(ckpt_dir);
+      double unigram = unigram_entropy(*train);
+      std::fprintf(stderr, "gpt: %lld parameters, %zu training windows of %lld bytes, unigram entropy %.3f nats\n",
+                   static_cast<long long>(parameter_count(model)), train->size(),
+                   static_cast<long long>(context), unigram);
+
+      recipe::Progress progress(total);
+      data::Batch b;
+      double loss = 0;
+      int64_t start_step = step.steps();
+      while (step.steps() < total) {
+        if (!loader.next(b)) {
+          loader.start_epoch(loader.position().epoch + 1);
+          continue;
+        }
+        loss = step(b.examples, b.labels).loss.value();
+        progress.update(step.steps(), loss);
+        if (!ckpt_dir.empty() && (step.steps() % 500 == 0 || step.steps() == total))
+          save_checkpoint(ckpt, model, step,
+                          {{"epoch", std::to_string(loader.position().epoch)},
+                           {"batch", std::to_string(loader.position().batch)}});
+      }
+      double seconds = progress.seconds();
+      double held_out = holdout_loss(eval_loss, *holdout, batch);
+      std::string text = sample(logits, flags.str("prompt"), context, flags.integer("sample-bytes"), 0.8, seed);
+      std::printf("sample: %s\n", text.c_str());
+      std::printf("result: holdout_loss=%.4f unigram_entropy=%.4f train_loss=%.4f steps=%lld "
+                  "steps_per_second=%.1f seconds=%.1f\n",
+                  held_out, unigram, loss, static_cast<long long>(step.steps()),
+                  static_cast<double>(step.steps() - start_step) / std::max(seconds, 1e-9), seconds);
+      return 0;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "gpt: %s\n", e.what());
+      return 1;
+    }
+  }();
+}
