@@ -57,6 +57,8 @@ public:
   explicit Var(Value v) : value_(v) {}
   template <StaticOperand T> Var(const T& t) : value_(t.value()) {}
 
+  /// Whether it holds a node (a default Var holds none).
+  explicit operator bool() const { return static_cast<bool>(value_); }
   /// The node; throws if this Var was never assigned.
   Value value() const {
     require_assigned();

@@ -90,7 +90,71 @@ std::vector<OpTestCase> cross_entropy_cases() {
           {{TestOperand{DType::f64, {2, 3, 4}}, TestOperand{DType::i64, {2, 3}, 0, 4}}, {}}};
 }
 
+// Counter-based uniform numbers for dropout: three rounds of the MINSTD generator
+// (x <- 48271 x mod 2^31-1) over (element index, key). Every intermediate stays below 2^53, so
+// the float64 interpreter and compiled integer code agree exactly.
+constexpr int64_t minstd_modulus = 2147483647, minstd_multiplier = 48271;
+
+double dropout_uniform(double index, double key) {
+  auto mod = [](double v) { return v - std::trunc(v / minstd_modulus) * minstd_modulus; };
+  double h = mod(index + 1 + mod(key * 7919.0));
+  for (int round = 0; round < 3; ++round)
+    h = mod(minstd_multiplier * mod(h + index));
+  return h / minstd_modulus;
+}
+
+Value dropout_uniform(Value key, const Shape& shape) {
+  Graph& g = *key.graph;
+  Value index = iota(g, DType::i64, {numel(shape)}, 0);
+  Value m = scalar_like(index, static_cast<double>(minstd_modulus));
+  auto mod = [&](Value v) { return v - (v / m) * m; };
+  Value h = mod(index + 1.0 + mod(cast(key, DType::i64) * 7919.0));
+  for (int round = 0; round < 3; ++round)
+    h = mod(mod(h + index) * static_cast<double>(minstd_multiplier));
+  return reshape(cast(h, DType::f64) / static_cast<double>(minstd_modulus), shape);
+}
+
 } // namespace
+
+// Operands: x (float), key (integer scalar: e.g. seed * 1000003 + step). attrs: real = p, the
+// drop probability. Keeps each element with probability 1 - p, scaled by 1 / (1 - p); the same
+// key always drops the same elements.
+const OpDef dropout_op{
+    .arity = 2,
+    .infer =
+        [](std::span<const TensorType> in, const Attrs& a) {
+          type_rules::require_float(in[0]);
+          type_rules::require_integer(in[1], "dropout key");
+          if (!in[1].shape.empty()) type_rules::fail("the dropout key must be a scalar");
+          if (!(a.real >= 0.0 && a.real < 1.0))
+            type_rules::fail("dropout probability must be in [0, 1)");
+          return in[0];
+        },
+    .lower =
+        [](std::span<const Value> in, const Attrs& a) {
+          Value x = in[0];
+          Value keep = less_equal(scalar_like(dropout_uniform(in[1], x.shape()), a.real),
+                                  dropout_uniform(in[1], x.shape()));
+          return where(keep, x * (1.0 / (1.0 - a.real)), scalar_like(x, 0.0));
+        },
+    .reference =
+        [](Args in, const Attrs& a, const TensorType&) {
+          F64Tensor out = in[0];
+          for (std::size_t i = 0; i < out.data.size(); ++i)
+            out.data[i] = dropout_uniform(static_cast<double>(i), in[1].data[0]) >= a.real
+                              ? out.data[i] / (1.0 - a.real)
+                              : 0.0;
+          return out;
+        },
+    .test_cases =
+        [] {
+          return std::vector<OpTestCase>{
+              {{TestOperand{DType::f64, {4, 8}}, TestOperand{DType::i64, {}, 0, 1000}},
+               Attrs{.real = 0.3}},
+              {{TestOperand{DType::f64, {16}}, TestOperand{DType::i32, {}, 0, 50}},
+               Attrs{.real = 0.5}}};
+        },
+};
 
 // attrs: ints = {axis}.
 const OpDef softmax_op{

@@ -246,6 +246,9 @@ Value layernorm(Value x, Value gamma, Value beta, double eps) {
 Value cross_entropy(Value logits, Value labels) {
   return emit(OpId::cross_entropy, {logits, labels});
 }
+Value dropout(Value x, double p, Value key) {
+  return emit(OpId::dropout, {x, key}, Attrs{.real = p});
+}
 Value cross_entropy_mean(Value logits, Value labels) {
   return emit(OpId::cross_entropy_mean, {logits, labels});
 }

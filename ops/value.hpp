@@ -103,6 +103,9 @@ Value layernorm(Value x, Value gamma, Value beta, double eps = 1e-5);
 /// Per-sample softmax cross-entropy: logits [N..., C], integer labels [N...] -> [N...].
 Value cross_entropy(Value logits, Value labels);
 Value cross_entropy_mean(Value logits, Value labels);
+/// Zeroes each element with probability p (scaling the rest by 1/(1-p)); deterministic for a
+/// given integer scalar `key` (derive it from the seed and the step).
+Value dropout(Value x, double p, Value key);
 
 /// Scoped model path for nodes built inside it (`blocks.3.attn`), restored on destruction.
 class ScopeGuard {

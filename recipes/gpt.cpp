@@ -17,8 +17,10 @@ double unigram_entropy(const data::Dataset& windows) {
   std::vector<int32_t> example(static_cast<std::size_t>(numel(t.shape))), label(example.size());
   double total = 0;
   for (std::size_t i = 0; i < windows.size(); ++i) {
-    windows.read(i, reinterpret_cast<std::byte*>(example.data()), reinterpret_cast<std::byte*>(label.data()));
-    for (int32_t b : label) ++counts[static_cast<std::size_t>(b)];
+    windows.read(i, reinterpret_cast<std::byte*>(example.data()),
+                 reinterpret_cast<std::byte*>(label.data()));
+    for (int32_t b : label)
+      ++counts[static_cast<std::size_t>(b)];
     total += static_cast<double>(label.size());
   }
   double h = 0;
@@ -28,7 +30,8 @@ double unigram_entropy(const data::Dataset& windows) {
 }
 
 /// Mean loss over the held-out windows.
-template <class Eval> double holdout_loss(const Eval& loss_of, const data::Dataset& split, int64_t batch) {
+template <class Eval>
+double holdout_loss(const Eval& loss_of, const data::Dataset& split, int64_t batch) {
   data::DataLoader loader(split, {.batch_size = batch, .shuffle = false, .drop_last = true});
   data::Batch b;
   double sum = 0;
@@ -42,8 +45,8 @@ template <class Eval> double holdout_loss(const Eval& loss_of, const data::Datas
 
 /// Samples `length` bytes after `prompt`, temperature `temperature`, from the current weights.
 template <class Eval>
-std::string sample(const Eval& logits_of, const std::string& prompt, int64_t context, int64_t length,
-                   double temperature, uint64_t seed) {
+std::string sample(const Eval& logits_of, const std::string& prompt, int64_t context,
+                   int64_t length, double temperature, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::string text = prompt;
   for (int64_t i = 0; i < length; ++i) {
@@ -51,15 +54,19 @@ std::string sample(const Eval& logits_of, const std::string& prompt, int64_t con
                              ? text.substr(text.size() - static_cast<std::size_t>(context))
                              : text;
     // Left-pad with spaces to the full context so every call has the same shape.
-    std::string padded = std::string(static_cast<std::size_t>(context) - window.size(), ' ') + window;
+    std::string padded =
+        std::string(static_cast<std::size_t>(context) - window.size(), ' ') + window;
     std::vector<double> ids(padded.begin(), padded.end());
-    for (double& v : ids) v = static_cast<unsigned char>(static_cast<char>(v));
+    for (double& v : ids)
+      v = static_cast<unsigned char>(static_cast<char>(v));
     HostTensor logits = logits_of(HostTensor::from_doubles(DType::i32, {1, context}, ids));
     std::vector<double> p(256);
     double max_logit = -1e30;
-    for (int64_t c = 0; c < 256; ++c) max_logit = std::max(max_logit, logits.at((context - 1) * 256 + c));
+    for (int64_t c = 0; c < 256; ++c)
+      max_logit = std::max(max_logit, logits.at((context - 1) * 256 + c));
     double z = 0;
-    for (int64_t c = 0; c < 256; ++c) z += p[c] = std::exp((logits.at((context - 1) * 256 + c) - max_logit) / temperature);
+    for (int64_t c = 0; c < 256; ++c)
+      z += p[c] = std::exp((logits.at((context - 1) * 256 + c) - max_logit) / temperature);
     std::discrete_distribution<int> pick(p.begin(), p.end());
     text.push_back(static_cast<char>(pick(rng)));
   }
@@ -99,22 +106,28 @@ int main(int argc, char** argv) {
       auto [train, holdout] = data::split_holdout(std::move(corpus), 0.05);
       auto seed = static_cast<uint64_t>(flags.integer("seed"));
       Init init(seed);
-      GPT model(GPTConfig{.vocab = 256, .context = context, .dim = flags.integer("dim"),
-                          .depth = flags.integer("depth"), .heads = flags.integer("heads")},
+      GPT model(GPTConfig{.vocab = 256,
+                          .context = context,
+                          .dim = flags.integer("dim"),
+                          .depth = flags.integer("depth"),
+                          .heads = flags.integer("heads")},
                 init);
       data::DataLoader loader(*train, {.batch_size = batch, .shuffle = true, .seed = seed});
-      int64_t total = flags.integer("epochs") > 0 ? flags.integer("epochs") * loader.batches_per_epoch()
-                                                  : flags.integer("steps");
+      int64_t total = flags.integer("epochs") > 0
+                          ? flags.integer("epochs") * loader.batches_per_epoch()
+                          : flags.integer("steps");
       auto loss_fn = [](GPT& m, Var ids, Var next) { return cross_entropy_mean(m(ids), next); };
-      auto step = compile_step(model, loss_fn,
-                               adamw{.lr = flags.real("lr"), .weight_decay = flags.real("weight-decay")},
-                               {.batch_names = {"ids", "next"},
-                                .schedule = warmup_cosine(flags.real("lr"), std::min<int64_t>(100, total / 10 + 1), total),
-                                .clip_grad_norm = flags.real("clip")});
+      auto step = compile_step(
+          model, loss_fn, adamw{.lr = flags.real("lr"), .weight_decay = flags.real("weight-decay")},
+          {.batch_names = {"ids", "next"},
+           .schedule =
+               warmup_cosine(flags.real("lr"), std::min<int64_t>(100, total / 10 + 1), total),
+           .clip_grad_norm = flags.real("clip")});
       auto eval_loss = compile_eval(model, loss_fn, {"ids", "next"});
       auto logits = compile_eval(model, [](GPT& m, Var ids) { return m(ids); }, {"ids"});
 
-      std::filesystem::path ckpt_dir = flags.str("checkpoint-dir"), ckpt = ckpt_dir / "gpt.safetensors";
+      std::filesystem::path ckpt_dir = flags.str("checkpoint-dir"),
+                            ckpt = ckpt_dir / "gpt.safetensors";
       if (flags.on("resume")) {
         if (ckpt_dir.empty()) flags.fail("--resume needs --checkpoint-dir");
         auto meta = load_checkpoint(ckpt, model, step);
@@ -122,9 +135,11 @@ int main(int argc, char** argv) {
       }
       if (!ckpt_dir.empty()) std::filesystem::create_directories(ckpt_dir);
       double unigram = unigram_entropy(*train);
-      std::fprintf(stderr, "gpt: %lld parameters, %zu training windows of %lld bytes, unigram entropy %.3f nats\n",
-                   static_cast<long long>(parameter_count(model)), train->size(),
-                   static_cast<long long>(context), unigram);
+      std::fprintf(
+          stderr,
+          "gpt: %lld parameters, %zu training windows of %lld bytes, unigram entropy %.3f nats\n",
+          static_cast<long long>(parameter_count(model)), train->size(),
+          static_cast<long long>(context), unigram);
 
       recipe::Progress progress(total);
       data::Batch b;
@@ -144,12 +159,14 @@ int main(int argc, char** argv) {
       }
       double seconds = progress.seconds();
       double held_out = holdout_loss(eval_loss, *holdout, batch);
-      std::string text = sample(logits, flags.str("prompt"), context, flags.integer("sample-bytes"), 0.8, seed);
+      std::string text =
+          sample(logits, flags.str("prompt"), context, flags.integer("sample-bytes"), 0.8, seed);
       std::printf("sample: %s\n", text.c_str());
       std::printf("result: holdout_loss=%.4f unigram_entropy=%.4f train_loss=%.4f steps=%lld "
                   "steps_per_second=%.1f seconds=%.1f\n",
                   held_out, unigram, loss, static_cast<long long>(step.steps()),
-                  static_cast<double>(step.steps() - start_step) / std::max(seconds, 1e-9), seconds);
+                  static_cast<double>(step.steps() - start_step) / std::max(seconds, 1e-9),
+                  seconds);
       return 0;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "gpt: %s\n", e.what());

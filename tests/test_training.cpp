@@ -273,3 +273,26 @@ TEST_CASE("compile_eval returns a scalar loss with its own storage", "[training]
   CHECK(l.bytes().size() == 4);
   CHECK(l.at(0) > 0.5);
 }
+
+TEST_CASE("dropout is reproducible for a key and differs between keys", "[training]") {
+  Init init(7);
+  MLP model({4, 64, 3}, init);
+  Dropout drop{.p = 0.5};
+  auto loss = compile_eval(model, [&drop](MLP& m, Var x, Var y, Var key) {
+    return cross_entropy_mean(drop(m(x), key), y);
+  });
+  auto [x, y] = toy_batch();
+  auto key = [](double k) { return tensor(DType::i64, {}, {k}); };
+  double a = loss(x, y, key(1)).at(0), again = loss(x, y, key(1)).at(0),
+         b = loss(x, y, key(2)).at(0);
+  CHECK(a == again);
+  CHECK(a != b);
+  // About half the logits survive, scaled by 2: the mean is preserved in expectation.
+  auto kept = compile_eval(model, [&drop](MLP& m, Var x, Var key) {
+    return Var(
+        sum(cast(not_equal(drop(m(x), key).value(), scalar_like(m(x).value(), 0.0)), DType::f32)));
+  });
+  double fraction = kept(x, key(3)).at(0) / 24.0;
+  CHECK(fraction > 0.25);
+  CHECK(fraction < 0.75);
+}

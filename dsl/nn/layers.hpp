@@ -39,6 +39,18 @@ struct LayerNorm {
   }
 };
 
+/// Drops elements with probability p during training. `key` is an integer scalar the step
+/// passes in (e.g. seed * 1000003 + step): the same key drops the same elements, so a run is
+/// reproducible and a resumed run continues identically. Pass no key (eval) to disable.
+struct Dropout {
+  double p = 0.0;
+
+  Var operator()(const Var& x, const Var& key) const {
+    if (p == 0.0 || !key) return x;
+    return Var(dropout(x.value(), p, key.value()));
+  }
+};
+
 enum class Activation { relu, gelu };
 
 inline Value activate(Value x, Activation a) {

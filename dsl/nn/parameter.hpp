@@ -22,7 +22,7 @@ struct Parameter {
   explicit Parameter(HostTensor v) : value(std::move(v)) {}
   /// The parameter inside a traced function.
   Var var() const {
-    if (!traced.value())
+    if (!traced)
       throw std::logic_error("sinter: a Parameter was used outside a traced step or eval");
     return traced;
   }
