@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-# .ci/summary.py — turns meson's testlog.json into the plain line "N passed, N failed"
+# .ci/summary.py — turns meson's testlog.json into the plain line "N passed, N failed[, N skipped]"
 # Catch2 executables count their own test cases; every other meson test counts as one.
 import json
 import re
 import sys
 
-passed = failed = 0
+passed = failed = skipped = 0
 try:
     lines = open(sys.argv[1]).read().splitlines()
 except OSError:
@@ -14,7 +14,10 @@ for line in lines:
     if not line.strip():
         continue
     t = json.loads(line)
-    ok = t.get("result") in ("OK", "EXPECTEDFAIL", "SKIP")
+    if t.get("result") == "SKIP":
+        skipped += 1
+        continue
+    ok = t.get("result") in ("OK", "EXPECTEDFAIL")
     out = t.get("stdout") or ""
     m_all = re.search(r"All tests passed \(\d+ assertions? in (\d+) test cases?\)", out)
     m_mix = re.search(r"test cases:\s*(\d+) \|\s*(\d+) passed \|\s*(\d+) failed", out)
@@ -29,4 +32,4 @@ for line in lines:
         failed += 1
 if passed + failed == 0:
     failed = 1  # nothing ran: the build or the setup failed
-print(f"{passed} passed, {failed} failed")
+print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
