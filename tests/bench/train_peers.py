@@ -1,0 +1,336 @@
+#!/usr/bin/env python3
+"""Peers of tests/bench/train_step.cpp: one full training step (forward + mean softmax
+cross-entropy + backward + AdamW update) in PyTorch eager, torch.compile and JAX (jax.jit of the
+whole step with a hand-written AdamW), on the CPU, batch 128, float32.
+
+Models (the same functions as sinter's, with sinter's layouts: Linear weights are [in, out] and
+y = x @ W + b):
+  mlp  (x - 0.2860) / 0.3530, flatten, 784-512-256-10 with ReLU (recipes/mlp.cpp)
+  vit  sinter::ViT, ViTConfig{image 28, patch 7, dim 64, depth 4, heads 4, classes 10}:
+       7x7 patches [B, 16, 49] -> Linear(49, 64) + positions [16, 64] -> 4 pre-norm blocks
+       (LayerNorm -> attention: qkv Linear(64, 192) reshaped [B, T, 3, H, Dh] and permuted to
+       [3, B, H, T, Dh], softmax(Q K^T / 4) V, heads merged, Linear(64, 64) -> residual;
+       LayerNorm -> Linear(64, 256) -> GELU (tanh) -> Linear(256, 64) -> residual)
+       -> LayerNorm -> mean over tokens -> Linear(64, 10)
+AdamW: lr 1e-3, betas (0.9, 0.999), eps 1e-8, decoupled weight decay 1e-4 on every parameter.
+Images, labels and parameters are the deterministic patterns of train_step.cpp, so every peer
+prints the same initial loss (`loss`) and about the same `final_loss` after the same steps.
+
+What one step is:
+  torch-eager    opt.zero_grad(); loss = f(params); loss.backward(); opt.step()
+                 (torch.optim.AdamW(fused=True), the fastest CPU AdamW; ViT attention through
+                 F.scaled_dot_product_attention unless --torch-attention math)
+  torch-compile  the same with f under torch.compile and opt.step under torch.compile
+                 (PyTorch's "compiled optimizer" recipe; the optimizer then is the default one)
+  jax-jit        jax.jit of value_and_grad + the AdamW update, parameters and state donated
+
+Each peer runs in its own child process with the thread count fixed before torch / jax is
+imported, and prints one machine-readable line:
+  peer=<name> model=<m> compile_s=<first call, s | na> median_step_s=<s> threads=<n> iters=<n>
+  loss=<first step> final_loss=<last step> maxrss_mb=<ru_maxrss> base_rss_mb=<after imports>
+"""
+import argparse
+import math
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peers import limit_threads  # noqa: E402  (same thread / affinity setup as peers.py)
+
+PEERS = ("torch-eager", "torch-compile", "jax-jit")
+MODELS = ("mlp", "vit")
+BATCH, SIDE, CLASSES = 128, 28, 10
+LR, BETA1, BETA2, EPS, WD = 1e-3, 0.9, 0.999, 1e-8, 1e-4
+# ViT
+PATCH, DIM, DEPTH, HEADS = 7, 64, 4, 4
+TOKENS = (SIDE // PATCH) ** 2
+DH = DIM // HEADS
+
+
+def param_spec(model):
+    """[(name, shape)] in sinter's for_each_parameter order (train_step.cpp --print-params)."""
+    if model == "mlp":
+        widths = [784, 512, 256, 10]
+        spec = []
+        for i in range(3):
+            spec += [("mlp.layers.%d.weight" % i, (widths[i], widths[i + 1])),
+                     ("mlp.layers.%d.bias" % i, (widths[i + 1],))]
+        return spec
+    spec = [("embed.proj.weight", (PATCH * PATCH, DIM)), ("embed.proj.bias", (DIM,)),
+            ("position", (TOKENS, DIM))]
+    for i in range(DEPTH):
+        p = "blocks.%d." % i
+        spec += [(p + "ln1.gamma", (DIM,)), (p + "ln1.beta", (DIM,)),
+                 (p + "attn.qkv.weight", (DIM, 3 * DIM)), (p + "attn.qkv.bias", (3 * DIM,)),
+                 (p + "attn.proj.weight", (DIM, DIM)), (p + "attn.proj.bias", (DIM,)),
+                 (p + "ln2.gamma", (DIM,)), (p + "ln2.beta", (DIM,)),
+                 (p + "mlp.layers.0.weight", (DIM, 4 * DIM)), (p + "mlp.layers.0.bias", (4 * DIM,)),
+                 (p + "mlp.layers.1.weight", (4 * DIM, DIM)), (p + "mlp.layers.1.bias", (DIM,))]
+    spec += [("norm.gamma", (DIM,)), ("norm.beta", (DIM,)),
+             ("head.weight", (DIM, CLASSES)), ("head.bias", (CLASSES,))]
+    return spec
+
+
+def pattern(np, shape, scale, phase, offset=0.0):
+    """offset + scale * sin(0.9 * i + phase) over the flat index i, float32 (as train_step.cpp)."""
+    n = math.prod(shape)
+    v = offset + scale * np.sin(0.9 * np.arange(n, dtype=np.float64) + phase)
+    return v.astype(np.float32).reshape(shape)
+
+
+def make_inputs(np, model):
+    """images [B, 28, 28], labels [B] (int64), {name: parameter} (ordered) as numpy arrays."""
+    images = pattern(np, (BATCH, SIDE, SIDE), 0.5, 0.0, 0.5)
+    labels = (np.arange(BATCH, dtype=np.int64) * 7) % CLASSES
+    params = {}
+    for k, (name, shape) in enumerate(param_spec(model)):
+        phase = 1.0 + k
+        if name.endswith("weight"):
+            params[name] = pattern(np, shape, 1.0 / math.sqrt(shape[0]), phase)
+        elif name.endswith("gamma"):
+            params[name] = pattern(np, shape, 0.1, phase, 1.0)
+        else:
+            params[name] = pattern(np, shape, 0.1, phase)
+    return images, labels, params
+
+
+def maxrss_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # kilobytes on Linux
+
+
+def timed(step, warmup, iters, sync):
+    """(first-call s, median step s, first result, last result)."""
+    t0 = time.perf_counter()
+    first_out = sync(step())
+    first = time.perf_counter() - t0
+    out = first_out
+    for _ in range(warmup):
+        out = sync(step())
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        out = sync(step())
+        times.append(time.perf_counter() - t0)
+    return first, statistics.median(times), first_out, out
+
+
+# ---------------------------------------------------------------------------------------------
+# PyTorch
+
+def torch_forward(torch, F, model, P, images, attention):
+    b = images.shape[0]
+    if model == "mlp":
+        h = ((images - 0.2860) * (1.0 / 0.3530)).reshape(b, 784)
+        for i in range(3):
+            h = h @ P["mlp.layers.%d.weight" % i] + P["mlp.layers.%d.bias" % i]
+            if i < 2:
+                h = torch.relu(h)
+        return h
+    g = SIDE // PATCH
+    patches = images.reshape(b, g, PATCH, g, PATCH).permute(0, 1, 3, 2, 4).reshape(
+        b, TOKENS, PATCH * PATCH)
+    x = patches @ P["embed.proj.weight"] + P["embed.proj.bias"] + P["position"]
+    for i in range(DEPTH):
+        p = "blocks.%d." % i
+        h = F.layer_norm(x, (DIM,), P[p + "ln1.gamma"], P[p + "ln1.beta"], 1e-5)
+        qkv = (h @ P[p + "attn.qkv.weight"] + P[p + "attn.qkv.bias"]).reshape(
+            b, TOKENS, 3, HEADS, DH).permute(2, 0, 3, 1, 4)  # [3, B, H, T, Dh]
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        if attention == "sdpa":
+            att = F.scaled_dot_product_attention(q, k, v)  # scale 1/sqrt(Dh)
+        else:
+            att = torch.softmax((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(DH)), -1) @ v
+        merged = att.permute(0, 2, 1, 3).reshape(b, TOKENS, DIM)
+        x = x + (merged @ P[p + "attn.proj.weight"] + P[p + "attn.proj.bias"])
+        h = F.layer_norm(x, (DIM,), P[p + "ln2.gamma"], P[p + "ln2.beta"], 1e-5)
+        h = F.gelu(h @ P[p + "mlp.layers.0.weight"] + P[p + "mlp.layers.0.bias"],
+                   approximate="tanh")
+        x = x + (h @ P[p + "mlp.layers.1.weight"] + P[p + "mlp.layers.1.bias"])
+    x = F.layer_norm(x, (DIM,), P["norm.gamma"], P["norm.beta"], 1e-5)
+    return x.mean(1) @ P["head.weight"] + P["head.bias"]
+
+
+def run_torch(args, compiled):
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    torch.set_num_threads(args.threads)
+    base = maxrss_mb()
+    images, labels, params = make_inputs(np, args.model)
+    images, labels = torch.from_numpy(images), torch.from_numpy(labels)
+    P = {k: torch.from_numpy(v).requires_grad_() for k, v in params.items()}
+
+    def loss_fn(images, labels):
+        return F.cross_entropy(torch_forward(torch, F, args.model, P, images, args.torch_attention),
+                               labels)
+
+    adamw = dict(lr=LR, betas=(BETA1, BETA2), eps=EPS, weight_decay=WD)
+    if compiled:
+        opt = torch.optim.AdamW(list(P.values()), **adamw)
+        fn = torch.compile(loss_fn)
+
+        @torch.compile(fullgraph=False)
+        def opt_step():
+            opt.step()
+    else:
+        opt = torch.optim.AdamW(list(P.values()), fused=True, **adamw)
+        fn = loss_fn
+        opt_step = opt.step
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = fn(images, labels)
+        loss.backward()
+        opt_step()
+        return loss.detach()
+
+    first, median, first_loss, loss = timed(step, args.warmup, args.iters, lambda out: out)
+    return first if compiled else None, median, float(first_loss), float(loss), base
+
+
+# ---------------------------------------------------------------------------------------------
+# JAX
+
+def jax_forward(jax, jnp, model, P, images):
+    b = images.shape[0]
+    if model == "mlp":
+        h = ((images - 0.2860) * (1.0 / 0.3530)).reshape(b, 784)
+        for i in range(3):
+            h = h @ P["mlp.layers.%d.weight" % i] + P["mlp.layers.%d.bias" % i]
+            if i < 2:
+                h = jax.nn.relu(h)
+        return h
+
+    def layer_norm(x, gamma, beta):
+        centered = x - jnp.mean(x, -1, keepdims=True)
+        var = jnp.mean(centered * centered, -1, keepdims=True)
+        return centered * jax.lax.rsqrt(var + 1e-5) * gamma + beta
+
+    g = SIDE // PATCH
+    patches = images.reshape(b, g, PATCH, g, PATCH).transpose(0, 1, 3, 2, 4).reshape(
+        b, TOKENS, PATCH * PATCH)
+    x = patches @ P["embed.proj.weight"] + P["embed.proj.bias"] + P["position"]
+    for i in range(DEPTH):
+        p = "blocks.%d." % i
+        h = layer_norm(x, P[p + "ln1.gamma"], P[p + "ln1.beta"])
+        qkv = (h @ P[p + "attn.qkv.weight"] + P[p + "attn.qkv.bias"]).reshape(
+            b, TOKENS, 3, HEADS, DH).transpose(2, 0, 3, 1, 4)  # [3, B, H, T, Dh]
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        scores = (q @ jnp.swapaxes(k, -2, -1)) * (1.0 / math.sqrt(DH))
+        att = jax.nn.softmax(scores, -1) @ v
+        merged = att.transpose(0, 2, 1, 3).reshape(b, TOKENS, DIM)
+        x = x + (merged @ P[p + "attn.proj.weight"] + P[p + "attn.proj.bias"])
+        h = layer_norm(x, P[p + "ln2.gamma"], P[p + "ln2.beta"])
+        h = jax.nn.gelu(h @ P[p + "mlp.layers.0.weight"] + P[p + "mlp.layers.0.bias"],
+                        approximate=True)
+        x = x + (h @ P[p + "mlp.layers.1.weight"] + P[p + "mlp.layers.1.bias"])
+    x = layer_norm(x, P["norm.gamma"], P["norm.beta"])
+    return jnp.mean(x, 1) @ P["head.weight"] + P["head.bias"]
+
+
+def run_jax(args):
+    import numpy as np
+    import jax
+    import jax.numpy as jnp
+
+    base = maxrss_mb()
+    images, labels, params = make_inputs(np, args.model)
+    images, labels = jnp.asarray(images), jnp.asarray(labels.astype(np.int32))
+    P = {k: jnp.asarray(v) for k, v in params.items()}
+    M = {k: jnp.zeros_like(v) for k, v in P.items()}
+    V = {k: jnp.zeros_like(v) for k, v in P.items()}
+
+    def loss_fn(P, images, labels):
+        logp = jax.nn.log_softmax(jax_forward(jax, jnp, args.model, P, images))
+        return -jnp.mean(jnp.take_along_axis(logp, labels[:, None], axis=1))
+
+    def train_step(P, M, V, t, images, labels):
+        loss, grads = jax.value_and_grad(loss_fn)(P, images, labels)
+        t = t + 1
+        bias1 = 1.0 - BETA1 ** t.astype(jnp.float32)
+        bias2 = 1.0 - BETA2 ** t.astype(jnp.float32)
+        newP, newM, newV = {}, {}, {}
+        for k in P:
+            g = grads[k]
+            m = BETA1 * M[k] + (1.0 - BETA1) * g
+            v = BETA2 * V[k] + (1.0 - BETA2) * g * g
+            p = P[k] - LR * WD * P[k]
+            newP[k] = p - LR * (m / bias1) / (jnp.sqrt(v / bias2) + EPS)
+            newM[k], newV[k] = m, v
+        return newP, newM, newV, t, loss
+
+    fn = jax.jit(train_step, donate_argnums=(0, 1, 2))
+    state = [P, M, V, jnp.zeros((), jnp.int32)]
+
+    def step():
+        state[0], state[1], state[2], state[3], loss = fn(*state, images, labels)
+        return loss
+
+    def sync(loss):
+        jax.block_until_ready(state)
+        return jax.block_until_ready(loss)
+
+    first, median, first_loss, loss = timed(step, args.warmup, args.iters, sync)
+    return first, median, float(first_loss), float(loss), base
+
+
+# ---------------------------------------------------------------------------------------------
+
+def child(args):
+    limit_threads(args.threads)
+    if args.peer == "jax-jit":
+        first, median, loss0, loss, base = run_jax(args)
+    else:
+        # torch.compile writes its kernels to a cache; a fresh one makes compile_s a cold compile.
+        with tempfile.TemporaryDirectory(prefix="sinter-bench-inductor-") as cache:
+            os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", cache)
+            first, median, loss0, loss, base = run_torch(args, args.peer == "torch-compile")
+    print("peer=%s model=%s compile_s=%s median_step_s=%.6g threads=%d iters=%d loss=%.6f "
+          "final_loss=%.6f maxrss_mb=%.1f base_rss_mb=%.1f" %
+          (args.peer, args.model, "na" if first is None else "%.4g" % first, median,
+           args.threads, args.iters, loss0, loss, maxrss_mb(), base), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", choices=MODELS, default="mlp")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=5, help="untimed steps after the first call")
+    ap.add_argument("--iters", type=int, default=30, help="timed steps (median reported)")
+    ap.add_argument("--torch-attention", choices=("sdpa", "math"), default="sdpa",
+                    help="ViT attention in torch: F.scaled_dot_product_attention or the formula")
+    ap.add_argument("--peers", default=",".join(PEERS), help="comma-separated subset of " +
+                    ",".join(PEERS))
+    ap.add_argument("--peer", help=argparse.SUPPRESS)  # internal: run one peer in this process
+    args = ap.parse_args()
+    if args.threads < 1 or args.iters < 1 or args.warmup < 0:
+        ap.error("--threads and --iters must be at least 1, --warmup at least 0")
+    if args.peer:
+        return child(args)
+    failed = 0
+    for peer in args.peers.split(","):
+        if peer not in PEERS:
+            ap.error("unknown peer %r (known: %s)" % (peer, ", ".join(PEERS)))
+        cmd = [sys.executable, os.path.abspath(__file__), "--peer", peer, "--model", args.model,
+               "--threads", str(args.threads), "--warmup", str(args.warmup),
+               "--iters", str(args.iters), "--torch-attention", args.torch_attention]
+        # The child prints its result line on stdout; library warnings go to stderr.
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+        lines = [l for l in proc.stdout.splitlines() if l.startswith("peer=")]
+        if proc.returncode != 0 or not lines:
+            print("train_peers.py: %s failed (exit %d); command: %s" %
+                  (peer, proc.returncode, " ".join(cmd)), file=sys.stderr)
+            failed += 1
+            continue
+        print(lines[-1], flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+// tests/bench/train_step.cpp — sinter's side of the full training-step benchmark (issue 4)
+//
+// One step = forward + mean softmax cross-entropy + backward + AdamW update of every parameter,
+// compiled as one program by sinter::compile_step, for one of two models (batch 128, images
+// [B, 28, 28] float32, integer labels):
+//   --model mlp  the recipes/mlp.cpp model: (x - 0.2860) / 0.3530, flatten, 784-512-256-10 ReLU
+//   --model vit  sinter::ViT with ViTConfig{28, 7, 64, 4, 4, 10} (dsl/nn/transformer.hpp)
+// AdamW: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight decay 1e-4 (decoupled, on every
+// parameter). Images, labels and every parameter are deterministic patterns (a sine of the flat
+// index, see init_parameters) that tests/bench/train_peers.py reproduces, so every peer prints
+// the same initial loss (`loss`, the loss of the first call) and, after the same number of
+// steps on the same batch, about the same `final_loss`.
+//
+// Prints one machine-readable line (read by tests/bench/train_report.py):
+//   peer=sinter model=<m> compile_s=<first call, s> median_step_s=<s> threads=<n> iters=<n>
+//   loss=<first step> final_loss=<last step> maxrss_mb=<ru_maxrss> base_rss_mb=<ru_maxrss
+//   before the model> planned_peak_mb=<memory_plan().peak_bytes()> state_mb=<parameters + m + v>
+//   params=<count>
+// planned_peak_mb is what the compiled step allocates besides its inputs (arena of
+// intermediates plus outputs); state_mb is the parameters and AdamW's m and v.
+// `--threads N` sets SINTER_NUM_THREADS. `--print-params` lists the parameters in order.
+//
+// Build: ninja -C build tests/bench/train_step   (tests/bench/train_run.sh builds and runs all)
+#include "dsl/sinter.hpp"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
+#include <string_view>
+#include <vector>
+
+using namespace sinter;
+
+namespace {
+
+constexpr int64_t batch = 128, side = 28, classes = 10;
+
+/// recipes/mlp.cpp's model: images [B, 28, 28] → standardised, flattened → MLP → 10 logits.
+struct FashionMLP {
+  BOOST_HANA_DEFINE_STRUCT(FashionMLP, (MLP, mlp));
+
+  FashionMLP(const std::vector<int64_t>& widths, Init& init) : mlp(widths, init) {}
+  Var operator()(const Var& images) const {
+    Value x = images.value();
+    int64_t b = x.shape()[0];
+    Value flat = reshape((x - 0.2860) * (1.0 / 0.3530), {b, 784});
+    return mlp(Var(flat));
+  }
+};
+
+/// offset + scale * sin(0.9 * i + phase) over the flat index i (train_peers.py makes the same).
+HostTensor pattern(Shape shape, double scale, double phase, double offset = 0.0) {
+  std::vector<double> v(static_cast<std::size_t>(numel(shape)));
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = offset + scale * std::sin(0.9 * static_cast<double>(i) + phase);
+  return HostTensor::from_doubles(DType::f32, std::move(shape), v);
+}
+
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+/// Replaces the seeded initial values by deterministic patterns: parameter k (in
+/// for_each_parameter order) gets phase 1 + k; Linear weights [in, out] scale 1/√in, LayerNorm
+/// gamma 1 + 0.1·sin, everything else (biases, LayerNorm beta, positions) 0.1·sin.
+template <class Model> int64_t init_parameters(Model& model, bool print) {
+  int64_t k = 0, count = 0;
+  for_each_parameter(model, [&](const std::string& name, Parameter& p) {
+    Shape shape = p.value.shape();
+    double phase = 1.0 + static_cast<double>(k++);
+    if (ends_with(name, "weight"))
+      p.value = pattern(shape, 1.0 / std::sqrt(static_cast<double>(shape.at(0))), phase);
+    else if (ends_with(name, "gamma"))
+      p.value = pattern(shape, 0.1, phase, 1.0);
+    else
+      p.value = pattern(shape, 0.1, phase);
+    count += p.value.size();
+    if (print) std::fprintf(stderr, "param %s %s\n", name.c_str(), to_string(shape).c_str());
+  });
+  return count;
+}
+
+struct Options {
+  std::string model = "mlp";
+  int threads = 2;
+  int warmup = 5;
+  int iters = 30;
+  bool print_params = false;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double maxrss_mb() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0; // kilobytes on Linux
+}
+
+template <class Model> int run(const Options& opt, Model& model, double base_rss) {
+  int64_t params = init_parameters(model, opt.print_params);
+  HostTensor images = pattern({batch, side, side}, 0.5, 0.0, 0.5); // in [0, 1]
+  std::vector<double> label_values(static_cast<std::size_t>(batch));
+  for (std::size_t i = 0; i < label_values.size(); ++i)
+    label_values[i] = static_cast<double>((i * 7) % classes);
+  HostTensor labels = HostTensor::from_doubles(DType::i64, {batch}, label_values);
+
+  auto step = compile_step(
+      model, [](Model& m, Var x, Var y) { return cross_entropy_mean(m(x), y); },
+      adamw{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 1e-4},
+      {.batch_names = {"images", "labels"}});
+
+  auto start = std::chrono::steady_clock::now();
+  double first_loss = step(images, labels).loss.value(); // trace + compile + one step
+  double first_call = seconds_since(start);
+  double loss = first_loss;
+  for (int i = 0; i < opt.warmup; ++i)
+    loss = step(images, labels).loss.value();
+  std::vector<double> times;
+  for (int i = 0; i < opt.iters; ++i) {
+    start = std::chrono::steady_clock::now();
+    loss = step(images, labels).loss.value();
+    times.push_back(seconds_since(start));
+  }
+  std::sort(times.begin(), times.end());
+  std::size_t n = times.size();
+  double median = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+  if (step.runtime().compilations() != 1) {
+    std::fprintf(stderr, "train_step: compiled %zu times, expected once\n",
+                 step.runtime().compilations());
+    return 1;
+  }
+  double state_bytes = 0; // parameters + AdamW m and v
+  for_each_parameter(model, [&](const std::string&, Parameter& p) {
+    state_bytes += static_cast<double>(p.value.bytes().size());
+  });
+  for (auto& [name, t] : step.runtime().state())
+    state_bytes += static_cast<double>(t->bytes().size());
+  double planned = static_cast<double>(step.runtime().program().memory_plan().peak_bytes());
+  std::printf("peer=sinter model=%s compile_s=%.4g median_step_s=%.6g threads=%d iters=%d "
+              "loss=%.6f final_loss=%.6f maxrss_mb=%.1f base_rss_mb=%.1f planned_peak_mb=%.2f "
+              "state_mb=%.2f params=%lld\n",
+              opt.model.c_str(), first_call, median, opt.threads, opt.iters, first_loss, loss,
+              maxrss_mb(), base_rss, planned / (1 << 20), state_bytes / (1 << 20),
+              static_cast<long long>(params));
+  return 0;
+}
+
+int usage(const char* argv0) {
+  std::fprintf(stderr,
+               "usage: %s [--model mlp|vit] [--threads N] [--warmup N] [--iters N] "
+               "[--print-params]\n"
+               "  one full training step (forward, loss, backward, AdamW) via compile_step,\n"
+               "  batch 128; prints first-call and median step time, losses and memory\n",
+               argv0);
+  return 2;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  Options opt;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a = argv[i];
+    auto number = [&](int& out, int min) {
+      if (i + 1 >= argc) return false;
+      char* end = nullptr;
+      long v = std::strtol(argv[++i], &end, 10);
+      if (*end != '\0' || v < min) return false;
+      out = static_cast<int>(v);
+      return true;
+    };
+    bool ok = true;
+    if (a == "--model" && i + 1 < argc)
+      opt.model = argv[++i];
+    else if (a == "--threads")
+      ok = number(opt.threads, 1);
+    else if (a == "--warmup")
+      ok = number(opt.warmup, 0);
+    else if (a == "--iters")
+      ok = number(opt.iters, 1);
+    else if (a == "--print-params")
+      opt.print_params = true;
+    else
+      ok = false;
+    if (!ok || (opt.model != "mlp" && opt.model != "vit")) return usage(argv[0]);
+  }
+  // The runtime reads its thread count from here when it starts (before the first call).
+  setenv("SINTER_NUM_THREADS", std::to_string(opt.threads).c_str(), 1);
+  double base_rss = maxrss_mb();
+  try {
+    Init init(0);
+    if (opt.model == "mlp") {
+      FashionMLP model({784, 512, 256, 10}, init);
+      return run(opt, model, base_rss);
+    }
+    ViT model(ViTConfig{.image = 28, .patch = 7, .dim = 64, .depth = 4, .heads = 4, .classes = 10},
+              init);
+    return run(opt, model, base_rss);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_step: %s\n", e.what());
+    return 1;
+  }
+}
