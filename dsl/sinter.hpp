@@ -5,6 +5,7 @@
 #include "dsl/dims.hpp"
 #include "dsl/expr.hpp"
 #include "dsl/nn/layers.hpp"
+#include "dsl/nn/losses.hpp"
 #include "dsl/nn/parameter.hpp"
 #include "dsl/nn/transformer.hpp"
 #include "dsl/operators.hpp"

@@ -296,3 +296,53 @@ TEST_CASE("dropout is reproducible for a key and differs between keys", "[traini
   CHECK(fraction > 0.25);
   CHECK(fraction < 0.75);
 }
+
+TEST_CASE("cross-entropy supports label smoothing, ignore_index and per-sample losses",
+          "[training][losses]") {
+  HostTensor logits = tensor(DType::f64, {3, 3}, {1, 2, 3, 0, 0, 0, 2, -1, 0.5});
+  HostTensor labels = tensor(DType::i32, {3}, {2, -100, 0});
+  auto per_sample = jit([](Tensor<f64, dyn, 3> z, Tensor<i32, dyn> y) {
+    return cross_entropy_loss(z, y, {.label_smoothing = 0.1}, Reduction::none);
+  });
+  auto mean_loss = jit([](Tensor<f64, dyn, 3> z, Tensor<i32, dyn> y) {
+    return cross_entropy_loss(z, y, {.label_smoothing = 0.1});
+  });
+  // By hand: lse - (0.9 * z[label] + 0.1 * mean(z)).
+  auto lse = [](double a, double b, double c) {
+    return std::log(std::exp(a) + std::exp(b) + std::exp(c));
+  };
+  double s0 = lse(1, 2, 3) - (0.9 * 3 + 0.1 * 2.0);
+  double s2 = lse(2, -1, 0.5) - (0.9 * 2 + 0.1 * (1.5 / 3));
+  HostTensor p = per_sample(logits, labels);
+  CHECK(p.at(0) == Approx(s0).epsilon(1e-12));
+  CHECK(p.at(1) == 0.0); // ignored
+  CHECK(p.at(2) == Approx(s2).epsilon(1e-12));
+  CHECK(mean_loss(logits, labels).at(0) == Approx((s0 + s2) / 2).epsilon(1e-12));
+}
+
+TEST_CASE("mean squared error has per-sample and mean forms", "[training][losses]") {
+  HostTensor pred = tensor(DType::f64, {2, 2}, {1, 2, 3, 4}),
+             target = tensor(DType::f64, {2, 2}, {1, 0, 0, 4});
+  auto per = jit([](Var p, Var t) { return mse_loss(p, t, Reduction::none); });
+  auto all = jit([](Var p, Var t) { return mse_loss(p, t); });
+  HostTensor s = per(pred, target);
+  CHECK(s.shape() == Shape{2});
+  CHECK(s.at(0) == Approx(2.0));
+  CHECK(s.at(1) == Approx(4.5));
+  CHECK(all(pred, target).at(0) == Approx(3.25));
+}
+
+TEST_CASE("a model trains with label smoothing through compile_step", "[training][losses]") {
+  Init init(8);
+  MLP model({4, 16, 3}, init);
+  auto step = compile_step(
+      model,
+      [](MLP& m, Var x, Var y) { return cross_entropy_loss(m(x), y, {.label_smoothing = 0.1}); },
+      adamw{.lr = 0.02, .weight_decay = 0.0});
+  auto [x, y] = toy_batch();
+  double first = step(x, y).loss.value(), last = first;
+  for (int i = 0; i < 200; ++i)
+    last = step(x, y).loss.value();
+  CHECK(last < 0.5 * first);
+  CHECK(last > 0.1); // smoothing keeps the loss away from zero
+}

@@ -63,7 +63,8 @@ HostTensor pattern(Shape shape, double scale, double phase, double offset = 0.0)
 }
 
 bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 /// Replaces the seeded initial values by deterministic patterns: parameter k (in
