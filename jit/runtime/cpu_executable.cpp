@@ -92,7 +92,8 @@ void CpuExecutable::run_into(std::span<const HostTensor* const> inputs,
     const TensorType& t = g.type(g.outputs()[i].id);
     // (A default HostTensor looks like an f32 scalar but owns no bytes.)
     if (results[i].dtype() != t.dtype || results[i].shape() != t.shape ||
-        results[i].bytes().size() != static_cast<std::size_t>(numel(t.shape)) * dtype_bytes(t.dtype))
+        results[i].bytes().size() !=
+            static_cast<std::size_t>(numel(t.shape)) * dtype_bytes(t.dtype))
       results[i] = HostTensor(t.dtype, t.shape);
   }
   // Kernel roots that are outputs write straight into the first result naming them.
