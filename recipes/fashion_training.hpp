@@ -1,7 +1,7 @@
 // recipes/fashion_training.hpp — the Fashion-MNIST training loop the mlp and vit recipes share
 #pragma once
 #include "dsl/sinter.hpp"
-#include "recipe_support.hpp"
+#include "training_loop.hpp"
 
 #include <filesystem>
 
@@ -69,44 +69,18 @@ int train_fashion(const std::string& name, const Flags& flags, Model& model) {
        .schedule = warmup_cosine(flags.real("lr"), std::min<int64_t>(200, total / 10 + 1), total)});
   auto logits = compile_eval(model, [](Model& m, Var images) { return m(images); }, {"images"});
 
-  std::filesystem::path ckpt_dir = flags.str("checkpoint-dir");
-  std::filesystem::path ckpt = ckpt_dir / (name + ".safetensors");
-  if (flags.on("resume")) {
-    if (ckpt_dir.empty()) flags.fail("--resume needs --checkpoint-dir");
-    auto meta = load_checkpoint(ckpt, model, step);
-    loader.seek({std::stoll(meta.at("epoch")), std::stoll(meta.at("batch"))});
-    std::fprintf(stderr, "%s: resumed from %s at step %lld\n", name.c_str(), ckpt.c_str(),
-                 static_cast<long long>(step.steps()));
-  }
-  if (!ckpt_dir.empty()) std::filesystem::create_directories(ckpt_dir);
   std::fprintf(stderr, "%s: %lld parameters, %lld steps of batch %lld\n", name.c_str(),
                static_cast<long long>(parameter_count(model)), static_cast<long long>(total),
                static_cast<long long>(batch));
-
-  Progress progress(total);
-  data::Batch b;
-  double loss = 0;
-  int64_t start_step = step.steps();
-  while (step.steps() < total) {
-    if (!loader.next(b)) {
-      loader.start_epoch(loader.position().epoch + 1);
-      continue;
-    }
-    loss = step(b.examples, b.labels).loss.value();
-    progress.update(step.steps(), loss);
-    bool epoch_end = loader.position().batch == per_epoch || step.steps() == total;
-    if (!ckpt_dir.empty() && epoch_end)
-      save_checkpoint(ckpt, model, step,
-                      {{"epoch", std::to_string(loader.position().epoch)},
-                       {"batch", std::to_string(loader.position().batch)},
-                       {"seed", std::to_string(seed)}});
-  }
-  double seconds = progress.seconds();
+  LoopResult run = run_training(name, flags, model, step, loader, total,
+                                [&](int64_t, const data::DataLoader& l) {
+                                  return l.position().batch == per_epoch; // each epoch's end
+                                });
   double test_accuracy = accuracy(logits, *test, 500);
   std::printf("result: test_accuracy=%.4f train_loss=%.4f steps=%lld steps_per_second=%.1f "
               "seconds=%.1f\n",
-              test_accuracy, loss, static_cast<long long>(step.steps()),
-              static_cast<double>(step.steps() - start_step) / std::max(seconds, 1e-9), seconds);
+              test_accuracy, run.last_loss, static_cast<long long>(step.steps()),
+              static_cast<double>(run.steps_run) / std::max(run.seconds, 1e-9), run.seconds);
   return 0;
 }
 

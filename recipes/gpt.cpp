@@ -1,6 +1,6 @@
 // recipes/gpt.cpp — a byte-level GPT trained on a text corpus (default: Debian's fortunes)
 #include "dsl/sinter.hpp"
-#include "recipe_support.hpp"
+#include "training_loop.hpp"
 
 #include <cmath>
 #include <random>
@@ -126,14 +126,6 @@ int main(int argc, char** argv) {
       auto eval_loss = compile_eval(model, loss_fn, {"ids", "next"});
       auto logits = compile_eval(model, [](GPT& m, Var ids) { return m(ids); }, {"ids"});
 
-      std::filesystem::path ckpt_dir = flags.str("checkpoint-dir"),
-                            ckpt = ckpt_dir / "gpt.safetensors";
-      if (flags.on("resume")) {
-        if (ckpt_dir.empty()) flags.fail("--resume needs --checkpoint-dir");
-        auto meta = load_checkpoint(ckpt, model, step);
-        loader.seek({std::stoll(meta.at("epoch")), std::stoll(meta.at("batch"))});
-      }
-      if (!ckpt_dir.empty()) std::filesystem::create_directories(ckpt_dir);
       double unigram = unigram_entropy(*train);
       std::fprintf(
           stderr,
@@ -141,32 +133,17 @@ int main(int argc, char** argv) {
           static_cast<long long>(parameter_count(model)), train->size(),
           static_cast<long long>(context), unigram);
 
-      recipe::Progress progress(total);
-      data::Batch b;
-      double loss = 0;
-      int64_t start_step = step.steps();
-      while (step.steps() < total) {
-        if (!loader.next(b)) {
-          loader.start_epoch(loader.position().epoch + 1);
-          continue;
-        }
-        loss = step(b.examples, b.labels).loss.value();
-        progress.update(step.steps(), loss);
-        if (!ckpt_dir.empty() && (step.steps() % 500 == 0 || step.steps() == total))
-          save_checkpoint(ckpt, model, step,
-                          {{"epoch", std::to_string(loader.position().epoch)},
-                           {"batch", std::to_string(loader.position().batch)}});
-      }
-      double seconds = progress.seconds();
+      recipe::LoopResult run =
+          recipe::run_training("gpt", flags, model, step, loader, total,
+                               [](int64_t s, const data::DataLoader&) { return s % 500 == 0; });
       double held_out = holdout_loss(eval_loss, *holdout, batch);
       std::string text =
           sample(logits, flags.str("prompt"), context, flags.integer("sample-bytes"), 0.8, seed);
       std::printf("sample: %s\n", text.c_str());
       std::printf("result: holdout_loss=%.4f unigram_entropy=%.4f train_loss=%.4f steps=%lld "
                   "steps_per_second=%.1f seconds=%.1f\n",
-                  held_out, unigram, loss, static_cast<long long>(step.steps()),
-                  static_cast<double>(step.steps() - start_step) / std::max(seconds, 1e-9),
-                  seconds);
+                  held_out, unigram, run.last_loss, static_cast<long long>(step.steps()),
+                  static_cast<double>(run.steps_run) / std::max(run.seconds, 1e-9), run.seconds);
       return 0;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "gpt: %s\n", e.what());

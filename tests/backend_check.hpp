@@ -3,6 +3,7 @@
 #include "jit/api.hpp"
 #include "jit/runtime/cpu_executable.hpp"
 #include "numeric_check.hpp"
+#include "temp_dir.hpp"
 
 #include <cstdlib>
 #include <filesystem>
@@ -12,23 +13,15 @@ namespace sinter::testing {
 
 /// A private kernel cache, library and pool, so tests never touch the user's cache.
 struct TestBackend {
+  TempDir temp;
   std::filesystem::path dir;
   std::unique_ptr<KernelCache> cache;
   std::unique_ptr<KernelLibrary> library;
   ThreadPool pool{2};
 
-  explicit TestBackend(const std::string& tag = "sinter-test") {
-    std::string pattern = (std::filesystem::temp_directory_path() / (tag + "-XXXXXX")).string();
-    dir = mkdtemp(pattern.data());
-    cache = std::make_unique<KernelCache>(dir);
-    library = std::make_unique<KernelLibrary>(*cache);
-  }
-  ~TestBackend() {
-    std::error_code ignored;
-    std::filesystem::remove_all(dir, ignored);
-  }
-  TestBackend(const TestBackend&) = delete;
-  TestBackend& operator=(const TestBackend&) = delete;
+  explicit TestBackend(const std::string& tag = "sinter-test")
+      : temp(tag), dir(temp.path), cache(std::make_unique<KernelCache>(dir)),
+        library(std::make_unique<KernelLibrary>(*cache)) {}
 
   /// A fresh library on the same directory: what a new process would see.
   void restart() { library = std::make_unique<KernelLibrary>(*cache); }

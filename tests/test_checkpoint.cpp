@@ -1,6 +1,8 @@
 // tests/test_checkpoint.cpp — safetensors checkpoints: format, round trips, validation, atomicity
 #include "jit/runtime/checkpoint.hpp"
 
+#include "temp_dir.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <csignal>
@@ -17,26 +19,10 @@
 #include <vector>
 
 using namespace sinter;
+using sinter::testing::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
-
-/// A fresh directory under the system temp dir, removed with everything in it.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "sinter-checkpoint-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::permissions(path, fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(path, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-};
 
 std::string read_bytes(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);

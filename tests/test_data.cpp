@@ -5,6 +5,8 @@
 #include "jit/data/synthetic.hpp"
 #include "jit/data/text.hpp"
 
+#include "temp_dir.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -20,25 +22,12 @@
 #include <vector>
 
 using namespace sinter;
+using sinter::testing::TempDir;
 using namespace sinter::data;
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
 
 namespace {
-
-/// A fresh directory from mkdtemp, removed with its contents at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "sinter-data-XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 void write_file(const fs::path& file, const std::vector<uint8_t>& bytes) {
   std::ofstream out(file, std::ios::binary);

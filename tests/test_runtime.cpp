@@ -3,6 +3,8 @@
 #include "jit/runtime/kernel_cache.hpp"
 #include "jit/runtime/thread_pool.hpp"
 
+#include "temp_dir.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -25,23 +27,10 @@
 #include <vector>
 
 using namespace sinter;
+using sinter::testing::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
-
-/// A fresh directory from mkdtemp, removed with its contents at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "sinter-test-XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 /// Sets (or unsets, with nullopt) an environment variable and restores it at scope exit.
 struct EnvOverride {

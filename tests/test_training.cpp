@@ -1,5 +1,6 @@
 // tests/test_training.cpp — modules, compile_step (optimizers, clipping, accumulation), eval
 #include "dsl/sinter.hpp"
+#include "temp_dir.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -195,9 +196,8 @@ TEST_CASE("resuming from a checkpoint continues bit for bit like an uninterrupte
           "[training][checkpoint]") {
   auto blobs = data::gaussian_blobs(256, 6, 3, 7);
   data::LoaderOptions opts{.batch_size = 32, .shuffle = true, .seed = 11, .prefetch_threads = 2};
-  auto dir = std::filesystem::temp_directory_path() / "sinter-resume-test";
-  std::filesystem::create_directories(dir);
-  auto file = dir / "step.safetensors";
+  sinter::testing::TempDir dir("sinter-resume");
+  auto file = dir.path / "step.safetensors";
 
   // Uninterrupted: 20 steps.
   Init init_a(3);
@@ -246,12 +246,11 @@ TEST_CASE("resuming from a checkpoint continues bit for bit like an uninterrupte
   }
   BlobRun ra{a}, rc{c};
   CHECK(ra.flat_weights() == rc.flat_weights());
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("a checkpoint for another model is rejected by name", "[training][checkpoint]") {
-  auto dir = std::filesystem::temp_directory_path() / "sinter-mismatch-test";
-  std::filesystem::create_directories(dir);
+  sinter::testing::TempDir temp("sinter-mismatch");
+  const auto& dir = temp.path;
   Init init(1);
   MLP small({4, 8, 3}, init), wide({4, 16, 3}, init);
   auto step_small = compile_step(small, blob_loss, sgd{});
@@ -260,7 +259,6 @@ TEST_CASE("a checkpoint for another model is rejected by name", "[training][chec
   CHECK_THROWS_WITH(
       load_checkpoint(dir / "c.safetensors", wide, step_wide),
       Catch::Contains("'model.layers.0.weight' is f32[4,8], the model expects f32[4,16]"));
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("compile_eval returns a scalar loss with its own storage", "[training]") {
