@@ -12,6 +12,7 @@
 // (or loading it from SINTER_CACHE_DIR) and one step. `--threads N` sets SINTER_NUM_THREADS.
 //
 // Build: ninja -C build tests/bench/mlp_step   (tests/bench/run.sh does it and runs everything)
+#include "bench_timing.hpp"
 #include "dsl/sinter.hpp"
 
 #include <algorithm>
@@ -63,10 +64,6 @@ struct Options {
   bool small = false;
 };
 
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
 template <std::size_t H> int run(const Options& opt, int64_t batch) {
   const std::vector<int64_t> widths{static_cast<int64_t>(features), static_cast<int64_t>(H),
                                     static_cast<int64_t>(H), static_cast<int64_t>(classes)};
@@ -87,24 +84,14 @@ template <std::size_t H> int run(const Options& opt, int64_t batch) {
       value_and_grad(mlp_loss<H>, {.names = {"x", "labels", "w1", "b1", "w2", "b2", "w3", "b3"},
                                    .wrt = {"w1", "b1", "w2", "b2", "w3", "b3"}});
 
-  auto start = std::chrono::steady_clock::now();
-  GradResult result = step.call(args); // trace + compile (or cache load) + one step
-  double first_call = seconds_since(start);
+  GradResult result;
+  bench::StepTiming timing =
+      bench::time_steps([&] { result = step.call(args); }, opt.warmup, opt.iters);
+  double first_call = timing.first_call_s, median = timing.median_step_s;
   if (result.grads.size() != 6) {
     std::fprintf(stderr, "mlp_step: expected 6 gradients, got %zu\n", result.grads.size());
     return 1;
   }
-  for (int i = 0; i < opt.warmup; ++i)
-    result = step.call(args);
-  std::vector<double> times;
-  for (int i = 0; i < opt.iters; ++i) {
-    start = std::chrono::steady_clock::now();
-    result = step.call(args);
-    times.push_back(seconds_since(start));
-  }
-  std::sort(times.begin(), times.end());
-  std::size_t n = times.size();
-  double median = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
   if (step.trace_count() != 1) {
     std::fprintf(stderr, "mlp_step: traced %zu times, expected once\n", step.trace_count());
     return 1;

@@ -21,6 +21,7 @@
 // `--threads N` sets SINTER_NUM_THREADS. `--print-params` lists the parameters in order.
 //
 // Build: ninja -C build tests/bench/train_step   (tests/bench/train_run.sh builds and runs all)
+#include "bench_timing.hpp"
 #include "dsl/sinter.hpp"
 
 #include <sys/resource.h>
@@ -33,6 +34,7 @@
 #include <exception>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 using namespace sinter;
@@ -95,10 +97,6 @@ struct Options {
   bool print_params = false;
 };
 
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
 double maxrss_mb() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
@@ -118,21 +116,15 @@ template <class Model> int run(const Options& opt, Model& model, double base_rss
       adamw{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 1e-4},
       {.batch_names = {"images", "labels"}});
 
-  auto start = std::chrono::steady_clock::now();
-  double first_loss = step(images, labels).loss.value(); // trace + compile + one step
-  double first_call = seconds_since(start);
-  double loss = first_loss;
-  for (int i = 0; i < opt.warmup; ++i)
-    loss = step(images, labels).loss.value();
-  std::vector<double> times;
-  for (int i = 0; i < opt.iters; ++i) {
-    start = std::chrono::steady_clock::now();
-    loss = step(images, labels).loss.value();
-    times.push_back(seconds_since(start));
-  }
-  std::sort(times.begin(), times.end());
-  std::size_t n = times.size();
-  double median = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+  double first_loss = 0, loss = 0;
+  bool first = true;
+  bench::StepTiming timing = bench::time_steps(
+      [&] {
+        loss = step(images, labels).loss.value();
+        if (std::exchange(first, false)) first_loss = loss;
+      },
+      opt.warmup, opt.iters);
+  double first_call = timing.first_call_s, median = timing.median_step_s;
   if (step.runtime().compilations() != 1) {
     std::fprintf(stderr, "train_step: compiled %zu times, expected once\n",
                  step.runtime().compilations());
