@@ -87,7 +87,6 @@ void CpuExecutable::run_into(std::span<const HostTensor* const> inputs,
     pointer[g.inputs()[i].id] = const_cast<std::byte*>(inputs[i]->bytes().data());
   for (const BufferSlot& slot : memory_.slots())
     pointer[slot.node] = arena_.get() + slot.offset;
-  std::vector<bool> written(g.size(), false);
   for (std::size_t i = 0; i < g.outputs().size(); ++i) {
     const TensorType& t = g.type(g.outputs()[i].id);
     // (A default HostTensor looks like an f32 scalar but owns no bytes.)
