@@ -7,7 +7,10 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
 #include <memory>
+#include <optional>
+#include <random>
 
 namespace sinter::testing {
 
@@ -26,6 +29,51 @@ struct TestBackend {
   /// A fresh library on the same directory: what a new process would see.
   void restart() { library = std::make_unique<KernelLibrary>(*cache); }
 };
+
+/// The op applied to random operands; `narrow` turns float64 operands into float32.
+inline Graph op_graph(OpId op, const OpTestCase& c, bool narrow, std::vector<F64Tensor>& values,
+                      uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<NamedOperand> operands;
+  for (std::size_t i = 0; i < c.operands.size(); ++i) {
+    TestOperand spec = c.operands[i];
+    F64Tensor v = random_operand(spec, rng);
+    if (narrow && spec.dtype == DType::f64) spec.dtype = DType::f32;
+    // Both sides must see the values the typed input really holds.
+    if (spec.dtype == DType::f32)
+      for (double& x : v.data)
+        x = static_cast<float>(x);
+    operands.push_back({"x" + std::to_string(i), TensorType{spec.dtype, spec.shape}, v});
+  }
+  values = values_of(operands);
+  return build_graph(operands, [&](Graph& g, std::vector<Value>& in) {
+    return std::vector<Value>{emit(g, op, in, c.attrs)};
+  });
+}
+
+/// loss = sum(op(x) * r), with r a fixed random input so every output element gets a
+/// cotangent, differentiated with respect to every float input and optimised; nullopt when
+/// the case has no f64 result or no float input. Appends r's value to `values`.
+inline std::optional<Graph> gradient_graph(OpId op, const OpTestCase& c,
+                                           std::vector<F64Tensor>& values, uint64_t seed,
+                                           uint64_t cotangent_seed) {
+  Graph g = op_graph(op, c, false, values, seed);
+  TensorType result = g.type(g.outputs()[0].id);
+  if (result.dtype != DType::f64) return std::nullopt;
+  std::vector<std::string> wrt;
+  for (const NamedValue& in : g.inputs())
+    if (is_float(g.type(in.id).dtype)) wrt.push_back(in.name);
+  if (wrt.empty()) return std::nullopt;
+  Graph lossy;
+  std::vector<Value> ins;
+  for (const NamedValue& in : g.inputs())
+    ins.push_back(input(lossy, in.name, g.type(in.id)));
+  Value r = input(lossy, "r", result);
+  lossy.add_output("loss", sum(emit(lossy, op, ins, c.attrs) * r).id);
+  std::mt19937_64 rng(cotangent_seed);
+  values.push_back(random_operand(TestOperand{DType::f64, result.shape}, rng));
+  return Pipeline::standard(AutodiffOptions{wrt, 0}).run(lossy, DumpSelection(""), std::cerr);
+}
 
 inline std::vector<HostTensor> as_host(const Graph& g, const std::vector<F64Tensor>& values) {
   std::vector<HostTensor> out;

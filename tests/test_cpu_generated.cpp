@@ -14,27 +14,6 @@ TestBackend& shared_backend() {
   return backend;
 }
 
-/// The op applied to random operands; `narrow` turns float64 operands into float32.
-Graph op_graph(OpId op, const OpTestCase& c, bool narrow, std::vector<F64Tensor>& values,
-               uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<NamedOperand> operands;
-  for (std::size_t i = 0; i < c.operands.size(); ++i) {
-    TestOperand spec = c.operands[i];
-    F64Tensor v = random_operand(spec, rng);
-    if (narrow && spec.dtype == DType::f64) spec.dtype = DType::f32;
-    // Both sides must see the values the typed input really holds.
-    if (spec.dtype == DType::f32)
-      for (double& x : v.data)
-        x = static_cast<float>(x);
-    operands.push_back({"x" + std::to_string(i), TensorType{spec.dtype, spec.shape}, v});
-  }
-  values = values_of(operands);
-  return build_graph(operands, [&](Graph& g, std::vector<Value>& in) {
-    return std::vector<Value>{emit(g, op, in, c.attrs)};
-  });
-}
-
 void compare(const Graph& optimized, const std::vector<F64Tensor>& values, double tolerance) {
   std::vector<F64Tensor> want = interpret(optimized, values);
   CpuExecutable exe(optimized, *shared_backend().library, shared_backend().pool);
@@ -75,25 +54,9 @@ void gradient_compiled(OpId op) {
   for (std::size_t k = 0; k < cases.size(); ++k) {
     INFO(op_name(op) << " case " << k);
     std::vector<F64Tensor> values;
-    Graph g = op_graph(op, cases[k], false, values, 7000 + 100 * static_cast<uint64_t>(op) + k);
-    TensorType result = g.type(g.outputs()[0].id);
-    if (result.dtype != DType::f64) continue;
-    std::vector<std::string> wrt;
-    for (const NamedValue& in : g.inputs())
-      if (is_float(g.type(in.id).dtype)) wrt.push_back(in.name);
-    if (wrt.empty()) continue;
-    // loss = sum(op(x) * r) with r a fixed input, so every output element gets a cotangent.
-    Graph lossy;
-    std::vector<Value> ins;
-    for (const NamedValue& in : g.inputs())
-      ins.push_back(input(lossy, in.name, g.type(in.id)));
-    Value r = input(lossy, "r", result);
-    lossy.add_output("loss", sum(emit(lossy, op, ins, cases[k].attrs) * r).id);
-    std::mt19937_64 rng(k);
-    values.push_back(random_operand(TestOperand{DType::f64, result.shape}, rng));
-    Graph optimized =
-        Pipeline::standard(AutodiffOptions{wrt, 0}).run(lossy, DumpSelection(""), std::cerr);
-    compare(optimized, values, 1e-10);
+    auto graph =
+        gradient_graph(op, cases[k], values, 7000 + 100 * static_cast<uint64_t>(op) + k, k);
+    if (graph) compare(*graph, values, 1e-10);
   }
 }
 

@@ -2,23 +2,19 @@
 #include "jit/codegen/cpu_target.hpp"
 
 #include "jit/codegen/emitter.hpp"
+#include "jit/codegen/llvm_pipeline.hpp"
 
 #include <llvm/Analysis/TargetLibraryInfo.h>
 #include <llvm/Config/llvm-config.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
-#include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
-#include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/DynamicLibrary.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
-
-#include <dlfcn.h>
-#include <sys/stat.h>
 
 #include <mutex>
 #include <stdexcept>
@@ -37,20 +33,6 @@ void check(llvm::Error error, const char* what) {
   if (error)
     throw std::runtime_error(std::string("sinter: ") + what + ": " +
                              llvm::toString(std::move(error)));
-}
-
-/// Identifies the build of the code generator: the size and modification time of the binary
-/// that contains it (libsinter.so, or the executable it is linked into). Any rebuild changes
-/// it, so a changed emitter never reuses objects compiled by an older one.
-std::string code_generator_build() {
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&emit_kernel), &info) && info.dli_fname) {
-    struct stat st{};
-    if (stat(info.dli_fname, &st) == 0)
-      return std::to_string(st.st_size) + "@" + std::to_string(st.st_mtim.tv_sec) + "." +
-             std::to_string(st.st_mtim.tv_nsec);
-  }
-  return "unknown-" __DATE__ " " __TIME__;
 }
 
 void initialize_llvm() {
@@ -85,39 +67,20 @@ struct CpuTarget::Impl {
     fingerprint = "sinter " SINTER_VERSION ";" + machine->getTargetTriple().str() + ";" +
                   machine->getTargetCPU().str() + ";" + machine->getTargetFeatureString().str() +
                   ";llvm " LLVM_VERSION_STRING + ";libmvec " + (has_libmvec ? "1" : "0") +
-                  ";build " + code_generator_build();
+                  ";build " + emitter_build_id();
   }
 
   void optimize(llvm::Module& module) {
-    llvm::LoopAnalysisManager lam;
-    llvm::FunctionAnalysisManager fam;
-    llvm::CGSCCAnalysisManager cgam;
-    llvm::ModuleAnalysisManager mam;
-    llvm::PassBuilder pb(machine.get());
-    llvm::Triple triple(module.getTargetTriple());
     bool vector_math = has_libmvec;
-    fam.registerPass([&] {
-      llvm::TargetLibraryInfoImpl tlii(triple);
+    optimize_o3(module, *machine, [&](llvm::TargetLibraryInfoImpl& tlii) {
       if (vector_math)
-        tlii.addVectorizableFunctionsFromVecLib(llvm::TargetLibraryInfoImpl::LIBMVEC_X86, triple);
-      return llvm::TargetLibraryAnalysis(tlii);
+        tlii.addVectorizableFunctionsFromVecLib(llvm::TargetLibraryInfoImpl::LIBMVEC_X86,
+                                                llvm::Triple(machine->getTargetTriple()));
     });
-    pb.registerModuleAnalyses(mam);
-    pb.registerCGSCCAnalyses(cgam);
-    pb.registerFunctionAnalyses(fam);
-    pb.registerLoopAnalyses(lam);
-    pb.crossRegisterProxies(lam, fam, cgam, mam);
-    pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(module, mam);
   }
 
   std::vector<char> emit_object(llvm::Module& module, llvm::CodeGenFileType type) {
-    llvm::SmallVector<char, 0> buffer;
-    llvm::raw_svector_ostream os(buffer);
-    llvm::legacy::PassManager pm;
-    if (machine->addPassesToEmitFile(pm, os, nullptr, type))
-      throw std::runtime_error("sinter: the target cannot emit this file type");
-    pm.run(module);
-    return std::vector<char>(buffer.begin(), buffer.end());
+    return emit_machine_code(module, *machine, type == llvm::CodeGenFileType::AssemblyFile);
   }
 };
 

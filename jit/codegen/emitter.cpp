@@ -3,7 +3,11 @@
 
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/IntrinsicsNVPTX.h>
 #include <llvm/IR/Module.h>
+
+#include <dlfcn.h>
+#include <sys/stat.h>
 
 #include <map>
 #include <stdexcept>
@@ -23,11 +27,18 @@ int64_t product(const Shape& s, std::size_t from, std::size_t to) {
 /// Emits one kernel's function body.
 class KernelEmitter {
 public:
-  KernelEmitter(llvm::Module& module, const FusionPlan& plan, const Kernel& kernel)
+  KernelEmitter(llvm::Module& module, const FusionPlan& plan, const Kernel& kernel,
+                CodegenTarget target)
       : module_(module), ctx_(module.getContext()), b_(ctx_), plan_(plan), g_(*plan.graph),
-        kernel_(kernel) {}
+        kernel_(kernel), target_(target) {}
 
   void emit(const std::string& name) {
+    if (kernel_.kind == KernelKind::gemm)
+      throw std::logic_error("sinter: gemm kernels are library calls");
+    if (gpu()) {
+      emit_gpu(name);
+      return;
+    }
     // The exported entry unpacks the buffer table and calls an always-inlined body whose
     // pointer parameters are noalias: after inlining, LLVM keeps that as alias scopes, which
     // lets the vectoriser skip runtime overlap checks.
@@ -68,7 +79,7 @@ public:
     case KernelKind::loop: emit_loop(begin, end); break;
     case KernelKind::reduce: emit_reduce(begin, end); break;
     case KernelKind::scatter_add: emit_scatter(begin, end); break;
-    case KernelKind::gemm: throw std::logic_error("sinter: gemm kernels are library calls");
+    case KernelKind::gemm: break;
     }
     b_.CreateRetVoid();
   }
@@ -195,6 +206,15 @@ private:
     return b_.CreateSelect(b_.CreateICmpSGT(v, i64(hi)), i64(hi), v);
   }
 
+  /// The flat offset of `idx` in a row-major tensor of `shape`. At the element the kernel is
+  /// writing, it is the output's own offset, which keeps addresses of neighbouring elements
+  /// visibly adjacent (the NVPTX load/store vectoriser needs that).
+  llvm::Value* flat_offset(const Index& idx, const Shape& shape) {
+    if (current_flat_ && shape == g_.type(kernel_.root).shape && idx == current_index_)
+      return current_flat_;
+    return linear(idx, shape);
+  }
+
   llvm::Value* load_flat(ValueId buffer_node, llvm::Value* flat, DType t) {
     llvm::Value* base = buffers_.at(buffer_node);
     llvm::Value* p = b_.CreateGEP(storage_type(t), base, flat);
@@ -206,7 +226,9 @@ private:
   }
 
   // ---- loops ------------------------------------------------------------------------------
-  template <class Body> void emit_for(llvm::Value* begin, llvm::Value* end, Body body) {
+  /// for (iv = begin; iv < end; iv += step); `step` null means 1.
+  template <class Body>
+  void emit_for(llvm::Value* begin, llvm::Value* end, Body body, llvm::Value* step = nullptr) {
     llvm::BasicBlock* pre = b_.GetInsertBlock();
     auto* header = llvm::BasicBlock::Create(ctx_, "loop", fn_);
     auto* inside = llvm::BasicBlock::Create(ctx_, "body", fn_);
@@ -218,7 +240,7 @@ private:
     b_.CreateCondBr(b_.CreateICmpSLT(iv, end), inside, exit);
     b_.SetInsertPoint(inside);
     body(static_cast<llvm::Value*>(iv));
-    llvm::Value* next = b_.CreateAdd(iv, i64(1), "", true, true);
+    llvm::Value* next = b_.CreateAdd(iv, step ? step : i64(1), "", true, true);
     iv->addIncoming(next, b_.GetInsertBlock());
     b_.CreateBr(header);
     b_.SetInsertPoint(exit);
@@ -282,30 +304,46 @@ private:
     return b_.CreateSelect(less, x, acc);
   }
 
+  bool reduced_axis(std::size_t d) const {
+    const auto& axes = g_.node(kernel_.root).attrs.ints;
+    return std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) != axes.end();
+  }
+
+  /// The reduced dims of the operand, outermost first.
+  Shape reduced_dims() const {
+    Shape xs = g_.type(g_.node(kernel_.root).inputs[0]).shape, dims;
+    for (std::size_t d = 0; d < xs.size(); ++d)
+      if (reduced_axis(d)) dims.push_back(xs[d]);
+    return dims;
+  }
+
+  /// Assembles the operand index from the output index and the reduced loop variables.
+  Index operand_index(const Index& out_idx, const Index& red_idx) const {
+    std::size_t rank = g_.type(g_.node(kernel_.root).inputs[0]).shape.size();
+    Index idx;
+    std::size_t o = 0, r = 0;
+    for (std::size_t d = 0; d < rank; ++d)
+      idx.push_back(reduced_axis(d) ? red_idx[r++] : out_idx[o++]);
+    return idx;
+  }
+
+  llvm::AllocaInst* entry_alloca(llvm::Type* t) {
+    llvm::IRBuilderBase::InsertPoint ip = b_.saveIP();
+    b_.SetInsertPoint(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
+    llvm::AllocaInst* slot = b_.CreateAlloca(t);
+    b_.restoreIP(ip);
+    return slot;
+  }
+
   void emit_reduce(llvm::Value* begin, llvm::Value* end) {
     const Node& root = g_.node(kernel_.root);
     ValueId operand = root.inputs[0];
     Shape xs = g_.type(operand).shape;
-    const auto& axes = root.attrs.ints;
-    auto reduced = [&](std::size_t d) {
-      return std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) != axes.end();
-    };
-    Shape out_shape = root.type.shape, reduced_dims;
-    for (std::size_t d = 0; d < xs.size(); ++d)
-      if (reduced(d)) reduced_dims.push_back(xs[d]);
+    auto reduced = [&](std::size_t d) { return reduced_axis(d); };
+    Shape out_shape = root.type.shape;
+    Shape reduced_dims = this->reduced_dims();
     DType t = root.type.dtype;
-    // Assembles the operand index from the output index and the reduced loop variables.
-    auto operand_index = [&](const Index& out_idx, const Index& red_idx) {
-      Index idx;
-      std::size_t o = 0, r = 0;
-      for (std::size_t d = 0; d < xs.size(); ++d)
-        idx.push_back(reduced(d) ? red_idx[r++] : out_idx[o++]);
-      return idx;
-    };
-    llvm::IRBuilderBase::InsertPoint ip = b_.saveIP();
-    b_.SetInsertPoint(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
-    llvm::AllocaInst* acc = b_.CreateAlloca(compute_type(t));
-    b_.restoreIP(ip);
+    llvm::AllocaInst* acc = entry_alloca(compute_type(t));
 
     if (xs.empty() || reduced(xs.size() - 1)) {
       // Contiguous reduction: each output element folds its lanes, innermost loop contiguous.
@@ -345,6 +383,21 @@ private:
     });
   }
 
+  /// Scatter: the update element at (index position `at`, element `k` of its row) and the
+  /// output slot it adds to, row `row`.
+  std::pair<llvm::Value*, llvm::Value*> scatter_update(const Index& at, llvm::Value* row,
+                                                       llvm::Value* k) {
+    const Node& root = g_.node(kernel_.root);
+    Shape out_shape = root.type.shape;
+    Shape row_shape(out_shape.begin() + 1, out_shape.end());
+    Index update = at;
+    for (llvm::Value* v : delinearize(k, row_shape))
+      update.push_back(v);
+    llvm::Value* x = compute(root.inputs[1], update);
+    llvm::Value* flat = b_.CreateAdd(b_.CreateMul(row, i64(numel(row_shape))), k);
+    return {x, b_.CreateGEP(storage_type(root.type.dtype), out_, flat)};
+  }
+
   void emit_scatter(llvm::Value* begin, llvm::Value* end) {
     // Serial over the parallel range (1): rows may repeat, so updates must not race.
     const Node& root = g_.node(kernel_.root);
@@ -362,27 +415,251 @@ private:
         llvm::Value* row = b_.CreateSExt(compute(root.inputs[0], at), b_.getInt64Ty());
         llvm::Value* valid =
             b_.CreateAnd(b_.CreateICmpSGE(row, i64(0)), b_.CreateICmpSLT(row, i64(rows)));
-        auto* then = llvm::BasicBlock::Create(ctx_, "in_range", fn_);
-        auto* done = llvm::BasicBlock::Create(ctx_, "next", fn_);
-        b_.CreateCondBr(valid, then, done);
-        b_.SetInsertPoint(then);
-        emit_for(i64(0), i64(width), [&](llvm::Value* k) {
-          memo_.clear();
-          Index upd = at;
-          for (llvm::Value* v : delinearize(k, row_shape))
-            upd.push_back(v);
-          llvm::Value* x = compute(root.inputs[1], upd);
-          llvm::Value* slot =
-              b_.CreateGEP(storage_type(t), out_, b_.CreateAdd(b_.CreateMul(row, i64(width)), k));
-          llvm::Value* old = from_storage(b_.CreateLoad(storage_type(t), slot), t);
-          llvm::Value* sum =
-              x->getType()->isFloatingPointTy() ? b_.CreateFAdd(old, x) : b_.CreateAdd(old, x);
-          b_.CreateStore(to_storage(sum, t), slot);
+        emit_if(valid, [&] {
+          emit_for(i64(0), i64(width), [&](llvm::Value* k) {
+            memo_.clear();
+            auto [x, slot] = scatter_update(at, row, k);
+            llvm::Value* old = from_storage(b_.CreateLoad(storage_type(t), slot), t);
+            llvm::Value* sum =
+                x->getType()->isFloatingPointTy() ? b_.CreateFAdd(old, x) : b_.CreateAdd(old, x);
+            b_.CreateStore(to_storage(sum, t), slot);
+          });
         });
-        b_.CreateBr(done);
-        b_.SetInsertPoint(done);
       });
     });
+  }
+
+  // ---- NVPTX ------------------------------------------------------------------------------
+  void emit_gpu(const std::string& name) {
+    launch_ = gpu_launch(g_, kernel_);
+    auto* global_ptr = b_.getPtrTy(1);
+    std::vector<llvm::Type*> params(1 + kernel_.reads.size(), global_ptr);
+    auto* fn = llvm::Function::Create(llvm::FunctionType::get(b_.getVoidTy(), params, false),
+                                      llvm::Function::ExternalLinkage, name, module_);
+    for (unsigned i = 0; i < params.size(); ++i) {
+      // The runtime passes 16-byte aligned buffers (arena slots are 64-byte aligned), which
+      // lets the load/store vectoriser form 16-byte accesses.
+      fn->addParamAttr(i, llvm::Attribute::getWithAlignment(ctx_, llvm::Align(16)));
+      if (kernel_.in_place()) continue;
+      fn->addParamAttr(i, llvm::Attribute::NoAlias);
+      if (i > 0) fn->addParamAttr(i, llvm::Attribute::ReadOnly); // → ld.global.nc
+    }
+    auto* annotations = module_.getOrInsertNamedMetadata("nvvm.annotations");
+    auto annotate = [&](const char* key, int value) {
+      annotations->addOperand(llvm::MDNode::get(
+          ctx_, {llvm::ValueAsMetadata::get(fn), llvm::MDString::get(ctx_, key),
+                 llvm::ValueAsMetadata::get(b_.getInt32(static_cast<uint32_t>(value)))}));
+    };
+    annotate("kernel", 1);
+    annotate("maxntidx", static_cast<int>(launch_.threads));
+    fn_ = fn;
+    b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn));
+    out_ = fn->getArg(0);
+    for (std::size_t i = 0; i < kernel_.reads.size(); ++i)
+      buffers_[kernel_.reads[i]] = fn->getArg(static_cast<unsigned>(i + 1));
+    switch (kernel_.kind) {
+    case KernelKind::loop: emit_gpu_loop(); break;
+    case KernelKind::reduce: emit_gpu_reduce(); break;
+    case KernelKind::scatter_add: emit_gpu_scatter(); break;
+    case KernelKind::gemm: break;
+    }
+    b_.CreateRetVoid();
+  }
+
+  llvm::Value* special_register(llvm::Intrinsic::ID id) {
+    return b_.CreateZExt(b_.CreateIntrinsic(id, {}, {}), b_.getInt64Ty());
+  }
+  llvm::Value* thread_in_block() {
+    return special_register(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
+  }
+  llvm::Value* block_in_grid() {
+    return special_register(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
+  }
+  llvm::Value* blocks_in_grid() {
+    return special_register(llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x);
+  }
+  llvm::Value* global_thread() {
+    return b_.CreateAdd(b_.CreateMul(block_in_grid(), i64(launch_.threads)), thread_in_block());
+  }
+  llvm::Value* threads_in_grid() { return b_.CreateMul(blocks_in_grid(), i64(launch_.threads)); }
+
+  template <class Body> void emit_if(llvm::Value* condition, Body body) {
+    auto* then = llvm::BasicBlock::Create(ctx_, "then", fn_);
+    auto* done = llvm::BasicBlock::Create(ctx_, "endif", fn_);
+    b_.CreateCondBr(condition, then, done);
+    b_.SetInsertPoint(then);
+    body();
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
+  }
+
+  void emit_gpu_loop() {
+    const Node& root = g_.node(kernel_.root);
+    Shape s = root.type.shape;
+    Shape rows_shape(s.begin(), s.end() - (s.empty() ? 0 : 1));
+    int64_t inner = s.empty() ? 1 : s.back();
+    int64_t width = launch_.vector_width, groups = inner / width;
+    emit_for(
+        global_thread(), i64(launch_.items),
+        [&](llvm::Value* item) {
+          llvm::Value* row = groups == 1 ? item : b_.CreateUDiv(item, i64(groups));
+          llvm::Value* first = groups == 1 ? i64(0)
+                                           : b_.CreateMul(b_.CreateURem(item, i64(groups)),
+                                                          i64(width), "", true, true);
+          Index row_idx = delinearize(row, rows_shape);
+          // `width` consecutive elements per thread: adjacent, aligned accesses that the
+          // load/store vectoriser turns into 16-byte ld/st.v4.
+          llvm::Value* item_base = b_.CreateMul(item, i64(width), "", true, true);
+          for (int64_t k = 0; k < width; ++k) {
+            memo_.clear();
+            llvm::Value* j = b_.CreateAdd(first, i64(k), "", true, true);
+            current_index_ = row_idx;
+            if (!s.empty()) current_index_.push_back(j);
+            // row * inner + j, written so that consecutive k are visibly consecutive.
+            current_flat_ = b_.CreateAdd(item_base, i64(k), "", true, true);
+            store_out(compute(kernel_.root, current_index_), current_flat_, root.type.dtype);
+          }
+          current_flat_ = nullptr;
+        },
+        threads_in_grid());
+  }
+
+  /// x from the lane `lane ^ mask` of this warp (all 32 lanes take part).
+  llvm::Value* shuffle_xor(llvm::Value* v, int mask) {
+    auto shuffle32 = [&](llvm::Value* x, bool fp) -> llvm::Value* {
+      return b_.CreateIntrinsic(
+          fp ? llvm::Intrinsic::nvvm_shfl_sync_bfly_f32 : llvm::Intrinsic::nvvm_shfl_sync_bfly_i32,
+          {}, {b_.getInt32(0xffffffffu), x, b_.getInt32(mask), b_.getInt32(31)});
+    };
+    llvm::Type* t = v->getType();
+    if (t->isFloatTy()) return shuffle32(v, true);
+    if (t->isIntegerTy(32)) return shuffle32(v, false);
+    if (t->isIntegerTy(1))
+      return b_.CreateTrunc(shuffle32(b_.CreateZExt(v, b_.getInt32Ty()), false), t);
+    // 64-bit values travel as two 32-bit halves.
+    llvm::Value* bits = t->isDoubleTy() ? b_.CreateBitCast(v, b_.getInt64Ty()) : v;
+    llvm::Value* lo = shuffle32(b_.CreateTrunc(bits, b_.getInt32Ty()), false);
+    llvm::Value* hi = shuffle32(b_.CreateTrunc(b_.CreateLShr(bits, 32), b_.getInt32Ty()), false);
+    llvm::Value* joined = b_.CreateOr(b_.CreateZExt(lo, b_.getInt64Ty()),
+                                      b_.CreateShl(b_.CreateZExt(hi, b_.getInt64Ty()), 32));
+    return t->isDoubleTy() ? b_.CreateBitCast(joined, t) : joined;
+  }
+
+  /// Butterfly reduction: every lane ends with the combination of all 32 lanes' values.
+  llvm::Value* warp_reduce(const Node& root, llvm::Value* v) {
+    for (int mask = 16; mask > 0; mask /= 2)
+      v = combine(root, v, shuffle_xor(v, mask));
+    return v;
+  }
+
+  /// Warp shuffles, then one partial per warp through shared memory, then one more warp
+  /// reduction. Every thread of the block must call it; thread 0 gets the result.
+  llvm::Value* block_reduce(const Node& root, llvm::Value* v) {
+    if (!partials_) {
+      auto* slots = llvm::ArrayType::get(b_.getInt64Ty(), 32); // 8 bytes hold any compute type
+      partials_ = new llvm::GlobalVariable(
+          module_, slots, false, llvm::GlobalValue::InternalLinkage, llvm::UndefValue::get(slots),
+          fn_->getName() + ".partials", nullptr, llvm::GlobalValue::NotThreadLocal, 3);
+      partials_->setAlignment(llvm::Align(8));
+    }
+    llvm::Value* tid = thread_in_block();
+    llvm::Value* lane = b_.CreateAnd(tid, i64(31));
+    llvm::Value* warp = b_.CreateLShr(tid, 5);
+    v = warp_reduce(root, v);
+    emit_if(b_.CreateICmpEQ(lane, i64(0)),
+            [&] { b_.CreateStore(v, b_.CreateGEP(b_.getInt64Ty(), partials_, warp)); });
+    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+    int64_t warps = launch_.threads / 32;
+    llvm::Value* slot = b_.CreateSelect(b_.CreateICmpULT(tid, i64(warps)), tid, i64(0));
+    llvm::Value* partial =
+        b_.CreateLoad(v->getType(), b_.CreateGEP(b_.getInt64Ty(), partials_, slot));
+    v = b_.CreateSelect(b_.CreateICmpULT(tid, i64(warps)), partial, reduce_init(root));
+    v = warp_reduce(root, v);
+    // The next output's partials must not overwrite these before every warp has read them.
+    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+    return v;
+  }
+
+  void emit_gpu_reduce() {
+    const Node& root = g_.node(kernel_.root);
+    ValueId operand = root.inputs[0];
+    Shape out_shape = root.type.shape, dims = reduced_dims();
+    DType t = root.type.dtype;
+    llvm::AllocaInst* acc = entry_alloca(compute_type(t));
+    auto load_acc = [&] { return b_.CreateLoad(acc->getAllocatedType(), acc); };
+    auto fold = [&](const Index& out_idx, const Index& red_idx) {
+      memo_.clear();
+      llvm::Value* x = compute(operand, operand_index(out_idx, red_idx));
+      b_.CreateStore(combine(root, load_acc(), x), acc);
+    };
+    auto outputs = i64(launch_.items);
+    if (launch_.strategy == GpuStrategy::thread_per_output) {
+      emit_for(
+          global_thread(), outputs,
+          [&](llvm::Value* o) {
+            Index out_idx = delinearize(o, out_shape);
+            b_.CreateStore(reduce_init(root), acc);
+            Index red;
+            emit_nest(dims, 0, red, [&](const Index& red_idx) { fold(out_idx, red_idx); });
+            store_out(load_acc(), o, t);
+          },
+          threads_in_grid());
+      return;
+    }
+    // Cooperative: lanes (or the block's threads) stride over the reduced elements, which are
+    // contiguous in the operand, so neighbouring threads read neighbouring addresses.
+    bool per_warp = launch_.strategy == GpuStrategy::warp_per_output;
+    llvm::Value* tid = thread_in_block();
+    llvm::Value* lane = per_warp ? b_.CreateAnd(tid, i64(31)) : tid;
+    llvm::Value* first = per_warp ? b_.CreateLShr(global_thread(), 5) : block_in_grid();
+    llvm::Value* step = per_warp ? b_.CreateLShr(threads_in_grid(), 5) : blocks_in_grid();
+    int64_t helpers = per_warp ? 32 : launch_.threads;
+    emit_for(
+        first, outputs,
+        [&](llvm::Value* o) {
+          Index out_idx = delinearize(o, out_shape);
+          b_.CreateStore(reduce_init(root), acc);
+          emit_for(
+              lane, i64(numel(dims)), [&](llvm::Value* r) { fold(out_idx, delinearize(r, dims)); },
+              i64(helpers));
+          llvm::Value* total =
+              per_warp ? warp_reduce(root, load_acc()) : block_reduce(root, load_acc());
+          emit_if(b_.CreateICmpEQ(lane, i64(0)), [&] { store_out(total, o, t); });
+        },
+        step);
+  }
+
+  void emit_gpu_scatter() {
+    if (launch_.strategy == GpuStrategy::serial_scatter) {
+      // One thread clears the output and applies every update in order.
+      llvm::Value* only = b_.CreateICmpEQ(global_thread(), i64(0));
+      emit_scatter(i64(0), b_.CreateSelect(only, i64(1), i64(0)));
+      return;
+    }
+    const Node& root = g_.node(kernel_.root);
+    Shape out_shape = root.type.shape, idx_shape = g_.type(root.inputs[0]).shape;
+    Shape row_shape(out_shape.begin() + 1, out_shape.end());
+    int64_t rows = out_shape[0], width = numel(row_shape);
+    DType t = root.type.dtype;
+    emit_for(
+        global_thread(), i64(launch_.items),
+        [&](llvm::Value* item) {
+          memo_.clear();
+          llvm::Value* position = b_.CreateUDiv(item, i64(width));
+          llvm::Value* k = b_.CreateURem(item, i64(width));
+          Index at = delinearize(position, idx_shape);
+          llvm::Value* row = b_.CreateSExt(compute(root.inputs[0], at), b_.getInt64Ty());
+          llvm::Value* valid =
+              b_.CreateAnd(b_.CreateICmpSGE(row, i64(0)), b_.CreateICmpSLT(row, i64(rows)));
+          emit_if(valid, [&] {
+            auto [x, slot] = scatter_update(at, row, k);
+            b_.CreateAtomicRMW(x->getType()->isFloatingPointTy() ? llvm::AtomicRMWInst::FAdd
+                                                                 : llvm::AtomicRMWInst::Add,
+                               slot, x, llvm::MaybeAlign(dtype_bytes(t)),
+                               llvm::AtomicOrdering::Monotonic);
+          });
+        },
+        threads_in_grid());
   }
 
   // ---- elemental computation --------------------------------------------------------------
@@ -392,6 +669,22 @@ private:
     llvm::Value* result = compute_uncached(v, idx);
     memo_[key] = result;
     return result;
+  }
+
+  bool gpu() const { return target_ == CodegenTarget::nvptx; }
+
+  /// libdevice's function for x's type: `__nv_expf` for f32, `__nv_exp` for f64.
+  llvm::Value* call_libdevice(const std::string& base, std::vector<llvm::Value*> args) {
+    llvm::Type* t = args[0]->getType();
+    std::vector<llvm::Type*> types(args.size(), t);
+    auto callee = module_.getOrInsertFunction("__nv_" + base + (t->isFloatTy() ? "f" : ""),
+                                              llvm::FunctionType::get(t, types, false));
+    return b_.CreateCall(callee, args);
+  }
+
+  llvm::Value* power(llvm::Value* a, llvm::Value* e) {
+    return gpu() ? call_libdevice("pow", {a, e})
+                 : b_.CreateBinaryIntrinsic(llvm::Intrinsic::pow, a, e);
   }
 
   llvm::Value* call_libm(const char* f32_name, const char* f64_name, llvm::Value* x) {
@@ -457,7 +750,7 @@ private:
   llvm::Value* compute_uncached(ValueId v, const Index& idx) {
     const Node& n = g_.node(v);
     const Shape& shape = n.type.shape;
-    if (in_memory(v)) return load_flat(plan_.view_of[v], linear(idx, shape), n.type.dtype);
+    if (in_memory(v)) return load_flat(plan_.view_of[v], flat_offset(idx, shape), n.type.dtype);
     auto operand = [&](std::size_t i, const Index& at) { return compute(n.inputs[i], at); };
     auto same = [&](std::size_t i) { return operand(i, idx); };
     llvm::Type* t = compute_type(n.type.dtype);
@@ -487,10 +780,10 @@ private:
     }
     case OpId::neg: return fp ? b_.CreateFNeg(same(0)) : b_.CreateNeg(same(0));
     case OpId::pow: {
-      if (fp) return b_.CreateBinaryIntrinsic(llvm::Intrinsic::pow, same(0), same(1));
+      if (fp) return power(same(0), same(1));
       llvm::Value* a = b_.CreateSIToFP(same(0), b_.getDoubleTy());
       llvm::Value* e = b_.CreateSIToFP(same(1), b_.getDoubleTy());
-      return b_.CreateFPToSI(b_.CreateBinaryIntrinsic(llvm::Intrinsic::pow, a, e), t);
+      return b_.CreateFPToSI(power(a, e), t);
     }
     case OpId::maximum: { // std::max: (a < b) ? b : a
       llvm::Value *a = same(0), *c = same(1);
@@ -500,14 +793,19 @@ private:
       llvm::Value *a = same(0), *c = same(1);
       return b_.CreateSelect(fp ? b_.CreateFCmpOLT(c, a) : b_.CreateICmpSLT(c, a), c, a);
     }
-    case OpId::exp: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::exp, same(0));
-    case OpId::log: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::log, same(0));
+    case OpId::exp:
+      return gpu() ? call_libdevice("exp", {same(0)})
+                   : b_.CreateUnaryIntrinsic(llvm::Intrinsic::exp, same(0));
+    case OpId::log:
+      return gpu() ? call_libdevice("log", {same(0)})
+                   : b_.CreateUnaryIntrinsic(llvm::Intrinsic::log, same(0));
     case OpId::sqrt: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, same(0));
     case OpId::rsqrt:
       return b_.CreateFDiv(llvm::ConstantFP::get(t, 1.0),
                            b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, same(0)));
-    case OpId::tanh: return tanh_of(same(0));
-    case OpId::erf: return call_libm("erff", "erf", same(0));
+    case OpId::tanh: return gpu() ? call_libdevice("tanh", {same(0)}) : tanh_of(same(0));
+    case OpId::erf:
+      return gpu() ? call_libdevice("erf", {same(0)}) : call_libm("erff", "erf", same(0));
     case OpId::abs:
       if (fp) return b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, same(0));
       return b_.CreateSelect(b_.CreateICmpSLT(same(0), llvm::ConstantInt::get(t, 0)),
@@ -529,7 +827,8 @@ private:
     }
     case OpId::reshape: {
       ValueId src = n.inputs[0];
-      if (in_memory(src)) return load_flat(plan_.view_of[src], linear(idx, shape), n.type.dtype);
+      if (in_memory(src))
+        return load_flat(plan_.view_of[src], flat_offset(idx, shape), n.type.dtype);
       return operand(0, reshape_index(idx, shape, g_.type(src).shape));
     }
     case OpId::permute: {
@@ -609,13 +908,32 @@ private:
   const FusionPlan& plan_;
   const Graph& g_;
   const Kernel& kernel_;
+  CodegenTarget target_;
+  GpuLaunch launch_{};
   llvm::Function* fn_ = nullptr;
   llvm::Value* out_ = nullptr;
   std::map<ValueId, llvm::Value*> buffers_;
   std::map<std::pair<ValueId, Index>, llvm::Value*> memo_;
+  llvm::GlobalVariable* partials_ = nullptr; ///< NVPTX block reductions: one slot per warp
+  Index current_index_;                      ///< NVPTX loops: the element being written...
+  llvm::Value* current_flat_ = nullptr;      ///< ...and its flat offset
 };
 
 } // namespace
+
+/// Identifies the build of the code generator: the size and modification time of the binary
+/// that contains it (libsinter.so, or the executable it is linked into). Any rebuild changes
+/// it, so a changed emitter never reuses objects compiled by an older one.
+std::string emitter_build_id() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&emit_kernel), &info) && info.dli_fname) {
+    struct stat st{};
+    if (stat(info.dli_fname, &st) == 0)
+      return std::to_string(st.st_size) + "@" + std::to_string(st.st_mtim.tv_sec) + "." +
+             std::to_string(st.st_mtim.tv_nsec);
+  }
+  return "unknown-" __DATE__ " " __TIME__;
+}
 
 int64_t parallel_range(const Graph& g, const Kernel& k) {
   Shape s = g.type(k.root).shape;
@@ -642,9 +960,66 @@ int64_t work_per_step(const Graph& g, const Kernel& k) {
   return std::max<int64_t>(1, elements / range);
 }
 
+GpuLaunch gpu_launch(const Graph& g, const Kernel& k) {
+  constexpr int64_t max_blocks = 65535; // more work than that is walked grid-stride
+  GpuLaunch launch;
+  auto blocks_for = [&](int64_t threads) {
+    return std::clamp<int64_t>((threads + launch.threads - 1) / launch.threads, 1, max_blocks);
+  };
+  const Node& root = g.node(k.root);
+  Shape s = root.type.shape;
+  switch (k.kind) {
+  case KernelKind::loop: {
+    int64_t inner = s.empty() ? 1 : s.back();
+    int64_t width = std::max<int64_t>(1, 16 / static_cast<int64_t>(dtype_bytes(root.type.dtype)));
+    while (width > 1 && inner % width != 0)
+      width /= 2;
+    launch.vector_width = width;
+    launch.items = numel(s) / width;
+    launch.blocks = blocks_for(launch.items);
+    return launch;
+  }
+  case KernelKind::reduce: {
+    Shape xs = g.type(root.inputs[0]).shape;
+    bool contiguous =
+        xs.empty() || std::find(root.attrs.ints.begin(), root.attrs.ints.end(),
+                                static_cast<int64_t>(xs.size() - 1)) != root.attrs.ints.end();
+    int64_t outputs = numel(s), reduced = numel(xs) / std::max<int64_t>(1, outputs);
+    launch.items = outputs;
+    if (!contiguous || reduced < 32) {
+      launch.strategy = GpuStrategy::thread_per_output;
+      launch.blocks = blocks_for(outputs);
+    } else if (reduced < 1024) {
+      launch.strategy = GpuStrategy::warp_per_output;
+      launch.blocks = blocks_for(outputs * 32);
+    } else {
+      launch.strategy = GpuStrategy::block_per_output;
+      launch.blocks = std::clamp<int64_t>(outputs, 1, max_blocks);
+    }
+    return launch;
+  }
+  case KernelKind::scatter_add: {
+    std::size_t bytes = dtype_bytes(root.type.dtype);
+    if (root.type.dtype == DType::boolean || bytes < 4) {
+      launch.strategy = GpuStrategy::serial_scatter;
+      launch.items = 1;
+      launch.threads = 1;
+      return launch;
+    }
+    launch.strategy = GpuStrategy::atomic_scatter;
+    launch.items = numel(g.type(root.inputs[1]).shape);
+    launch.blocks = blocks_for(launch.items);
+    launch.zero_output_first = true;
+    return launch;
+  }
+  case KernelKind::gemm: break;
+  }
+  throw std::logic_error("sinter: gemm kernels are library calls, not GPU launches");
+}
+
 void emit_kernel(llvm::Module& module, const FusionPlan& plan, const Kernel& kernel,
-                 const std::string& name) {
-  KernelEmitter(module, plan, kernel).emit(name);
+                 const std::string& name, CodegenTarget target) {
+  KernelEmitter(module, plan, kernel, target).emit(name);
 }
 
 } // namespace sinter

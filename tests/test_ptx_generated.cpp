@@ -1,0 +1,127 @@
+// tests/test_ptx_generated.cpp — every registered op's kernels (forward, f32, gradients) compiled
+// to PTX for sm_80 and sm_90 and assembled by ptxas, plus the shape of the code the GPU gets
+#include "backend_check.hpp"
+#include "op_test_registry.hpp"
+#include "ptx_check.hpp"
+
+#include "jit/codegen/emitter.hpp"
+
+#include <catch2/catch.hpp>
+
+namespace sinter::testing {
+namespace {
+
+Graph optimized(const Graph& g) {
+  return Pipeline::standard(std::nullopt).run(g, DumpSelection(""), std::cerr);
+}
+
+void forward_ptx(OpId op) {
+  auto cases = op_def(op).test_cases();
+  for (std::size_t k = 0; k < cases.size(); ++k)
+    for (bool narrow : {false, true}) {
+      INFO(op_name(op) << " case " << k << (narrow ? " (f32)" : " (f64)"));
+      std::vector<F64Tensor> values;
+      check_ptx(optimized(op_graph(op, cases[k], narrow, values, 11)));
+    }
+}
+
+void gradient_ptx(OpId op) {
+  auto cases = op_def(op).test_cases();
+  for (std::size_t k = 0; k < cases.size(); ++k) {
+    INFO(op_name(op) << " case " << k);
+    std::vector<F64Tensor> values;
+    if (auto graph = gradient_graph(op, cases[k], values, 13, k)) check_ptx(*graph);
+  }
+}
+
+const bool forward_registered = register_op_tests<forward_ptx>(
+    "kernels compile to PTX that ptxas accepts (sm_80, sm_90)", "[ptx][ptx-forward]");
+const bool gradient_registered = register_op_tests<gradient_ptx>(
+    "gradient kernels compile to PTX that ptxas accepts (sm_80, sm_90)", "[ptx][ptx-gradient]",
+    true);
+
+/// The PTX of the one generated kernel of a graph with one output.
+std::string only_kernel_ptx(const Graph& g, int capability = 90) {
+  FusionPlan plan = fuse(g);
+  for (const Kernel& k : plan.kernels)
+    if (k.kind != KernelKind::gemm) return nvptx_target(capability).compile(plan, k, "k");
+  FAIL("no generated kernel");
+  return {};
+}
+
+TEST_CASE("gpu: elementwise f32 kernels use 16-byte loads and stores", "[ptx]") {
+  Graph g;
+  Value a = input(g, "a", {DType::f32, {64, 256}});
+  Value b = input(g, "b", {DType::f32, {64, 256}});
+  g.add_output("c", (a * b + a).id);
+  FusionPlan plan = fuse(g);
+  REQUIRE(gpu_launch(g, plan.kernels[0]).vector_width == 4);
+  std::string ptx = only_kernel_ptx(g);
+  CHECK(ptx.find("ld.global.nc.v4.f32") != std::string::npos);
+  CHECK(ptx.find("st.global.v4.f32") != std::string::npos);
+  // An odd inner size falls back to one element per thread.
+  Graph odd;
+  Value x = input(odd, "x", {DType::f32, {7, 5}});
+  odd.add_output("y", (x * x).id);
+  CHECK(gpu_launch(odd, fuse(odd).kernels[0]).vector_width == 1);
+}
+
+TEST_CASE("gpu: reductions pick threads, warps or blocks by length", "[ptx]") {
+  auto strategy_for = [](Shape shape, int64_t axis) {
+    Graph g;
+    Value x = input(g, "x", {DType::f32, shape});
+    g.add_output("s", sum(exp(x), {axis}).id);
+    Graph lowered = optimized(g);
+    FusionPlan plan = fuse(lowered);
+    return std::make_pair(gpu_launch(lowered, plan.kernels.back()).strategy,
+                          only_kernel_ptx(lowered));
+  };
+  auto [short_rows, short_ptx] = strategy_for({512, 10}, 1);
+  CHECK(short_rows == GpuStrategy::thread_per_output);
+  auto [rows, warp_ptx] = strategy_for({64, 768}, 1);
+  CHECK(rows == GpuStrategy::warp_per_output);
+  CHECK(warp_ptx.find("shfl.sync.bfly") != std::string::npos);
+  CHECK(warp_ptx.find("bar.sync") == std::string::npos);
+  auto [long_rows, block_ptx] = strategy_for({4, 50000}, 1);
+  CHECK(long_rows == GpuStrategy::block_per_output);
+  CHECK(block_ptx.find("shfl.sync.bfly") != std::string::npos);
+  CHECK(block_ptx.find("bar.sync") != std::string::npos);
+  CHECK(block_ptx.find(".shared") != std::string::npos);
+  auto [columns, column_ptx] = strategy_for({4096, 64}, 0);
+  CHECK(columns == GpuStrategy::thread_per_output);
+  // Math comes from libdevice, inlined: no calls are left for the driver to resolve.
+  CHECK(block_ptx.find("__nv_expf") == std::string::npos);
+}
+
+TEST_CASE("gpu: scatter_add accumulates with atomics after the runtime clears the output",
+          "[ptx]") {
+  Graph g;
+  Value ids = input(g, "ids", {DType::i32, {8}});
+  Value upd = input(g, "u", {DType::f32, {8, 16}});
+  g.add_output("t", emit(OpId::scatter_add, {ids, upd}, Attrs{.ints = {100}}).id);
+  FusionPlan plan = fuse(g);
+  GpuLaunch launch = gpu_launch(g, plan.kernels.back());
+  CHECK(launch.strategy == GpuStrategy::atomic_scatter);
+  CHECK(launch.zero_output_first);
+  CHECK(only_kernel_ptx(g, 80).find("atom.global.add.f32") != std::string::npos);
+}
+
+TEST_CASE("gpu: the ptxas check rejects broken PTX", "[ptx]") {
+  auto ptxas = find_ptxas();
+  if (!ptxas) return; // nothing to check without the toolkit; check_ptx warns about it
+  TempDir dir("sinter-ptxas");
+  CHECK_FALSE(
+      run_ptxas(*ptxas, ".version 8.0\n.target sm_90\nnot ptx at all\n", "sm_90", dir.path).ok);
+}
+
+TEST_CASE("gpu: a capability LLVM does not know is refused by name", "[ptx]") {
+  CHECK_THROWS_WITH(NvptxTarget(12), Catch::Contains("sm_12"));
+}
+
+TEST_CASE("gpu: the target fingerprint names the arch and differs between them", "[ptx]") {
+  CHECK(nvptx_target(80).fingerprint().find("sm_80") != std::string::npos);
+  CHECK(nvptx_target(80).fingerprint() != nvptx_target(90).fingerprint());
+}
+
+} // namespace
+} // namespace sinter::testing
