@@ -273,7 +273,7 @@ public:
     last_types_.clear();
     for (const HostTensor& a : args)
       last_types_.push_back(TensorType{a.dtype(), a.shape()});
-    if (compiled.backend() == Backend::cpu)
+    if (compiled.backend() != Backend::interpreter)
       log_line("sinter: compiled (" + why + ", specialisation " + std::to_string(cache_.size()) +
                ") " + detail::describe_compile(compiled));
     return compiled;

@@ -5,11 +5,14 @@
 #include "jit/pipeline/pipeline.hpp"
 #include "jit/runtime/context.hpp"
 #include "jit/runtime/cpu_executable.hpp"
+#include "jit/runtime/gpu_executable.hpp"
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string_view>
 
@@ -21,13 +24,63 @@ HostTensor from_f64(const F64Tensor& t, DType dtype) {
   return HostTensor::from_doubles(dtype, t.shape, t.data);
 }
 
-Backend backend_from_environment() {
+Device Device::parse(std::string_view text) {
+  auto bad = [&] {
+    return std::invalid_argument("sinter: '" + std::string(text) +
+                                 "' is not a device — use cpu, cuda, cuda:N (N = 0, 1, ...) or "
+                                 "interpreter");
+  };
+  if (text == "cpu") return Backend::cpu;
+  if (text == "interpreter") return Backend::interpreter;
+  if (text == "cuda") return Backend::cuda;
+  if (!text.starts_with("cuda:") || text.size() == 5 || text.size() > 9) throw bad();
+  int ordinal = 0;
+  for (char c : text.substr(5)) {
+    if (c < '0' || c > '9') throw bad();
+    ordinal = ordinal * 10 + (c - '0');
+  }
+  return Device(Backend::cuda, ordinal);
+}
+
+std::string Device::name() const {
+  switch (backend) {
+  case Backend::cpu: return "cpu";
+  case Backend::interpreter: return "interpreter";
+  case Backend::cuda: return "cuda:" + std::to_string(ordinal);
+  }
+  return "?";
+}
+
+namespace {
+std::mutex default_device_mutex;
+std::optional<Device> chosen_device;
+} // namespace
+
+void set_default_device(Device device) {
+  std::lock_guard lock(default_device_mutex);
+  chosen_device = device;
+}
+
+Device default_device() {
+  {
+    std::lock_guard lock(default_device_mutex);
+    if (chosen_device) return *chosen_device;
+  }
+  if (const char* value = std::getenv("SINTER_DEVICE"); value && *value) {
+    try {
+      return Device::parse(value);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string("SINTER_DEVICE: ") + e.what());
+    }
+  }
   const char* value = std::getenv("SINTER_BACKEND");
   if (!value || !*value || std::string_view(value) == "cpu") return Backend::cpu;
   if (std::string_view(value) == "interpreter") return Backend::interpreter;
   throw std::invalid_argument(std::string("sinter: SINTER_BACKEND='") + value +
-                              "' is not a backend — use cpu or interpreter");
+                              "' is not a backend — use cpu or interpreter (or SINTER_DEVICE)");
 }
+
+Backend backend_from_environment() { return default_device().backend; }
 
 void log_line(const std::string& line) {
   const char* setting = std::getenv("SINTER_LOG");
@@ -35,17 +88,22 @@ void log_line(const std::string& line) {
   std::fprintf(stderr, "%s\n", line.c_str());
 }
 
-CompiledGraph::CompiledGraph(Graph traced, std::optional<AutodiffOptions> autodiff, Backend backend,
+CompiledGraph::CompiledGraph(Graph traced, std::optional<AutodiffOptions> autodiff, Device device,
                              Context* context)
-    : backend_(backend) {
+    : device_(device) {
   auto start = std::chrono::steady_clock::now();
   DumpSelection dump = DumpSelection::from_environment();
   graph_ = Pipeline::standard(std::move(autodiff)).run(std::move(traced), dump, std::cerr);
-  if (backend_ == Backend::cpu) {
-    Context& ctx = context ? *context : Context::global();
+  Context& ctx = context ? *context : Context::global();
+  if (device_.backend == Backend::cpu) {
     cpu_ = std::make_unique<CpuExecutable>(graph_, ctx.kernels(), ctx.pool());
     if (dump.wants("fuse")) std::cerr << "// sinter " << cpu_->fusion().print();
     if (dump.wants("memory")) std::cerr << "// sinter " << cpu_->memory_plan().print();
+    ctx.cache().record_run_stats();
+  } else if (device_.backend == Backend::cuda) {
+    gpu_ = std::make_unique<GpuExecutable>(graph_, CudaDevice::get(device_.ordinal), ctx.cache());
+    if (dump.wants("fuse")) std::cerr << "// sinter " << gpu_->fusion().print();
+    if (dump.wants("memory")) std::cerr << "// sinter " << gpu_->memory_plan().print();
     ctx.cache().record_run_stats();
   }
   compile_seconds_ =
@@ -58,12 +116,12 @@ CompiledGraph& CompiledGraph::operator=(CompiledGraph&&) noexcept = default;
 
 const MemoryPlan& CompiledGraph::memory_plan() const {
   static const MemoryPlan none;
-  return cpu_ ? cpu_->memory_plan() : none;
+  return cpu_ ? cpu_->memory_plan() : gpu_ ? gpu_->memory_plan() : none;
 }
 
 const CompileReport& CompiledGraph::compile_report() const {
   static const CompileReport none;
-  return cpu_ ? cpu_->report() : none;
+  return cpu_ ? cpu_->report() : gpu_ ? gpu_->report() : none;
 }
 
 namespace {
@@ -87,6 +145,10 @@ void CompiledGraph::run_into(std::span<const HostTensor* const> inputs,
   check_inputs(inputs);
   if (cpu_) {
     cpu_->run_into(inputs, outputs);
+    return;
+  }
+  if (gpu_) {
+    gpu_->run_into(inputs, outputs);
     return;
   }
   std::vector<F64Tensor> values;

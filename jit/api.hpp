@@ -10,20 +10,41 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace sinter {
 
 class Context;
 class CpuExecutable;
+class GpuExecutable;
 
 /// Where a compiled graph runs.
 enum class Backend {
   cpu,         ///< fused kernels through LLVM ORC, GEMMs through OpenBLAS (the default)
   interpreter, ///< the float64 reference interpreter (slow; the oracle of the tests)
+  cuda,        ///< an NVIDIA GPU: kernels through LLVM NVPTX, GEMMs through cuBLASLt
 };
 
-/// `SINTER_BACKEND=cpu|interpreter`, default cpu; a bad value → std::invalid_argument.
+/// A backend and, for CUDA, which GPU.
+struct Device {
+  Backend backend = Backend::cpu;
+  int ordinal = 0; ///< cuda:N
+  Device() = default;
+  Device(Backend b, int gpu = 0) : backend(b), ordinal(gpu) {} // NOLINT: a backend is a device
+  /// "cpu", "interpreter", "cuda" (= cuda:0) or "cuda:N"; anything else → std::invalid_argument
+  /// listing what is accepted.
+  static Device parse(std::string_view text);
+  std::string name() const;
+  bool operator==(const Device&) const = default;
+};
+
+/// Where graphs compile when no device is named: set_default_device(), else `SINTER_DEVICE`,
+/// else `SINTER_BACKEND` (cpu|interpreter), else cpu. Bad values → std::invalid_argument.
+Device default_device();
+void set_default_device(Device device);
+/// default_device().backend (kept for callers that only choose between cpu and interpreter).
 Backend backend_from_environment();
 
 /// A traced graph after the pass pipeline (autodiff when asked, lower, simplify, cse), fused
@@ -31,14 +52,15 @@ Backend backend_from_environment();
 class CompiledGraph {
 public:
   CompiledGraph(Graph traced, std::optional<AutodiffOptions> autodiff,
-                Backend backend = backend_from_environment(), Context* context = nullptr);
+                Device device = default_device(), Context* context = nullptr);
   ~CompiledGraph();
   CompiledGraph(CompiledGraph&&) noexcept;
   CompiledGraph& operator=(CompiledGraph&&) noexcept;
 
   /// The optimised graph that runs.
   const Graph& graph() const { return graph_; }
-  Backend backend() const { return backend_; }
+  Backend backend() const { return device_.backend; }
+  const Device& device() const { return device_; }
   /// Runs one step; outputs follow graph().outputs().
   /// Throws std::invalid_argument naming the input whose dtype or shape is wrong.
   std::vector<HostTensor> run(std::span<const HostTensor> inputs) const;
@@ -46,9 +68,9 @@ public:
   void run_into(std::span<const HostTensor> inputs, std::span<HostTensor> outputs) const;
   void run_into(std::span<const HostTensor* const> inputs, std::span<HostTensor> outputs) const;
 
-  /// Memory the step needs (CPU backend): `memory_plan().peak_bytes()`.
+  /// Memory the step needs (CPU and CUDA): `memory_plan().peak_bytes()`.
   const MemoryPlan& memory_plan() const;
-  /// Kernel counts and compile time (CPU backend; zeros on the interpreter).
+  /// Kernel counts and compile time (CPU and CUDA; zeros on the interpreter).
   const CompileReport& compile_report() const;
   /// Wall time of the pipeline and compilation, in seconds.
   double compile_seconds() const { return compile_seconds_; }
@@ -57,8 +79,9 @@ private:
   void check_inputs(std::span<const HostTensor* const> inputs) const;
 
   Graph graph_;
-  Backend backend_;
+  Device device_;
   std::unique_ptr<CpuExecutable> cpu_;
+  std::unique_ptr<GpuExecutable> gpu_;
   double compile_seconds_ = 0;
 };
 

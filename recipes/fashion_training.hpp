@@ -18,6 +18,7 @@ inline std::vector<Flag> fashion_flags(const std::map<std::string, std::string>&
       {"weight-decay", "0.0001", "AdamW decoupled weight decay"},
       {"seed", "0", "initialisation and shuffling seed"},
       {"threads", "0", "worker threads (0: SINTER_NUM_THREADS or all cores)"},
+      {"device", "", "cpu, cuda or cuda:N (default: SINTER_DEVICE, else cpu)"},
       {"data-dir", "", "Fashion-MNIST IDX files (default: Debian's dataset-fashion-mnist)"},
       {"checkpoint-dir", "", "save a checkpoint here after every epoch"},
       {"resume", "0", "switch: continue from the checkpoint in --checkpoint-dir"}};

@@ -77,7 +77,8 @@ std::string sample(const Eval& logits_of, const std::string& prompt, int64_t con
 
 int main(int argc, char** argv) {
   recipe::Flags flags(
-      "gpt", "Trains a byte-level GPT on a text corpus (CPU), reports held-out loss and a sample.",
+      "gpt",
+      "Trains a byte-level GPT on a text corpus (CPU or GPU), reports held-out loss and a sample.",
       {{"steps", "800", "optimizer steps"},
        {"epochs", "0", "passes over the corpus instead of --steps (0: use --steps)"},
        {"batch-size", "32", "sequences per step"},
@@ -90,13 +91,14 @@ int main(int argc, char** argv) {
        {"clip", "1.0", "global gradient-norm clipping (0: off)"},
        {"seed", "0", "initialisation, shuffling and sampling seed"},
        {"threads", "0", "worker threads (0: SINTER_NUM_THREADS or all cores)"},
+       {"device", "", "cpu, cuda or cuda:N (default: SINTER_DEVICE, else cpu)"},
        {"text", "", "a text file to train on (default: the fortunes in /usr/share/games/fortunes)"},
        {"checkpoint-dir", "", "save a checkpoint here every 500 steps and at the end"},
        {"resume", "0", "switch: continue from the checkpoint in --checkpoint-dir"},
        {"prompt", "The ", "text the sample starts from"},
        {"sample-bytes", "200", "bytes to generate at the end"}},
       argc, argv);
-  if (flags.integer("threads") > 0) setenv("SINTER_NUM_THREADS", flags.str("threads").c_str(), 1);
+  recipe::apply_runtime_flags(flags);
   return [&]() -> int {
     try {
       int64_t context = flags.integer("context"), batch = flags.integer("batch-size");

@@ -41,10 +41,10 @@ std::vector<int64_t> parse_widths(const recipe::Flags& flags) {
 } // namespace
 
 int main(int argc, char** argv) {
-  recipe::Flags flags("mlp", "Trains an MLP on Fashion-MNIST (CPU) and reports test accuracy.",
-                      recipe::fashion_flags({}, {{"hidden", "512,256", "hidden layer widths"}}),
-                      argc, argv);
-  if (flags.integer("threads") > 0) setenv("SINTER_NUM_THREADS", flags.str("threads").c_str(), 1);
+  recipe::Flags flags(
+      "mlp", "Trains an MLP on Fashion-MNIST (CPU or GPU) and reports test accuracy.",
+      recipe::fashion_flags({}, {{"hidden", "512,256", "hidden layer widths"}}), argc, argv);
+  recipe::apply_runtime_flags(flags);
   return recipe::run("mlp", [&] {
     Init init(static_cast<uint64_t>(flags.integer("seed")));
     FashionMLP model(parse_widths(flags), init);

@@ -7,6 +7,17 @@
 
 namespace recipe {
 
+/// `--threads` and `--device`, applied before anything compiles; a bad device exits 2.
+inline void apply_runtime_flags(const Flags& flags) {
+  if (flags.integer("threads") > 0) setenv("SINTER_NUM_THREADS", flags.str("threads").c_str(), 1);
+  if (flags.str("device").empty()) return;
+  try {
+    sinter::set_default_device(sinter::Device::parse(flags.str("device")));
+  } catch (const std::invalid_argument& e) {
+    flags.fail(std::string("--device: ") + e.what());
+  }
+}
+
 struct LoopResult {
   double last_loss = 0;
   int64_t steps_run = 0; ///< steps taken by this process (after any resume)

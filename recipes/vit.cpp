@@ -19,14 +19,14 @@ struct FashionViT {
 
 int main(int argc, char** argv) {
   recipe::Flags flags(
-      "vit", "Trains a vision transformer on Fashion-MNIST (CPU) and reports test accuracy.",
+      "vit", "Trains a vision transformer on Fashion-MNIST (CPU or GPU) and reports test accuracy.",
       recipe::fashion_flags({{"epochs", "12"}, {"lr", "0.003"}, {"weight-decay", "0.05"}},
                             {{"patch", "7", "patch size (divides 28)"},
                              {"dim", "64", "token width"},
                              {"depth", "4", "transformer blocks"},
                              {"heads", "4", "attention heads (divide --dim)"}}),
       argc, argv);
-  if (flags.integer("threads") > 0) setenv("SINTER_NUM_THREADS", flags.str("threads").c_str(), 1);
+  recipe::apply_runtime_flags(flags);
   return recipe::run("vit", [&] {
     ViTConfig config{.image = 28,
                      .patch = flags.integer("patch"),

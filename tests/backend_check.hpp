@@ -5,6 +5,8 @@
 #include "numeric_check.hpp"
 #include "temp_dir.hpp"
 
+#include <catch2/catch.hpp>
+
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -73,6 +75,47 @@ inline std::optional<Graph> gradient_graph(OpId op, const OpTestCase& c,
   std::mt19937_64 rng(cotangent_seed);
   values.push_back(random_operand(TestOperand{DType::f64, result.shape}, rng));
   return Pipeline::standard(AutodiffOptions{wrt, 0}).run(lossy, DumpSelection(""), std::cerr);
+}
+
+/// Each output of `optimized` against the interpreter's: f32 outputs are compared with the
+/// float64 result rounded to f32, by maximum relative difference.
+inline void check_outputs_match(const Graph& optimized, const std::vector<HostTensor>& got,
+                                const std::vector<F64Tensor>& want, double tolerance) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    INFO("output " << optimized.outputs()[i].name << " "
+                   << to_string(optimized.type(optimized.outputs()[i].id)));
+    F64Tensor expected = want[i];
+    if (optimized.type(optimized.outputs()[i].id).dtype == DType::f32)
+      for (double& x : expected.data)
+        x = static_cast<float>(x);
+    CHECK(max_relative_difference(to_f64(got[i]), expected) <= tolerance);
+  }
+}
+
+/// Every registry test case of `op`, optimised, with its input values: forward in f64 and with
+/// f64 operands narrowed to f32 (`narrow`), the seeds fixed per op and case.
+template <class Check> void for_each_forward_case(OpId op, Check check) {
+  auto cases = op_def(op).test_cases();
+  for (std::size_t k = 0; k < cases.size(); ++k)
+    for (bool narrow : {false, true}) {
+      INFO(op_name(op) << " case " << k << (narrow ? " (f32)" : " (f64)"));
+      std::vector<F64Tensor> values;
+      Graph g = op_graph(op, cases[k], narrow, values, 5000 + 100 * static_cast<uint64_t>(op) + k);
+      check(Pipeline::standard(std::nullopt).run(g, DumpSelection(""), std::cerr), values, narrow);
+    }
+}
+
+/// Every registry test case of `op` as a gradient graph (see gradient_graph), with its values.
+template <class Check> void for_each_gradient_case(OpId op, Check check) {
+  auto cases = op_def(op).test_cases();
+  for (std::size_t k = 0; k < cases.size(); ++k) {
+    INFO(op_name(op) << " case " << k);
+    std::vector<F64Tensor> values;
+    auto graph =
+        gradient_graph(op, cases[k], values, 7000 + 100 * static_cast<uint64_t>(op) + k, k);
+    if (graph) check(*graph, values);
+  }
 }
 
 inline std::vector<HostTensor> as_host(const Graph& g, const std::vector<F64Tensor>& values) {

@@ -16,22 +16,12 @@ Graph optimized(const Graph& g) {
 }
 
 void forward_ptx(OpId op) {
-  auto cases = op_def(op).test_cases();
-  for (std::size_t k = 0; k < cases.size(); ++k)
-    for (bool narrow : {false, true}) {
-      INFO(op_name(op) << " case " << k << (narrow ? " (f32)" : " (f64)"));
-      std::vector<F64Tensor> values;
-      check_ptx(optimized(op_graph(op, cases[k], narrow, values, 11)));
-    }
+  for_each_forward_case(op,
+                        [](const Graph& g, const std::vector<F64Tensor>&, bool) { check_ptx(g); });
 }
 
 void gradient_ptx(OpId op) {
-  auto cases = op_def(op).test_cases();
-  for (std::size_t k = 0; k < cases.size(); ++k) {
-    INFO(op_name(op) << " case " << k);
-    std::vector<F64Tensor> values;
-    if (auto graph = gradient_graph(op, cases[k], values, 13, k)) check_ptx(*graph);
-  }
+  for_each_gradient_case(op, [](const Graph& g, const std::vector<F64Tensor>&) { check_ptx(g); });
 }
 
 const bool forward_registered = register_op_tests<forward_ptx>(

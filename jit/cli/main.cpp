@@ -1,4 +1,6 @@
 // jit/cli/main.cpp — the `sinter` command-line tool: op registry, host info and kernel cache
+#include "jit/codegen/nvptx_target.hpp"
+#include "jit/runtime/cuda_driver.hpp"
 #include "jit/runtime/kernel_cache.hpp"
 #include "jit/runtime/thread_pool.hpp"
 #include "ops/registry.hpp"
@@ -6,8 +8,6 @@
 #include <llvm/ADT/StringMap.h>
 #include <llvm/Config/llvm-config.h>
 #include <llvm/TargetParser/Host.h>
-
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -25,7 +25,7 @@ void print_usage(std::FILE* to) {
                    "commands:\n"
                    "  ops        list every registered op: name arity grad=yes|no\n"
                    "  version    print the sinter and LLVM versions\n"
-                   "  info       print the versions, host CPU, thread count, cache dir and\n"
+                   "  info       print the versions, host CPU, thread count, cache dir, GPUs and\n"
                    "             whether a CUDA driver is loadable\n"
                    "  cache stats  print the kernel cache's dir, entries, bytes and last run\n"
                    "  cache clear  remove every kernel cache entry\n"
@@ -65,13 +65,22 @@ int print_info() {
   std::printf("cpu features: %s\n", enabled_cpu_features().c_str());
   std::printf("threads: %zu\n", sinter::default_thread_count());
   std::printf("cache dir: %s\n", sinter::KernelCache::default_dir().c_str());
-  // NOTE: only a probe; the GPU backend will load the driver itself when it needs it.
-  if (void* cuda = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL)) {
-    dlclose(cuda);
-    std::printf("cuda driver: found\n");
+  if (const sinter::cuda::Driver* cuda = sinter::cuda::driver()) {
+    int version = cuda->version();
+    std::printf("cuda driver: %d.%d\n", version / 1000, version % 1000 / 10);
+    auto gpus = cuda->devices();
+    std::printf("gpus: %zu\n", gpus.size());
+    for (const sinter::cuda::DeviceInfo& gpu : gpus)
+      std::printf("  cuda:%d  %s  sm_%d  %.1f GiB  %d SMs\n", gpu.ordinal, gpu.name.c_str(),
+                  gpu.compute_capability, static_cast<double>(gpu.total_memory) / (1u << 30),
+                  gpu.multiprocessors);
   } else {
-    std::printf("cuda driver: not found (libcuda.so.1 not loadable)\n");
+    std::printf("cuda driver: none (%s)\n", sinter::cuda::unavailable_reason().c_str());
+    std::printf("gpus: 0\n");
   }
+  auto libdevice = sinter::NvptxTarget::find_libdevice();
+  std::printf("libdevice: %s\n",
+              libdevice ? libdevice->c_str() : "not found (set SINTER_LIBDEVICE)");
   return 0;
 }
 

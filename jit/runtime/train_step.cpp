@@ -138,7 +138,7 @@ const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> b
   }
 
   auto compiled = std::make_unique<Compiled>();
-  Backend backend = backend_from_environment();
+  Device backend = default_device();
   Graph grads = autodiff(forward_, AutodiffOptions{names_, 0});
   auto gather_values = [&](Graph& g, const std::string& prefix, bool from_outputs) {
     std::vector<Value> values;

@@ -10,8 +10,15 @@ echo "$info"
 printf '%s\n' "$info" | grep -Eq '^llvm: [0-9]+\.[0-9]+' || { echo "no LLVM version line"; exit 1; }
 printf '%s\n' "$info" | grep -q '^threads: 3$' || { echo "thread count missing or wrong"; exit 1; }
 printf '%s\n' "$info" | grep -q "^cache dir: $tmp/cache\$" || { echo "cache dir missing"; exit 1; }
-printf '%s\n' "$info" | grep -Eq '^cuda driver: (found|not found \(libcuda\.so\.1 not loadable\))$' \
+printf '%s\n' "$info" | grep -Eq '^cuda driver: ([0-9]+\.[0-9]+|none \(.+\))$' \
   || { echo "no cuda driver line"; exit 1; }
+printf '%s\n' "$info" | grep -Eq '^gpus: [0-9]+$' || { echo "no gpu count"; exit 1; }
+printf '%s\n' "$info" | grep -q '^libdevice: ' || { echo "no libdevice line"; exit 1; }
+# A driver path that is wrong is named, with what to do.
+nodrv=$(SINTER_LIBCUDA="$tmp/no-such-libcuda.so" "$sinter" info)
+printf '%s\n' "$nodrv" | grep -q "^cuda driver: none (cannot load $tmp/no-such-libcuda.so" \
+  || { echo "bad SINTER_LIBCUDA not reported"; exit 1; }
+printf '%s\n' "$nodrv" | grep -q '^gpus: 0$' || { echo "gpus without a driver"; exit 1; }
 printf '%s\n' "$info" | grep -q '^cpu: ' || { echo "no cpu line"; exit 1; }
 if SINTER_NUM_THREADS=zero "$sinter" info >/dev/null 2>"$tmp/err"; then
   echo "bad SINTER_NUM_THREADS accepted"; exit 1

@@ -32,3 +32,11 @@ grep -q "^sample: The " <<<"$out" || { echo "gpt printed no sample"; exit 1; }
 
 if "$mlp" --data-dir /nonexistent --steps 1 2>"$ckpt/err"; then echo "missing data accepted"; exit 1; fi
 grep -q "dataset-fashion-mnist" "$ckpt/err" || { echo "missing-data error names no package:"; cat "$ckpt/err"; exit 1; }
+
+# Devices: a misspelt one exits 2 naming the choices; CUDA without a usable GPU fails with why.
+if "$mlp" --device gpu --steps 1 2>"$ckpt/err"; then echo "--device gpu accepted"; exit 1; fi
+grep -q "use cpu, cuda, cuda:N" "$ckpt/err" || { echo "bad --device not explained:"; cat "$ckpt/err"; exit 1; }
+if ! "$(dirname "$mlp")/../sinter" info | grep -q '^gpus: [1-9]'; then
+  if "$mlp" --device cuda --steps 1 >/dev/null 2>"$ckpt/err"; then echo "cuda without a GPU ran"; exit 1; fi
+  grep -q "cannot use CUDA" "$ckpt/err" || { echo "no reason for CUDA failing:"; cat "$ckpt/err"; exit 1; }
+fi

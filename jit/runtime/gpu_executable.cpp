@@ -1,0 +1,197 @@
+// jit/runtime/gpu_executable.cpp — device pointers per value, launch list, staging, graph replay
+#include "jit/runtime/gpu_executable.hpp"
+
+#include "jit/codegen/emitter.hpp"
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+
+namespace sinter {
+
+/// One enqueued operation of the step, with its arguments fixed at construction.
+struct GpuExecutable::Launch {
+  KernelKind kind = KernelKind::loop;
+  cuda::FunctionHandle function = nullptr;
+  GpuLaunch shape;
+  std::vector<cuda::DevicePtr> arguments; ///< output, then reads
+  std::vector<void*> parameters;          ///< pointers into `arguments`, for cuLaunchKernel
+  std::size_t clear_bytes = 0;            ///< cleared before the launch (atomic scatter)
+  kernels::GpuGemmShape gemm;
+  cuda::DevicePtr a = 0, b = 0, c = 0;
+};
+
+namespace {
+
+/// Replays become a CUDA graph after this many direct runs (the first runs also catch errors
+/// with precise call sites).
+constexpr int direct_runs_before_graph = 2;
+
+bool graphs_enabled() {
+  const char* v = std::getenv("SINTER_CUDA_GRAPH");
+  return !v || std::string_view(v) != "0";
+}
+
+std::size_t bytes_of(const TensorType& t) {
+  return static_cast<std::size_t>(numel(t.shape)) * dtype_bytes(t.dtype);
+}
+
+std::size_t aligned(std::size_t n) { return (n + 255) / 256 * 256; }
+
+} // namespace
+
+GpuExecutable::GpuExecutable(Graph graph, CudaDevice& device, KernelCache& cache)
+    : graph_(std::make_unique<Graph>(std::move(graph))), fusion_(fuse(*graph_)), memory_(fusion_),
+      device_(device), fp32_(kernels::fp32_math_from_environment()) {
+  auto start = std::chrono::steady_clock::now();
+  device_.make_current();
+  const Graph& g = *graph_;
+  arena_ = DeviceBuffer(static_cast<std::size_t>(std::max<int64_t>(memory_.arena_bytes(), 0)));
+  std::vector<cuda::DevicePtr> pointer(g.size(), 0);
+  auto own = [&](ValueId id) {
+    owned_.emplace_back(std::max<std::size_t>(bytes_of(g.type(id)), 16));
+    pointer[id] = owned_.back().get();
+  };
+  std::size_t staged_in = 0;
+  for (const NamedValue& in : g.inputs()) {
+    own(in.id);
+    input_targets_.push_back(pointer[in.id]);
+    input_offsets_.push_back(staged_in);
+    staged_in += aligned(bytes_of(g.type(in.id)));
+  }
+  for (const BufferSlot& slot : memory_.slots())
+    pointer[slot.node] = arena_.get() + static_cast<cuda::DevicePtr>(slot.offset);
+  std::size_t staged_out = 0;
+  for (const NamedValue& out : g.outputs()) {
+    if (!pointer[out.id]) own(out.id); // kernel roots that are outputs get their own buffer
+    output_sources_.push_back(pointer[out.id]);
+    output_offsets_.push_back(staged_out);
+    staged_out += aligned(bytes_of(g.type(out.id)));
+  }
+  staging_in_ = PinnedBuffer(staged_in);
+  staging_out_ = PinnedBuffer(staged_out);
+
+  kernels::CublasLt* blas = nullptr;
+  report_.kernels = fusion_.kernels.size();
+  for (const Kernel& kernel : fusion_.kernels) {
+    Launch launch;
+    launch.kind = kernel.kind;
+    const Node& root = g.node(kernel.root);
+    if (kernel.kind == KernelKind::gemm) {
+      if (!blas && !(blas = kernels::CublasLt::get()))
+        throw std::runtime_error("sinter: GEMMs on CUDA need cuBLASLt: " +
+                                 kernels::CublasLt::unavailable_reason());
+      Shape a = g.type(kernel.gemm_a.logical).shape, c = root.type.shape;
+      launch.gemm.dtype = root.type.dtype;
+      launch.gemm.fp32 = fp32_;
+      launch.gemm.shape.m = c[c.size() - 2];
+      launch.gemm.shape.n = c.back();
+      launch.gemm.shape.k = kernel.gemm_a.transposed ? a[a.size() - 2] : a.back();
+      launch.gemm.shape.trans_a = kernel.gemm_a.transposed;
+      launch.gemm.shape.trans_b = kernel.gemm_b.transposed;
+      launch.gemm.batch =
+          numel(c) / std::max<int64_t>(1, launch.gemm.shape.m * launch.gemm.shape.n);
+      launch.a = pointer[kernel.gemm_a.buffer];
+      launch.b = pointer[kernel.gemm_b.buffer];
+      launch.c = pointer[kernel.root];
+      launches_.push_back(std::move(launch));
+      continue;
+    }
+    launch.function = device_.kernel(fusion_, kernel, cache, report_);
+    launch.shape = gpu_launch(g, kernel);
+    launch.arguments.push_back(pointer[kernel.root]);
+    for (ValueId r : kernel.reads)
+      launch.arguments.push_back(pointer[r]);
+    if (launch.shape.zero_output_first) launch.clear_bytes = bytes_of(root.type);
+    launches_.push_back(std::move(launch));
+  }
+  // Parameters point into each launch's own argument vector, now that none will move.
+  for (Launch& launch : launches_)
+    for (cuda::DevicePtr& argument : launch.arguments)
+      launch.parameters.push_back(&argument);
+  report_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+GpuExecutable::~GpuExecutable() {
+  const cuda::Driver& d = device_.driver();
+  if (graph_exec_) d.cuGraphExecDestroy(graph_exec_);
+  if (graph_handle_) d.cuGraphDestroy(graph_handle_);
+}
+
+void GpuExecutable::enqueue_step() const {
+  const cuda::Driver& d = device_.driver();
+  cuda::StreamHandle stream = device_.stream();
+  const Graph& g = *graph_;
+  for (std::size_t i = 0; i < input_targets_.size(); ++i)
+    if (std::size_t n = bytes_of(g.type(g.inputs()[i].id)))
+      d.check(
+          d.cuMemcpyHtoDAsync(input_targets_[i], staging_in_.data() + input_offsets_[i], n, stream),
+          "cuMemcpyHtoDAsync");
+  for (const Launch& launch : launches_) {
+    if (launch.kind == KernelKind::gemm) {
+      kernels::CublasLt::get()->matmul(launch.gemm, launch.a, launch.b, launch.c,
+                                       device_.gemm_workspace(), stream);
+      continue;
+    }
+    if (launch.shape.items == 0) continue;
+    if (launch.clear_bytes)
+      d.check(d.cuMemsetD8Async(launch.arguments[0], 0, launch.clear_bytes, stream),
+              "cuMemsetD8Async");
+    d.check(d.cuLaunchKernel(launch.function, static_cast<unsigned>(launch.shape.blocks), 1, 1,
+                             static_cast<unsigned>(launch.shape.threads), 1, 1, 0, stream,
+                             const_cast<void**>(launch.parameters.data()), nullptr),
+            "cuLaunchKernel");
+  }
+  for (std::size_t i = 0; i < output_sources_.size(); ++i)
+    if (std::size_t n = bytes_of(g.type(g.outputs()[i].id)))
+      d.check(d.cuMemcpyDtoHAsync(staging_out_.data() + output_offsets_[i], output_sources_[i], n,
+                                  stream),
+              "cuMemcpyDtoHAsync");
+}
+
+void GpuExecutable::capture() const {
+  const cuda::Driver& d = device_.driver();
+  cuda::StreamHandle stream = device_.stream();
+  d.check(d.cuStreamBeginCapture(stream, cuda::stream_capture_thread_local),
+          "cuStreamBeginCapture");
+  try {
+    enqueue_step();
+  } catch (...) {
+    cuda::GraphHandle discarded = nullptr;
+    d.cuStreamEndCapture(stream, &discarded);
+    if (discarded) d.cuGraphDestroy(discarded);
+    throw;
+  }
+  d.check(d.cuStreamEndCapture(stream, &graph_handle_), "cuStreamEndCapture");
+  d.check(d.cuGraphInstantiateWithFlags(&graph_exec_, graph_handle_, 0),
+          "cuGraphInstantiateWithFlags");
+}
+
+void GpuExecutable::run_into(std::span<const HostTensor* const> inputs,
+                             std::span<HostTensor> results) const {
+  std::lock_guard lock(run_mutex_);
+  device_.make_current();
+  const Graph& g = *graph_;
+  const cuda::Driver& d = device_.driver();
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    std::memcpy(staging_in_.data() + input_offsets_[i], inputs[i]->bytes().data(),
+                inputs[i]->bytes().size());
+  if (!graph_exec_ && graphs_enabled() && runs_ >= direct_runs_before_graph) capture();
+  if (graph_exec_)
+    d.check(d.cuGraphLaunch(graph_exec_, device_.stream()), "cuGraphLaunch");
+  else
+    enqueue_step();
+  ++runs_;
+  d.check(d.cuStreamSynchronize(device_.stream()), "cuStreamSynchronize (running the step)");
+  for (std::size_t i = 0; i < g.outputs().size(); ++i) {
+    const TensorType& t = g.type(g.outputs()[i].id);
+    if (results[i].dtype() != t.dtype || results[i].shape() != t.shape ||
+        results[i].bytes().size() != bytes_of(t))
+      results[i] = HostTensor(t.dtype, t.shape);
+    std::memcpy(results[i].bytes().data(), staging_out_.data() + output_offsets_[i],
+                results[i].bytes().size());
+  }
+}
+
+} // namespace sinter

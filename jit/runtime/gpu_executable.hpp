@@ -1,0 +1,59 @@
+// jit/runtime/gpu_executable.hpp — a compiled step on a GPU: device arena, launches, CUDA graph
+#pragma once
+#include "jit/codegen/kernel_library.hpp"
+#include "jit/runtime/cuda_device.hpp"
+#include "jit/runtime/host_tensor.hpp"
+#include "jit/runtime/memory_plan.hpp"
+#include "kernels/cublaslt_gemm.hpp"
+
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+namespace sinter {
+
+class GpuExecutable {
+public:
+  /// Fuses `graph` (primitives only), plans its memory, allocates the device arena and the
+  /// pinned staging buffers, and fetches or compiles every kernel for `device`.
+  GpuExecutable(Graph graph, CudaDevice& device, KernelCache& cache);
+  ~GpuExecutable();
+
+  /// Runs one step: inputs are staged into pinned memory and copied asynchronously, the
+  /// kernels and GEMMs run on the device's stream, outputs come back through pinned memory.
+  /// From the third call on, the whole step is one CUDA graph launch.
+  void run_into(std::span<const HostTensor* const> inputs, std::span<HostTensor> outputs) const;
+
+  const Graph& graph() const { return *graph_; }
+  const FusionPlan& fusion() const { return fusion_; }
+  const MemoryPlan& memory_plan() const { return memory_; }
+  const CompileReport& report() const { return report_; }
+  /// Whether steps are replayed as a CUDA graph now (`SINTER_CUDA_GRAPH=0` turns it off).
+  bool uses_graph() const { return graph_exec_ != nullptr; }
+
+private:
+  struct Launch;
+  void enqueue_step() const;
+  void capture() const;
+
+  std::unique_ptr<Graph> graph_;
+  FusionPlan fusion_;
+  MemoryPlan memory_;
+  CudaDevice& device_;
+  kernels::Fp32Math fp32_;
+  DeviceBuffer arena_;
+  std::vector<DeviceBuffer> owned_; ///< inputs and outputs outside the arena
+  PinnedBuffer staging_in_, staging_out_;
+  std::vector<std::size_t> input_offsets_, output_offsets_; ///< in the staging buffers
+  std::vector<cuda::DevicePtr> output_sources_;             ///< where each output lives
+  std::vector<cuda::DevicePtr> input_targets_;
+  std::vector<Launch> launches_;
+  CompileReport report_;
+  mutable std::mutex run_mutex_;
+  mutable int runs_ = 0;
+  mutable cuda::GraphHandle graph_handle_ = nullptr;
+  mutable cuda::GraphExecHandle graph_exec_ = nullptr;
+};
+
+} // namespace sinter

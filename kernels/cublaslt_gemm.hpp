@@ -1,0 +1,69 @@
+// kernels/cublaslt_gemm.hpp — GEMMs on the GPU through cuBLASLt, loaded with dlopen
+#pragma once
+#include "jit/ir/dtype.hpp"
+#include "jit/runtime/cuda_driver.hpp"
+#include "kernels/blas_gemm.hpp"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <utility>
+
+namespace sinter::kernels {
+
+/// How f32 GEMMs use the tensor cores: `exact` keeps fp32 products; `tf32` rounds inputs to
+/// TF32 (10-bit mantissa) with fp32 accumulation, as PyTorch's allow_tf32. bf16 and f16 always
+/// accumulate in fp32; f64 stays f64.
+enum class Fp32Math { exact, tf32 };
+
+/// `SINTER_TF32=1` selects tf32; unset or 0 is exact. Other values → std::invalid_argument.
+Fp32Math fp32_math_from_environment();
+
+/// One row-major GEMM shape, batched: C[i] = op(A[i]) · op(B[i]) for i < batch, contiguous.
+struct GpuGemmShape {
+  DType dtype = DType::f32;
+  GemmShape shape;
+  int64_t batch = 1;
+  Fp32Math fp32 = Fp32Math::exact;
+  auto key() const {
+    return std::make_tuple(static_cast<int>(dtype), shape.m, shape.n, shape.k, shape.trans_a,
+                           shape.trans_b, batch, static_cast<int>(fp32));
+  }
+};
+
+/// libcublasLt (.so.13, .so.12 or .so), one handle per process. Each shape's descriptors and
+/// heuristic choice are made once and cached; a GEMM is then one cublasLtMatmul call, which
+/// is also valid inside CUDA graph capture.
+class CublasLt {
+public:
+  /// The library, or nullptr with the reason in unavailable_reason().
+  static CublasLt* get();
+  static const std::string& unavailable_reason();
+  ~CublasLt();
+
+  /// Workspace the cached algorithms may use (the caller allocates it once per device).
+  static constexpr std::size_t workspace_bytes = 32u << 20;
+
+  /// Enqueues C = op(A)·op(B) on `stream`. Throws std::invalid_argument for dtypes cuBLASLt
+  /// does not multiply here (integers), std::runtime_error naming cuBLASLt's status otherwise.
+  void matmul(const GpuGemmShape& gemm, cuda::DevicePtr a, cuda::DevicePtr b, cuda::DevicePtr c,
+              cuda::DevicePtr workspace, cuda::StreamHandle stream);
+
+  struct Api;
+  struct Plan;
+
+private:
+  CublasLt() = default;
+  static std::pair<CublasLt*, std::string>& loaded();
+  const Plan& plan(const GpuGemmShape& gemm);
+
+  std::unique_ptr<Api> api_;
+  void* handle_ = nullptr;
+  std::mutex mutex_;
+  std::map<decltype(GpuGemmShape{}.key()), std::unique_ptr<Plan>> plans_;
+};
+
+} // namespace sinter::kernels
