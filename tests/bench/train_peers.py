@@ -43,7 +43,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from peers import limit_threads  # noqa: E402  (same thread / affinity setup as peers.py)
 
 PEERS = ("torch-eager", "torch-compile", "jax-jit")
-MODELS = ("mlp", "vit")
+MODELS = ("mlp", "vit", "gpt", "gpt2-small")
+# GPT configurations of train_step.cpp: vocabulary, context, width, layers, heads, batch.
+GPT = {"gpt": dict(vocab=256, context=64, dim=128, depth=4, heads=4, batch=32),
+       "gpt2-small": dict(vocab=50304, context=1024, dim=768, depth=12, heads=12, batch=8)}
 BATCH, SIDE, CLASSES = 128, 28, 10
 LR, BETA1, BETA2, EPS, WD = 1e-3, 0.9, 0.999, 1e-8, 1e-4
 # ViT
@@ -61,18 +64,25 @@ def param_spec(model):
             spec += [("mlp.layers.%d.weight" % i, (widths[i], widths[i + 1])),
                      ("mlp.layers.%d.bias" % i, (widths[i + 1],))]
         return spec
-    spec = [("embed.proj.weight", (PATCH * PATCH, DIM)), ("embed.proj.bias", (DIM,)),
-            ("position", (TOKENS, DIM))]
-    for i in range(DEPTH):
+    if model in GPT:
+        c = GPT[model]
+        d, out = c["dim"], c["vocab"]
+        spec = [("tokens.weight", (c["vocab"], d)), ("position", (c["context"], d))]
+        depth = c["depth"]
+    else:
+        d, out, depth = DIM, CLASSES, DEPTH
+        spec = [("embed.proj.weight", (PATCH * PATCH, d)), ("embed.proj.bias", (d,)),
+                ("position", (TOKENS, d))]
+    for i in range(depth):
         p = "blocks.%d." % i
-        spec += [(p + "ln1.gamma", (DIM,)), (p + "ln1.beta", (DIM,)),
-                 (p + "attn.qkv.weight", (DIM, 3 * DIM)), (p + "attn.qkv.bias", (3 * DIM,)),
-                 (p + "attn.proj.weight", (DIM, DIM)), (p + "attn.proj.bias", (DIM,)),
-                 (p + "ln2.gamma", (DIM,)), (p + "ln2.beta", (DIM,)),
-                 (p + "mlp.layers.0.weight", (DIM, 4 * DIM)), (p + "mlp.layers.0.bias", (4 * DIM,)),
-                 (p + "mlp.layers.1.weight", (4 * DIM, DIM)), (p + "mlp.layers.1.bias", (DIM,))]
-    spec += [("norm.gamma", (DIM,)), ("norm.beta", (DIM,)),
-             ("head.weight", (DIM, CLASSES)), ("head.bias", (CLASSES,))]
+        spec += [(p + "ln1.gamma", (d,)), (p + "ln1.beta", (d,)),
+                 (p + "attn.qkv.weight", (d, 3 * d)), (p + "attn.qkv.bias", (3 * d,)),
+                 (p + "attn.proj.weight", (d, d)), (p + "attn.proj.bias", (d,)),
+                 (p + "ln2.gamma", (d,)), (p + "ln2.beta", (d,)),
+                 (p + "mlp.layers.0.weight", (d, 4 * d)), (p + "mlp.layers.0.bias", (4 * d,)),
+                 (p + "mlp.layers.1.weight", (4 * d, d)), (p + "mlp.layers.1.bias", (d,))]
+    spec += [("norm.gamma", (d,)), ("norm.beta", (d,)),
+             ("head.weight", (d, out)), ("head.bias", (out,))]
     return spec
 
 
@@ -84,9 +94,16 @@ def pattern(np, shape, scale, phase, offset=0.0):
 
 
 def make_inputs(np, model):
-    """images [B, 28, 28], labels [B] (int64), {name: parameter} (ordered) as numpy arrays."""
-    images = pattern(np, (BATCH, SIDE, SIDE), 0.5, 0.0, 0.5)
-    labels = (np.arange(BATCH, dtype=np.int64) * 7) % CLASSES
+    """images [B, 28, 28] and labels [B] (int64) — for GPTs token ids [B, T] and next tokens
+    [B, T] — and {name: parameter} (ordered), as numpy arrays (train_step.cpp's patterns)."""
+    if model in GPT:
+        c = GPT[model]
+        flat = np.arange(c["batch"] * c["context"], dtype=np.int64).reshape(c["batch"], c["context"])
+        images = (flat * 7 + 3) % c["vocab"]
+        labels = (flat * 7 + 10) % c["vocab"]
+    else:
+        images = pattern(np, (BATCH, SIDE, SIDE), 0.5, 0.0, 0.5)
+        labels = (np.arange(BATCH, dtype=np.int64) * 7) % CLASSES
     params = {}
     for k, (name, shape) in enumerate(param_spec(model)):
         phase = 1.0 + k
@@ -131,27 +148,43 @@ def torch_forward(torch, F, model, P, images, attention):
             if i < 2:
                 h = torch.relu(h)
         return h
-    g = SIDE // PATCH
-    patches = images.reshape(b, g, PATCH, g, PATCH).permute(0, 1, 3, 2, 4).reshape(
-        b, TOKENS, PATCH * PATCH)
-    x = patches @ P["embed.proj.weight"] + P["embed.proj.bias"] + P["position"]
-    for i in range(DEPTH):
+    gpt = model in GPT
+    if gpt:  # images are token ids [B, T]
+        c = GPT[model]
+        dim, heads, depth, tokens = c["dim"], c["heads"], c["depth"], images.shape[1]
+        x = P["tokens.weight"][images] + P["position"][:tokens]
+    else:
+        dim, heads, depth, tokens = DIM, HEADS, DEPTH, TOKENS
+        g = SIDE // PATCH
+        patches = images.reshape(b, g, PATCH, g, PATCH).permute(0, 1, 3, 2, 4).reshape(
+            b, TOKENS, PATCH * PATCH)
+        x = patches @ P["embed.proj.weight"] + P["embed.proj.bias"] + P["position"]
+    dh = dim // heads
+    causal = None
+    if gpt and attention != "sdpa":  # sinter masks future positions with -1e9
+        causal = torch.ones(tokens, tokens, dtype=torch.bool, device=x.device).tril()
+    for i in range(depth):
         p = "blocks.%d." % i
-        h = F.layer_norm(x, (DIM,), P[p + "ln1.gamma"], P[p + "ln1.beta"], 1e-5)
+        h = F.layer_norm(x, (dim,), P[p + "ln1.gamma"], P[p + "ln1.beta"], 1e-5)
         qkv = (h @ P[p + "attn.qkv.weight"] + P[p + "attn.qkv.bias"]).reshape(
-            b, TOKENS, 3, HEADS, DH).permute(2, 0, 3, 1, 4)  # [3, B, H, T, Dh]
+            b, tokens, 3, heads, dh).permute(2, 0, 3, 1, 4)  # [3, B, H, T, Dh]
         q, k, v = qkv[0], qkv[1], qkv[2]
         if attention == "sdpa":
-            att = F.scaled_dot_product_attention(q, k, v)  # scale 1/sqrt(Dh)
+            att = F.scaled_dot_product_attention(q, k, v, is_causal=gpt)  # scale 1/sqrt(Dh)
         else:
-            att = torch.softmax((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(DH)), -1) @ v
-        merged = att.permute(0, 2, 1, 3).reshape(b, TOKENS, DIM)
+            scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(dh))
+            if causal is not None:
+                scores = scores.masked_fill(~causal, -1e9)
+            att = torch.softmax(scores, -1) @ v
+        merged = att.permute(0, 2, 1, 3).reshape(b, tokens, dim)
         x = x + (merged @ P[p + "attn.proj.weight"] + P[p + "attn.proj.bias"])
-        h = F.layer_norm(x, (DIM,), P[p + "ln2.gamma"], P[p + "ln2.beta"], 1e-5)
+        h = F.layer_norm(x, (dim,), P[p + "ln2.gamma"], P[p + "ln2.beta"], 1e-5)
         h = F.gelu(h @ P[p + "mlp.layers.0.weight"] + P[p + "mlp.layers.0.bias"],
                    approximate="tanh")
         x = x + (h @ P[p + "mlp.layers.1.weight"] + P[p + "mlp.layers.1.bias"])
-    x = F.layer_norm(x, (DIM,), P["norm.gamma"], P["norm.beta"], 1e-5)
+    x = F.layer_norm(x, (dim,), P["norm.gamma"], P["norm.beta"], 1e-5)
+    if gpt:
+        return x @ P["head.weight"] + P["head.bias"]  # [B, T, vocab]
     return x.mean(1) @ P["head.weight"] + P["head.bias"]
 
 
@@ -161,14 +194,16 @@ def run_torch(args, compiled):
     import torch.nn.functional as F
 
     torch.set_num_threads(args.threads)
+    torch.backends.cuda.matmul.allow_tf32 = args.tf32  # f32 GEMMs on TF32 tensor cores
     base = maxrss_mb()
+    device = torch.device(args.device)
     images, labels, params = make_inputs(np, args.model)
-    images, labels = torch.from_numpy(images), torch.from_numpy(labels)
-    P = {k: torch.from_numpy(v).requires_grad_() for k, v in params.items()}
+    images, labels = torch.from_numpy(images).to(device), torch.from_numpy(labels).to(device)
+    P = {k: torch.from_numpy(v).to(device).requires_grad_() for k, v in params.items()}
 
     def loss_fn(images, labels):
-        return F.cross_entropy(torch_forward(torch, F, args.model, P, images, args.torch_attention),
-                               labels)
+        logits = torch_forward(torch, F, args.model, P, images, args.torch_attention)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
 
     adamw = dict(lr=LR, betas=(BETA1, BETA2), eps=EPS, weight_decay=WD)
     if compiled:
@@ -190,7 +225,12 @@ def run_torch(args, compiled):
         opt_step()
         return loss.detach()
 
-    first, median, first_loss, loss = timed(step, args.warmup, args.iters, lambda out: out)
+    def sync(out):
+        if device.type == "cuda":
+            torch.cuda.synchronize()  # GPU work is asynchronous: time it to completion
+        return out
+
+    first, median, first_loss, loss = timed(step, args.warmup, args.iters, sync)
     return first if compiled else None, median, float(first_loss), float(loss), base
 
 
@@ -292,15 +332,42 @@ def child(args):
             os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", cache)
             first, median, loss0, loss, base = run_torch(args, args.peer == "torch-compile")
     print("peer=%s model=%s compile_s=%s median_step_s=%.6g threads=%d iters=%d loss=%.6f "
-          "final_loss=%.6f maxrss_mb=%.1f base_rss_mb=%.1f" %
+          "final_loss=%.6f maxrss_mb=%.1f base_rss_mb=%.1f device=%s" %
           (args.peer, args.model, "na" if first is None else "%.4g" % first, median,
-           args.threads, args.iters, loss0, loss, maxrss_mb(), base), flush=True)
+           args.threads, args.iters, loss0, loss, maxrss_mb(), base, args.device), flush=True)
+
+
+def measure_peak():
+    """The device's measured bf16 tensor-core throughput: the denominator of model FLOP
+    utilisation. Prints peer=peak model=bf16-gemm tflops=<best of 20>."""
+    import torch
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    for _ in range(5):
+        a @ b
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(20):
+        t0 = time.perf_counter()
+        a @ b
+        torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    print("peer=peak model=bf16-gemm tflops=%.1f device=%s" %
+          (2 * n ** 3 / best / 1e12, torch.cuda.get_device_name()), flush=True)
+    return 0
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", choices=MODELS, default="mlp")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="where the PyTorch peers run (JAX peers run on the CPU only)")
+    ap.add_argument("--tf32", action="store_true",
+                    help="let f32 GEMMs use TF32 tensor cores (as SINTER_TF32=1)")
+    ap.add_argument("--peak", action="store_true",
+                    help="only measure the GPU's bf16 GEMM peak (8192^3, torch.matmul)")
     ap.add_argument("--warmup", type=int, default=5, help="untimed steps after the first call")
     ap.add_argument("--iters", type=int, default=30, help="timed steps (median reported)")
     ap.add_argument("--torch-attention", choices=("sdpa", "math"), default="sdpa",
@@ -311,13 +378,20 @@ def main():
     args = ap.parse_args()
     if args.threads < 1 or args.iters < 1 or args.warmup < 0:
         ap.error("--threads and --iters must be at least 1, --warmup at least 0")
+    if args.peak:
+        return measure_peak()
     if args.peer:
         return child(args)
     failed = 0
     for peer in args.peers.split(","):
         if peer not in PEERS:
             ap.error("unknown peer %r (known: %s)" % (peer, ", ".join(PEERS)))
+        if args.device == "cuda" and peer == "jax-jit":
+            ap.error("jax-jit runs on the CPU only; pick --peers torch-eager,torch-compile")
+        if args.model in GPT and peer == "jax-jit":
+            ap.error("the jax-jit peer has no GPT model; pick --peers torch-eager,torch-compile")
         cmd = [sys.executable, os.path.abspath(__file__), "--peer", peer, "--model", args.model,
+               "--device", args.device] + (["--tf32"] if args.tf32 else []) + [
                "--threads", str(args.threads), "--warmup", str(args.warmup),
                "--iters", str(args.iters), "--torch-attention", args.torch_attention]
         # The child prints its result line on stdout; library warnings go to stderr.

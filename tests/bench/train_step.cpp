@@ -1,10 +1,15 @@
-// tests/bench/train_step.cpp — sinter's side of the full training-step benchmark (issue 4)
+// tests/bench/train_step.cpp — sinter's side of the full training-step benchmark (CPU and GPU)
 //
 // One step = forward + mean softmax cross-entropy + backward + AdamW update of every parameter,
-// compiled as one program by sinter::compile_step, for one of two models (batch 128, images
-// [B, 28, 28] float32, integer labels):
+// compiled as one program by sinter::compile_step, for one of these models (mlp and vit: batch
+// 128, images [B, 28, 28] float32, integer labels; gpt: token ids [B, T] and next tokens):
 //   --model mlp  the recipes/mlp.cpp model: (x - 0.2860) / 0.3530, flatten, 784-512-256-10 ReLU
 //   --model vit  sinter::ViT with ViTConfig{28, 7, 64, 4, 4, 10} (dsl/nn/transformer.hpp)
+//   --model gpt  sinter::GPT, vocab 256, context 64, width 128, 4 layers, 4 heads, batch 32
+//   --model gpt2-small  sinter::GPT, vocab 50304, context 1024, width 768, 12 layers, 12 heads,
+//                batch 8; tokens_per_s and flops_per_step (6·params + attention per token)
+//                give model FLOP utilisation against a measured peak (train_peers.py --peak)
+// `--device cpu|cuda[:N]` picks where the step runs.
 // AdamW: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight decay 1e-4 (decoupled, on every
 // parameter). Images, labels and every parameter are deterministic patterns (a sine of the flat
 // index, see init_parameters) that tests/bench/train_peers.py reproduces, so every peer prints
@@ -95,6 +100,7 @@ struct Options {
   int warmup = 5;
   int iters = 30;
   bool print_params = false;
+  std::string device = "cpu";
 };
 
 double maxrss_mb() {
@@ -103,13 +109,43 @@ double maxrss_mb() {
   return static_cast<double>(u.ru_maxrss) / 1024.0; // kilobytes on Linux
 }
 
+/// The GPT configurations: a small one (the gpt recipe's shape) and GPT-2 small's
+/// (12 layers, 768 wide, 1024 tokens, GPT-2's vocabulary padded to 50304).
+struct GptBench {
+  GPTConfig config;
+  int64_t batch = 0;
+};
+GptBench gpt_bench(const std::string& model) {
+  if (model == "gpt")
+    return {GPTConfig{.vocab = 256, .context = 64, .dim = 128, .depth = 4, .heads = 4}, 32};
+  return {GPTConfig{.vocab = 50304, .context = 1024, .dim = 768, .depth = 12, .heads = 12}, 8};
+}
+
+/// (i * 7 + shift) mod `modulus` over the flat index: labels, token ids and next tokens.
+HostTensor cyclic_ids(Shape shape, int64_t modulus, int64_t shift = 0) {
+  std::vector<double> v(static_cast<std::size_t>(numel(shape)));
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = static_cast<double>((static_cast<int64_t>(i) * 7 + shift) % modulus);
+  return HostTensor::from_doubles(DType::i64, std::move(shape), v);
+}
+
 template <class Model> int run(const Options& opt, Model& model, double base_rss) {
   int64_t params = init_parameters(model, opt.print_params);
-  HostTensor images = pattern({batch, side, side}, 0.5, 0.0, 0.5); // in [0, 1]
-  std::vector<double> label_values(static_cast<std::size_t>(batch));
-  for (std::size_t i = 0; i < label_values.size(); ++i)
-    label_values[i] = static_cast<double>((i * 7) % classes);
-  HostTensor labels = HostTensor::from_doubles(DType::i64, {batch}, label_values);
+  bool gpt = opt.model.starts_with("gpt");
+  HostTensor images, labels;
+  int64_t tokens_per_step = 0, flops_per_step = 0;
+  if (gpt) {
+    GptBench b = gpt_bench(opt.model);
+    int64_t t = b.config.context;
+    images = cyclic_ids({b.batch, t}, b.config.vocab, 3);  // token ids
+    labels = cyclic_ids({b.batch, t}, b.config.vocab, 10); // the next token of each
+    tokens_per_step = b.batch * t;
+    // Training FLOPs per token: 6 per parameter, plus attention's 12 · layers · tokens · width.
+    flops_per_step = tokens_per_step * (6 * params + 12 * b.config.depth * t * b.config.dim);
+  } else {
+    images = pattern({batch, side, side}, 0.5, 0.0, 0.5); // in [0, 1]
+    labels = cyclic_ids({batch}, classes);
+  }
 
   auto step = compile_step(
       model, [](Model& m, Var x, Var y) { return cross_entropy_mean(m(x), y); },
@@ -139,17 +175,20 @@ template <class Model> int run(const Options& opt, Model& model, double base_rss
   double planned = static_cast<double>(step.runtime().program().memory_plan().peak_bytes());
   std::printf("peer=sinter model=%s compile_s=%.4g median_step_s=%.6g threads=%d iters=%d "
               "loss=%.6f final_loss=%.6f maxrss_mb=%.1f base_rss_mb=%.1f planned_peak_mb=%.2f "
-              "state_mb=%.2f params=%lld\n",
+              "state_mb=%.2f params=%lld device=%s tokens_per_s=%.6g flops_per_step=%lld\n",
               opt.model.c_str(), first_call, median, opt.threads, opt.iters, first_loss, loss,
               maxrss_mb(), base_rss, planned / (1 << 20), state_bytes / (1 << 20),
-              static_cast<long long>(params));
+              static_cast<long long>(params), opt.device.c_str(),
+              gpt ? static_cast<double>(tokens_per_step) / median : 0.0,
+              static_cast<long long>(flops_per_step));
   return 0;
 }
 
 int usage(const char* argv0) {
   std::fprintf(stderr,
-               "usage: %s [--model mlp|vit] [--threads N] [--warmup N] [--iters N] "
-               "[--print-params]\n"
+               "usage: %s [--model mlp|vit|gpt|gpt2-small] [--device cpu|cuda[:N]] [--threads N] "
+               "[--warmup N] "
+               "[--iters N] [--print-params]\n"
                "  one full training step (forward, loss, backward, AdamW) via compile_step,\n"
                "  batch 128; prints first-call and median step time, losses and memory\n",
                argv0);
@@ -181,17 +220,26 @@ int main(int argc, char** argv) {
       ok = number(opt.iters, 1);
     else if (a == "--print-params")
       opt.print_params = true;
+    else if (a == "--device" && i + 1 < argc)
+      opt.device = argv[++i];
     else
       ok = false;
-    if (!ok || (opt.model != "mlp" && opt.model != "vit")) return usage(argv[0]);
+    if (!ok || (opt.model != "mlp" && opt.model != "vit" && opt.model != "gpt" &&
+                opt.model != "gpt2-small"))
+      return usage(argv[0]);
   }
   // The runtime reads its thread count from here when it starts (before the first call).
   setenv("SINTER_NUM_THREADS", std::to_string(opt.threads).c_str(), 1);
   double base_rss = maxrss_mb();
   try {
+    set_default_device(Device::parse(opt.device));
     Init init(0);
     if (opt.model == "mlp") {
       FashionMLP model({784, 512, 256, 10}, init);
+      return run(opt, model, base_rss);
+    }
+    if (opt.model.starts_with("gpt")) {
+      GPT model(gpt_bench(opt.model).config, init);
       return run(opt, model, base_rss);
     }
     ViT model(ViTConfig{.image = 28, .patch = 7, .dim = 64, .depth = 4, .heads = 4, .classes = 10},

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# tests/gpu/run.sh — runs on a GPU machine from a bundle (tests/gpu/bundle.sh): the CUDA test
+# suite, the recipes on cuda, and the training-step benchmarks against PyTorch on the same GPU;
+# writes REPORT_DIR/report.md with every command, its exit status and its result lines.
+#
+# Usage: ./run.sh [STAGE...]     stages: info tests recipes bench (default: all, in that order)
+# Environment: REPORT_DIR (default $OUT, else ./report), RECIPE_EPOCHS (default 10 for mlp,
+# 3 for vit), BENCH_ITERS (default 50), PYTHON (default python3, needs torch with CUDA).
+set -uo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPORT_DIR="${REPORT_DIR:-${OUT:-$HERE/report}}"
+PYTHON="${PYTHON:-python3}"
+mkdir -p "$REPORT_DIR"
+export LD_LIBRARY_PATH="$HERE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export SINTER_CACHE_DIR="$REPORT_DIR/kernel-cache"
+export SINTER_LIBDEVICE="$HERE/lib/libdevice.10.bc"
+REPORT="$REPORT_DIR/report.md"
+stages=("$@")
+[[ ${#stages[@]} -gt 0 ]] || stages=(info tests recipes bench)
+
+# Runs a command, keeps its whole output in REPORT_DIR/logs/NAME.log, and puts the command,
+# its exit status, wall time and the lines matching PATTERN into the report.
+step() {
+  local name=$1 pattern=$2
+  shift 2
+  mkdir -p "$REPORT_DIR/logs"
+  local log="$REPORT_DIR/logs/$name.log" start=$SECONDS
+  "$@" >"$log" 2>&1
+  local status=$?
+  {
+    echo "### $name"
+    echo '```'
+    echo "\$ $*"
+    echo "exit $status, $((SECONDS - start)) s"
+    grep -E "$pattern" "$log" | tail -n 40
+    echo '```'
+  } >>"$REPORT"
+  return $status
+}
+
+{
+  echo "# sinter GPU report"
+  echo "commit $(cat "$HERE/COMMIT" 2>/dev/null || echo unknown), $(date -u +%Y-%m-%dT%H:%MZ)"
+} >>"$REPORT"
+
+for stage in "${stages[@]}"; do
+  case "$stage" in
+    info)
+      step info '.' "$HERE/bin/sinter" info
+      step nvidia-smi 'NVIDIA|MiB|Driver' nvidia-smi
+      ;;
+    tests)
+      # Catch2 prints "All tests passed (...)" or "test cases: N | N passed | N failed".
+      for suite in '[cuda]~[cuda-forward]~[cuda-gradient]' '[cuda-forward]' '[cuda-gradient]'; do
+        step "tests-${suite//[^a-z-]/}" 'passed|failed|FAILED|skipped|with expansion|CHECK' \
+          "$HERE/bin/sinter_tests" "$suite"
+      done
+      ;;
+    recipes)
+      mlp_epochs=${RECIPE_EPOCHS:-10}
+      vit_epochs=${RECIPE_EPOCHS:-3}
+      data=(--data-dir "$HERE/data/fashion-mnist")
+      step mlp-cuda '^result|error|sinter:' "$HERE/bin/mlp" --device cuda --epochs "$mlp_epochs" "${data[@]}"
+      step mlp-cpu '^result|error' "$HERE/bin/mlp" --device cpu --epochs "$mlp_epochs" "${data[@]}"
+      step vit-cuda '^result|error|sinter:' "$HERE/bin/vit" --device cuda --epochs "$vit_epochs" "${data[@]}"
+      step gpt-cuda '^result|^sample|error|sinter:' "$HERE/bin/gpt" --device cuda --steps 500 \
+        --text "$HERE/data/fortunes.txt"
+      ;;
+    bench)
+      iters=${BENCH_ITERS:-50}
+      step bench-peak '^peer=|Error' "$PYTHON" "$HERE/bench/train_peers.py" --peak
+      for model in mlp vit gpt gpt2-small; do
+        # No mixed precision yet: GPT-2 small's f32 GEMMs use TF32 on both sides.
+        tf32=()
+        [[ $model == gpt2-small ]] && tf32=(--tf32)
+        SINTER_TF32=${#tf32[@]} step "bench-$model-sinter" '^peer=|error' "$HERE/bin/train_step" \
+          --model "$model" --device cuda --warmup 10 --iters "$iters"
+        step "bench-$model-torch" '^peer=|error|Error' "$PYTHON" "$HERE/bench/train_peers.py" \
+          --model "$model" --device cuda --peers torch-eager,torch-compile --warmup 10 \
+          --iters "$iters" "${tf32[@]}"
+      done
+      {
+        echo "### benchmark table"
+        cat "$REPORT_DIR"/logs/bench-*.log | "$PYTHON" "$HERE/bench/gpu_table.py"
+      } >>"$REPORT"
+      ;;
+    *) echo "run.sh: unknown stage '$stage' (info tests recipes bench)" >&2; exit 2 ;;
+  esac
+done
+echo "report: $REPORT"
