@@ -106,6 +106,9 @@ GpuExecutable::GpuExecutable(Graph graph, CudaDevice& device, KernelCache& cache
     if (launch.shape.zero_output_first) launch.clear_bytes = bytes_of(root.type);
     launches_.push_back(std::move(launch));
   }
+  const cuda::Driver& d = device_.driver();
+  d.check(d.cuEventCreate(&step_start_, 0), "cuEventCreate");
+  d.check(d.cuEventCreate(&step_end_, 0), "cuEventCreate");
   // Parameters point into each launch's own argument vector, now that none will move.
   for (Launch& launch : launches_)
     for (cuda::DevicePtr& argument : launch.arguments)
@@ -117,6 +120,8 @@ GpuExecutable::~GpuExecutable() {
   const cuda::Driver& d = device_.driver();
   if (graph_exec_) d.cuGraphExecDestroy(graph_exec_);
   if (graph_handle_) d.cuGraphDestroy(graph_handle_);
+  if (step_start_) d.cuEventDestroy(step_start_);
+  if (step_end_) d.cuEventDestroy(step_end_);
 }
 
 void GpuExecutable::enqueue_step() const {
@@ -178,12 +183,17 @@ void GpuExecutable::run_into(std::span<const HostTensor* const> inputs,
     std::memcpy(staging_in_.data() + input_offsets_[i], inputs[i]->bytes().data(),
                 inputs[i]->bytes().size());
   if (!graph_exec_ && graphs_enabled() && runs_ >= direct_runs_before_graph) capture();
+  d.check(d.cuEventRecord(step_start_, device_.stream()), "cuEventRecord");
   if (graph_exec_)
     d.check(d.cuGraphLaunch(graph_exec_, device_.stream()), "cuGraphLaunch");
   else
     enqueue_step();
+  d.check(d.cuEventRecord(step_end_, device_.stream()), "cuEventRecord");
   ++runs_;
   d.check(d.cuStreamSynchronize(device_.stream()), "cuStreamSynchronize (running the step)");
+  float ms = 0;
+  d.check(d.cuEventElapsedTime(&ms, step_start_, step_end_), "cuEventElapsedTime");
+  last_step_ms_ = ms;
   for (std::size_t i = 0; i < g.outputs().size(); ++i) {
     const TensorType& t = g.type(g.outputs()[i].id);
     if (results[i].dtype() != t.dtype || results[i].shape() != t.shape ||

@@ -31,6 +31,8 @@ public:
   const CompileReport& report() const { return report_; }
   /// Whether steps are replayed as a CUDA graph now (`SINTER_CUDA_GRAPH=0` turns it off).
   bool uses_graph() const { return graph_exec_ != nullptr; }
+  /// GPU time of the last step, from copies in to copies out (CUDA events), in milliseconds.
+  double last_step_device_ms() const { return last_step_ms_; }
 
 private:
   struct Launch;
@@ -54,6 +56,8 @@ private:
   mutable int runs_ = 0;
   mutable cuda::GraphHandle graph_handle_ = nullptr;
   mutable cuda::GraphExecHandle graph_exec_ = nullptr;
+  cuda::EventHandle step_start_ = nullptr, step_end_ = nullptr; ///< brackets of a step
+  mutable double last_step_ms_ = 0;
 };
 
 } // namespace sinter
