@@ -22,15 +22,22 @@ enum class Fp32Math { exact, tf32 };
 /// `SINTER_TF32=1` selects tf32; unset or 0 is exact. Other values → std::invalid_argument.
 Fp32Math fp32_math_from_environment();
 
-/// One row-major GEMM shape, batched: C[i] = op(A[i]) · op(B[i]) for i < batch, contiguous.
+/// What cuBLASLt applies to the product before storing it.
+enum class GemmEpilogueOp { none, bias, relu_bias };
+
+/// One row-major GEMM shape, batched: C[i] = op(A[i]) · op(B[i]) for i < batch, contiguous;
+/// with an epilogue, C = op(A) · op(B) + bias (bias [n] added to every row), then ReLU.
 struct GpuGemmShape {
   DType dtype = DType::f32;
   GemmShape shape;
   int64_t batch = 1;
   Fp32Math fp32 = Fp32Math::exact;
+  GemmEpilogueOp epilogue = GemmEpilogueOp::none;
+  cuda::DevicePtr bias = 0; ///< the bias vector (device), part of the cached descriptor
   auto key() const {
     return std::make_tuple(static_cast<int>(dtype), shape.m, shape.n, shape.k, shape.trans_a,
-                           shape.trans_b, batch, static_cast<int>(fp32));
+                           shape.trans_b, batch, static_cast<int>(fp32), static_cast<int>(epilogue),
+                           bias);
   }
 };
 

@@ -5,6 +5,7 @@
 #include "ptx_check.hpp"
 
 #include "jit/codegen/emitter.hpp"
+#include "jit/runtime/gemm_epilogue.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -94,6 +95,67 @@ TEST_CASE("gpu: scatter_add accumulates with atomics after the runtime clears th
   CHECK(launch.strategy == GpuStrategy::atomic_scatter);
   CHECK(launch.zero_output_first);
   CHECK(only_kernel_ptx(g, 80).find("atom.global.add.f32") != std::string::npos);
+}
+
+TEST_CASE("gpu: bias and bias+ReLU kernels after GEMMs become cuBLASLt epilogues", "[ptx]") {
+  auto epilogues_of = [](Graph& g) {
+    static std::vector<std::unique_ptr<Graph>> keep; // the plan points into its graph
+    keep.push_back(std::make_unique<Graph>(optimized(g)));
+    FusionPlan plan = fuse(*keep.back());
+    MemoryPlan memory(plan);
+    return std::make_pair(find_gemm_epilogues(plan, memory), plan);
+  };
+  SECTION("an MLP's forward pass: bias + ReLU, then bias") {
+    Graph g;
+    Value x = input(g, "x", {DType::f32, {256, 784}});
+    Value w1 = input(g, "w1", {DType::f32, {784, 1024}}), b1 = input(g, "b1", {DType::f32, {1024}});
+    Value w2 = input(g, "w2", {DType::f32, {1024, 10}}), b2 = input(g, "b2", {DType::f32, {10}});
+    g.add_output("logits", (matmul(relu(matmul(x, w1) + b1), w2) + b2).id);
+    auto [found, plan] = epilogues_of(g);
+    REQUIRE(found.size() == 2);
+    CHECK(found[0].kind == EpilogueKind::relu_bias);
+    CHECK(found[1].kind == EpilogueKind::bias);
+    for (const GemmEpilogue& e : found) {
+      CHECK(plan.kernels[e.gemm].kind == KernelKind::gemm);
+      CHECK(e.absorbed == e.gemm + 1);
+      CHECK(plan.graph->node(e.bias).op == OpId::input);
+    }
+  }
+  SECTION("not in training: ReLU's backward recomputes the pre-activation from the product") {
+    Graph g;
+    Value x = input(g, "x", {DType::f32, {256, 784}});
+    Value labels = input(g, "labels", {DType::i64, {256}});
+    Value w1 = input(g, "w1", {DType::f32, {784, 1024}}), b1 = input(g, "b1", {DType::f32, {1024}});
+    Value w2 = input(g, "w2", {DType::f32, {1024, 10}}), b2 = input(g, "b2", {DType::f32, {10}});
+    g.add_output("loss", cross_entropy_mean(matmul(relu(matmul(x, w1) + b1), w2) + b2, labels).id);
+    Graph step = Pipeline::standard(AutodiffOptions{{"w1", "b1", "w2", "b2"}, 0})
+                     .run(g, DumpSelection(""), std::cerr);
+    FusionPlan plan = fuse(step);
+    CHECK(find_gemm_epilogues(plan, MemoryPlan(plan)).empty());
+  }
+  SECTION("a linear layer's output: bias only") {
+    Graph g;
+    Value x = input(g, "x", {DType::f32, {64, 32}});
+    Value w = input(g, "w", {DType::f32, {32, 16}}), b = input(g, "b", {DType::f32, {16}});
+    g.add_output("y", (matmul(x, w) + b).id);
+    auto [found, plan] = epilogues_of(g);
+    REQUIRE(found.size() == 1);
+    CHECK(found[0].kind == EpilogueKind::bias);
+  }
+  SECTION("not when the product itself is also needed, or the added row is not a bias") {
+    Graph g;
+    Value x = input(g, "x", {DType::f32, {64, 32}});
+    Value w = input(g, "w", {DType::f32, {32, 16}}), b = input(g, "b", {DType::f32, {16}});
+    Value p = matmul(x, w);
+    g.add_output("p", p.id);
+    g.add_output("y", (p + b).id);
+    CHECK(epilogues_of(g).first.empty());
+    Graph h;
+    Value hx = input(h, "x", {DType::f32, {64, 32}});
+    Value hw = input(h, "w", {DType::f32, {32, 16}}), hc = input(h, "c", {DType::f32, {64, 1}});
+    h.add_output("y", (matmul(hx, hw) + hc).id); // a column, not a row: no epilogue for it
+    CHECK(epilogues_of(h).first.empty());
+  }
 }
 
 TEST_CASE("gpu: the ptxas check rejects broken PTX", "[ptx]") {

@@ -2,6 +2,7 @@
 #include "jit/runtime/gpu_executable.hpp"
 
 #include "jit/codegen/emitter.hpp"
+#include "jit/runtime/gemm_epilogue.hpp"
 
 #include <chrono>
 #include <cstdlib>
@@ -74,7 +75,18 @@ GpuExecutable::GpuExecutable(Graph graph, CudaDevice& device, KernelCache& cache
 
   kernels::CublasLt* blas = nullptr;
   report_.kernels = fusion_.kernels.size();
-  for (const Kernel& kernel : fusion_.kernels) {
+  // Bias (+ ReLU) kernels after GEMMs run inside cuBLASLt: the GEMM writes their result.
+  std::vector<const GemmEpilogue*> epilogue_of(fusion_.kernels.size(), nullptr);
+  std::vector<bool> absorbed(fusion_.kernels.size(), false);
+  std::vector<GemmEpilogue> epilogues = find_gemm_epilogues(fusion_, memory_);
+  for (const GemmEpilogue& e : epilogues) {
+    epilogue_of[e.gemm] = &e;
+    absorbed[e.absorbed] = true;
+  }
+  report_.kernels -= epilogues.size();
+  for (std::size_t index = 0; index < fusion_.kernels.size(); ++index) {
+    const Kernel& kernel = fusion_.kernels[index];
+    if (absorbed[index]) continue;
     Launch launch;
     launch.kind = kernel.kind;
     const Node& root = g.node(kernel.root);
@@ -95,6 +107,13 @@ GpuExecutable::GpuExecutable(Graph graph, CudaDevice& device, KernelCache& cache
       launch.a = pointer[kernel.gemm_a.buffer];
       launch.b = pointer[kernel.gemm_b.buffer];
       launch.c = pointer[kernel.root];
+      if (const GemmEpilogue* e = epilogue_of[index]) {
+        launch.gemm.epilogue = e->kind == EpilogueKind::relu_bias
+                                   ? kernels::GemmEpilogueOp::relu_bias
+                                   : kernels::GemmEpilogueOp::bias;
+        launch.gemm.bias = pointer[e->bias];
+        launch.c = pointer[fusion_.kernels[e->absorbed].root];
+      }
       launches_.push_back(std::move(launch));
       continue;
     }
