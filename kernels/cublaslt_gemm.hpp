@@ -58,6 +58,9 @@ public:
   /// does not multiply here (integers), std::runtime_error naming cuBLASLt's status otherwise.
   void matmul(const GpuGemmShape& gemm, cuda::DevicePtr a, cuda::DevicePtr b, cuda::DevicePtr c,
               cuda::DevicePtr workspace, cuda::StreamHandle stream);
+  /// Creates the shape's descriptors and picks its algorithm now (at compile time), so that a
+  /// step captured into a CUDA graph makes no host-side cuBLASLt setup calls.
+  void prepare(const GpuGemmShape& gemm) { plan(gemm); }
 
   struct Api;
   struct Plan;

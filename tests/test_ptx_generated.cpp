@@ -63,6 +63,7 @@ TEST_CASE("gpu: reductions pick threads, warps or blocks by length", "[ptx]") {
     Value x = input(g, "x", {DType::f32, shape});
     g.add_output("s", sum(exp(x), {axis}).id);
     Graph lowered = optimized(g);
+    check_ptx(lowered); // and ptxas accepts every strategy's code
     FusionPlan plan = fuse(lowered);
     return std::make_pair(gpu_launch(lowered, plan.kernels.back()).strategy,
                           only_kernel_ptx(lowered));
@@ -79,7 +80,11 @@ TEST_CASE("gpu: reductions pick threads, warps or blocks by length", "[ptx]") {
   CHECK(block_ptx.find("bar.sync") != std::string::npos);
   CHECK(block_ptx.find(".shared") != std::string::npos);
   auto [columns, column_ptx] = strategy_for({4096, 64}, 0);
-  CHECK(columns == GpuStrategy::thread_per_output);
+  CHECK(columns == GpuStrategy::column_split);
+  CHECK(column_ptx.find("bar.sync") != std::string::npos);
+  CHECK(column_ptx.find(".shared") != std::string::npos);
+  auto [few_rows, few_rows_ptx] = strategy_for({16, 64}, 0);
+  CHECK(few_rows == GpuStrategy::thread_per_output);
   // Math comes from libdevice, inlined: no calls are left for the driver to resolve.
   CHECK(block_ptx.find("__nv_expf") == std::string::npos);
 }

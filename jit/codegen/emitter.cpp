@@ -606,6 +606,10 @@ private:
           threads_in_grid());
       return;
     }
+    if (launch_.strategy == GpuStrategy::column_split) {
+      emit_column_split(root, acc);
+      return;
+    }
     // Cooperative: lanes (or the block's threads) stride over the reduced elements, which are
     // contiguous in the operand, so neighbouring threads read neighbouring addresses.
     bool per_warp = launch_.strategy == GpuStrategy::warp_per_output;
@@ -627,6 +631,61 @@ private:
           emit_if(b_.CreateICmpEQ(lane, i64(0)), [&] { store_out(total, o, t); });
         },
         step);
+  }
+
+  /// Reductions that keep the last axis: a block takes 32 consecutive outputs (neighbouring
+  /// columns, so each row's reads are coalesced); its 32 row groups stride over the reduced
+  /// rows, and group 0 combines the 32 partials from shared memory.
+  void emit_column_split(const Node& root, llvm::AllocaInst* acc) {
+    constexpr int64_t lanes = 32;
+    int64_t groups = launch_.threads / lanes;
+    if (!column_partials_) {
+      auto* slots = llvm::ArrayType::get(b_.getInt64Ty(), static_cast<uint64_t>(launch_.threads));
+      column_partials_ = new llvm::GlobalVariable(
+          module_, slots, false, llvm::GlobalValue::InternalLinkage, llvm::UndefValue::get(slots),
+          fn_->getName() + ".columns", nullptr, llvm::GlobalValue::NotThreadLocal, 3);
+      column_partials_->setAlignment(llvm::Align(8));
+    }
+    ValueId operand = root.inputs[0];
+    Shape out_shape = root.type.shape, dims = reduced_dims();
+    DType t = root.type.dtype;
+    llvm::Type* value_type = acc->getAllocatedType();
+    llvm::Value* tid = thread_in_block();
+    llvm::Value* lane = b_.CreateAnd(tid, i64(lanes - 1));
+    llvm::Value* group = b_.CreateLShr(tid, 5);
+    auto slot = [&](llvm::Value* g) {
+      return b_.CreateGEP(b_.getInt64Ty(), column_partials_,
+                          b_.CreateAdd(b_.CreateMul(g, i64(lanes)), lane));
+    };
+    emit_for(
+        b_.CreateMul(block_in_grid(), i64(lanes)), i64(launch_.items),
+        [&](llvm::Value* tile) {
+          llvm::Value* o = b_.CreateAdd(tile, lane);
+          llvm::Value* valid = b_.CreateICmpULT(o, i64(launch_.items));
+          b_.CreateStore(reduce_init(root), acc);
+          emit_if(valid, [&] {
+            Index out_idx = delinearize(o, out_shape);
+            emit_for(
+                group, i64(numel(dims)),
+                [&](llvm::Value* r) {
+                  memo_.clear();
+                  llvm::Value* x = compute(operand, operand_index(out_idx, delinearize(r, dims)));
+                  b_.CreateStore(combine(root, b_.CreateLoad(value_type, acc), x), acc);
+                },
+                i64(groups));
+          });
+          b_.CreateStore(b_.CreateLoad(value_type, acc), slot(group));
+          b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+          emit_if(b_.CreateAnd(valid, b_.CreateICmpEQ(group, i64(0))), [&] {
+            llvm::Value* total = b_.CreateLoad(value_type, slot(i64(0)));
+            for (int64_t g = 1; g < groups; ++g)
+              total = combine(root, total, b_.CreateLoad(value_type, slot(i64(g))));
+            store_out(total, o, t);
+          });
+          // The next tile's partials must wait until group 0 has read these.
+          b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+        },
+        b_.CreateMul(blocks_in_grid(), i64(lanes)));
   }
 
   void emit_gpu_scatter() {
@@ -914,9 +973,10 @@ private:
   llvm::Value* out_ = nullptr;
   std::map<ValueId, llvm::Value*> buffers_;
   std::map<std::pair<ValueId, Index>, llvm::Value*> memo_;
-  llvm::GlobalVariable* partials_ = nullptr; ///< NVPTX block reductions: one slot per warp
-  Index current_index_;                      ///< NVPTX loops: the element being written...
-  llvm::Value* current_flat_ = nullptr;      ///< ...and its flat offset
+  llvm::GlobalVariable* partials_ = nullptr;        ///< NVPTX block reductions: one slot per warp
+  llvm::GlobalVariable* column_partials_ = nullptr; ///< NVPTX column reductions: per thread
+  Index current_index_;                             ///< NVPTX loops: the element being written...
+  llvm::Value* current_flat_ = nullptr;             ///< ...and its flat offset
 };
 
 } // namespace
@@ -986,7 +1046,11 @@ GpuLaunch gpu_launch(const Graph& g, const Kernel& k) {
                                 static_cast<int64_t>(xs.size() - 1)) != root.attrs.ints.end();
     int64_t outputs = numel(s), reduced = numel(xs) / std::max<int64_t>(1, outputs);
     launch.items = outputs;
-    if (!contiguous || reduced < 32) {
+    if (!contiguous && reduced >= 64) {
+      launch.strategy = GpuStrategy::column_split;
+      launch.threads = 1024;
+      launch.blocks = std::clamp<int64_t>((outputs + 31) / 32, 1, max_blocks);
+    } else if (!contiguous || reduced < 32) {
       launch.strategy = GpuStrategy::thread_per_output;
       launch.blocks = blocks_for(outputs);
     } else if (reduced < 1024) {

@@ -31,7 +31,9 @@ enum class CodegenTarget { cpu, nvptx };
 /// How a GPU kernel maps its work to threads.
 enum class GpuStrategy {
   elementwise,       ///< loop kernels: one thread per `vector_width` consecutive elements
-  thread_per_output, ///< reductions over few elements, or keeping the last axis
+  thread_per_output, ///< short reductions (< 32 contiguous or < 64 strided elements)
+  column_split,      ///< reductions keeping the last axis (bias gradients): 32 neighbouring
+                     ///< outputs per block, 32 row groups each, combined in shared memory
   warp_per_output,   ///< reductions over 32..1023 contiguous elements: warp shuffles
   block_per_output,  ///< long reductions: warp shuffles, then shared memory across warps
   atomic_scatter,    ///< scatter_add: one thread per update element, atomic adds

@@ -114,6 +114,8 @@ GpuExecutable::GpuExecutable(Graph graph, CudaDevice& device, KernelCache& cache
         launch.gemm.bias = pointer[e->bias];
         launch.c = pointer[fusion_.kernels[e->absorbed].root];
       }
+      blas->prepare(launch.gemm);
+      device_.gemm_workspace(); // allocated now: never during graph capture
       launches_.push_back(std::move(launch));
       continue;
     }
