@@ -126,7 +126,8 @@ TEST_CASE("gpu: bias and bias+ReLU kernels after GEMMs become cuBLASLt epilogues
       CHECK(plan.graph->node(e.bias).op == OpId::input);
     }
   }
-  SECTION("not in training: ReLU's backward recomputes the pre-activation from the product") {
+  SECTION("a training step: bias gradients ride on the weight-gradient GEMMs; no bias epilogue, "
+          "since ReLU's backward re-reads the product") {
     Graph g;
     Value x = input(g, "x", {DType::f32, {256, 784}});
     Value labels = input(g, "labels", {DType::i64, {256}});
@@ -136,7 +137,19 @@ TEST_CASE("gpu: bias and bias+ReLU kernels after GEMMs become cuBLASLt epilogues
     Graph step = Pipeline::standard(AutodiffOptions{{"w1", "b1", "w2", "b2"}, 0})
                      .run(g, DumpSelection(""), std::cerr);
     FusionPlan plan = fuse(step);
-    CHECK(find_gemm_epilogues(plan, MemoryPlan(plan)).empty());
+    auto found = find_gemm_epilogues(plan, MemoryPlan(plan));
+    REQUIRE(found.size() == 2);
+    for (const GemmEpilogue& e : found) {
+      CHECK(e.kind == EpilogueKind::bias_gradient);
+      const Kernel& reduce = plan.kernels[e.absorbed];
+      const Kernel& gemm = plan.kernels[e.gemm];
+      CHECK(reduce.kind == KernelKind::reduce);
+      CHECK(e.absorbed < e.gemm);
+      CHECK(gemm.gemm_b.buffer == step.node(reduce.root).inputs[0]);
+      CHECK_FALSE(gemm.gemm_b.transposed);
+      // The bias gradient has shape [out features] = the GEMM's n.
+      CHECK(step.type(reduce.root).shape.back() == step.type(gemm.root).shape.back());
+    }
   }
   SECTION("a linear layer's output: bias only") {
     Graph g;

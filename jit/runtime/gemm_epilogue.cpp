@@ -82,6 +82,41 @@ std::vector<GemmEpilogue> find_gemm_epilogues(const FusionPlan& plan, const Memo
       continue;
     found.push_back({k, k + 1, match->second, match->first});
   }
+  std::vector<bool> taken(plan.kernels.size(), false);
+  for (const GemmEpilogue& e : found)
+    taken[e.gemm] = true;
+  for (std::size_t r = 0; r < plan.kernels.size(); ++r) {
+    const Kernel& reduce = plan.kernels[r];
+    const Node& sum = g.node(reduce.root);
+    if (reduce.kind != KernelKind::reduce || sum.op != OpId::reduce_sum ||
+        sum.attrs.ints != std::vector<int64_t>{0} || reduce.body.size() != 1 ||
+        reduce.reads.size() != 1 || reduce.reads[0] != sum.inputs[0])
+      continue;
+    ValueId dy = sum.inputs[0];
+    const TensorType& t = g.type(dy);
+    if (t.shape.size() != 2 ||
+        !(t.dtype == DType::f32 || t.dtype == DType::bf16 || t.dtype == DType::f16))
+      continue;
+    for (std::size_t k = r + 1; k < plan.kernels.size(); ++k) {
+      const Kernel& gemm = plan.kernels[k];
+      if (gemm.kind != KernelKind::gemm || taken[k] || gemm.gemm_b.buffer != dy ||
+          gemm.gemm_b.logical != dy || gemm.gemm_b.transposed ||
+          g.type(gemm.root).shape.size() != 2 || g.type(gemm.root).dtype != t.dtype)
+        continue;
+      bool read_before = false;
+      for (std::size_t j = r + 1; j <= k; ++j) {
+        const Kernel& other = plan.kernels[j];
+        read_before |=
+            std::find(other.reads.begin(), other.reads.end(), reduce.root) != other.reads.end();
+        read_before |= other.kind == KernelKind::gemm &&
+                       (other.gemm_a.buffer == reduce.root || other.gemm_b.buffer == reduce.root);
+      }
+      if (read_before) break;
+      found.push_back({k, r, EpilogueKind::bias_gradient, 0});
+      taken[k] = true;
+      break;
+    }
+  }
   return found;
 }
 

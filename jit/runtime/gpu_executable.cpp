@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string_view>
 
 namespace sinter {
@@ -73,58 +74,76 @@ GpuExecutable::GpuExecutable(Graph graph, CudaDevice& device, KernelCache& cache
   staging_in_ = PinnedBuffer(staged_in);
   staging_out_ = PinnedBuffer(staged_out);
 
-  kernels::CublasLt* blas = nullptr;
   report_.kernels = fusion_.kernels.size();
-  // Bias (+ ReLU) kernels after GEMMs run inside cuBLASLt: the GEMM writes their result.
-  std::vector<const GemmEpilogue*> epilogue_of(fusion_.kernels.size(), nullptr);
+  kernels::CublasLt* blas = nullptr;
+  auto gemm_launch = [&](const Kernel& kernel, const GemmEpilogue* epilogue) {
+    if (!blas && !(blas = kernels::CublasLt::get()))
+      throw std::runtime_error("sinter: GEMMs on CUDA need cuBLASLt: " +
+                               kernels::CublasLt::unavailable_reason());
+    Launch launch;
+    launch.kind = KernelKind::gemm;
+    Shape a = g.type(kernel.gemm_a.logical).shape, c = g.type(kernel.root).shape;
+    kernels::GpuGemmShape& gemm = launch.gemm;
+    gemm.dtype = g.type(kernel.root).dtype;
+    gemm.fp32 = fp32_;
+    gemm.shape.m = c[c.size() - 2];
+    gemm.shape.n = c.back();
+    gemm.shape.k = kernel.gemm_a.transposed ? a[a.size() - 2] : a.back();
+    gemm.shape.trans_a = kernel.gemm_a.transposed;
+    gemm.shape.trans_b = kernel.gemm_b.transposed;
+    gemm.batch = numel(c) / std::max<int64_t>(1, gemm.shape.m * gemm.shape.n);
+    launch.a = pointer[kernel.gemm_a.buffer];
+    launch.b = pointer[kernel.gemm_b.buffer];
+    launch.c = pointer[kernel.root];
+    if (epilogue) {
+      const Kernel& absorbed = fusion_.kernels[epilogue->absorbed];
+      switch (epilogue->kind) {
+      case EpilogueKind::bias:
+      case EpilogueKind::relu_bias:
+        gemm.epilogue = epilogue->kind == EpilogueKind::bias ? kernels::GemmEpilogueOp::bias
+                                                             : kernels::GemmEpilogueOp::relu_bias;
+        gemm.bias = pointer[epilogue->bias];
+        launch.c = pointer[absorbed.root]; // the GEMM writes the absorbed kernel's result
+        break;
+      case EpilogueKind::bias_gradient:
+        gemm.epilogue = kernels::GemmEpilogueOp::bias_gradient;
+        gemm.bias = pointer[absorbed.root]; // the GEMM writes the reduction's result too
+        break;
+      }
+    }
+    blas->prepare(gemm); // descriptors and algorithm now, never during graph capture
+    device_.gemm_workspace();
+    return launch;
+  };
+  // Kernels that cuBLASLt can run as a GEMM's epilogue are absorbed into it, unless cuBLASLt
+  // has no algorithm for that combination (then both run as usual).
+  std::vector<std::optional<Launch>> gemm_launches(fusion_.kernels.size());
   std::vector<bool> absorbed(fusion_.kernels.size(), false);
-  std::vector<GemmEpilogue> epilogues = find_gemm_epilogues(fusion_, memory_);
-  for (const GemmEpilogue& e : epilogues) {
-    epilogue_of[e.gemm] = &e;
+  for (const GemmEpilogue& e : find_gemm_epilogues(fusion_, memory_)) {
+    try {
+      gemm_launches[e.gemm] = gemm_launch(fusion_.kernels[e.gemm], &e);
+    } catch (const std::runtime_error&) {
+      continue;
+    }
     absorbed[e.absorbed] = true;
+    --report_.kernels;
   }
-  report_.kernels -= epilogues.size();
   for (std::size_t index = 0; index < fusion_.kernels.size(); ++index) {
     const Kernel& kernel = fusion_.kernels[index];
     if (absorbed[index]) continue;
-    Launch launch;
-    launch.kind = kernel.kind;
-    const Node& root = g.node(kernel.root);
     if (kernel.kind == KernelKind::gemm) {
-      if (!blas && !(blas = kernels::CublasLt::get()))
-        throw std::runtime_error("sinter: GEMMs on CUDA need cuBLASLt: " +
-                                 kernels::CublasLt::unavailable_reason());
-      Shape a = g.type(kernel.gemm_a.logical).shape, c = root.type.shape;
-      launch.gemm.dtype = root.type.dtype;
-      launch.gemm.fp32 = fp32_;
-      launch.gemm.shape.m = c[c.size() - 2];
-      launch.gemm.shape.n = c.back();
-      launch.gemm.shape.k = kernel.gemm_a.transposed ? a[a.size() - 2] : a.back();
-      launch.gemm.shape.trans_a = kernel.gemm_a.transposed;
-      launch.gemm.shape.trans_b = kernel.gemm_b.transposed;
-      launch.gemm.batch =
-          numel(c) / std::max<int64_t>(1, launch.gemm.shape.m * launch.gemm.shape.n);
-      launch.a = pointer[kernel.gemm_a.buffer];
-      launch.b = pointer[kernel.gemm_b.buffer];
-      launch.c = pointer[kernel.root];
-      if (const GemmEpilogue* e = epilogue_of[index]) {
-        launch.gemm.epilogue = e->kind == EpilogueKind::relu_bias
-                                   ? kernels::GemmEpilogueOp::relu_bias
-                                   : kernels::GemmEpilogueOp::bias;
-        launch.gemm.bias = pointer[e->bias];
-        launch.c = pointer[fusion_.kernels[e->absorbed].root];
-      }
-      blas->prepare(launch.gemm);
-      device_.gemm_workspace(); // allocated now: never during graph capture
-      launches_.push_back(std::move(launch));
+      launches_.push_back(gemm_launches[index] ? std::move(*gemm_launches[index])
+                                               : gemm_launch(kernel, nullptr));
       continue;
     }
+    Launch launch;
+    launch.kind = kernel.kind;
     launch.function = device_.kernel(fusion_, kernel, cache, report_);
     launch.shape = gpu_launch(g, kernel);
     launch.arguments.push_back(pointer[kernel.root]);
     for (ValueId r : kernel.reads)
       launch.arguments.push_back(pointer[r]);
-    if (launch.shape.zero_output_first) launch.clear_bytes = bytes_of(root.type);
+    if (launch.shape.zero_output_first) launch.clear_bytes = bytes_of(g.type(kernel.root));
     launches_.push_back(std::move(launch));
   }
   const cuda::Driver& d = device_.driver();
