@@ -17,7 +17,8 @@ constexpr int cuda_r_32f = 0, cuda_r_64f = 1, cuda_r_16f = 2, cuda_r_16bf = 14;
 constexpr int compute_32f = 68, compute_32f_fast_tf32 = 77, compute_64f = 70;
 constexpr int op_n = 0, op_t = 1;
 constexpr int desc_transa = 3, desc_transb = 4, desc_epilogue = 7, desc_bias_pointer = 8;
-constexpr uint32_t epilogue_bias = 4, epilogue_relu_bias = 6, epilogue_bias_gradient_a = 256;
+constexpr uint32_t epilogue_bias = 4, epilogue_relu_bias = 6, epilogue_gelu_bias = 36,
+                   epilogue_bias_gradient_a = 256;
 constexpr int layout_batch_count = 5, layout_strided_batch_offset = 6;
 constexpr int pref_max_workspace_bytes = 1;
 
@@ -187,6 +188,7 @@ const CublasLt::Plan& CublasLt::plan(const GpuGemmShape& g) {
     // Column-major D is n × m, so the row-major bias over columns is cuBLASLt's per-row bias;
     // and our B goes first (cuBLASLt's A): BGRADA sums it over k, giving [n].
     uint32_t epilogue = g.epilogue == GemmEpilogueOp::relu_bias       ? epilogue_relu_bias
+                        : g.epilogue == GemmEpilogueOp::gelu_bias     ? epilogue_gelu_bias
                         : g.epilogue == GemmEpilogueOp::bias_gradient ? epilogue_bias_gradient_a
                                                                       : epilogue_bias;
     const void* bias = reinterpret_cast<const void*>(static_cast<uintptr_t>(g.bias));

@@ -22,9 +22,9 @@ enum class Fp32Math { exact, tf32 };
 /// `SINTER_TF32=1` selects tf32; unset or 0 is exact. Other values → std::invalid_argument.
 Fp32Math fp32_math_from_environment();
 
-/// What cuBLASLt does besides the product: add a bias row [n] (then ReLU), or also write the
-/// bias gradient, the column sums of B ([n], B = the row-major [k, n] operand, not transposed).
-enum class GemmEpilogueOp { none, bias, relu_bias, bias_gradient };
+/// What cuBLASLt does besides the product: add a bias row [n] (then ReLU or GELU), or also write
+/// the bias gradient, the column sums of B ([n], B = the row-major [k, n] operand, not transposed).
+enum class GemmEpilogueOp { none, bias, relu_bias, gelu_bias, bias_gradient };
 
 /// One row-major GEMM shape, batched: C[i] = op(A[i]) · op(B[i]) for i < batch, contiguous,
 /// with an optional epilogue whose vector is `bias`.

@@ -160,6 +160,21 @@ TEST_CASE("gpu: bias and bias+ReLU kernels after GEMMs become cuBLASLt epilogues
     REQUIRE(found.size() == 1);
     CHECK(found[0].kind == EpilogueKind::bias);
   }
+  SECTION("GELU (tanh form) is recognised from its lowering; other activations are not") {
+    auto layer = [](Value (*activation)(Value)) {
+      auto g = std::make_unique<Graph>();
+      Value x = input(*g, "x", {DType::f32, {64, 32}});
+      Value w = input(*g, "w", {DType::f32, {32, 16}}), b = input(*g, "b", {DType::f32, {16}});
+      g->add_output("y", activation(matmul(x, w) + b).id);
+      return g;
+    };
+    auto gelu = layer([](Value v) { return gelu_tanh(v); });
+    auto [found, plan] = epilogues_of(*gelu);
+    REQUIRE(found.size() == 1);
+    CHECK(found[0].kind == EpilogueKind::gelu_bias);
+    CHECK(epilogues_of(*layer([](Value v) { return gelu_erf(v); })).first.empty());
+    CHECK(epilogues_of(*layer([](Value v) { return tanh(v); })).first.empty());
+  }
   SECTION("not when the product itself is also needed, or the added row is not a bias") {
     Graph g;
     Value x = input(g, "x", {DType::f32, {64, 32}});

@@ -1,42 +1,86 @@
 // jit/runtime/gemm_epilogue.cpp — matching bias (+ ReLU) loop kernels after GEMMs
 #include "jit/runtime/gemm_epilogue.hpp"
 
+#include "jit/pipeline/pipeline.hpp"
+#include "ops/value.hpp"
+
 #include <algorithm>
+#include <iostream>
 #include <optional>
+#include <set>
 
 namespace sinter {
 namespace {
 
-bool is_zero_constant(const Node& n) { return n.op == OpId::constant && n.attrs.real == 0.0; }
+/// The pipeline's lowering of gelu_tanh(z) for a z of type `t`: kernel bodies are compared
+/// against it, so a GELU is recognised however the DSL spelled it.
+struct LoweredGelu {
+  Graph graph;
+  ValueId z = 0, root = 0;
+};
+
+LoweredGelu lowered_gelu(const TensorType& t) {
+  Graph g;
+  Value z = input(g, "z", t);
+  g.add_output("y", gelu_tanh(z).id);
+  std::ostream quiet(nullptr);
+  LoweredGelu out{Pipeline::standard(std::nullopt).run(g, DumpSelection(""), quiet)};
+  out.z = out.graph.inputs()[0].id;
+  out.root = out.graph.outputs()[0].id;
+  return out;
+}
+
+/// Whether node `a` of `g` computes what node `b` of `ref` does, `z` standing for `ref_z`;
+/// collects the nodes of `g` it walked through in `used`.
+bool same_computation(const Graph& g, ValueId a, ValueId z, const Graph& ref, ValueId b,
+                      ValueId ref_z, std::set<ValueId>& used) {
+  if (b == ref_z) return a == z;
+  if (a == z) return false;
+  const Node& na = g.node(a);
+  const Node& nb = ref.node(b);
+  if (na.op != nb.op || !(na.type == nb.type) || !(na.attrs == nb.attrs) ||
+      na.inputs.size() != nb.inputs.size())
+    return false;
+  used.insert(a);
+  for (std::size_t i = 0; i < na.inputs.size(); ++i)
+    if (!same_computation(g, na.inputs[i], z, ref, nb.inputs[i], ref_z, used)) return false;
+  return true;
+}
 
 /// The bias buffer and epilogue kind if `loop`'s body is exactly broadcast(bias) + c, then
-/// optionally max(·, 0), with `c` the GEMM's result.
+/// optionally ReLU (max(·, 0)) or GELU (tanh form), with `c` the GEMM's result.
 std::optional<std::pair<ValueId, EpilogueKind>> match_body(const Graph& g, const Kernel& loop,
                                                            ValueId c) {
-  const Node& root = g.node(loop.root);
-  ValueId sum = loop.root;
-  EpilogueKind kind = EpilogueKind::bias;
-  if (root.op == OpId::maximum) {
-    if (!is_zero_constant(g.node(root.inputs[1]))) return std::nullopt;
-    sum = root.inputs[0];
-    kind = EpilogueKind::relu_bias;
+  // The add of c and a broadcast bias row.
+  ValueId sum = 0, spread = 0;
+  for (ValueId v : loop.body) {
+    const Node& n = g.node(v);
+    if (n.op != OpId::add) continue;
+    ValueId other = n.inputs[0] == c ? n.inputs[1] : n.inputs[1] == c ? n.inputs[0] : c;
+    if (other != c && g.node(other).op == OpId::broadcast) {
+      sum = v;
+      spread = other;
+    }
   }
-  const Node& add = g.node(sum);
-  if (add.op != OpId::add) return std::nullopt;
-  ValueId other = add.inputs[0] == c ? add.inputs[1] : add.inputs[1] == c ? add.inputs[0] : c;
-  if (other == c) return std::nullopt;
-  const Node& spread = g.node(other);
-  if (spread.op != OpId::broadcast) return std::nullopt;
-  ValueId bias = spread.inputs[0];
+  if (!spread) return std::nullopt;
+  ValueId bias = g.node(spread).inputs[0];
   const TensorType& out = g.type(c);
-  if (g.type(bias).shape != Shape{out.shape.back()} || g.type(bias).dtype != out.dtype)
+  if (g.type(bias).shape != Shape{out.shape.back()} || g.type(bias).dtype != out.dtype ||
+      loop.reads.size() != 2 ||
+      std::find(loop.reads.begin(), loop.reads.end(), bias) == loop.reads.end())
     return std::nullopt;
-  // Nothing else may be computed in the kernel.
-  std::size_t expected = kind == EpilogueKind::relu_bias ? 4 : 2;
-  if (loop.body.size() != expected) return std::nullopt;
-  if (std::find(loop.reads.begin(), loop.reads.end(), bias) == loop.reads.end())
-    return std::nullopt;
-  return std::make_pair(bias, kind);
+  std::set<ValueId> body(loop.body.begin(), loop.body.end());
+  if (loop.root == sum && body.size() == 2) return std::make_pair(bias, EpilogueKind::bias);
+  const Node& root = g.node(loop.root);
+  if (root.op == OpId::maximum && root.inputs[0] == sum &&
+      g.node(root.inputs[1]).op == OpId::constant && g.node(root.inputs[1]).attrs.real == 0.0 &&
+      body.size() == 4)
+    return std::make_pair(bias, EpilogueKind::relu_bias);
+  LoweredGelu gelu = lowered_gelu(g.type(sum));
+  std::set<ValueId> used{sum, spread};
+  if (same_computation(g, loop.root, sum, gelu.graph, gelu.root, gelu.z, used) && used == body)
+    return std::make_pair(bias, EpilogueKind::gelu_bias);
+  return std::nullopt;
 }
 
 bool overlaps(const MemoryPlan& memory, const Graph& g, ValueId a, ValueId b) {

@@ -11,6 +11,7 @@ namespace sinter {
 enum class EpilogueKind {
   bias,          ///< `absorbed` adds a bias row to the GEMM's result: the GEMM writes its root
   relu_bias,     ///< ... then applies ReLU
+  gelu_bias,     ///< ... then applies GELU (tanh form)
   bias_gradient, ///< `absorbed` sums the GEMM's B operand over rows: the GEMM writes that too
 };
 
@@ -21,12 +22,12 @@ struct GemmEpilogue {
   ValueId bias = 0; ///< bias kinds: the bias vector read [n]
 };
 
-/// Bias: every GEMM followed directly by a loop kernel computing `C + broadcast(bias)` or
-/// `max(C + broadcast(bias), 0)`, where that kernel is C's only reader, C is not an output,
-/// the GEMM is not batched, and the kernel's result does not share memory with the GEMM's
-/// operands (the memory plan may reuse an operand's slot once it is dead).
-/// Bias gradient: a reduce kernel that is exactly `reduce_sum(dY, axes {0})` of a 2-D buffer
-/// dY, and a later 2-D GEMM reading dY untransposed as B (dW = Xᵀ·dY), with every reader of
+/// Bias: every GEMM followed directly by a loop kernel computing `C + broadcast(bias)`, then
+/// optionally ReLU or GELU (recognised by comparison with the pipeline's own lowering), where that
+/// kernel is C's only reader, C is not an output, the GEMM is not batched, and the kernel's result
+/// does not share memory with the GEMM's operands (the memory plan may reuse an operand's slot once
+/// it is dead). Bias gradient: a reduce kernel that is exactly `reduce_sum(dY, axes {0})` of a 2-D
+/// buffer dY, and a later 2-D GEMM reading dY untransposed as B (dW = Xᵀ·dY), with every reader of
 /// the sum after that GEMM (its slot is reserved from the reduce on, so writing it later is
 /// safe). Each GEMM gets at most one epilogue.
 std::vector<GemmEpilogue> find_gemm_epilogues(const FusionPlan& plan, const MemoryPlan& memory);

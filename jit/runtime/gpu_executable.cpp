@@ -100,8 +100,11 @@ GpuExecutable::GpuExecutable(Graph graph, CudaDevice& device, KernelCache& cache
       switch (epilogue->kind) {
       case EpilogueKind::bias:
       case EpilogueKind::relu_bias:
+      case EpilogueKind::gelu_bias:
         gemm.epilogue = epilogue->kind == EpilogueKind::bias ? kernels::GemmEpilogueOp::bias
-                                                             : kernels::GemmEpilogueOp::relu_bias;
+                        : epilogue->kind == EpilogueKind::relu_bias
+                            ? kernels::GemmEpilogueOp::relu_bias
+                            : kernels::GemmEpilogueOp::gelu_bias;
         gemm.bias = pointer[epilogue->bias];
         launch.c = pointer[absorbed.root]; // the GEMM writes the absorbed kernel's result
         break;
