@@ -114,6 +114,11 @@ CompiledGraph::~CompiledGraph() = default;
 CompiledGraph::CompiledGraph(CompiledGraph&&) noexcept = default;
 CompiledGraph& CompiledGraph::operator=(CompiledGraph&&) noexcept = default;
 
+void CompiledGraph::set_carried(
+    std::span<const std::pair<std::size_t, std::size_t>> input_from_output) {
+  if (gpu_) gpu_->set_carried(input_from_output);
+}
+
 const MemoryPlan& CompiledGraph::memory_plan() const {
   static const MemoryPlan none;
   return cpu_ ? cpu_->memory_plan() : gpu_ ? gpu_->memory_plan() : none;

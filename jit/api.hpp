@@ -68,6 +68,12 @@ public:
   void run_into(std::span<const HostTensor> inputs, std::span<HostTensor> outputs) const;
   void run_into(std::span<const HostTensor* const> inputs, std::span<HostTensor> outputs) const;
 
+  /// Declares (input index, output index) pairs whose output is the next run's input, such
+  /// as a training step's parameters and optimizer state. On CUDA they then stay on the GPU
+  /// between runs: those outputs come back deferred (fetched from the device on first access,
+  /// see HostTensor::defer) and are not uploaded again while unwritten. No effect elsewhere.
+  void set_carried(std::span<const std::pair<std::size_t, std::size_t>> input_from_output);
+
   /// Memory the step needs (CPU and CUDA): `memory_plan().peak_bytes()`.
   const MemoryPlan& memory_plan() const;
   /// Kernel counts and compile time (CPU and CUDA; zeros on the interpreter).

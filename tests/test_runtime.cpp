@@ -1,5 +1,6 @@
 // tests/test_runtime.cpp — the runtime: ThreadPool, thread-count parsing, KernelCache, Context
 #include "jit/runtime/context.hpp"
+#include "jit/runtime/host_tensor.hpp"
 #include "jit/runtime/kernel_cache.hpp"
 #include "jit/runtime/thread_pool.hpp"
 
@@ -476,4 +477,58 @@ TEST_CASE("a context owns a pool of the requested size and a cache at the given 
   std::atomic<int64_t> total{0};
   context.pool().parallel_for(10, 1, [&](int64_t begin, int64_t end) { total += end - begin; });
   CHECK(total.load() == 10);
+}
+
+namespace {
+
+/// A deferred value that counts its fetches (the role a GPU buffer plays for real).
+struct CountingSource final : sinter::DeferredBytes {
+  mutable int fetches = 0;
+  void fetch(std::span<std::byte> into) const override {
+    ++fetches;
+    auto* values = reinterpret_cast<float*>(into.data());
+    for (std::size_t i = 0; i < into.size() / sizeof(float); ++i)
+      values[i] = static_cast<float>(i) + 0.5f;
+  }
+};
+
+} // namespace
+
+TEST_CASE("HostTensor: a deferred value is fetched once, on first access", "[runtime]") {
+  using sinter::HostTensor;
+  auto source = std::make_shared<CountingSource>();
+  HostTensor t(sinter::DType::f32, {4});
+  t.defer(source);
+  CHECK(t.deferred());
+  CHECK(t.byte_size() == 16);
+  CHECK(source->fetches == 0);
+  HostTensor moved = std::move(t); // moves never fetch
+  CHECK(moved.deferred());
+  CHECK(source->fetches == 0);
+  CHECK(moved.at(2) == 2.5);
+  CHECK(source->fetches == 1);
+  CHECK(moved.to_doubles() == std::vector<double>{0.5, 1.5, 2.5, 3.5});
+  CHECK(source->fetches == 1);
+  // Read, not written: it still holds the source's value.
+  CHECK(moved.unwritten_source() == source.get());
+  moved.set(0, 9.0);
+  CHECK(moved.unwritten_source() == nullptr);
+  CHECK(moved.at(0) == 9.0);
+}
+
+TEST_CASE("HostTensor: copies of a deferred tensor hold real bytes", "[runtime]") {
+  using sinter::HostTensor;
+  auto source = std::make_shared<CountingSource>();
+  HostTensor t(sinter::DType::f32, {3});
+  t.defer(source);
+  HostTensor copy = t;
+  CHECK(source->fetches == 1);
+  CHECK_FALSE(copy.deferred());
+  CHECK(copy.unwritten_source() == nullptr); // a copy is the host's own value
+  CHECK(copy.to_doubles() == std::vector<double>{0.5, 1.5, 2.5});
+  CHECK(t.unwritten_source() == source.get());
+  HostTensor assigned;
+  assigned = t;
+  CHECK(assigned.to_doubles() == copy.to_doubles());
+  CHECK(source->fetches == 1); // t was fetched once, by the first copy
 }

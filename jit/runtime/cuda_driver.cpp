@@ -60,6 +60,7 @@ Loaded load() {
   need(d.cuMemFree, {"cuMemFree_v2"});
   need(d.cuMemAllocHost, {"cuMemAllocHost_v2"});
   need(d.cuMemFreeHost, {"cuMemFreeHost"});
+  need(d.cuMemcpyDtoH, {"cuMemcpyDtoH_v2"});
   need(d.cuMemcpyHtoDAsync, {"cuMemcpyHtoDAsync_v2"});
   need(d.cuMemcpyDtoHAsync, {"cuMemcpyDtoHAsync_v2"});
   need(d.cuMemcpyDtoDAsync, {"cuMemcpyDtoDAsync_v2"});

@@ -48,6 +48,7 @@ struct Driver {
   Result (*cuMemFree)(DevicePtr) = nullptr;
   Result (*cuMemAllocHost)(void**, std::size_t) = nullptr;
   Result (*cuMemFreeHost)(void*) = nullptr;
+  Result (*cuMemcpyDtoH)(void*, DevicePtr, std::size_t) = nullptr;
   Result (*cuMemcpyHtoDAsync)(DevicePtr, const void*, std::size_t, StreamHandle) = nullptr;
   Result (*cuMemcpyDtoHAsync)(void*, DevicePtr, std::size_t, StreamHandle) = nullptr;
   Result (*cuMemcpyDtoDAsync)(DevicePtr, DevicePtr, std::size_t, StreamHandle) = nullptr;

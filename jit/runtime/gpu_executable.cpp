@@ -4,6 +4,8 @@
 #include "jit/codegen/emitter.hpp"
 #include "jit/runtime/gemm_epilogue.hpp"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -24,7 +26,41 @@ struct GpuExecutable::Launch {
   cuda::DevicePtr a = 0, b = 0, c = 0;
 };
 
+/// A carried value: where it lives on the device, and which run made it.
+struct GpuExecutable::Carried {
+  std::size_t input = 0, output = 0;
+  std::shared_ptr<DeviceBuffer> buffer;        ///< the input's buffer: holds the latest value
+  std::shared_ptr<std::atomic<uint64_t>> runs; ///< bumped by each run that replaces it
+  std::shared_ptr<const DeferredBytes> latest; ///< handed out by the last run
+  std::size_t bytes = 0;
+};
+
 namespace {
+
+/// The value of a carried output after one run, read from the device on demand.
+class ResidentValue final : public DeferredBytes {
+public:
+  ResidentValue(CudaDevice& device, std::shared_ptr<DeviceBuffer> buffer,
+                std::shared_ptr<std::atomic<uint64_t>> runs, std::size_t bytes)
+      : device_(device), buffer_(std::move(buffer)), runs_(std::move(runs)), run_(runs_->load()),
+        bytes_(bytes) {}
+  void fetch(std::span<std::byte> into) const override {
+    if (runs_->load() != run_)
+      throw std::logic_error("sinter: a GPU-resident value was read after a later step replaced "
+                             "it; copy a tensor (HostTensor copies fetch) before the next step");
+    device_.make_current();
+    const cuda::Driver& d = device_.driver();
+    d.check(d.cuMemcpyDtoH(into.data(), buffer_->get(), std::min(bytes_, into.size())),
+            "cuMemcpyDtoH (fetching a GPU-resident value)");
+  }
+
+private:
+  CudaDevice& device_;
+  std::shared_ptr<DeviceBuffer> buffer_; // kept alive: the tensor may outlive the executable
+  std::shared_ptr<std::atomic<uint64_t>> runs_;
+  uint64_t run_;
+  std::size_t bytes_;
+};
 
 /// Replays become a CUDA graph after this many direct runs (the first runs also catch errors
 /// with precise call sites).
@@ -52,8 +88,9 @@ GpuExecutable::GpuExecutable(Graph graph, CudaDevice& device, KernelCache& cache
   arena_ = DeviceBuffer(static_cast<std::size_t>(std::max<int64_t>(memory_.arena_bytes(), 0)));
   std::vector<cuda::DevicePtr> pointer(g.size(), 0);
   auto own = [&](ValueId id) {
-    owned_.emplace_back(std::max<std::size_t>(bytes_of(g.type(id)), 16));
-    pointer[id] = owned_.back().get();
+    owned_.push_back(
+        std::make_shared<DeviceBuffer>(std::max<std::size_t>(bytes_of(g.type(id)), 16)));
+    pointer[id] = owned_.back()->get();
   };
   std::size_t staged_in = 0;
   for (const NamedValue& in : g.inputs()) {
@@ -71,6 +108,8 @@ GpuExecutable::GpuExecutable(Graph graph, CudaDevice& device, KernelCache& cache
     output_offsets_.push_back(staged_out);
     staged_out += aligned(bytes_of(g.type(out.id)));
   }
+  input_carried_.assign(g.inputs().size(), false);
+  output_carried_.assign(g.outputs().size(), false);
   staging_in_ = PinnedBuffer(staged_in);
   staging_out_ = PinnedBuffer(staged_out);
 
@@ -172,7 +211,7 @@ void GpuExecutable::enqueue_step() const {
   cuda::StreamHandle stream = device_.stream();
   const Graph& g = *graph_;
   for (std::size_t i = 0; i < input_targets_.size(); ++i)
-    if (std::size_t n = bytes_of(g.type(g.inputs()[i].id)))
+    if (std::size_t n = bytes_of(g.type(g.inputs()[i].id)); n && !input_carried_[i])
       d.check(
           d.cuMemcpyHtoDAsync(input_targets_[i], staging_in_.data() + input_offsets_[i], n, stream),
           "cuMemcpyHtoDAsync");
@@ -191,11 +230,47 @@ void GpuExecutable::enqueue_step() const {
                              const_cast<void**>(launch.parameters.data()), nullptr),
             "cuLaunchKernel");
   }
+  // Carried outputs become the next run's inputs on the device; the rest go to the host.
+  for (const Carried& c : carried_)
+    if (c.bytes)
+      d.check(d.cuMemcpyDtoDAsync(c.buffer->get(), output_sources_[c.output], c.bytes, stream),
+              "cuMemcpyDtoDAsync");
   for (std::size_t i = 0; i < output_sources_.size(); ++i)
-    if (std::size_t n = bytes_of(g.type(g.outputs()[i].id)))
+    if (std::size_t n = bytes_of(g.type(g.outputs()[i].id)); n && !output_carried_[i])
       d.check(d.cuMemcpyDtoHAsync(staging_out_.data() + output_offsets_[i], output_sources_[i], n,
                                   stream),
               "cuMemcpyDtoHAsync");
+}
+
+void GpuExecutable::set_carried(
+    std::span<const std::pair<std::size_t, std::size_t>> input_from_output) {
+  std::lock_guard lock(run_mutex_);
+  const Graph& g = *graph_;
+  for (auto [in, out] : input_from_output) {
+    if (in >= g.inputs().size() || out >= g.outputs().size() ||
+        !(g.type(g.inputs()[in].id) == g.type(g.outputs()[out].id)) || input_carried_[in] ||
+        output_carried_[out])
+      throw std::invalid_argument("sinter: carried pair (input " + std::to_string(in) +
+                                  ", output " + std::to_string(out) +
+                                  ") does not name an input and an output of one type, each "
+                                  "carried once");
+    Carried c;
+    c.input = in;
+    c.output = out;
+    c.buffer = owned_.at(in); // the inputs own the first buffers, in input order
+    c.runs = std::make_shared<std::atomic<uint64_t>>(0);
+    c.bytes = bytes_of(g.type(g.inputs()[in].id));
+    carried_.push_back(std::move(c));
+    input_carried_[in] = true;
+    output_carried_[out] = true;
+  }
+  // A step captured before no longer matches: capture again after two direct runs.
+  const cuda::Driver& d = device_.driver();
+  if (graph_exec_) d.cuGraphExecDestroy(graph_exec_);
+  if (graph_handle_) d.cuGraphDestroy(graph_handle_);
+  graph_exec_ = nullptr;
+  graph_handle_ = nullptr;
+  runs_ = 0;
 }
 
 void GpuExecutable::capture() const {
@@ -222,11 +297,23 @@ void GpuExecutable::run_into(std::span<const HostTensor* const> inputs,
   device_.make_current();
   const Graph& g = *graph_;
   const cuda::Driver& d = device_.driver();
-  for (std::size_t i = 0; i < inputs.size(); ++i)
+  auto stage = [&](std::size_t i) {
     std::memcpy(staging_in_.data() + input_offsets_[i], inputs[i]->bytes().data(),
                 inputs[i]->bytes().size());
-  if (!graph_exec_ && graphs_enabled() && runs_ >= direct_runs_before_graph) capture();
+  };
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    if (!input_carried_[i]) stage(i);
   d.check(d.cuEventRecord(step_start_, device_.stream()), "cuEventRecord");
+  // A carried input still holding what the last run left on the device is not copied again.
+  for (const Carried& c : carried_) {
+    const DeferredBytes* source = inputs[c.input]->unwritten_source();
+    if ((source && source == c.latest.get()) || c.bytes == 0) continue;
+    stage(c.input);
+    d.check(d.cuMemcpyHtoDAsync(c.buffer->get(), staging_in_.data() + input_offsets_[c.input],
+                                c.bytes, device_.stream()),
+            "cuMemcpyHtoDAsync");
+  }
+  if (!graph_exec_ && graphs_enabled() && runs_ >= direct_runs_before_graph) capture();
   if (graph_exec_)
     d.check(d.cuGraphLaunch(graph_exec_, device_.stream()), "cuGraphLaunch");
   else
@@ -239,11 +326,17 @@ void GpuExecutable::run_into(std::span<const HostTensor* const> inputs,
   last_step_ms_ = ms;
   for (std::size_t i = 0; i < g.outputs().size(); ++i) {
     const TensorType& t = g.type(g.outputs()[i].id);
+    // (byte_size: what an output tensor held before is overwritten, never fetched.)
     if (results[i].dtype() != t.dtype || results[i].shape() != t.shape ||
-        results[i].bytes().size() != bytes_of(t))
+        results[i].byte_size() != bytes_of(t))
       results[i] = HostTensor(t.dtype, t.shape);
-    std::memcpy(results[i].bytes().data(), staging_out_.data() + output_offsets_[i],
-                results[i].bytes().size());
+    if (output_carried_[i]) continue;
+    std::memcpy(results[i].bytes().data(), staging_out_.data() + output_offsets_[i], bytes_of(t));
+  }
+  for (Carried& c : carried_) {
+    c.runs->fetch_add(1); // values handed out by earlier runs are no longer on the device
+    c.latest = std::make_shared<ResidentValue>(device_, c.buffer, c.runs, c.bytes);
+    results[c.output].defer(c.latest);
   }
 }
 

@@ -25,6 +25,13 @@ public:
   /// From the third call on, the whole step is one CUDA graph launch.
   void run_into(std::span<const HostTensor* const> inputs, std::span<HostTensor> outputs) const;
 
+  /// Declares (input, output) pairs where the output is the next run's input (parameters and
+  /// optimizer state). Their values then stay on the GPU: each run copies the output into the
+  /// input's device buffer, hands the output back deferred (HostTensor::defer: fetched from
+  /// the device on first access), and skips the upload of an input whose tensor still holds
+  /// the latest such deferred value unwritten.
+  void set_carried(std::span<const std::pair<std::size_t, std::size_t>> input_from_output);
+
   const Graph& graph() const { return *graph_; }
   const FusionPlan& fusion() const { return fusion_; }
   const MemoryPlan& memory_plan() const { return memory_; }
@@ -36,6 +43,7 @@ public:
 
 private:
   struct Launch;
+  struct Carried;
   void enqueue_step() const;
   void capture() const;
 
@@ -45,12 +53,14 @@ private:
   CudaDevice& device_;
   kernels::Fp32Math fp32_;
   DeviceBuffer arena_;
-  std::vector<DeviceBuffer> owned_; ///< inputs and outputs outside the arena
+  std::vector<std::shared_ptr<DeviceBuffer>> owned_; ///< inputs and outputs outside the arena
   PinnedBuffer staging_in_, staging_out_;
   std::vector<std::size_t> input_offsets_, output_offsets_; ///< in the staging buffers
   std::vector<cuda::DevicePtr> output_sources_;             ///< where each output lives
   std::vector<cuda::DevicePtr> input_targets_;
   std::vector<Launch> launches_;
+  mutable std::vector<Carried> carried_;
+  std::vector<bool> input_carried_, output_carried_;
   CompileReport report_;
   mutable std::mutex run_mutex_;
   mutable int runs_ = 0;

@@ -65,6 +65,21 @@ HostTensor::HostTensor(DType dtype, Shape shape)
     : dtype_(dtype), shape_(std::move(shape)),
       bytes_(static_cast<std::size_t>(numel(shape_)) * dtype_bytes(dtype)) {}
 
+HostTensor::HostTensor(const HostTensor& other)
+    : dtype_(other.dtype_), shape_(other.shape_),
+      bytes_(other.bytes().begin(), other.bytes().end()) {}
+
+HostTensor& HostTensor::operator=(const HostTensor& other) {
+  if (this != &other) *this = HostTensor(other);
+  return *this;
+}
+
+void HostTensor::defer(std::shared_ptr<const DeferredBytes> source) {
+  bytes_.resize(static_cast<std::size_t>(numel(shape_)) * dtype_bytes(dtype_));
+  source_ = std::move(source);
+  pending_ = source_ != nullptr;
+}
+
 HostTensor HostTensor::from_doubles(DType dtype, Shape shape, std::span<const double> values) {
   HostTensor t(dtype, std::move(shape));
   if (values.size() != static_cast<std::size_t>(t.size()))
@@ -77,7 +92,7 @@ HostTensor HostTensor::from_doubles(DType dtype, Shape shape, std::span<const do
 }
 
 double HostTensor::at(int64_t i) const {
-  const std::byte* p = bytes_.data() + i * static_cast<int64_t>(dtype_bytes(dtype_));
+  const std::byte* p = bytes().data() + i * static_cast<int64_t>(dtype_bytes(dtype_));
   switch (dtype_) {
   case DType::f32: return load<float>(p);
   case DType::f64: return load<double>(p);
@@ -91,7 +106,7 @@ double HostTensor::at(int64_t i) const {
 }
 
 void HostTensor::set(int64_t i, double v) {
-  std::byte* p = bytes_.data() + i * static_cast<int64_t>(dtype_bytes(dtype_));
+  std::byte* p = bytes().data() + i * static_cast<int64_t>(dtype_bytes(dtype_));
   switch (dtype_) {
   case DType::f32: store(p, static_cast<float>(v)); break;
   case DType::f64: store(p, v); break;

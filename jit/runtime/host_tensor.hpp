@@ -4,18 +4,38 @@
 #include "jit/ir/shape.hpp"
 
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 namespace sinter {
 
+/// A tensor value that lives outside host memory (a GPU buffer) and is copied in on demand.
+class DeferredBytes {
+public:
+  virtual ~DeferredBytes() = default;
+  /// Copies the value into `into` (the tensor's size). Throws std::logic_error if the value
+  /// no longer exists.
+  virtual void fetch(std::span<std::byte> into) const = 0;
+};
+
 /// Owns its bytes. Values convert to and from double at the edges (tests, printing, the
 /// float64 interpreter); bf16/f16 round to nearest even.
+///
+/// A tensor can also hold a deferred value (defer()): a training step on a GPU hands back its
+/// updated parameters this way, so they stay on the device between steps. Any access to the
+/// bytes fetches the value first, so a reader always sees it; copies always hold real bytes.
+/// Not thread-safe while a value is deferred (the first reader fetches it).
 class HostTensor {
 public:
   HostTensor() = default;
   HostTensor(DType dtype, Shape shape);
+  HostTensor(const HostTensor& other);
+  HostTensor& operator=(const HostTensor& other);
+  HostTensor(HostTensor&&) noexcept = default;
+  HostTensor& operator=(HostTensor&&) noexcept = default;
+  ~HostTensor() = default;
 
   /// A tensor of `dtype` holding `values` (converted, rounded for narrow types).
   static HostTensor from_doubles(DType dtype, Shape shape, std::span<const double> values);
@@ -28,8 +48,27 @@ public:
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }
   int64_t size() const { return numel(shape_); }
-  std::span<std::byte> bytes() { return bytes_; }
-  std::span<const std::byte> bytes() const { return bytes_; }
+  /// Writable bytes: fetches a deferred value, and marks the tensor as written.
+  std::span<std::byte> bytes() {
+    settle();
+    source_.reset();
+    return bytes_;
+  }
+  std::span<const std::byte> bytes() const {
+    settle();
+    return bytes_;
+  }
+
+  /// The tensor's value is now `source`'s (same dtype and shape), fetched on first access.
+  void defer(std::shared_ptr<const DeferredBytes> source);
+  /// The source given to defer() while the tensor has not been written since (whether or not
+  /// the value was fetched); null otherwise. A backend that made the source can tell that it
+  /// still holds this tensor's value and skip copying it back.
+  const DeferredBytes* unwritten_source() const { return source_.get(); }
+  /// Whether the value is still deferred (not fetched yet).
+  bool deferred() const { return pending_; }
+  /// Bytes held (dtype size × elements, 0 for a default tensor), without fetching anything.
+  std::size_t byte_size() const { return bytes_.size(); }
 
   double at(int64_t flat_index) const;
   void set(int64_t flat_index, double value);
@@ -38,9 +77,18 @@ public:
   std::string to_string(std::size_t max_values = 16) const;
 
 private:
+  void settle() const {
+    if (pending_) {
+      source_->fetch(bytes_);
+      pending_ = false;
+    }
+  }
+
   DType dtype_ = DType::f32;
   Shape shape_;
-  std::vector<std::byte> bytes_;
+  mutable std::vector<std::byte> bytes_;
+  std::shared_ptr<const DeferredBytes> source_;
+  mutable bool pending_ = false;
 };
 
 /// Round-trip of a double through a narrow float format (nearest even).

@@ -196,6 +196,19 @@ const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> b
   };
   wire(*compiled->step, compiled->step_inputs, compiled->step_outputs);
   if (compiled->apply) wire(*compiled->apply, compiled->apply_inputs, compiled->apply_outputs);
+  // Parameters and optimizer state feed the next update: on a GPU they stay there.
+  auto carry = [](CompiledGraph& program) {
+    const Graph& g = program.graph();
+    std::vector<std::pair<std::size_t, std::size_t>> pairs;
+    for (std::size_t out = 0; out < g.outputs().size(); ++out) {
+      const std::string& name = g.outputs()[out].name;
+      if (!name.starts_with("new.")) continue;
+      for (std::size_t in = 0; in < g.inputs().size(); ++in)
+        if (g.inputs()[in].name == name.substr(4)) pairs.emplace_back(in, out);
+    }
+    program.set_carried(pairs);
+  };
+  carry(compiled->apply ? *compiled->apply : *compiled->step);
   return *by_batch_types_.emplace(key, std::move(compiled)).first->second;
 }
 
