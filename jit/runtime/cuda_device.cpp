@@ -64,6 +64,7 @@ CudaDevice::CudaDevice(const cuda::Driver& driver, int ordinal) : driver_(driver
   driver.check(driver.cuDevicePrimaryCtxRetain(&context_, handle_), "cuDevicePrimaryCtxRetain");
   make_current();
   driver.check(driver.cuStreamCreate(&stream_, cuda::stream_non_blocking), "cuStreamCreate");
+  driver.check(driver.cuStreamCreate(&copy_stream_, cuda::stream_non_blocking), "cuStreamCreate");
   target_ = std::make_unique<NvptxTarget>(info_.compute_capability);
   fingerprint_ = target_->fingerprint() + ";driver " + std::to_string(driver.version());
 }
@@ -74,6 +75,7 @@ CudaDevice::~CudaDevice() {
     driver_.cuModuleUnload(m);
   workspace_ = DeviceBuffer();
   if (stream_) driver_.cuStreamDestroy(stream_);
+  if (copy_stream_) driver_.cuStreamDestroy(copy_stream_);
   if (context_) driver_.cuDevicePrimaryCtxRelease(handle_);
 }
 

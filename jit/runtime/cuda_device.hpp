@@ -58,6 +58,9 @@ public:
   void make_current() const;
   /// The stream every step of this device runs on, in order.
   cuda::StreamHandle stream() const { return stream_; }
+  /// A second stream for host→device copies of the next step's inputs, so they overlap the
+  /// step running on stream().
+  cuda::StreamHandle copy_stream() const { return copy_stream_; }
   /// Scratch memory for cuBLASLt (kernels::CublasLt::workspace_bytes).
   cuda::DevicePtr gemm_workspace();
 
@@ -78,7 +81,7 @@ private:
   cuda::DeviceInfo info_;
   int handle_ = 0;
   cuda::ContextHandle context_ = nullptr;
-  cuda::StreamHandle stream_ = nullptr;
+  cuda::StreamHandle stream_ = nullptr, copy_stream_ = nullptr;
   std::unique_ptr<NvptxTarget> target_;
   std::string fingerprint_;
   DeviceBuffer workspace_;

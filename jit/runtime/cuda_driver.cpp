@@ -68,6 +68,7 @@ Loaded load() {
   need(d.cuStreamCreate, {"cuStreamCreate"});
   need(d.cuStreamDestroy, {"cuStreamDestroy_v2"});
   need(d.cuStreamSynchronize, {"cuStreamSynchronize"});
+  need(d.cuStreamWaitEvent, {"cuStreamWaitEvent"});
   need(d.cuEventCreate, {"cuEventCreate"});
   need(d.cuEventDestroy, {"cuEventDestroy_v2"});
   need(d.cuEventRecord, {"cuEventRecord"});

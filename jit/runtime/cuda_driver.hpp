@@ -56,6 +56,7 @@ struct Driver {
   Result (*cuStreamCreate)(StreamHandle*, unsigned) = nullptr;
   Result (*cuStreamDestroy)(StreamHandle) = nullptr;
   Result (*cuStreamSynchronize)(StreamHandle) = nullptr;
+  Result (*cuStreamWaitEvent)(StreamHandle, EventHandle, unsigned) = nullptr;
   Result (*cuEventCreate)(EventHandle*, unsigned) = nullptr;
   Result (*cuEventDestroy)(EventHandle) = nullptr;
   Result (*cuEventRecord)(EventHandle, StreamHandle) = nullptr;

@@ -6,6 +6,7 @@
 #include "jit/runtime/memory_plan.hpp"
 #include "kernels/cublaslt_gemm.hpp"
 
+#include <array>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -13,39 +14,52 @@
 
 namespace sinter {
 
+/// A step on one GPU. Runs are asynchronous: run_into() stages the inputs, enqueues the step
+/// and returns; the outputs come back as deferred HostTensors (HostTensor::defer) that wait
+/// for the step when first read. Two input sets alternate (device input buffers, pinned
+/// staging, captured CUDA graph), so the next step's inputs are copied on a second stream
+/// while the current step still runs.
 class GpuExecutable {
 public:
-  /// Fuses `graph` (primitives only), plans its memory, allocates the device arena and the
-  /// pinned staging buffers, and fetches or compiles every kernel for `device`.
+  /// Fuses `graph` (primitives only), plans its memory, allocates the device arena, both input
+  /// sets and the pinned staging buffers, and fetches or compiles every kernel for `device`.
   GpuExecutable(Graph graph, CudaDevice& device, KernelCache& cache);
+  /// Waits for the last steps and keeps every output handed out readable.
   ~GpuExecutable();
 
-  /// Runs one step: inputs are staged into pinned memory and copied asynchronously, the
-  /// kernels and GEMMs run on the device's stream, outputs come back through pinned memory.
-  /// From the third call on, the whole step is one CUDA graph launch.
+  /// Enqueues one step. Inputs are copied into pinned memory before it returns (the caller may
+  /// change them right away); the outputs are deferred (fetched on first access). The first
+  /// two runs wait for the step, so errors name their call; from then on each input set's
+  /// step is one CUDA graph launch.
   void run_into(std::span<const HostTensor* const> inputs, std::span<HostTensor> outputs) const;
 
   /// Declares (input, output) pairs where the output is the next run's input (parameters and
   /// optimizer state). Their values then stay on the GPU: each run copies the output into the
-  /// input's device buffer, hands the output back deferred (HostTensor::defer: fetched from
-  /// the device on first access), and skips the upload of an input whose tensor still holds
-  /// the latest such deferred value unwritten.
+  /// input's device buffer, hands the output back deferred (fetched from the device on first
+  /// access), and skips the upload of an input whose tensor still holds the latest such
+  /// deferred value unwritten.
   void set_carried(std::span<const std::pair<std::size_t, std::size_t>> input_from_output);
 
   const Graph& graph() const { return *graph_; }
   const FusionPlan& fusion() const { return fusion_; }
   const MemoryPlan& memory_plan() const { return memory_; }
   const CompileReport& report() const { return report_; }
-  /// Whether steps are replayed as a CUDA graph now (`SINTER_CUDA_GRAPH=0` turns it off).
-  bool uses_graph() const { return graph_exec_ != nullptr; }
-  /// GPU time of the last step, from copies in to copies out (CUDA events), in milliseconds.
-  double last_step_device_ms() const { return last_step_ms_; }
+  /// Whether the last run was a CUDA graph launch (`SINTER_CUDA_GRAPH=0` turns them off).
+  bool uses_graph() const { return last_run_was_graph_; }
+  /// GPU time of the last step, kernels to copies out (CUDA events), in milliseconds; waits
+  /// for that step.
+  double last_step_device_ms() const;
 
 private:
   struct Launch;
+  struct Bound;
   struct Carried;
-  void enqueue_step() const;
-  void capture() const;
+  struct InputSet;
+  cuda::DevicePtr pointer_for(const InputSet& set, ValueId node) const;
+  void bind(InputSet& set);
+  void enqueue_body(const InputSet& set) const;
+  void capture(InputSet& set) const;
+  void settle(InputSet& set) const;
 
   std::unique_ptr<Graph> graph_;
   FusionPlan fusion_;
@@ -53,21 +67,19 @@ private:
   CudaDevice& device_;
   kernels::Fp32Math fp32_;
   DeviceBuffer arena_;
-  std::vector<std::shared_ptr<DeviceBuffer>> owned_; ///< inputs and outputs outside the arena
-  PinnedBuffer staging_in_, staging_out_;
+  std::vector<std::shared_ptr<DeviceBuffer>> owned_outputs_; ///< kernel roots that are outputs
+  std::vector<cuda::DevicePtr> pointer_; ///< by node: arena slots and owned outputs
+  std::vector<int> input_index_;         ///< by node: its graph input position, or -1
   std::vector<std::size_t> input_offsets_, output_offsets_; ///< in the staging buffers
-  std::vector<cuda::DevicePtr> output_sources_;             ///< where each output lives
-  std::vector<cuda::DevicePtr> input_targets_;
   std::vector<Launch> launches_;
+  mutable std::array<std::unique_ptr<InputSet>, 2> sets_;
   mutable std::vector<Carried> carried_;
   std::vector<bool> input_carried_, output_carried_;
   CompileReport report_;
   mutable std::mutex run_mutex_;
   mutable int runs_ = 0;
-  mutable cuda::GraphHandle graph_handle_ = nullptr;
-  mutable cuda::GraphExecHandle graph_exec_ = nullptr;
-  cuda::EventHandle step_start_ = nullptr, step_end_ = nullptr; ///< brackets of a step
-  mutable double last_step_ms_ = 0;
+  mutable int last_set_ = -1;
+  mutable bool last_run_was_graph_ = false;
 };
 
 } // namespace sinter

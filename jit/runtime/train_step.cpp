@@ -247,7 +247,9 @@ LossHandle TrainStep::operator()(std::span<const HostTensor> batch, double lr) {
   };
 
   run(*c.step, c.step_inputs, c.step_outputs);
-  auto loss = std::make_shared<HostTensor>(c.step_outputs[0]);
+  // Moved, not copied: on a GPU the loss is still deferred, so the step runs on while the
+  // caller prepares the next batch; reading it waits for the step.
+  auto loss = std::make_shared<HostTensor>(std::move(c.step_outputs[0]));
   if (!c.apply) {
     take_updates(*c.step, c.step_outputs);
     ++steps_;
