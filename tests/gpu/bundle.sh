@@ -2,12 +2,19 @@
 # tests/gpu/bundle.sh — builds a folder that runs sinter's GPU tests, recipes and benchmarks on a
 # machine with only the NVIDIA driver and CUDA libraries (no LLVM, no meson, no compiler).
 #
-# Usage: tests/gpu/bundle.sh [OUT_DIR]      (default: bundle/, git-ignored)
+# Usage: tests/gpu/bundle.sh [--pack] [OUT_DIR]      (default: bundle/, git-ignored)
+#   --pack  also writes build-gpu/gpu-bundle.tar.xz (about 52 MB), the one file to hand the
+#           device tool as `carry`; there: mkdir b && tar -C b -xJf build-gpu/gpu-bundle.tar.xz
 # The folder holds bin/ (sinter, sinter_tests, recipes, benchmark programs), lib/ (libsinter.so
 # with LLVM linked in statically, libdevice.10.bc, and the non-base shared libraries the
 # programs need, e.g. OpenBLAS), data/ (Fashion-MNIST and a text corpus), the bench scripts and
 # run.sh (which puts lib/ on LD_LIBRARY_PATH). Pack it for the device tool with: tar -C bundle -cJf gpu-bundle.tar.xz .
 set -euo pipefail
+PACK=0
+if [[ ${1:-} == --pack ]]; then
+  PACK=1
+  shift
+fi
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 OUT="$(realpath -m "${1:-$ROOT/bundle}")"
 BUILD="$ROOT/build-gpu"
@@ -66,3 +73,8 @@ cp "$ROOT"/tests/bench/{train_peers.py,peers.py,gpu_table.py} "$OUT/bench/"
 cp "$ROOT/tests/gpu/run.sh" "$OUT/run.sh"
 git -C "$ROOT" rev-parse HEAD > "$OUT/COMMIT" 2>/dev/null || echo unknown > "$OUT/COMMIT"
 du -sh "$OUT"
+if [[ $PACK == 1 ]]; then
+  tar -C "$OUT" -cf - . | xz -T2 -6 > "$BUILD/gpu-bundle.tar.xz.tmp"
+  mv "$BUILD/gpu-bundle.tar.xz.tmp" "$BUILD/gpu-bundle.tar.xz"
+  ls -l "$BUILD/gpu-bundle.tar.xz"
+fi
