@@ -203,6 +203,18 @@ TEST_CASE("gpu: a capability LLVM does not know is refused by name", "[ptx]") {
   CHECK_THROWS_WITH(NvptxTarget(12), Catch::Contains("sm_12"));
 }
 
+TEST_CASE("gpu: a GPU newer than LLVM's NVPTX gets PTX for the newest known target", "[ptx]") {
+  CHECK(NvptxTarget::supports(80));
+  CHECK(NvptxTarget::supports(90));
+  CHECK_FALSE(NvptxTarget::supports(12));
+  CHECK(NvptxTarget::best_target_for(90) == 90);
+  CHECK(NvptxTarget::best_target_for(86) == 86);
+  int newest = NvptxTarget::best_target_for(200); // no such GPU yet
+  CHECK(newest >= 90);
+  CHECK(NvptxTarget::supports(newest));
+  CHECK_THROWS_WITH(NvptxTarget::best_target_for(30), Catch::Contains("sm_50"));
+}
+
 TEST_CASE("gpu: the target fingerprint names the arch and differs between them", "[ptx]") {
   CHECK(nvptx_target(80).fingerprint().find("sm_80") != std::string::npos);
   CHECK(nvptx_target(80).fingerprint() != nvptx_target(90).fingerprint());

@@ -86,9 +86,7 @@ NvptxTarget::NvptxTarget(int compute_capability) : impl_(std::make_unique<Impl>(
   if (!target) throw std::runtime_error("sinter: LLVM has no NVPTX backend: " + error);
   impl_->capability = compute_capability;
   std::string cpu = arch();
-  std::unique_ptr<llvm::MCSubtargetInfo> subtarget(
-      target->createMCSubtargetInfo(nvptx_triple, "sm_50", "")); // sm_50: any known one
-  if (!subtarget->isCPUStringValid(cpu))
+  if (!supports(compute_capability))
     throw std::invalid_argument("sinter: LLVM " LLVM_VERSION_STRING " cannot generate code for " +
                                 cpu + "; supported GPUs start at sm_50");
   // No unsafe math (no approximate exp, no flush-to-zero), but a*b+c contracts into one fma,
@@ -139,6 +137,23 @@ std::string NvptxTarget::compile(const FusionPlan& plan, const Kernel& kernel,
   optimize_o3(module, *impl_->machine);
   std::vector<char> ptx = emit_machine_code(module, *impl_->machine, true);
   return std::string(ptx.begin(), ptx.end());
+}
+
+bool NvptxTarget::supports(int compute_capability) {
+  initialize_nvptx();
+  std::string error;
+  const llvm::Target* target = llvm::TargetRegistry::lookupTarget(nvptx_triple, error);
+  if (!target) return false;
+  std::unique_ptr<llvm::MCSubtargetInfo> subtarget(
+      target->createMCSubtargetInfo(nvptx_triple, "sm_50", "")); // sm_50: any known one
+  return subtarget->isCPUStringValid("sm_" + std::to_string(compute_capability));
+}
+
+int NvptxTarget::best_target_for(int compute_capability) {
+  for (int cc = compute_capability; cc >= 50; --cc)
+    if (supports(cc)) return cc;
+  throw std::invalid_argument("sinter: no NVPTX target for sm_" +
+                              std::to_string(compute_capability) + " (GPUs from sm_50 on)");
 }
 
 std::optional<std::filesystem::path> NvptxTarget::find_libdevice() {

@@ -30,6 +30,12 @@ public:
   /// get them from libdevice (see find_libdevice); if it is missing, this throws naming it.
   std::string compile(const FusionPlan& plan, const Kernel& kernel, const std::string& symbol);
 
+  /// Whether this LLVM's NVPTX backend knows sm_<compute_capability>.
+  static bool supports(int compute_capability);
+  /// The capability to generate PTX for on a GPU of `compute_capability`: itself when LLVM
+  /// knows it, else the newest older one it knows (the driver compiles PTX for newer GPUs).
+  static int best_target_for(int compute_capability);
+
   /// libdevice.10.bc: `$SINTER_LIBDEVICE`, next to libsinter (GPU bundles), `$CUDA_HOME`,
   /// /usr/local/cuda, or Debian's nvidia-cuda-toolkit.
   static std::optional<std::filesystem::path> find_libdevice();

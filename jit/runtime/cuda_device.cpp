@@ -65,8 +65,12 @@ CudaDevice::CudaDevice(const cuda::Driver& driver, int ordinal) : driver_(driver
   make_current();
   driver.check(driver.cuStreamCreate(&stream_, cuda::stream_non_blocking), "cuStreamCreate");
   driver.check(driver.cuStreamCreate(&copy_stream_, cuda::stream_non_blocking), "cuStreamCreate");
-  target_ = std::make_unique<NvptxTarget>(info_.compute_capability);
-  fingerprint_ = target_->fingerprint() + ";driver " + std::to_string(driver.version());
+  // A GPU newer than this LLVM gets PTX for the newest target it knows; the driver compiles
+  // that PTX for the GPU (PTX is forward-compatible).
+  target_ = std::make_unique<NvptxTarget>(NvptxTarget::best_target_for(info_.compute_capability));
+  // The cubin is for this GPU (the driver assembles the PTX for it), whatever the PTX target.
+  fingerprint_ = target_->fingerprint() + ";gpu sm_" + std::to_string(info_.compute_capability) +
+                 ";driver " + std::to_string(driver.version());
 }
 
 CudaDevice::~CudaDevice() {
