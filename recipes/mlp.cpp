@@ -1,22 +1,10 @@
 // recipes/mlp.cpp — an MLP trained on Fashion-MNIST: the whole step compiled, AdamW, checkpoints
+#include "fashion_mlp.hpp"
 #include "fashion_training.hpp"
 
 using namespace sinter;
 
 namespace {
-
-/// Images [B, 28, 28] in [0, 1] → standardised, flattened → MLP → 10 logits.
-struct FashionMLP {
-  BOOST_HANA_DEFINE_STRUCT(FashionMLP, (MLP, mlp));
-
-  FashionMLP(const std::vector<int64_t>& widths, Init& init) : mlp(widths, init) {}
-  Var operator()(const Var& images) const {
-    Value x = images.value();
-    int64_t batch = x.shape()[0];
-    Value flat = reshape((x - 0.2860) * (1.0 / 0.3530), {batch, 784}); // dataset mean and std
-    return mlp(Var(flat));
-  }
-};
 
 std::vector<int64_t> parse_widths(const recipe::Flags& flags) {
   std::vector<int64_t> widths{784};
@@ -47,7 +35,7 @@ int main(int argc, char** argv) {
   recipe::apply_runtime_flags(flags);
   return recipe::run("mlp", [&] {
     Init init(static_cast<uint64_t>(flags.integer("seed")));
-    FashionMLP model(parse_widths(flags), init);
+    recipe::FashionMLP model(parse_widths(flags), init);
     return recipe::train_fashion("mlp", flags, model);
   });
 }

@@ -48,7 +48,11 @@ CudaDevice& CudaDevice::get(int ordinal) {
   static std::vector<std::unique_ptr<CudaDevice>> devices;
   std::lock_guard lock(mutex);
   const cuda::Driver& d = cuda::require_driver();
-  if (devices.empty()) devices.resize(d.devices().size());
+  if (devices.empty()) {
+    int count = 0;
+    d.check(d.cuDeviceGetCount(&count), "cuDeviceGetCount");
+    devices.resize(static_cast<std::size_t>(count));
+  }
   if (ordinal < 0 || static_cast<std::size_t>(ordinal) >= devices.size())
     throw std::runtime_error("sinter: there is no GPU cuda:" + std::to_string(ordinal) + "; " +
                              std::to_string(devices.size()) +

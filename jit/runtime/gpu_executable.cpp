@@ -180,6 +180,15 @@ GpuExecutable::GpuExecutable(Graph graph, CudaDevice& device, KernelCache& cache
   }
   input_carried_.assign(g.inputs().size(), false);
   output_carried_.assign(g.outputs().size(), false);
+  for (auto& set : sets_) { // bound to the launches below, once they exist
+    set = std::make_unique<InputSet>();
+    for (const NamedValue& in : g.inputs())
+      set->inputs.push_back(
+          std::make_shared<DeviceBuffer>(std::max<std::size_t>(bytes_of(g.type(in.id)), 16)));
+    set->staging_in = PinnedBuffer(staged_in);
+    set->staging_out = PinnedBuffer(staged_out);
+    set->events = std::make_shared<SetEvents>(device_.driver());
+  }
 
   report_.kernels = fusion_.kernels.size();
   kernels::CublasLt* blas = nullptr;
@@ -261,7 +270,7 @@ GpuExecutable::GpuExecutable(Graph graph, CudaDevice& device, KernelCache& cache
   for (const GemmEpilogue& e : epilogues) {
     Launch& gemm = launches_[launch_of_kernel[e.gemm]];
     kernels::GpuGemmShape probe = gemm.gemm;
-    probe.bias = 1; // any non-null address: only the heuristic's answer matters here
+    probe.bias = pointer_for(*sets_[0], *gemm.bias_node); // the plan bind() then reuses
     try {
       blas->prepare(probe);
       continue;
@@ -278,16 +287,8 @@ GpuExecutable::GpuExecutable(Graph graph, CudaDevice& device, KernelCache& cache
     ++report_.kernels;
   }
 
-  for (auto& set : sets_) {
-    set = std::make_unique<InputSet>();
-    for (const NamedValue& in : g.inputs())
-      set->inputs.push_back(
-          std::make_shared<DeviceBuffer>(std::max<std::size_t>(bytes_of(g.type(in.id)), 16)));
-    set->staging_in = PinnedBuffer(staged_in);
-    set->staging_out = PinnedBuffer(staged_out);
-    set->events = std::make_shared<SetEvents>(device_.driver());
+  for (auto& set : sets_)
     bind(*set);
-  }
   report_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 

@@ -49,18 +49,10 @@ auto mlp_loss(Tensor<f32, dyn, features> x, Tensor<i64, dyn> labels, Tensor<f32,
   return cross_entropy_mean(logits, labels);
 }
 
-/// scale * sin(0.9 * i + phase) over the flat index i (tests/bench/peers.py makes the same).
-HostTensor pattern(Shape shape, double scale, double phase) {
-  std::vector<double> v(static_cast<std::size_t>(numel(shape)));
-  for (std::size_t i = 0; i < v.size(); ++i)
-    v[i] = scale * std::sin(0.9 * static_cast<double>(i) + phase);
-  return HostTensor::from_doubles(DType::f32, std::move(shape), v);
-}
+using bench::pattern;
 
-struct Options {
-  int threads = 2;
-  int warmup = -1; // -1: the default for the size
-  int iters = -1;
+struct Options : bench::StepFlags {
+  Options() { warmup = iters = -1; } // -1: the default for the size
   bool small = false;
 };
 
@@ -115,26 +107,9 @@ int usage(const char* argv0) {
 int main(int argc, char** argv) {
   Options opt;
   for (int i = 1; i < argc; ++i) {
-    std::string_view a = argv[i];
-    auto number = [&](int& out, int min) {
-      if (i + 1 >= argc) return false;
-      char* end = nullptr;
-      long v = std::strtol(argv[++i], &end, 10);
-      if (*end != '\0' || v < min) return false;
-      out = static_cast<int>(v);
-      return true;
-    };
-    bool ok = true;
-    if (a == "--threads")
-      ok = number(opt.threads, 1);
-    else if (a == "--warmup")
-      ok = number(opt.warmup, 0);
-    else if (a == "--iters")
-      ok = number(opt.iters, 1);
-    else if (a == "--small")
-      opt.small = true;
-    else
-      ok = false;
+    std::optional<bool> step_flag = bench::read_step_flag(argc, argv, i, opt);
+    bool ok = step_flag ? *step_flag : std::string_view(argv[i]) == "--small";
+    if (ok && !step_flag) opt.small = true;
     if (!ok) return usage(argv[0]);
   }
   if (opt.warmup < 0) opt.warmup = opt.small ? 0 : 3;

@@ -30,10 +30,11 @@ def sizes(small):
     return (16, [784, 64, 64, 10]) if small else (256, [784, 1024, 1024, 10])
 
 
-def pattern(np, shape, scale, phase):
-    """scale * sin(0.9 * i + phase) over the flat index i, as float32 (same as mlp_step.cpp)."""
+def pattern(np, shape, scale, phase, offset=0.0):
+    """offset + scale * sin(0.9 * i + phase) over the flat index i, float32 (as mlp_step.cpp and
+    train_step.cpp make it)."""
     n = math.prod(shape)
-    v = scale * np.sin(0.9 * np.arange(n, dtype=np.float64) + phase)
+    v = offset + scale * np.sin(0.9 * np.arange(n, dtype=np.float64) + phase)
     return v.astype(np.float32).reshape(shape)
 
 
@@ -65,10 +66,11 @@ def limit_threads(threads):
 
 
 def timed(step, warmup, iters, sync):
-    """(first-call seconds, median step seconds, last result)."""
+    """(first-call s, median step s, first result, last result)."""
     t0 = time.perf_counter()
-    out = sync(step())
+    first_out = sync(step())
     first = time.perf_counter() - t0
+    out = first_out
     for _ in range(warmup):
         out = sync(step())
     times = []
@@ -76,7 +78,7 @@ def timed(step, warmup, iters, sync):
         t0 = time.perf_counter()
         out = sync(step())
         times.append(time.perf_counter() - t0)
-    return first, statistics.median(times), out
+    return first, statistics.median(times), first_out, out
 
 
 def run_torch(args, compiled):
@@ -105,7 +107,7 @@ def run_torch(args, compiled):
         return loss
 
     # Gradients land in p.grad (computed synchronously on the CPU).
-    first, median, loss = timed(step, args.warmup, args.iters, lambda out: out)
+    first, median, _, loss = timed(step, args.warmup, args.iters, lambda out: out)
     assert all(p.grad is not None for p in params)
     return first if compiled else None, median, float(loss.detach())
 
@@ -128,7 +130,7 @@ def run_jax(args):
         return -jnp.mean(jnp.take_along_axis(logp, labels[:, None], axis=1))
 
     fn = jax.jit(jax.value_and_grad(loss_fn))
-    first, median, out = timed(lambda: fn(params, x, labels), args.warmup, args.iters,
+    first, median, _, out = timed(lambda: fn(params, x, labels), args.warmup, args.iters,
                                jax.block_until_ready)
     return first, median, float(out[0])
 
@@ -145,6 +147,25 @@ def child(args):
     print("peer=%s compile_s=%s median_step_s=%.6g threads=%d iters=%d loss=%.6f" %
           (args.peer, "na" if first is None else "%.4g" % first, median, args.threads,
            args.iters, loss), flush=True)
+
+
+def run_each_in_child(script, peers, arguments):
+    """Runs `python script --peer P arguments...` for each peer P, each in a process of its own
+    (thread settings and imports never leak between peers), and prints each child's result line
+    (peer=...); library warnings stay on stderr. Returns 1 if any peer failed, else 0."""
+    failed = 0
+    for peer in peers:
+        cmd = [sys.executable, os.path.abspath(script), "--peer", peer] + arguments
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+        lines = [l for l in proc.stdout.splitlines() if l.startswith("peer=")]
+        if proc.returncode != 0 or not lines:
+            print("%s: %s failed (exit %d); command: %s" %
+                  (os.path.basename(script), peer, proc.returncode, " ".join(cmd)),
+                  file=sys.stderr)
+            failed += 1
+            continue
+        print(lines[-1], flush=True)
+    return 1 if failed else 0
 
 
 def main():
@@ -165,24 +186,12 @@ def main():
         args.iters = 5 if args.small else 20
     if args.peer:
         return child(args)
-    failed = 0
     for peer in args.peers.split(","):
         if peer not in PEERS:
             ap.error("unknown peer %r (known: %s)" % (peer, ", ".join(PEERS)))
-        cmd = [sys.executable, os.path.abspath(__file__), "--peer", peer,
-               "--threads", str(args.threads), "--warmup", str(args.warmup),
-               "--iters", str(args.iters)] + (["--small"] if args.small else [])
-        # The child prints its result line on stdout; library warnings go to stderr.
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
-        lines = [l for l in proc.stdout.splitlines() if l.startswith("peer=")]
-        if proc.returncode != 0 or not lines:
-            print("peers.py: %s failed (exit %d); command: %s" %
-                  (peer, proc.returncode, " ".join(cmd)), file=sys.stderr)
-            failed += 1
-            continue
-        print(lines[-1], flush=True)
-    return 1 if failed else 0
-
+    return run_each_in_child(__file__, args.peers.split(","),
+                             ["--threads", str(args.threads), "--warmup", str(args.warmup),
+                              "--iters", str(args.iters)] + (["--small"] if args.small else []))
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -36,20 +36,51 @@ def fmt(v, spec):
     return "-" if v is None or math.isnan(v) else format(v, spec)
 
 
-def main():
+def load_runs(program, title):
+    """The report programs' arguments (--cold, --warm, --peers, --commands, --title) and the
+    runs they name: (args, sinter's cold run, its warm run or None, {peer: fields})."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--cold", required=True)
     ap.add_argument("--warm")
     ap.add_argument("--peers", required=True)
     ap.add_argument("--commands")
-    ap.add_argument("--title", default="MLP training step")
+    ap.add_argument("--title", default=title)
     args = ap.parse_args()
-
     cold = parse(args.cold).get("sinter")
     if cold is None:
-        sys.exit("report.py: no 'peer=sinter' line in %s" % args.cold)
+        sys.exit("%s: no 'peer=sinter' line in %s" % (program, args.cold))
     warm = parse(args.warm).get("sinter") if args.warm else None
-    peers = parse(args.peers)
+    return args, cold, warm, parse(args.peers)
+
+
+def print_header(header, widths):
+    line = "  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(header, widths)))
+    print(line)
+    print("-" * len(line))
+
+
+def print_row(cells, widths):
+    print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))))
+
+
+def print_compile_times(cold, warm):
+    print("sinter compile: cold %s s (first call, empty SINTER_CACHE_DIR); warm start %s s "
+          "(first call of a second process, same cache dir)" %
+          (fmt(num(cold, "compile_s"), ".3f"),
+           fmt(num(warm, "compile_s") if warm else math.nan, ".3f")))
+
+
+def print_commands(path):
+    if not path:
+        return
+    print("\ncommands:")
+    with open(path) as fh:
+        for cmd in fh:
+            print("  " + cmd.rstrip())
+
+
+def main():
+    args, cold, warm, peers = load_runs("report.py", "MLP training step")
 
     base = num(cold, "median_step_s")
     base_loss = num(cold, "loss")
@@ -57,9 +88,7 @@ def main():
     print("%s, %s threads" % (args.title, cold.get("threads", "?")))
     header = ("peer", "median step ms", "steps/s", "ratio", "first call s", "loss")
     widths = (15, 15, 10, 8, 13, 10)
-    line = "  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(header, widths)))
-    print(line)
-    print("-" * len(line))
+    print_header(header, widths)
     mismatched = []
     for name, f in rows:
         t = num(f, "median_step_s")
@@ -68,25 +97,18 @@ def main():
         cells = (name, fmt(t * 1e3, ".3f"), fmt(1.0 / t if t > 0 else math.nan, ".2f"),
                  fmt(t / base if base > 0 else math.nan, ".3g"), fmt(first, ".3f"),
                  fmt(loss, ".6f"))
-        print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))))
+        print_row(cells, widths)
         if not math.isnan(loss) and abs(loss - base_loss) > 1e-3 * max(1.0, abs(base_loss)):
             mismatched.append(name)
     print()
     print("ratio = peer median step / sinter median step (> 1: sinter is faster)")
     print("first call = wall time of the first call: trace + compile + one step "
           "(torch-eager: none, '-')")
-    print("sinter compile: cold %s s (first call, empty SINTER_CACHE_DIR); warm start %s s "
-          "(first call of a second process, same cache dir)" %
-          (fmt(num(cold, "compile_s"), ".3f"), fmt(num(warm, "compile_s") if warm else math.nan,
-                                                   ".3f")))
+    print_compile_times(cold, warm)
     if mismatched:
         print("WARNING: loss differs from sinter's for: %s (not the same computation?)" %
               ", ".join(mismatched))
-    if args.commands:
-        print("\ncommands:")
-        with open(args.commands) as fh:
-            for cmd in fh:
-                print("  " + cmd.rstrip())
+    print_commands(args.commands)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,9 @@ THREADS=2
 SMALL=()
 COUNTS=()
 
-die() { echo "run.sh: error: $*" >&2; exit 1; }
+NAME=run.sh
+# shellcheck source=tests/bench/common.sh
+source "$BENCH/common.sh"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --threads) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || die "--threads needs a positive integer"
@@ -30,59 +32,28 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 
-# 1. The Python peers' venv.
-bash "$BENCH/setup.sh"
-PY="$ROOT/build-bench/venv/bin/python"
-
-# 2. sinter's side.
-if [[ -n "${MLP_STEP:-}" ]]; then
-  [[ -x "$MLP_STEP" ]] || die "MLP_STEP=$MLP_STEP is not an executable"
-elif [[ -f "$BUILD_DIR/build.ninja" ]] &&
-     ninja -C "$BUILD_DIR" -t targets all 2>/dev/null | grep -q '^tests/bench/mlp_step:'; then
-  echo "run.sh: building tests/bench/mlp_step in $BUILD_DIR"
-  ninja -C "$BUILD_DIR" -j1 tests/bench/mlp_step || die "building mlp_step failed"
-  MLP_STEP="$BUILD_DIR/tests/bench/mlp_step"
-else
-  die "$BUILD_DIR has no target tests/bench/mlp_step. Configure a build first" \
-      "(meson setup $BUILD_DIR) with subdir('bench') in tests/meson.build, or point" \
-      "MLP_STEP at a prebuilt mlp_step."
-fi
-
-# Fewer threads than cores: pin every peer to that many cores (peers.py does it for its own).
-PIN=()
-if (( THREADS < $(nproc) )); then
-  PIN=(taskset -c "0-$((THREADS - 1))")
-fi
-
-load=$(cut -d' ' -f1 /proc/loadavg)
-if awk -v l="$load" 'BEGIN { exit !(l > 0.5) }'; then
-  echo "run.sh: WARNING: load average $load: other work on this machine skews the timings," \
-       "multi-threaded ones most" >&2
-fi
-
-OUT="$ROOT/build-bench/results/$(date +%Y%m%d-%H%M%S)"
-mkdir -p "$OUT"
-CACHE="$(mktemp -d "${TMPDIR:-/tmp}/sinter-bench-cache.XXXXXX")"
-trap 'rm -rf "$CACHE"' EXIT
+bench_peers_venv
+bench_program mlp_step MLP_STEP
+bench_pin_and_check_load
+bench_results ""
 : >"$OUT/commands.txt"
-record() { printf '%q ' "$@" | sed 's/ $//' >>"$OUT/commands.txt"; echo >>"$OUT/commands.txt"; }
 
 cold=(env "SINTER_CACHE_DIR=$CACHE" "${PIN[@]}" "$MLP_STEP" --threads "$THREADS" "${SMALL[@]}"
       "${COUNTS[@]}")
 echo "run.sh: sinter, cold (empty SINTER_CACHE_DIR)"
-record "${cold[@]}"
+record "$OUT/commands.txt" "${cold[@]}"
 "${cold[@]}" | tee "$OUT/sinter-cold.txt"
 
 # The second process only needs its first call; one timed step keeps it short.
 warm=(env "SINTER_CACHE_DIR=$CACHE" "${PIN[@]}" "$MLP_STEP" --threads "$THREADS" "${SMALL[@]}"
       --warmup 0 --iters 1)
 echo "run.sh: sinter, warm start (second process, same SINTER_CACHE_DIR)"
-record "${warm[@]}"
+record "$OUT/commands.txt" "${warm[@]}"
 "${warm[@]}" | tee "$OUT/sinter-warm.txt"
 
 peers=("$PY" "$BENCH/peers.py" --threads "$THREADS" "${SMALL[@]}" "${COUNTS[@]}")
 echo "run.sh: PyTorch and JAX"
-record "${peers[@]}"
+record "$OUT/commands.txt" "${peers[@]}"
 "${peers[@]}" 2>"$OUT/peers.stderr" | tee "$OUT/peers.txt" ||
   echo "run.sh: WARNING: a peer failed; its messages are in $OUT/peers.stderr" >&2
 

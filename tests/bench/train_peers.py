@@ -33,14 +33,12 @@ import argparse
 import math
 import os
 import resource
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peers import limit_threads  # noqa: E402  (same thread / affinity setup as peers.py)
+from peers import limit_threads, pattern, run_each_in_child, timed  # noqa: E402  (shared)
 
 PEERS = ("torch-eager", "torch-compile", "jax-jit")
 MODELS = ("mlp", "vit", "gpt", "gpt2-small")
@@ -86,13 +84,6 @@ def param_spec(model):
     return spec
 
 
-def pattern(np, shape, scale, phase, offset=0.0):
-    """offset + scale * sin(0.9 * i + phase) over the flat index i, float32 (as train_step.cpp)."""
-    n = math.prod(shape)
-    v = offset + scale * np.sin(0.9 * np.arange(n, dtype=np.float64) + phase)
-    return v.astype(np.float32).reshape(shape)
-
-
 def make_inputs(np, model):
     """images [B, 28, 28] and labels [B] (int64) — for GPTs token ids [B, T] and next tokens
     [B, T] — and {name: parameter} (ordered), as numpy arrays (train_step.cpp's patterns)."""
@@ -118,22 +109,6 @@ def make_inputs(np, model):
 
 def maxrss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # kilobytes on Linux
-
-
-def timed(step, warmup, iters, sync):
-    """(first-call s, median step s, first result, last result)."""
-    t0 = time.perf_counter()
-    first_out = sync(step())
-    first = time.perf_counter() - t0
-    out = first_out
-    for _ in range(warmup):
-        out = sync(step())
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        out = sync(step())
-        times.append(time.perf_counter() - t0)
-    return first, statistics.median(times), first_out, out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -382,7 +357,6 @@ def main():
         return measure_peak()
     if args.peer:
         return child(args)
-    failed = 0
     for peer in args.peers.split(","):
         if peer not in PEERS:
             ap.error("unknown peer %r (known: %s)" % (peer, ", ".join(PEERS)))
@@ -390,21 +364,11 @@ def main():
             ap.error("jax-jit runs on the CPU only; pick --peers torch-eager,torch-compile")
         if args.model in GPT and peer == "jax-jit":
             ap.error("the jax-jit peer has no GPT model; pick --peers torch-eager,torch-compile")
-        cmd = [sys.executable, os.path.abspath(__file__), "--peer", peer, "--model", args.model,
-               "--device", args.device] + (["--tf32"] if args.tf32 else []) + [
-               "--threads", str(args.threads), "--warmup", str(args.warmup),
-               "--iters", str(args.iters), "--torch-attention", args.torch_attention]
-        # The child prints its result line on stdout; library warnings go to stderr.
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
-        lines = [l for l in proc.stdout.splitlines() if l.startswith("peer=")]
-        if proc.returncode != 0 or not lines:
-            print("train_peers.py: %s failed (exit %d); command: %s" %
-                  (peer, proc.returncode, " ".join(cmd)), file=sys.stderr)
-            failed += 1
-            continue
-        print(lines[-1], flush=True)
-    return 1 if failed else 0
-
+    return run_each_in_child(
+        __file__, args.peers.split(","),
+        ["--model", args.model, "--device", args.device] + (["--tf32"] if args.tf32 else []) +
+        ["--threads", str(args.threads), "--warmup", str(args.warmup), "--iters", str(args.iters),
+         "--torch-attention", args.torch_attention])
 
 if __name__ == "__main__":
     sys.exit(main())

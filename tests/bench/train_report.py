@@ -8,27 +8,14 @@ Usage: train_report.py --cold FILE [--warm FILE] --peers FILE [--commands FILE] 
   --peers  train_peers.py's output
 Ratio = sinter steps/s / peer steps/s (> 1: sinter is faster).
 """
-import argparse
 import math
-import sys
 
-from report import fmt, num, parse
+from report import (fmt, load_runs, num, print_commands, print_compile_times, print_header,
+                    print_row)
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--cold", required=True)
-    ap.add_argument("--warm")
-    ap.add_argument("--peers", required=True)
-    ap.add_argument("--commands")
-    ap.add_argument("--title", default="Training step")
-    args = ap.parse_args()
-
-    cold = parse(args.cold).get("sinter")
-    if cold is None:
-        sys.exit("train_report.py: no 'peer=sinter' line in %s" % args.cold)
-    warm = parse(args.warm).get("sinter") if args.warm else None
-    peers = parse(args.peers)
+    args, cold, warm, peers = load_runs("train_report.py", "Training step")
 
     base = num(cold, "median_step_s")
     rows = [("sinter", cold)] + list(peers.items())
@@ -37,9 +24,7 @@ def main():
     header = ("peer", "step ms", "steps/s", "ratio", "first call s", "max RSS MB", "loss",
               "final loss")
     widths = (14, 9, 9, 7, 12, 10, 9, 10)
-    line = "  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(header, widths)))
-    print(line)
-    print("-" * len(line))
+    print_header(header, widths)
     mismatched, drifted = [], []
     for name, f in rows:
         t = num(f, "median_step_s")
@@ -47,7 +32,7 @@ def main():
         cells = (name, fmt(t * 1e3, ".2f"), fmt(1.0 / t if t > 0 else math.nan, ".1f"),
                  fmt(t / base if base > 0 else math.nan, ".3g"), fmt(num(f, "compile_s"), ".3f"),
                  fmt(num(f, "maxrss_mb"), ".0f"), fmt(loss, ".6f"), fmt(final, ".6f"))
-        print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))))
+        print_row(cells, widths)
         if not math.isnan(loss) and abs(loss - num(cold, "loss")) > 1e-4 * max(1.0, abs(loss)):
             mismatched.append(name)
         if not math.isnan(final) and abs(final - num(cold, "final_loss")) > 1e-2 * max(1.0, abs(final)):
@@ -61,21 +46,14 @@ def main():
           "parameters and AdamW m, v %s MB; %s parameters" %
           (fmt(num(cold, "planned_peak_mb"), ".2f"), fmt(num(cold, "state_mb"), ".2f"),
            cold.get("params", "?")))
-    print("sinter compile: cold %s s (first call, empty SINTER_CACHE_DIR); warm start %s s "
-          "(first call of a second process, same cache dir)" %
-          (fmt(num(cold, "compile_s"), ".3f"),
-           fmt(num(warm, "compile_s") if warm else math.nan, ".3f")))
+    print_compile_times(cold, warm)
     if mismatched:
         print("WARNING: initial loss differs from sinter's for: %s (not the same model?)" %
               ", ".join(mismatched))
     if drifted:
         print("WARNING: final loss differs by > 1%% from sinter's for: %s (optimizer differs, or "
               "different step counts?)" % ", ".join(drifted))
-    if args.commands:
-        print("\ncommands:")
-        with open(args.commands) as fh:
-            for cmd in fh:
-                print("  " + cmd.rstrip())
+    print_commands(args.commands)
 
 
 if __name__ == "__main__":

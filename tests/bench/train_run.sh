@@ -22,7 +22,9 @@ ITERS=30
 WARMUP=5
 PEERS=torch-eager,torch-compile,jax-jit
 
-die() { echo "train_run.sh: error: $*" >&2; exit 1; }
+NAME=train_run.sh
+# shellcheck source=tests/bench/common.sh
+source "$BENCH/common.sh"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --threads) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || die "--threads needs a positive integer"
@@ -40,41 +42,10 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 
-# 1. The Python peers' venv.
-bash "$BENCH/setup.sh"
-PY="$ROOT/build-bench/venv/bin/python"
-
-# 2. sinter's side.
-if [[ -n "${TRAIN_STEP:-}" ]]; then
-  [[ -x "$TRAIN_STEP" ]] || die "TRAIN_STEP=$TRAIN_STEP is not an executable"
-elif [[ -f "$BUILD_DIR/build.ninja" ]] &&
-     ninja -C "$BUILD_DIR" -t targets all 2>/dev/null | grep -q '^tests/bench/train_step:'; then
-  echo "train_run.sh: building tests/bench/train_step in $BUILD_DIR"
-  ninja -C "$BUILD_DIR" -j1 tests/bench/train_step || die "building train_step failed"
-  TRAIN_STEP="$BUILD_DIR/tests/bench/train_step"
-else
-  die "$BUILD_DIR has no target tests/bench/train_step. Configure a build first" \
-      "(meson setup $BUILD_DIR) with subdir('bench') in tests/meson.build, or point" \
-      "TRAIN_STEP at a prebuilt train_step."
-fi
-
-# Fewer threads than cores: pin every peer to that many cores (train_peers.py does it for its own).
-PIN=()
-if (( THREADS < $(nproc) )); then
-  PIN=(taskset -c "0-$((THREADS - 1))")
-fi
-
-load=$(cut -d' ' -f1 /proc/loadavg)
-if awk -v l="$load" 'BEGIN { exit !(l > 0.5) }'; then
-  echo "train_run.sh: WARNING: load average $load: other work on this machine skews the" \
-       "timings, multi-threaded ones most" >&2
-fi
-
-OUT="$ROOT/build-bench/results/train-$(date +%Y%m%d-%H%M%S)"
-mkdir -p "$OUT"
-CACHE="$(mktemp -d "${TMPDIR:-/tmp}/sinter-bench-cache.XXXXXX")"
-trap 'rm -rf "$CACHE"' EXIT
-record() { printf '%q ' "$@" | sed 's/ $//' >>"$OUT/$model-commands.txt"; echo >>"$OUT/$model-commands.txt"; }
+bench_peers_venv
+bench_program train_step TRAIN_STEP
+bench_pin_and_check_load
+bench_results "train-"
 
 declare -A TITLE=(
   [mlp]="MLP 784-512-256-10 (recipes/mlp.cpp), batch 128, AdamW, float32"
@@ -87,20 +58,20 @@ for model in "${models[@]}"; do
   cold=(env "SINTER_CACHE_DIR=$CACHE" "${PIN[@]}" "$TRAIN_STEP" --model "$model"
         --threads "$THREADS" --warmup "$WARMUP" --iters "$ITERS")
   echo "train_run.sh: $model: sinter, cold (empty SINTER_CACHE_DIR)"
-  record "${cold[@]}"
+  record "$OUT/$model-commands.txt" "${cold[@]}"
   "${cold[@]}" | tee "$OUT/$model-sinter-cold.txt"
 
   # The second process only needs its first call; one timed step keeps it short.
   warm=(env "SINTER_CACHE_DIR=$CACHE" "${PIN[@]}" "$TRAIN_STEP" --model "$model"
         --threads "$THREADS" --warmup 0 --iters 1)
   echo "train_run.sh: $model: sinter, warm start (second process, same SINTER_CACHE_DIR)"
-  record "${warm[@]}"
+  record "$OUT/$model-commands.txt" "${warm[@]}"
   "${warm[@]}" | tee "$OUT/$model-sinter-warm.txt"
 
   peers=("$PY" "$BENCH/train_peers.py" --model "$model" --threads "$THREADS"
          --warmup "$WARMUP" --iters "$ITERS" --peers "$PEERS")
   echo "train_run.sh: $model: PyTorch and JAX"
-  record "${peers[@]}"
+  record "$OUT/$model-commands.txt" "${peers[@]}"
   "${peers[@]}" 2>"$OUT/$model-peers.stderr" | tee "$OUT/$model-peers.txt" ||
     echo "train_run.sh: WARNING: a peer failed; its messages are in $OUT/$model-peers.stderr" >&2
 done

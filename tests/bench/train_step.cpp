@@ -28,6 +28,7 @@
 // Build: ninja -C build tests/bench/train_step   (tests/bench/train_run.sh builds and runs all)
 #include "bench_timing.hpp"
 #include "dsl/sinter.hpp"
+#include "recipes/fashion_mlp.hpp"
 
 #include <sys/resource.h>
 
@@ -48,26 +49,7 @@ namespace {
 
 constexpr int64_t batch = 128, side = 28, classes = 10;
 
-/// recipes/mlp.cpp's model: images [B, 28, 28] → standardised, flattened → MLP → 10 logits.
-struct FashionMLP {
-  BOOST_HANA_DEFINE_STRUCT(FashionMLP, (MLP, mlp));
-
-  FashionMLP(const std::vector<int64_t>& widths, Init& init) : mlp(widths, init) {}
-  Var operator()(const Var& images) const {
-    Value x = images.value();
-    int64_t b = x.shape()[0];
-    Value flat = reshape((x - 0.2860) * (1.0 / 0.3530), {b, 784});
-    return mlp(Var(flat));
-  }
-};
-
-/// offset + scale * sin(0.9 * i + phase) over the flat index i (train_peers.py makes the same).
-HostTensor pattern(Shape shape, double scale, double phase, double offset = 0.0) {
-  std::vector<double> v(static_cast<std::size_t>(numel(shape)));
-  for (std::size_t i = 0; i < v.size(); ++i)
-    v[i] = offset + scale * std::sin(0.9 * static_cast<double>(i) + phase);
-  return HostTensor::from_doubles(DType::f32, std::move(shape), v);
-}
+using bench::pattern;
 
 bool ends_with(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() &&
@@ -94,11 +76,8 @@ template <class Model> int64_t init_parameters(Model& model, bool print) {
   return count;
 }
 
-struct Options {
+struct Options : bench::StepFlags {
   std::string model = "mlp";
-  int threads = 2;
-  int warmup = 5;
-  int iters = 30;
   bool print_params = false;
   std::string device = "cpu";
 };
@@ -201,23 +180,11 @@ int main(int argc, char** argv) {
   Options opt;
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
-    auto number = [&](int& out, int min) {
-      if (i + 1 >= argc) return false;
-      char* end = nullptr;
-      long v = std::strtol(argv[++i], &end, 10);
-      if (*end != '\0' || v < min) return false;
-      out = static_cast<int>(v);
-      return true;
-    };
     bool ok = true;
-    if (a == "--model" && i + 1 < argc)
+    if (std::optional<bool> step_flag = bench::read_step_flag(argc, argv, i, opt))
+      ok = *step_flag;
+    else if (a == "--model" && i + 1 < argc)
       opt.model = argv[++i];
-    else if (a == "--threads")
-      ok = number(opt.threads, 1);
-    else if (a == "--warmup")
-      ok = number(opt.warmup, 0);
-    else if (a == "--iters")
-      ok = number(opt.iters, 1);
     else if (a == "--print-params")
       opt.print_params = true;
     else if (a == "--device" && i + 1 < argc)
@@ -235,7 +202,7 @@ int main(int argc, char** argv) {
     set_default_device(Device::parse(opt.device));
     Init init(0);
     if (opt.model == "mlp") {
-      FashionMLP model({784, 512, 256, 10}, init);
+      recipe::FashionMLP model({784, 512, 256, 10}, init);
       return run(opt, model, base_rss);
     }
     if (opt.model.starts_with("gpt")) {
