@@ -1,6 +1,7 @@
 // dsl/checkpoint.hpp — save and resume a model with its optimizer state as safetensors
 #pragma once
 #include "dsl/train.hpp"
+#include "jit/io/checkpoint.hpp"
 
 #include <filesystem>
 #include <map>

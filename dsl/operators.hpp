@@ -22,31 +22,17 @@ namespace detail {
     Value operator()(Value a, Value b) const { return call(a, b); }                                \
   };
 SINTER_DSL_FN1(neg, -)
-SINTER_DSL_FN1(exp, sinter::exp)
-SINTER_DSL_FN1(log, sinter::log)
-SINTER_DSL_FN1(sqrt, sinter::sqrt)
-SINTER_DSL_FN1(rsqrt, sinter::rsqrt)
-SINTER_DSL_FN1(tanh, sinter::tanh)
-SINTER_DSL_FN1(erf, sinter::erf)
-SINTER_DSL_FN1(abs, sinter::abs)
-SINTER_DSL_FN1(sigmoid, sinter::sigmoid)
-SINTER_DSL_FN1(relu, sinter::relu)
-SINTER_DSL_FN1(gelu_tanh, sinter::gelu_tanh)
-SINTER_DSL_FN1(gelu_erf, sinter::gelu_erf)
-SINTER_DSL_FN1(stop_gradient, sinter::stop_gradient)
 SINTER_DSL_FN2(add, operator+)
 SINTER_DSL_FN2(sub, operator-)
 SINTER_DSL_FN2(mul, operator*)
 SINTER_DSL_FN2(div, operator/)
-SINTER_DSL_FN2(pow, sinter::pow)
-SINTER_DSL_FN2(maximum, sinter::maximum)
-SINTER_DSL_FN2(minimum, sinter::minimum)
-SINTER_DSL_FN2(less, sinter::less)
-SINTER_DSL_FN2(less_equal, sinter::less_equal)
-SINTER_DSL_FN2(greater, sinter::greater)
-SINTER_DSL_FN2(greater_equal, sinter::greater_equal)
-SINTER_DSL_FN2(equal, sinter::equal)
-SINTER_DSL_FN2(not_equal, sinter::not_equal)
+// One function object per elementwise entry of ops/op_list.def.
+#define SINTER_UNARY_PRIMITIVE(name) SINTER_DSL_FN1(name, sinter::name)
+#define SINTER_UNARY_COMPOSITE(name) SINTER_DSL_FN1(name, sinter::name)
+#define SINTER_BINARY_PRIMITIVE(name) SINTER_DSL_FN2(name, sinter::name)
+#define SINTER_COMPARISON_PRIMITIVE(name) SINTER_DSL_FN2(name, sinter::name)
+#define SINTER_COMPARISON_COMPOSITE(name) SINTER_DSL_FN2(name, sinter::name)
+#include "ops/op_list.def"
 #undef SINTER_DSL_FN1
 #undef SINTER_DSL_FN2
 
@@ -100,6 +86,24 @@ struct Where {
   }
   Value apply(Value c, Value a, Value b) const { return sinter::where(c, a, b); }
 };
+
+/// where with one branch a double scalar (a rank-0 constant of the tensor branch's dtype).
+template <bool ScalarIsTrueBranch> struct WhereScalar {
+  double scalar = 0.0;
+  template <auto C, auto X> static constexpr auto infer() {
+    static_assert(C.dtype == DType::boolean,
+                  "sinter: where needs a boolean condition (build it with a comparison)");
+    static_assert(broadcastable(C, X), "sinter: where operands have mismatched static dims");
+    auto out = broadcast(C, X);
+    out.dtype = X.dtype;
+    return out;
+  }
+  Value apply(Value c, Value x) const {
+    return ScalarIsTrueBranch ? sinter::where(c, scalar, x) : sinter::where(c, x, scalar);
+  }
+};
+
+template <class> inline constexpr bool always_false = false;
 
 template <DType To> struct Cast {
   template <auto X> static constexpr auto infer() {
@@ -392,34 +396,20 @@ struct Gather {
   }
 
 SINTER_DSL_UNARY(operator-, neg)
-SINTER_DSL_UNARY(exp, exp)
-SINTER_DSL_UNARY(log, log)
-SINTER_DSL_UNARY(sqrt, sqrt)
-SINTER_DSL_UNARY(rsqrt, rsqrt)
-SINTER_DSL_UNARY(tanh, tanh)
-SINTER_DSL_UNARY(erf, erf)
-SINTER_DSL_UNARY(abs, abs)
-SINTER_DSL_UNARY(sigmoid, sigmoid)
-SINTER_DSL_UNARY(relu, relu)
-/// gelu is the tanh approximation (GPT-2); gelu_erf is the exact form.
+// One DSL function per elementwise entry of ops/op_list.def.
+#define SINTER_UNARY_PRIMITIVE(name) SINTER_DSL_UNARY(name, name)
+#define SINTER_UNARY_COMPOSITE(name) SINTER_DSL_UNARY(name, name)
+#define SINTER_BINARY_PRIMITIVE(name) SINTER_DSL_BINARY(name, name, false)
+#define SINTER_COMPARISON_PRIMITIVE(name) SINTER_DSL_BINARY(name, name, true)
+#define SINTER_COMPARISON_COMPOSITE(name) SINTER_DSL_BINARY(name, name, true)
+#include "ops/op_list.def"
+/// gelu is the tanh approximation (GPT-2); gelu_erf is the exact form (PyTorch's default).
 SINTER_DSL_UNARY(gelu, gelu_tanh)
-SINTER_DSL_UNARY(gelu_tanh, gelu_tanh)
-SINTER_DSL_UNARY(gelu_erf, gelu_erf)
-SINTER_DSL_UNARY(stop_gradient, stop_gradient)
 
 SINTER_DSL_BINARY(operator+, add, false)
 SINTER_DSL_BINARY(operator-, sub, false)
 SINTER_DSL_BINARY(operator*, mul, false)
 SINTER_DSL_BINARY(operator/, div, false)
-SINTER_DSL_BINARY(pow, pow, false)
-SINTER_DSL_BINARY(maximum, maximum, false)
-SINTER_DSL_BINARY(minimum, minimum, false)
-SINTER_DSL_BINARY(less, less, true)
-SINTER_DSL_BINARY(less_equal, less_equal, true)
-SINTER_DSL_BINARY(greater, greater, true)
-SINTER_DSL_BINARY(greater_equal, greater_equal, true)
-SINTER_DSL_BINARY(equal, equal, true)
-SINTER_DSL_BINARY(not_equal, not_equal, true)
 SINTER_DSL_BINARY(operator<, less, true)
 SINTER_DSL_BINARY(operator<=, less_equal, true)
 SINTER_DSL_BINARY(operator>, greater, true)
@@ -430,6 +420,21 @@ SINTER_DSL_BINARY(operator>=, greater_equal, true)
 /// Picks `a` where `cond` (boolean) holds, else `b`; all three broadcast.
 template <Operand C, Operand A, Operand B> auto where(const C& cond, const A& a, const B& b) {
   return detail::make_expr(detail::Where{}, cond, a, b);
+}
+/// where with a scalar branch: where(cond, x, 1.0), where(cond, 0.0, x). The scalar takes the
+/// tensor branch's dtype; the result has the tensor branch's dtype and the broadcast shape.
+template <Operand C, Operand A> auto where(const C& cond, const A& a, double b) {
+  return detail::make_expr(detail::WhereScalar<false>{b}, cond, a);
+}
+template <Operand C, Operand B> auto where(const C& cond, double a, const B& b) {
+  return detail::make_expr(detail::WhereScalar<true>{a}, cond, b);
+}
+/// Two scalar branches give the result no dtype: rejected at compile time.
+template <Operand C> auto where(const C& cond, double, double) {
+  static_assert(detail::always_false<C>,
+                "sinter: where needs at least one tensor branch (the result takes its dtype); "
+                "make one branch a tensor, e.g. where(cond, full<f32>(a), b)");
+  return cond;
 }
 
 /// Converts the elements: cast<f64>(x).

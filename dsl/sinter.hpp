@@ -12,3 +12,8 @@
 #include "dsl/tensor.hpp"
 #include "dsl/trace.hpp"
 #include "dsl/train.hpp"
+// Data loading sits beside the compiler; models that train from files use it.
+#include "jit/data/fashion_mnist.hpp"
+#include "jit/data/loader.hpp"
+#include "jit/data/synthetic.hpp"
+#include "jit/data/text.hpp"

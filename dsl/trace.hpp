@@ -5,6 +5,7 @@
 #pragma once
 #include "dsl/operators.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <map>
@@ -130,16 +131,59 @@ inline std::string recompile_reason(const std::vector<TensorType>& before,
   return "new argument types";
 }
 
-inline std::string describe_compile(const CompiledGraph& c) {
-  const CompileReport& r = c.compile_report();
+/// What a compile built: time, kernel counts and peak memory, summed over `programs` (a
+/// training step with accumulation compiles two; the peak is the largest of theirs).
+inline std::string describe_compile(std::span<const CompiledGraph* const> programs) {
+  CompileReport r;
+  double seconds = 0;
+  std::size_t peak = 0;
+  for (const CompiledGraph* c : programs) {
+    const CompileReport& p = c->compile_report();
+    r.kernels += p.kernels;
+    r.compiled += p.compiled;
+    r.from_disk += p.from_disk;
+    r.from_memory += p.from_memory;
+    r.generated += p.generated;
+    seconds += c->compile_seconds();
+    peak = std::max<std::size_t>(peak, c->memory_plan().peak_bytes());
+  }
   char buf[256];
   std::snprintf(buf, sizeof buf,
                 "in %.1f ms: %zu kernels (%zu compiled, %zu loaded from the disk cache, %zu "
                 "reused in memory, %zu library GEMMs); peak memory %.1f KiB",
-                c.compile_seconds() * 1e3, r.kernels, r.compiled, r.from_disk, r.from_memory,
-                r.kernels - r.generated, static_cast<double>(c.memory_plan().peak_bytes()) / 1024);
+                seconds * 1e3, r.kernels, r.compiled, r.from_disk, r.from_memory,
+                r.kernels - r.generated, static_cast<double>(peak) / 1024);
   return buf;
 }
+
+/// The compile line of a cache of programs keyed by argument types (jit, grad, value_and_grad,
+/// compile_step, compile_eval): `sinter: compiled (<why>, specialisation <n>) in ...`, where
+/// why is `first call` or `recompiling, <the first input whose type changed>`.
+class CompileLog {
+public:
+  /// Why arguments of these types needed a compile, judged against the previous compile.
+  std::string reason(std::span<const HostTensor> args,
+                     const std::vector<std::string>& names) const {
+    return compiles_ == 0 ? std::string("first call")
+                          : "recompiling, " + recompile_reason(last_types_, args, names);
+  }
+  /// Logs one compile of `programs` for `args` (nothing on the interpreter, which compiles no
+  /// code) and remembers the argument types for the next reason().
+  void compiled(const std::string& why, std::size_t specialisation,
+                std::span<const HostTensor> args, std::span<const CompiledGraph* const> programs) {
+    ++compiles_;
+    last_types_.clear();
+    for (const HostTensor& a : args)
+      last_types_.push_back(TensorType{a.dtype(), a.shape()});
+    if (!programs.empty() && programs.front()->backend() != Backend::interpreter)
+      log_line("sinter: compiled (" + why + ", specialisation " + std::to_string(specialisation) +
+               ") " + describe_compile(programs));
+  }
+
+private:
+  std::size_t compiles_ = 0;
+  std::vector<TensorType> last_types_; // of the latest compile
+};
 
 } // namespace detail
 
@@ -180,6 +224,28 @@ struct GradResult {
   Gradients grads;
   const HostTensor& grad(std::string_view name) const { return grads[name]; }
 };
+
+namespace detail {
+/// Splits a differentiated graph's outputs: the function's own (the loss first, then the rest
+/// as aux) and the gradients (outputs named `grad:<input>`).
+inline GradResult split_gradients(const Graph& compiled, std::vector<HostTensor> outputs) {
+  GradResult split;
+  std::vector<NamedTensor> grads;
+  const std::vector<NamedValue>& named = compiled.outputs();
+  bool has_value = false;
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    std::string_view name = named[i].name;
+    if (name.starts_with("grad:"))
+      grads.push_back({std::string(name.substr(5)), std::move(outputs[i])});
+    else if (!std::exchange(has_value, true))
+      split.value = std::move(outputs[i]);
+    else
+      split.aux.push_back(std::move(outputs[i]));
+  }
+  split.grads = Gradients(std::move(grads));
+  return split;
+}
+} // namespace detail
 
 /// Options of jit(): names of the parameters (default `arg0`, `arg1`, ...), used for the
 /// graph's inputs and in error messages.
@@ -236,20 +302,7 @@ public:
       else
         return std::move(outputs.at(0));
     } else {
-      GradResult split;
-      std::vector<NamedTensor> grads;
-      const std::vector<NamedValue>& named = compiled.graph().outputs();
-      bool has_value = false; // outputs: the function's own (loss first), then `grad:<name>`
-      for (std::size_t i = 0; i < outputs.size(); ++i) {
-        std::string_view name = named[i].name;
-        if (name.starts_with("grad:"))
-          grads.push_back({std::string(name.substr(5)), std::move(outputs[i])});
-        else if (!std::exchange(has_value, true))
-          split.value = std::move(outputs[i]);
-        else
-          split.aux.push_back(std::move(outputs[i]));
-      }
-      split.grads = Gradients(std::move(grads));
+      GradResult split = detail::split_gradients(compiled.graph(), std::move(outputs));
       if constexpr (R == Returns::gradients)
         return split.grads;
       else
@@ -264,18 +317,11 @@ public:
                                   " arguments, got " + std::to_string(args.size()));
     std::string key = detail::signature_key(args);
     if (auto it = cache_.find(key); it != cache_.end()) return it->second;
-    std::string why = cache_.empty()
-                          ? std::string("first call")
-                          : "recompiling, " + detail::recompile_reason(last_types_, args, names_);
     Graph traced = trace(args, std::make_index_sequence<arity>{});
     const CompiledGraph& compiled =
         cache_.emplace(key, CompiledGraph(std::move(traced), autodiff_)).first->second;
-    last_types_.clear();
-    for (const HostTensor& a : args)
-      last_types_.push_back(TensorType{a.dtype(), a.shape()});
-    if (compiled.backend() != Backend::interpreter)
-      log_line("sinter: compiled (" + why + ", specialisation " + std::to_string(cache_.size()) +
-               ") " + detail::describe_compile(compiled));
+    const CompiledGraph* programs[] = {&compiled};
+    log_.compiled(log_.reason(args, names_), cache_.size(), args, programs);
     return compiled;
   }
 
@@ -299,7 +345,7 @@ private:
   std::vector<std::string> names_;
   std::optional<AutodiffOptions> autodiff_;
   mutable std::map<std::string, CompiledGraph> cache_; // by argument types; see trace_count()
-  mutable std::vector<TensorType> last_types_;         // of the latest specialisation
+  mutable detail::CompileLog log_;
 };
 
 /// Traces `fn` (parameters: Tensor<...> or Var) into a graph on first call and runs it.

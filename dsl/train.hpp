@@ -1,12 +1,15 @@
 // dsl/train.hpp — compile_step (forward + loss + backward + update as one program), compile_eval,
-// optimizers and learning-rate schedules
+// value_and_grad over a model, optimizers and learning-rate schedules
 #pragma once
 #include "dsl/nn/parameter.hpp"
 #include "dsl/trace.hpp"
+#include "jit/train/train_step.hpp" // dsl/ reaches jit/ through the façade and these rooms
 
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <numbers>
+#include <stdexcept>
 
 namespace sinter {
 
@@ -72,6 +75,10 @@ template <class Model, class Fn, std::size_t... I>
 Graph trace_with_model(Model& model, const Fn& fn, std::span<const HostTensor> batch,
                        const std::vector<std::string>& batch_names, std::index_sequence<I...>) {
   using params = typename signature<Fn>::params; // (Model, batch types...)
+  if (batch.size() != sizeof...(I))
+    throw std::invalid_argument("sinter: the function takes " + std::to_string(sizeof...(I)) +
+                                " batch inputs after the model, got " +
+                                std::to_string(batch.size()) + " — pass one HostTensor each");
   Graph g;
   ActiveTrace active(g);
   for_each_parameter(model, [&](const std::string& name, Parameter& p) {
@@ -113,8 +120,9 @@ template <class Model, class LossFn> class CompiledStep {
 
 public:
   CompiledStep(Model& model, LossFn fn, Optimizer optimizer, double lr, StepOptions options)
-      : schedule_(options.schedule ? options.schedule : constant_schedule(lr)) {
-    auto batch_names = detail::default_batch_names(options.batch_names, arity);
+      : schedule_(options.schedule ? options.schedule : constant_schedule(lr)),
+        batch_names_(detail::default_batch_names(options.batch_names, arity)) {
+    const std::vector<std::string>& batch_names = batch_names_;
     std::vector<std::string> names;
     std::vector<HostTensor*> values;
     for_each_parameter(model, [&](const std::string& name, Parameter& p) {
@@ -122,8 +130,12 @@ public:
       values.push_back(&p.value);
     });
     auto trace = [&model, fn, batch_names](std::span<const HostTensor> batch) {
-      return detail::trace_with_model(model, fn, batch, batch_names,
-                                      std::make_index_sequence<arity>{});
+      Graph g = detail::trace_with_model(model, fn, batch, batch_names,
+                                         std::make_index_sequence<arity>{});
+      // The step needs the loss only: further results of a std::tuple are dropped.
+      auto& outputs = g.mutable_outputs();
+      if (outputs.size() > 1) outputs.erase(outputs.begin() + 1, outputs.end());
+      return g;
     };
     TrainStepOptions step_options;
     step_options.update = UpdateOptions{optimizer, options.clip_grad_norm};
@@ -139,9 +151,15 @@ public:
     return call(packed);
   }
 
+  /// The same, with the batch in a span. The first call with new batch types compiles (and
+  /// logs the compile line); later calls with types seen before reuse that program.
   StepOutput call(std::span<const HostTensor> batch) {
     double lr = schedule_(runtime_->steps());
     LossHandle loss = (*runtime_)(batch, lr);
+    if (std::size_t n = runtime_->compilations(); n != logged_) {
+      logged_ = n;
+      log_.compiled(log_.reason(batch, batch_names_), n, batch, runtime_->programs());
+    }
     return StepOutput{loss, runtime_->steps(), lr};
   }
 
@@ -150,7 +168,10 @@ public:
 
 private:
   Schedule schedule_;
+  std::vector<std::string> batch_names_;
   std::unique_ptr<TrainStep> runtime_;
+  std::size_t logged_ = 0; // compilations already logged
+  detail::CompileLog log_;
 };
 
 /// Compiles `loss(model, batch...)` (a scalar) together with its gradients and the optimizer
@@ -162,57 +183,159 @@ auto compile_step(Model& model, LossFn loss, Opt optimizer, StepOptions options 
                                      optimizer.lr, std::move(options));
 }
 
+namespace detail {
+
+/// `fn(model, batch...)` traced with the model's parameters as its first inputs (named as
+/// for_each_parameter names them), compiled once per batch types (logging the compile line),
+/// and run with the parameters' current values: what compile_eval and value_and_grad over a
+/// model share.
+template <class Model, class Fn> class ModelProgram {
+  static constexpr std::size_t arity = batch_arity<Fn>();
+
+public:
+  /// With `gradients`, output 0 must be a scalar loss and the program also returns its
+  /// gradient with respect to every parameter (outputs `grad:<parameter name>`).
+  ModelProgram(Model& model, Fn fn, std::vector<std::string> batch_names, bool gradients)
+      : model_(model), fn_(std::move(fn)),
+        batch_names_(default_batch_names(std::move(batch_names), arity)) {
+    for_each_parameter(model_, [&](const std::string& name, Parameter& p) {
+      names_.push_back(name);
+      params_.push_back(&p.value);
+    });
+    if (!gradients) return;
+    if (names_.empty())
+      throw std::invalid_argument(
+          "sinter: value_and_grad over a model needs at least one Parameter, and the model has "
+          "none — declare its Parameters and sub-modules in BOOST_HANA_DEFINE_STRUCT");
+    autodiff_ = AutodiffOptions{names_, 0};
+  }
+
+  /// The program for a batch of these types, traced and compiled if they are new.
+  const CompiledGraph& compile(std::span<const HostTensor> batch) const {
+    std::string key = signature_key(batch);
+    if (auto it = compiled_.find(key); it != compiled_.end()) return *it->second;
+    Graph g = trace_with_model(model_, fn_, batch, batch_names_, std::make_index_sequence<arity>{});
+    if (autodiff_ && (g.outputs().empty() || !g.type(g.outputs()[0].id).shape.empty()))
+      throw std::invalid_argument(
+          "sinter: value_and_grad needs a scalar loss as the function's (first) result, got " +
+          (g.outputs().empty() ? std::string("none") : to_string(g.type(g.outputs()[0].id))) +
+          " — reduce it, e.g. with mean(...)");
+    auto program = std::make_unique<CompiledGraph>(std::move(g), autodiff_);
+    const CompiledGraph& compiled = *compiled_.emplace(key, std::move(program)).first->second;
+    const CompiledGraph* programs[] = {&compiled};
+    log_.compiled(log_.reason(batch, batch_names_), compiled_.size(), batch, programs);
+    return compiled;
+  }
+
+  /// Every output of `program` (compile(batch)), run on the parameters' current values and
+  /// `batch`.
+  std::vector<HostTensor> run(const CompiledGraph& program,
+                              std::span<const HostTensor> batch) const {
+    std::vector<const HostTensor*> inputs(params_.begin(), params_.end());
+    for (const HostTensor& t : batch)
+      inputs.push_back(&t);
+    std::vector<HostTensor> outputs(program.graph().outputs().size());
+    program.run_into(inputs, outputs);
+    return outputs;
+  }
+
+  std::size_t trace_count() const { return compiled_.size(); }
+  const std::vector<std::string>& parameter_names() const { return names_; }
+
+private:
+  Model& model_;
+  Fn fn_;
+  std::vector<std::string> batch_names_;
+  std::optional<AutodiffOptions> autodiff_;
+  std::vector<std::string> names_;
+  std::vector<HostTensor*> params_;
+  mutable std::map<std::string, std::unique_ptr<CompiledGraph>> compiled_; // by batch types
+  mutable CompileLog log_;
+};
+
+} // namespace detail
+
 /// `fn(model, batch...)` compiled without backward, reading the model's current weights at
 /// every call: for evaluation and inference.
 template <class Model, class Fn> class CompiledEval {
-  static constexpr std::size_t arity = detail::batch_arity<Fn>();
-
 public:
   CompiledEval(Model& model, Fn fn, std::vector<std::string> batch_names)
-      : model_(model), fn_(std::move(fn)),
-        batch_names_(detail::default_batch_names(std::move(batch_names), arity)) {
-    for_each_parameter(model_,
-                       [&](const std::string&, Parameter& p) { params_.push_back(&p.value); });
-  }
+      : program_(model, std::move(fn), std::move(batch_names), false) {}
 
   template <class... H>
     requires(std::same_as<std::remove_cvref_t<H>, HostTensor> && ...)
   auto operator()(H&&... batch) const {
+    static_assert(sizeof...(H) == detail::batch_arity<Fn>(),
+                  "sinter: pass one HostTensor per batch parameter");
     std::array<HostTensor, sizeof...(H)> packed{std::forward<H>(batch)...};
     return call(packed);
   }
 
   /// Output 0 (a HostTensor) of the function.
   HostTensor call(std::span<const HostTensor> batch) const {
-    std::string key;
-    for (const HostTensor& t : batch)
-      key += to_string(TensorType{t.dtype(), t.shape()}) + ";";
-    auto it = compiled_.find(key);
-    if (it == compiled_.end()) {
-      Graph g = detail::trace_with_model(model_, fn_, batch, batch_names_,
-                                         std::make_index_sequence<arity>{});
-      it =
-          compiled_.emplace(key, std::make_unique<CompiledGraph>(std::move(g), std::nullopt)).first;
-    }
-    std::vector<const HostTensor*> inputs(params_.begin(), params_.end());
-    for (const HostTensor& t : batch)
-      inputs.push_back(&t);
-    std::vector<HostTensor> outputs(it->second->graph().outputs().size());
-    it->second->run_into(inputs, outputs);
-    return std::move(outputs[0]);
+    return std::move(program_.run(program_.compile(batch), batch)[0]);
   }
 
+  /// The compiled program for a batch of these types (compiles without running).
+  const CompiledGraph& compile(std::span<const HostTensor> batch) const {
+    return program_.compile(batch);
+  }
+  /// Distinct batch types compiled so far.
+  std::size_t trace_count() const { return program_.trace_count(); }
+
 private:
-  Model& model_;
-  Fn fn_;
-  std::vector<std::string> batch_names_;
-  std::vector<HostTensor*> params_;
-  mutable std::map<std::string, std::unique_ptr<CompiledGraph>> compiled_;
+  detail::ModelProgram<Model, Fn> program_;
 };
 
+/// `fn(model, batch...)` with its parameters as inputs and no optimizer: compiled once per
+/// batch types and run with the model's current weights. The model must outlive it.
 template <class Model, class Fn>
 auto compile_eval(Model& model, Fn fn, std::vector<std::string> batch_names = {}) {
   return CompiledEval<Model, Fn>(model, std::move(fn), std::move(batch_names));
+}
+
+/// The loss of `loss(model, batch...)` and its gradient with respect to every Parameter of the
+/// model, compiled once per batch types. Reads the parameters at every call; never changes them.
+template <class Model, class LossFn> class CompiledGrad {
+public:
+  CompiledGrad(Model& model, LossFn fn, std::vector<std::string> batch_names)
+      : program_(model, std::move(fn), std::move(batch_names), true) {}
+
+  template <class... H>
+    requires(std::same_as<std::remove_cvref_t<H>, HostTensor> && ...)
+  GradResult operator()(H&&... batch) const {
+    static_assert(sizeof...(H) == detail::batch_arity<LossFn>(),
+                  "sinter: pass one HostTensor per batch parameter");
+    std::array<HostTensor, sizeof...(H)> packed{std::forward<H>(batch)...};
+    return call(packed);
+  }
+
+  /// `value`: the loss; `aux`: the function's other results; `grads`: one gradient per
+  /// parameter, named and ordered as for_each_parameter visits them.
+  GradResult call(std::span<const HostTensor> batch) const {
+    const CompiledGraph& program = program_.compile(batch);
+    return detail::split_gradients(program.graph(), program_.run(program, batch));
+  }
+
+  /// The compiled program for a batch of these types (compiles without running).
+  const CompiledGraph& compile(std::span<const HostTensor> batch) const {
+    return program_.compile(batch);
+  }
+  /// Distinct batch types compiled so far.
+  std::size_t trace_count() const { return program_.trace_count(); }
+
+private:
+  detail::ModelProgram<Model, LossFn> program_;
+};
+
+/// The loss `loss(model, batch...)` (a scalar; the function may return a std::tuple whose other
+/// results come back as aux) and its gradient with respect to every Parameter of `model`, by
+/// the names for_each_parameter and checkpoints use (`blocks.0.attn.qkv.weight`). Nothing is
+/// updated. The model must outlive the result.
+template <class Model, class LossFn>
+  requires(!std::same_as<std::remove_cvref_t<LossFn>, GradOptions>)
+auto value_and_grad(Model& model, LossFn loss, std::vector<std::string> batch_names = {}) {
+  return CompiledGrad<Model, LossFn>(model, std::move(loss), std::move(batch_names));
 }
 
 } // namespace sinter

@@ -1,11 +1,10 @@
 // jit/api.cpp — CompiledGraph: pipeline at construction, checked inputs, interpreter execution
 #include "jit/api.hpp"
 
+#include "jit/backend/backends.hpp"
 #include "jit/interp/interpreter.hpp"
 #include "jit/pipeline/pipeline.hpp"
 #include "jit/runtime/context.hpp"
-#include "jit/runtime/cpu_executable.hpp"
-#include "jit/runtime/gpu_executable.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -22,33 +21,6 @@ F64Tensor to_f64(const HostTensor& t) { return F64Tensor{t.shape(), t.to_doubles
 
 HostTensor from_f64(const F64Tensor& t, DType dtype) {
   return HostTensor::from_doubles(dtype, t.shape, t.data);
-}
-
-Device Device::parse(std::string_view text) {
-  auto bad = [&] {
-    return std::invalid_argument("sinter: '" + std::string(text) +
-                                 "' is not a device — use cpu, cuda, cuda:N (N = 0, 1, ...) or "
-                                 "interpreter");
-  };
-  if (text == "cpu") return Backend::cpu;
-  if (text == "interpreter") return Backend::interpreter;
-  if (text == "cuda") return Backend::cuda;
-  if (!text.starts_with("cuda:") || text.size() == 5 || text.size() > 9) throw bad();
-  int ordinal = 0;
-  for (char c : text.substr(5)) {
-    if (c < '0' || c > '9') throw bad();
-    ordinal = ordinal * 10 + (c - '0');
-  }
-  return Device(Backend::cuda, ordinal);
-}
-
-std::string Device::name() const {
-  switch (backend) {
-  case Backend::cpu: return "cpu";
-  case Backend::interpreter: return "interpreter";
-  case Backend::cuda: return "cuda:" + std::to_string(ordinal);
-  }
-  return "?";
 }
 
 namespace {
@@ -95,17 +67,8 @@ CompiledGraph::CompiledGraph(Graph traced, std::optional<AutodiffOptions> autodi
   DumpSelection dump = DumpSelection::from_environment();
   graph_ = Pipeline::standard(std::move(autodiff)).run(std::move(traced), dump, std::cerr);
   Context& ctx = context ? *context : Context::global();
-  if (device_.backend == Backend::cpu) {
-    cpu_ = std::make_unique<CpuExecutable>(graph_, ctx.kernels(), ctx.pool());
-    if (dump.wants("fuse")) std::cerr << "// sinter " << cpu_->fusion().print();
-    if (dump.wants("memory")) std::cerr << "// sinter " << cpu_->memory_plan().print();
-    ctx.cache().record_run_stats();
-  } else if (device_.backend == Backend::cuda) {
-    gpu_ = std::make_unique<GpuExecutable>(graph_, CudaDevice::get(device_.ordinal), ctx.cache());
-    if (dump.wants("fuse")) std::cerr << "// sinter " << gpu_->fusion().print();
-    if (dump.wants("memory")) std::cerr << "// sinter " << gpu_->memory_plan().print();
-    ctx.cache().record_run_stats();
-  }
+  executable_ = backend_entry(device_.backend).compile(graph_, device_, ctx);
+  executable_->dump(dump, std::cerr);
   compile_seconds_ =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -116,18 +79,12 @@ CompiledGraph& CompiledGraph::operator=(CompiledGraph&&) noexcept = default;
 
 void CompiledGraph::set_carried(
     std::span<const std::pair<std::size_t, std::size_t>> input_from_output) {
-  if (gpu_) gpu_->set_carried(input_from_output);
+  executable_->set_carried(input_from_output);
 }
 
-const MemoryPlan& CompiledGraph::memory_plan() const {
-  static const MemoryPlan none;
-  return cpu_ ? cpu_->memory_plan() : gpu_ ? gpu_->memory_plan() : none;
-}
+const MemoryPlan& CompiledGraph::memory_plan() const { return executable_->memory_plan(); }
 
-const CompileReport& CompiledGraph::compile_report() const {
-  static const CompileReport none;
-  return cpu_ ? cpu_->report() : gpu_ ? gpu_->report() : none;
-}
+const CompileReport& CompiledGraph::compile_report() const { return executable_->report(); }
 
 namespace {
 std::vector<const HostTensor*> pointers_to(std::span<const HostTensor> tensors) {
@@ -148,20 +105,7 @@ void CompiledGraph::run_into(std::span<const HostTensor* const> inputs,
   if (outputs.size() != graph_.outputs().size())
     throw std::invalid_argument("sinter: run_into needs one output tensor per graph output");
   check_inputs(inputs);
-  if (cpu_) {
-    cpu_->run_into(inputs, outputs);
-    return;
-  }
-  if (gpu_) {
-    gpu_->run_into(inputs, outputs);
-    return;
-  }
-  std::vector<F64Tensor> values;
-  for (const HostTensor* t : inputs)
-    values.push_back(to_f64(*t));
-  std::vector<F64Tensor> results = interpret(graph_, values);
-  for (std::size_t i = 0; i < results.size(); ++i)
-    outputs[i] = from_f64(results[i], graph_.type(graph_.outputs()[i].id).dtype);
+  executable_->run_into(inputs, outputs);
 }
 
 void CompiledGraph::check_inputs(std::span<const HostTensor* const> inputs) const {

@@ -1,7 +1,8 @@
 // jit/api.hpp — the one door from dsl/ into the compiler: build a Graph, compile it, run it
 #pragma once
-#include "jit/codegen/kernel_library.hpp"
+#include "jit/backend/device.hpp"
 #include "jit/passes/passes.hpp"
+#include "jit/runtime/compile_report.hpp"
 #include "jit/runtime/host_tensor.hpp"
 #include "jit/runtime/memory_plan.hpp"
 #include "ops/registry.hpp"
@@ -17,28 +18,7 @@
 namespace sinter {
 
 class Context;
-class CpuExecutable;
-class GpuExecutable;
-
-/// Where a compiled graph runs.
-enum class Backend {
-  cpu,         ///< fused kernels through LLVM ORC, GEMMs through OpenBLAS (the default)
-  interpreter, ///< the float64 reference interpreter (slow; the oracle of the tests)
-  cuda,        ///< an NVIDIA GPU: kernels through LLVM NVPTX, GEMMs through cuBLASLt
-};
-
-/// A backend and, for CUDA, which GPU.
-struct Device {
-  Backend backend = Backend::cpu;
-  int ordinal = 0; ///< cuda:N
-  Device() = default;
-  Device(Backend b, int gpu = 0) : backend(b), ordinal(gpu) {} // NOLINT: a backend is a device
-  /// "cpu", "interpreter", "cuda" (= cuda:0) or "cuda:N"; anything else → std::invalid_argument
-  /// listing what is accepted.
-  static Device parse(std::string_view text);
-  std::string name() const;
-  bool operator==(const Device&) const = default;
-};
+class Executable;
 
 /// Where graphs compile when no device is named: set_default_device(), else `SINTER_DEVICE`,
 /// else `SINTER_BACKEND` (cpu|interpreter), else cpu. Bad values → std::invalid_argument.
@@ -86,8 +66,7 @@ private:
 
   Graph graph_;
   Device device_;
-  std::unique_ptr<CpuExecutable> cpu_;
-  std::unique_ptr<GpuExecutable> gpu_;
+  std::unique_ptr<Executable> executable_;
   double compile_seconds_ = 0;
 };
 
@@ -98,11 +77,3 @@ F64Tensor to_f64(const HostTensor& t);
 HostTensor from_f64(const F64Tensor& t, DType dtype);
 
 } // namespace sinter
-
-// The training runtime, checkpoints and data loading are part of the same façade.
-#include "jit/data/fashion_mnist.hpp"
-#include "jit/data/loader.hpp"
-#include "jit/data/synthetic.hpp"
-#include "jit/data/text.hpp"
-#include "jit/runtime/checkpoint.hpp"
-#include "jit/runtime/train_step.hpp"

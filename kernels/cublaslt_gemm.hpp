@@ -1,7 +1,7 @@
 // kernels/cublaslt_gemm.hpp — GEMMs on the GPU through cuBLASLt, loaded with dlopen
 #pragma once
+#include "jit/backend/cuda/cuda_driver.hpp"
 #include "jit/ir/dtype.hpp"
-#include "jit/runtime/cuda_driver.hpp"
 #include "kernels/blas_gemm.hpp"
 
 #include <cstdint>

@@ -34,6 +34,8 @@ std::vector<OpTestCase> comparison_cases() {
 const OpDef add_op{
     .arity = 2,
     .elementwise = true,
+    .foldable = true,
+    .fusion = FusionCost::cheap,
     .infer = type_rules::same_as_operands,
     .grad = [](const GradArgs& g) { return std::vector<Value>{g.cotangent, g.cotangent}; },
     .reference = elementwise_reference<[](Scalars v) { return v[0] + v[1]; }>,
@@ -43,6 +45,8 @@ const OpDef add_op{
 const OpDef sub_op{
     .arity = 2,
     .elementwise = true,
+    .foldable = true,
+    .fusion = FusionCost::cheap,
     .infer = type_rules::same_as_operands,
     .grad = [](const GradArgs& g) { return std::vector<Value>{g.cotangent, -g.cotangent}; },
     .reference = elementwise_reference<[](Scalars v) { return v[0] - v[1]; }>,
@@ -52,6 +56,8 @@ const OpDef sub_op{
 const OpDef mul_op{
     .arity = 2,
     .elementwise = true,
+    .foldable = true,
+    .fusion = FusionCost::cheap,
     .infer = type_rules::same_as_operands,
     .grad =
         [](const GradArgs& g) {
@@ -64,6 +70,7 @@ const OpDef mul_op{
 const OpDef div_op{
     .arity = 2,
     .elementwise = true,
+    .foldable = true,
     .infer = type_rules::same_as_operands,
     .grad =
         [](const GradArgs& g) {
@@ -77,6 +84,8 @@ const OpDef div_op{
 const OpDef neg_op{
     .arity = 1,
     .elementwise = true,
+    .foldable = true,
+    .fusion = FusionCost::cheap,
     .infer = type_rules::same_as_operands,
     .grad = [](const GradArgs& g) { return std::vector<Value>{-g.cotangent}; },
     .reference = elementwise_reference<[](Scalars v) { return -v[0]; }>,
@@ -86,6 +95,7 @@ const OpDef neg_op{
 const OpDef pow_op{
     .arity = 2,
     .elementwise = true,
+    .foldable = true,
     .infer = type_rules::float_same_as_operands,
     .grad =
         [](const GradArgs& g) {
@@ -101,6 +111,8 @@ const OpDef pow_op{
 const OpDef maximum_op{
     .arity = 2,
     .elementwise = true,
+    .foldable = true,
+    .fusion = FusionCost::cheap,
     .infer = type_rules::same_as_operands,
     .grad =
         [](const GradArgs& g) {
@@ -116,6 +128,8 @@ const OpDef maximum_op{
 const OpDef minimum_op{
     .arity = 2,
     .elementwise = true,
+    .foldable = true,
+    .fusion = FusionCost::cheap,
     .infer = type_rules::same_as_operands,
     .grad =
         [](const GradArgs& g) {
@@ -132,6 +146,8 @@ const OpDef less_op{
     .arity = 2,
     .elementwise = true,
     .differentiable = false,
+    .foldable = true,
+    .fusion = FusionCost::cheap,
     .infer = type_rules::comparison,
     .reference = elementwise_reference<[](Scalars v) { return double(v[0] < v[1]); }>,
     .test_cases = comparison_cases,
@@ -141,6 +157,8 @@ const OpDef less_equal_op{
     .arity = 2,
     .elementwise = true,
     .differentiable = false,
+    .foldable = true,
+    .fusion = FusionCost::cheap,
     .infer = type_rules::comparison,
     .reference = elementwise_reference<[](Scalars v) { return double(v[0] <= v[1]); }>,
     .test_cases = comparison_cases,
@@ -150,6 +168,8 @@ const OpDef equal_op{
     .arity = 2,
     .elementwise = true,
     .differentiable = false,
+    .foldable = true,
+    .fusion = FusionCost::cheap,
     .infer = type_rules::comparison,
     .reference = elementwise_reference<[](Scalars v) { return double(v[0] == v[1]); }>,
     .test_cases = comparison_cases,
@@ -159,6 +179,8 @@ const OpDef not_equal_op{
     .arity = 2,
     .elementwise = true,
     .differentiable = false,
+    .foldable = true,
+    .fusion = FusionCost::cheap,
     .infer = type_rules::comparison,
     .reference = elementwise_reference<[](Scalars v) { return double(v[0] != v[1]); }>,
     .test_cases = comparison_cases,
@@ -187,6 +209,8 @@ const OpDef greater_equal_op{
 const OpDef where_op{
     .arity = 3,
     .elementwise = true,
+    .foldable = true,
+    .fusion = FusionCost::cheap,
     .infer =
         [](std::span<const TensorType> in, const Attrs&) {
           if (in[0].dtype != DType::boolean)
@@ -223,6 +247,8 @@ double round_to(double v, DType t);
 
 const OpDef cast_op{
     .arity = 1,
+    .foldable = true,
+    .fusion = FusionCost::cheap,
     .infer = [](std::span<const TensorType> in,
                 const Attrs& a) { return TensorType{a.dtype, in[0].shape}; },
     .grad =

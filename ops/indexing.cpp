@@ -24,6 +24,7 @@ int64_t row_size(const Shape& s) { return s.empty() ? 1 : numel(s) / s[0]; }
 // Operands: table [V, D...], integer indices [I...]. Result [I..., D...].
 const OpDef gather_op{
     .arity = 2,
+    .fusion = FusionCost::index_only,
     .infer =
         [](std::span<const TensorType> in, const Attrs&) {
           if (in[0].shape.empty()) type_rules::fail("gather table needs rank >= 1");
@@ -61,6 +62,7 @@ const OpDef gather_op{
 // row r is the sum of the update rows whose index is r.
 const OpDef scatter_add_op{
     .arity = 2,
+    .fusion = FusionCost::root,
     .infer =
         [](std::span<const TensorType> in, const Attrs& a) {
           type_rules::require_integer(in[0], "scatter_add indices");

@@ -98,6 +98,8 @@ void check_slice(const Shape& s, const Attrs& a) {
 // attrs: ints = result shape (same element count).
 const OpDef reshape_op{
     .arity = 1,
+    .foldable = true,
+    .fusion = FusionCost::index_only,
     .infer =
         [](std::span<const TensorType> in, const Attrs& a) {
           for (int64_t d : a.ints)
@@ -125,6 +127,8 @@ const OpDef reshape_op{
 // attrs: ints = permutation; result dim i is operand dim perm[i].
 const OpDef permute_op{
     .arity = 1,
+    .foldable = true,
+    .fusion = FusionCost::index_only,
     .infer =
         [](std::span<const TensorType> in, const Attrs& a) {
           auto perm = checked_permutation(a.ints, in[0].shape.size());
@@ -180,6 +184,8 @@ const OpDef transpose_op{
 // attrs: ints = result shape; numpy rules (operand right-aligned, size-1 dims stretch).
 const OpDef broadcast_op{
     .arity = 1,
+    .foldable = true,
+    .fusion = FusionCost::index_only,
     .infer = broadcast_type,
     .grad = [](const GradArgs& g) { return std::vector<Value>{broadcast_cotangent(g)}; },
     .reference =
@@ -210,6 +216,7 @@ const OpDef broadcast_to_op{
 // attrs: ints = starts, ints2 = limits (exclusive), one per dim, step 1.
 const OpDef slice_op{
     .arity = 1,
+    .fusion = FusionCost::index_only,
     .infer =
         [](std::span<const TensorType> in, const Attrs& a) {
           check_slice(in[0].shape, a);
@@ -248,6 +255,7 @@ const OpDef slice_op{
 // attrs: ints = zeros added before, ints2 = zeros added after, one per dim.
 const OpDef pad_op{
     .arity = 1,
+    .fusion = FusionCost::index_only,
     .infer =
         [](std::span<const TensorType> in, const Attrs& a) {
           const Shape& s = in[0].shape;
@@ -289,6 +297,7 @@ const OpDef pad_op{
 // attrs: ints = {axis}. Any number of operands, equal except along axis.
 const OpDef concat_op{
     .arity = -1,
+    .fusion = FusionCost::index_only,
     .infer =
         [](std::span<const TensorType> in, const Attrs& a) {
           type_rules::require_same_dtype(in);

@@ -1,8 +1,10 @@
-// ops/math.cpp — exp, log, sqrt, rsqrt, tanh, erf, abs and the activations sigmoid, relu, gelu
+// ops/math.cpp — exp, log, sqrt, rsqrt, tanh, erf, abs, softplus and the activations sigmoid,
+// relu, gelu
 #include "ops/reference.hpp"
 #include "ops/test_cases.hpp"
 #include "ops/type_rules.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -28,6 +30,7 @@ constexpr double gelu_cubic = 0.044715;
 
 const OpDef exp_op{
     .arity = 1,
+    .foldable = true,
     .infer = type_rules::float_same_as_operands,
     .grad = [](const GradArgs& g) { return std::vector<Value>{g.cotangent * g.result}; },
     .reference = unary_reference<[](double x) { return std::exp(x); }>,
@@ -36,6 +39,7 @@ const OpDef exp_op{
 
 const OpDef log_op{
     .arity = 1,
+    .foldable = true,
     .infer = type_rules::float_same_as_operands,
     .grad = [](const GradArgs& g) { return std::vector<Value>{g.cotangent / g.operands[0]}; },
     .reference = unary_reference<[](double x) { return std::log(x); }>,
@@ -44,6 +48,7 @@ const OpDef log_op{
 
 const OpDef sqrt_op{
     .arity = 1,
+    .foldable = true,
     .infer = type_rules::float_same_as_operands,
     .grad = [](const GradArgs& g) { return std::vector<Value>{g.cotangent * 0.5 / g.result}; },
     .reference = unary_reference<[](double x) { return std::sqrt(x); }>,
@@ -52,6 +57,7 @@ const OpDef sqrt_op{
 
 const OpDef rsqrt_op{
     .arity = 1,
+    .foldable = true,
     .infer = type_rules::float_same_as_operands,
     .grad =
         [](const GradArgs& g) {
@@ -63,6 +69,7 @@ const OpDef rsqrt_op{
 
 const OpDef tanh_op{
     .arity = 1,
+    .foldable = true,
     .infer = type_rules::float_same_as_operands,
     .grad =
         [](const GradArgs& g) {
@@ -74,6 +81,7 @@ const OpDef tanh_op{
 
 const OpDef erf_op{
     .arity = 1,
+    .foldable = true,
     .infer = type_rules::float_same_as_operands,
     .grad =
         [](const GradArgs& g) {
@@ -87,6 +95,8 @@ const OpDef erf_op{
 
 const OpDef abs_op{
     .arity = 1,
+    .foldable = true,
+    .fusion = FusionCost::cheap,
     .infer = type_rules::same_as_operands,
     .grad =
         [](const GradArgs& g) {
@@ -95,6 +105,37 @@ const OpDef abs_op{
         },
     .reference = unary_reference<[](double x) { return std::abs(x); }>,
     .test_cases = away_from_zero_cases,
+};
+
+/// softplus(x) = log(1 + e^x), computed as max(x, 0) + log1p(e^-|x|): no overflow for large x,
+/// no loss of the tiny e^x for very negative x. Its derivative is sigmoid(x).
+const OpDef softplus_op{
+    .arity = 1,
+    .foldable = true,
+    .infer = type_rules::float_same_as_operands,
+    .grad =
+        [](const GradArgs& g) { return std::vector<Value>{g.cotangent * sigmoid(g.operands[0])}; },
+    .reference = unary_reference<[](double x) {
+      return std::max(x, 0.0) + std::log1p(std::exp(-std::abs(x)));
+    }>,
+    // Wide enough that e^x would overflow f32 at the ends.
+    .test_cases =
+        [] {
+          auto cases = test_cases::unary();
+          for (OpTestCase c : test_cases::unary(-100, 100))
+            cases.push_back(c);
+          return cases;
+        },
+    // ln 2; ln(1 + e) and ln(1 + 1/e) = ln(1 + e) - 1; 50 + ln(1 + e^-50) rounds to 50;
+    // ln(1 + e^-50) = e^-50 - e^-100/2 + ... rounds to e^-50.
+    .known_values =
+        [] {
+          return std::vector<KnownValue>{{{0.0}, 0.6931471805599453},
+                                         {{1.0}, 1.3132616875182228},
+                                         {{-1.0}, 0.31326168751822286},
+                                         {{50.0}, 50.0},
+                                         {{-50.0}, 1.9287498479639178e-22}};
+        },
 };
 
 const OpDef sigmoid_op{

@@ -71,6 +71,7 @@ std::vector<OpTestCase> composite_cases() {
 
 const OpDef reduce_sum_op{
     .arity = 1,
+    .fusion = FusionCost::root,
     .infer = primitive_reduce_type,
     .grad =
         [](const GradArgs& g) {
@@ -83,6 +84,7 @@ const OpDef reduce_sum_op{
 // Ties share the cotangent equally, so the gradient is the same whichever maximum is picked.
 const OpDef reduce_max_op{
     .arity = 1,
+    .fusion = FusionCost::root,
     .infer = primitive_reduce_type,
     .grad =
         [](const GradArgs& g) {

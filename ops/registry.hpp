@@ -34,6 +34,13 @@ struct TestOperand {
   bool whole_numbers = false; ///< floats rounded to integers (makes ties and equality likely)
 };
 
+/// One value of an elementwise op worked out by hand: its operands and the exact result
+/// (written as literals, never computed by the op's `reference`).
+struct KnownValue {
+  std::vector<double> operands;
+  double result;
+};
+
 struct OpTestCase {
   std::vector<TestOperand> operands;
   Attrs attrs;
@@ -42,11 +49,23 @@ struct OpTestCase {
 /// Precision policy for mixed precision (used by the AMP pass).
 enum class Precision { follow_input, fp32 };
 
+/// What the fusion pass may do with a primitive (composites never reach it).
+enum class FusionCost {
+  expensive,  ///< several instructions or a libm call: computed once, stored if shared
+  cheap,      ///< about one instruction per element: recomputed in each consumer
+  index_only, ///< moves or picks elements, no arithmetic: always recomputed
+  root,       ///< always a kernel of its own (reductions, GEMM, scatter)
+};
+
 struct OpDef {
   int arity = 1;              ///< number of tensor operands; -1 = any number >= 1
   bool elementwise = false;   ///< operands broadcast (numpy rules) to one shape first
   bool differentiable = true; ///< false: no gradient flows through this op
   Precision precision = Precision::follow_input;
+  /// Whether simplify may fold it when every operand is a splat constant (evaluating
+  /// `reference` on the scalars): elementwise primitives and pure layout changes.
+  bool foldable = false;
+  FusionCost fusion = FusionCost::expensive;
   /// Result type from operand types; throws ShapeError with a message saying what is wrong.
   TensorType (*infer)(std::span<const TensorType> operands, const Attrs& attrs) = nullptr;
   /// Cotangent per operand (a null Value for none). Null rule on a composite: autodiff
@@ -59,11 +78,19 @@ struct OpDef {
                          const TensorType& result) = nullptr;
   /// Shapes, domains and attributes the generated forward and gradient tests run on.
   std::vector<OpTestCase> (*test_cases)() = nullptr;
+  /// Elementwise primitives: hand-worked values the tests check the interpreter (that is,
+  /// `reference`) against, so the op's meaning is pinned by more than its own reference.
+  /// Other primitives have hand-written cases in tests/test_primitive_values.cpp.
+  std::vector<KnownValue> (*known_values)() = nullptr;
 };
 
 const OpDef& op_def(OpId op);
 std::optional<OpId> op_by_name(std::string_view name);
 inline bool has_gradient(OpId op) { return op_def(op).differentiable; }
+
+/// The whole graph checked: its structure (Graph::verify), then every node's arity and stored
+/// type against its op's rule. Throws VerifyError naming the first broken node.
+void verify(const Graph& graph);
 
 // Each family file defines the OpDefs of its ops; the registry collects them by OpId.
 namespace op_defs {

@@ -28,6 +28,7 @@ const OpDef input_op{
 const OpDef constant_op{
     .arity = 0,
     .differentiable = false,
+    .fusion = FusionCost::index_only,
     .infer = type_from_attrs,
     .reference =
         [](std::span<const F64Tensor>, const Attrs& a, const TensorType& result) {
@@ -44,6 +45,7 @@ const OpDef constant_op{
 const OpDef iota_op{
     .arity = 0,
     .differentiable = false,
+    .fusion = FusionCost::index_only,
     .infer =
         [](std::span<const TensorType> in, const Attrs& a) {
           TensorType t = type_from_attrs(in, a);

@@ -137,31 +137,22 @@ Value operator-(double a, Value b) { return scalar_like(b, a) - b; }
 Value operator*(double a, Value b) { return scalar_like(b, a) * b; }
 Value operator/(double a, Value b) { return scalar_like(b, a) / b; }
 
-Value pow(Value a, Value b) { return emit(OpId::pow, {a, b}); }
-Value maximum(Value a, Value b) { return emit(OpId::maximum, {a, b}); }
-Value minimum(Value a, Value b) { return emit(OpId::minimum, {a, b}); }
-Value exp(Value x) { return emit(OpId::exp, {x}); }
-Value log(Value x) { return emit(OpId::log, {x}); }
-Value sqrt(Value x) { return emit(OpId::sqrt, {x}); }
-Value rsqrt(Value x) { return emit(OpId::rsqrt, {x}); }
-Value tanh(Value x) { return emit(OpId::tanh, {x}); }
-Value erf(Value x) { return emit(OpId::erf, {x}); }
-Value abs(Value x) { return emit(OpId::abs, {x}); }
-Value sigmoid(Value x) { return emit(OpId::sigmoid, {x}); }
-Value relu(Value x) { return emit(OpId::relu, {x}); }
-Value gelu_tanh(Value x) { return emit(OpId::gelu_tanh, {x}); }
-Value gelu_erf(Value x) { return emit(OpId::gelu_erf, {x}); }
-Value less(Value a, Value b) { return emit(OpId::less, {a, b}); }
-Value less_equal(Value a, Value b) { return emit(OpId::less_equal, {a, b}); }
-Value greater(Value a, Value b) { return emit(OpId::greater, {a, b}); }
-Value greater_equal(Value a, Value b) { return emit(OpId::greater_equal, {a, b}); }
-Value equal(Value a, Value b) { return emit(OpId::equal, {a, b}); }
-Value not_equal(Value a, Value b) { return emit(OpId::not_equal, {a, b}); }
+// Elementwise builders, one per UNARY / BINARY / COMPARISON entry of ops/op_list.def.
+#define SINTER_UNARY_PRIMITIVE(name)                                                               \
+  Value name(Value x) { return emit(OpId::name, {x}); }
+#define SINTER_UNARY_COMPOSITE(name) SINTER_UNARY_PRIMITIVE(name)
+#define SINTER_BINARY_PRIMITIVE(name)                                                              \
+  Value name(Value a, Value b) { return emit(OpId::name, {a, b}); }
+#define SINTER_COMPARISON_PRIMITIVE(name) SINTER_BINARY_PRIMITIVE(name)
+#define SINTER_COMPARISON_COMPOSITE(name) SINTER_BINARY_PRIMITIVE(name)
+#include "ops/op_list.def"
+
 Value where(Value cond, Value a, Value b) { return emit(OpId::where, {cond, a, b}); }
+Value where(Value cond, Value a, double b) { return where(cond, a, scalar_like(a, b)); }
+Value where(Value cond, double a, Value b) { return where(cond, scalar_like(b, a), b); }
 Value cast(Value x, DType dtype) {
   return x.dtype() == dtype ? x : emit(OpId::cast, {x}, Attrs{.dtype = dtype});
 }
-Value stop_gradient(Value x) { return emit(OpId::stop_gradient, {x}); }
 
 Value sum(Value x, std::vector<int64_t> axes, bool keepdims) {
   return emit(OpId::sum, {x}, Attrs{.ints = std::move(axes), .flag = keepdims});

@@ -52,29 +52,18 @@ Value operator-(double a, Value b);
 Value operator*(double a, Value b);
 Value operator/(double a, Value b);
 
-Value pow(Value a, Value b);
-Value maximum(Value a, Value b);
-Value minimum(Value a, Value b);
-Value exp(Value x);
-Value log(Value x);
-Value sqrt(Value x);
-Value rsqrt(Value x);
-Value tanh(Value x);
-Value erf(Value x);
-Value abs(Value x);
-Value sigmoid(Value x);
-Value relu(Value x);
-Value gelu_tanh(Value x);
-Value gelu_erf(Value x);
-Value less(Value a, Value b);
-Value less_equal(Value a, Value b);
-Value greater(Value a, Value b);
-Value greater_equal(Value a, Value b);
-Value equal(Value a, Value b);
-Value not_equal(Value a, Value b);
+// Elementwise builders, one per UNARY / BINARY / COMPARISON entry of ops/op_list.def.
+#define SINTER_UNARY_PRIMITIVE(name) Value name(Value x);
+#define SINTER_UNARY_COMPOSITE(name) Value name(Value x);
+#define SINTER_BINARY_PRIMITIVE(name) Value name(Value a, Value b);
+#define SINTER_COMPARISON_PRIMITIVE(name) Value name(Value a, Value b);
+#define SINTER_COMPARISON_COMPOSITE(name) Value name(Value a, Value b);
+#include "ops/op_list.def"
 Value where(Value cond, Value a, Value b);
+/// where with one branch a scalar: a rank-0 constant of the other branch's dtype.
+Value where(Value cond, Value a, double b);
+Value where(Value cond, double a, Value b);
 Value cast(Value x, DType dtype);
-Value stop_gradient(Value x);
 
 /// Reductions over `axes` (negative axes count from the end; empty = all axes).
 Value sum(Value x, std::vector<int64_t> axes = {}, bool keepdims = false);

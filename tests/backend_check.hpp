@@ -1,7 +1,7 @@
 // tests/backend_check.hpp — runs a graph compiled on the CPU and on the float64 interpreter
 #pragma once
 #include "jit/api.hpp"
-#include "jit/runtime/cpu_executable.hpp"
+#include "jit/backend/cpu/cpu_executable.hpp"
 #include "numeric_check.hpp"
 #include "temp_dir.hpp"
 
@@ -55,13 +55,14 @@ inline Graph op_graph(OpId op, const OpTestCase& c, bool narrow, std::vector<F64
 
 /// loss = sum(op(x) * r), with r a fixed random input so every output element gets a
 /// cotangent, differentiated with respect to every float input and optimised; nullopt when
-/// the case has no f64 result or no float input. Appends r's value to `values`.
-inline std::optional<Graph> gradient_graph(OpId op, const OpTestCase& c,
+/// the case has no f64 result (f32 when `narrow`) or no float input. Appends r's value to
+/// `values`.
+inline std::optional<Graph> gradient_graph(OpId op, const OpTestCase& c, bool narrow,
                                            std::vector<F64Tensor>& values, uint64_t seed,
                                            uint64_t cotangent_seed) {
-  Graph g = op_graph(op, c, false, values, seed);
+  Graph g = op_graph(op, c, narrow, values, seed);
   TensorType result = g.type(g.outputs()[0].id);
-  if (result.dtype != DType::f64) return std::nullopt;
+  if (result.dtype != (narrow ? DType::f32 : DType::f64)) return std::nullopt;
   std::vector<std::string> wrt;
   for (const NamedValue& in : g.inputs())
     if (is_float(g.type(in.id).dtype)) wrt.push_back(in.name);
@@ -74,6 +75,9 @@ inline std::optional<Graph> gradient_graph(OpId op, const OpTestCase& c,
   lossy.add_output("loss", sum(emit(lossy, op, ins, c.attrs) * r).id);
   std::mt19937_64 rng(cotangent_seed);
   values.push_back(random_operand(TestOperand{DType::f64, result.shape}, rng));
+  if (narrow)
+    for (double& x : values.back().data)
+      x = static_cast<float>(x);
   return Pipeline::standard(AutodiffOptions{wrt, 0}).run(lossy, DumpSelection(""), std::cerr);
 }
 
@@ -106,16 +110,24 @@ template <class Check> void for_each_forward_case(OpId op, Check check) {
     }
 }
 
-/// Every registry test case of `op` as a gradient graph (see gradient_graph), with its values.
+/// Every registry test case of `op` as a gradient graph (see gradient_graph), with its values:
+/// in f64, and with f64 operands narrowed to f32 (`narrow`). Fails when no case has a gradient
+/// graph, so a differentiable op cannot pass by checking nothing.
 template <class Check> void for_each_gradient_case(OpId op, Check check) {
   auto cases = op_def(op).test_cases();
-  for (std::size_t k = 0; k < cases.size(); ++k) {
-    INFO(op_name(op) << " case " << k);
-    std::vector<F64Tensor> values;
-    auto graph =
-        gradient_graph(op, cases[k], values, 7000 + 100 * static_cast<uint64_t>(op) + k, k);
-    if (graph) check(*graph, values);
-  }
+  std::size_t checked = 0;
+  for (std::size_t k = 0; k < cases.size(); ++k)
+    for (bool narrow : {false, true}) {
+      INFO(op_name(op) << " case " << k << (narrow ? " (f32)" : " (f64)"));
+      std::vector<F64Tensor> values;
+      auto graph = gradient_graph(op, cases[k], narrow, values,
+                                  7000 + 100 * static_cast<uint64_t>(op) + k, k);
+      if (!graph) continue;
+      check(*graph, values, narrow);
+      ++checked;
+    }
+  INFO(op_name(op) << ": no test case yields a gradient graph");
+  CHECK(checked > 0);
 }
 
 inline std::vector<HostTensor> as_host(const Graph& g, const std::vector<F64Tensor>& values) {

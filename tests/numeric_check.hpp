@@ -90,6 +90,8 @@ inline GradientReport check_gradients(const Graph& g, std::vector<NamedOperand> 
       operands[k].value.data[i] = x;
       double numeric = (up - down) / (2 * step);
       double error = std::abs(grad.data[i] - numeric) / std::max(1.0, std::abs(numeric));
+      // A non-finite value on either side is the worst error there is (NaN compares false).
+      if (!std::isfinite(grad.data[i]) || !std::isfinite(numeric)) error = INFINITY;
       if (error > report.max_error) {
         report.max_error = error;
         report.worst = wrt[w] + "[" + std::to_string(i) + "]: autodiff " +
@@ -101,12 +103,13 @@ inline GradientReport check_gradients(const Graph& g, std::vector<NamedOperand> 
   return report;
 }
 
-/// Largest |a - b| / max(1, |b|) over two tensors of equal shape (infinite if shapes differ).
+/// Largest |a - b| / max(1, |b|) over two tensors of equal shape; infinite if the shapes
+/// differ or either side holds a non-finite value (NaN == NaN must not pass).
 inline double max_relative_difference(const F64Tensor& a, const F64Tensor& b) {
   if (a.shape != b.shape || a.data.size() != b.data.size()) return INFINITY;
   double worst = 0;
   for (std::size_t i = 0; i < a.data.size(); ++i) {
-    if (std::isnan(a.data[i]) != std::isnan(b.data[i])) return INFINITY;
+    if (!std::isfinite(a.data[i]) || !std::isfinite(b.data[i])) return INFINITY;
     worst = std::max(worst, std::abs(a.data[i] - b.data[i]) / std::max(1.0, std::abs(b.data[i])));
   }
   return worst;

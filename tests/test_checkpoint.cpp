@@ -1,5 +1,5 @@
 // tests/test_checkpoint.cpp — safetensors checkpoints: format, round trips, validation, atomicity
-#include "jit/runtime/checkpoint.hpp"
+#include "jit/io/checkpoint.hpp"
 
 #include "temp_dir.hpp"
 

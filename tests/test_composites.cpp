@@ -97,3 +97,27 @@ TEST_CASE("causal attention lets a position see only itself and earlier position
     CHECK(after.data[i] == Approx(before.data[i]).epsilon(1e-12));
   CHECK(after.data[8] != Approx(before.data[8]));
 }
+
+TEST_CASE("a gradient that is NaN fails the finite-difference check", "[composite]") {
+  // where(x < 0, 0, sqrt(x)): the untaken branch's gradient is NaN at negative x, and
+  // 0 * NaN stays NaN — the classic masked-sqrt bug a gradient check must catch.
+  std::vector<NamedOperand> ops{
+      {"x", TensorType{DType::f64, {3}}, F64Tensor{{3}, {-1.0, 0.5, 2.0}}}};
+  Graph g = build_graph(ops, [](Graph&, std::vector<Value>& in) {
+    Value x = in[0];
+    Value zero = scalar_like(x, 0.0);
+    return std::vector<Value>{sum(where(less(x, zero), zero, sqrt(x)))};
+  });
+  GradientReport r = check_gradients(g, ops, {"x"});
+  INFO(r.worst);
+  CHECK_FALSE(r.max_error < 1e-6);
+  CHECK(r.worst.find("nan") != std::string::npos);
+}
+
+TEST_CASE("backend comparisons treat NaN and infinity as mismatches", "[composite]") {
+  F64Tensor nan{{2}, {1.0, std::nan("")}}, inf{{2}, {1.0, INFINITY}};
+  CHECK(max_relative_difference(nan, nan) == INFINITY);
+  CHECK(max_relative_difference(inf, inf) == INFINITY);
+  CHECK(max_relative_difference(F64Tensor{{2}, {1.0, 2.0}}, nan) == INFINITY);
+  CHECK(max_relative_difference(F64Tensor{{2}, {1.0, 2.0}}, F64Tensor{{2}, {1.0, 2.0}}) == 0);
+}

@@ -1,13 +1,10 @@
 // tests/test_dsl.cpp — the user-facing DSL: static shapes, tracing, jit, grad, Var, scopes
 #include "dsl/sinter.hpp"
 
+#include "capture_stderr.hpp"
+
 #include <boost/hana/equal.hpp>
 #include <catch2/catch.hpp>
-
-#include <cstdio>
-#include <fstream>
-#include <iterator>
-#include <unistd.h>
 
 #include <cmath>
 #include <string>
@@ -219,6 +216,37 @@ TEST_CASE("where, comparisons and cast select and convert elements", "[dsl]") {
   CHECK(out[3].to_doubles() == std::vector<double>{4, 0.25, 1, 9});
 }
 
+TEST_CASE("where takes a scalar for either branch, in the tensor branch's dtype", "[dsl]") {
+  auto f = jit([](Tensor<f64, 4> x, Tensor<f64, 2, 1> rows) {
+    auto positive = x > 0.0;
+    return std::make_tuple(where(positive, 0.0, x), where(positive, x, 1.0),
+                           where(rows > 0.0, x, -7.0), where(Var(positive), Var(x), 2.5));
+  });
+  std::vector<HostTensor> out = f(f64_tensor({4}, {-2, -0.5, 1, 3}), f64_tensor({2, 1}, {1, -1}));
+  CHECK(out[0].to_doubles() == std::vector<double>{-2, -0.5, 0, 0});
+  CHECK(out[1].to_doubles() == std::vector<double>{1, 1, 1, 3});
+  CHECK(out[2].shape() == Shape{2, 4}); // the condition broadcasts against the tensor branch
+  CHECK(out[2].to_doubles() == std::vector<double>{-2, -0.5, 1, 3, -7, -7, -7, -7});
+  CHECK(out[3].to_doubles() == std::vector<double>{2.5, 2.5, 1, 3});
+
+  auto i = jit([](Tensor<i64, 3> ids) { return where(ids < 0.0, 0.0, ids); });
+  HostTensor clamped = i(i64_tensor({3}, {-100, 4, 2}));
+  CHECK(clamped.dtype() == DType::i64);
+  CHECK(clamped.to_doubles() == std::vector<double>{0, 4, 2});
+
+  // Gradients flow to the tensor branch where it is picked, and nowhere else.
+  auto g = grad([](Tensor<f64, 4> x) { return sum(where(x > 0.0, x * x, -1.0)); });
+  Gradients dx = g(f64_tensor({4}, {-2, -0.5, 1, 3}));
+  CHECK(dx["arg0"].to_doubles() == std::vector<double>{0, 0, 2, 6});
+}
+
+static_assert(std::is_same_v<result_t<decltype(where(std::declval<Tensor<boolean, dyn, 1>>(),
+                                                     std::declval<Tensor<f32, 5>>(), 0.0))>,
+                             Tensor<f32, dyn, 5>>);
+static_assert(std::is_same_v<result_t<decltype(where(std::declval<Tensor<boolean, 3>>(), 1.0,
+                                                     std::declval<Tensor<i32, 3>>()))>,
+                             Tensor<i32, 3>>);
+
 TEST_CASE("embedding looks up rows of a table by integer ids", "[dsl]") {
   auto f = jit([](Tensor<f64, 4, 2> table, Tensor<i64, dyn> ids) { return embedding(table, ids); });
   HostTensor out =
@@ -359,35 +387,7 @@ TEST_CASE("Narrowing a Var to a Tensor of a different static shape throws a Shap
                     Catch::Contains("Tensor<f64[dyn,5]>") && Catch::Contains("dim 1 is 3"));
 }
 
-namespace {
-
-/// Runs `body` with stderr sent to a temporary file; returns what it wrote.
-template <class Body> std::string capture_stderr(Body body) {
-  std::fflush(stderr);
-  char path[] = "/tmp/sinter-stderr-XXXXXX";
-  int file = mkstemp(path);
-  int saved = dup(2);
-  dup2(file, 2);
-  try {
-    body();
-  } catch (...) {
-    dup2(saved, 2);
-    close(saved);
-    close(file);
-    unlink(path);
-    throw;
-  }
-  std::fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  std::ifstream in(path);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  close(file);
-  unlink(path);
-  return text;
-}
-
-} // namespace
+using sinter::testing::capture_stderr;
 
 TEST_CASE("A recompile is logged with the input, the dim and its old and new size", "[dsl]") {
   auto step = value_and_grad(mlp_loss, {.names = mlp_names, .wrt = {"w2"}});

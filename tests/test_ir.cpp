@@ -1,5 +1,6 @@
 // tests/test_ir.cpp — the IR: hash-consing, verification, printing and shape errors
 #include "jit/ir/graph.hpp"
+#include "ops/registry.hpp"
 #include "ops/value.hpp"
 
 #include <catch2/catch.hpp>
@@ -24,7 +25,7 @@ TEST_CASE("verify rejects a node whose stored type disagrees with its operands",
   bad.inputs = {x.id};
   bad.type = TensorType{DType::f32, {4}};
   g.add(bad);
-  CHECK_THROWS_WITH(g.verify(), Catch::Contains("stored type f32[4] but operands give f32[3]"));
+  CHECK_THROWS_WITH(verify(g), Catch::Contains("stored type f32[4] but operands give f32[3]"));
 }
 
 TEST_CASE("verify rejects an operand defined after its use", "[ir]") {
@@ -34,7 +35,7 @@ TEST_CASE("verify rejects an operand defined after its use", "[ir]") {
   bad.inputs = {5};
   bad.type = TensorType{DType::f32, {}};
   g.add(bad);
-  CHECK_THROWS_AS(g.verify(), VerifyError);
+  CHECK_THROWS_AS(verify(g), VerifyError);
 }
 
 TEST_CASE("the printer shows every node with its type, attributes and scope", "[ir]") {

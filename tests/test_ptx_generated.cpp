@@ -4,8 +4,8 @@
 #include "op_test_registry.hpp"
 #include "ptx_check.hpp"
 
-#include "jit/codegen/emitter.hpp"
-#include "jit/runtime/gemm_epilogue.hpp"
+#include "jit/backend/cuda/gemm_epilogue.hpp"
+#include "jit/backend/cuda/gpu_launch.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -22,7 +22,8 @@ void forward_ptx(OpId op) {
 }
 
 void gradient_ptx(OpId op) {
-  for_each_gradient_case(op, [](const Graph& g, const std::vector<F64Tensor>&) { check_ptx(g); });
+  for_each_gradient_case(op,
+                         [](const Graph& g, const std::vector<F64Tensor>&, bool) { check_ptx(g); });
 }
 
 const bool forward_registered = register_op_tests<forward_ptx>(

@@ -1,9 +1,10 @@
 // tests/test_runtime.cpp — the runtime: ThreadPool, thread-count parsing, KernelCache, Context
+#include "jit/backend/cpu/thread_pool.hpp"
 #include "jit/runtime/context.hpp"
 #include "jit/runtime/host_tensor.hpp"
 #include "jit/runtime/kernel_cache.hpp"
-#include "jit/runtime/thread_pool.hpp"
 
+#include "capture_stderr.hpp"
 #include "temp_dir.hpp"
 
 #include <catch2/catch.hpp>
@@ -28,6 +29,7 @@
 #include <vector>
 
 using namespace sinter;
+using sinter::testing::capture_stderr;
 using sinter::testing::TempDir;
 namespace fs = std::filesystem;
 
@@ -51,25 +53,6 @@ struct EnvOverride {
       ::unsetenv(name.c_str());
   }
 };
-
-/// Everything written to stderr while `run` executes.
-template <class F> std::string capture_stderr(F run) {
-  std::fflush(stderr);
-  std::FILE* sink = std::tmpfile();
-  REQUIRE(sink != nullptr);
-  int saved = ::dup(2);
-  ::dup2(::fileno(sink), 2);
-  run();
-  std::fflush(stderr);
-  ::dup2(saved, 2);
-  ::close(saved);
-  std::string text;
-  std::rewind(sink);
-  for (int c; (c = std::fgetc(sink)) != EOF;)
-    text.push_back(static_cast<char>(c));
-  std::fclose(sink);
-  return text;
-}
 
 std::vector<char> bytes_of(std::string_view text) { return {text.begin(), text.end()}; }
 

@@ -106,6 +106,27 @@ TEST_CASE("accumulating four micro-batches equals one step on the whole batch", 
   CHECK(parts.w.value.at(1) == Approx(whole.w.value.at(1)).epsilon(1e-12));
 }
 
+TEST_CASE("accumulation starts every update from zero gradient sums", "[training]") {
+  // Three cycles of four one-sample micro-batches must equal three whole-batch steps: a sum
+  // left over from the previous cycle would add its gradients to the next update.
+  HostTensor x = tensor(DType::f64, {4, 2}, {1, 2, 3, 4, -1, 0.5, 2, -2});
+  HostTensor y = tensor(DType::f64, {4, 1}, {1, 0, 2, -1});
+  Regression whole{Parameter(tensor(DType::f64, {2, 1}, {0.5, -1.0}))};
+  Regression parts = whole;
+  auto full = compile_step(whole, regression_loss, sgd{.lr = 0.05});
+  auto micro = compile_step(parts, regression_loss, sgd{.lr = 0.05}, {.accumulate = 4});
+  for (int update = 1; update <= 3; ++update) {
+    full(x, y);
+    for (int i = 0; i < 4; ++i)
+      micro(tensor(DType::f64, {1, 2}, {x.at(2 * i), x.at(2 * i + 1)}),
+            tensor(DType::f64, {1, 1}, {y.at(i)}));
+    INFO("after update " << update);
+    CHECK(micro.steps() == update);
+    CHECK(parts.w.value.at(0) == Approx(whole.w.value.at(0)).epsilon(1e-12));
+    CHECK(parts.w.value.at(1) == Approx(whole.w.value.at(1)).epsilon(1e-12));
+  }
+}
+
 TEST_CASE("gradient clipping bounds the global norm of the update", "[training]") {
   Regression model{Parameter(tensor(DType::f64, {2, 1}, {5.0, -5.0}))};
   auto step = compile_step(model, regression_loss, sgd{.lr = 1.0}, {.clip_grad_norm = 0.5});
@@ -113,6 +134,48 @@ TEST_CASE("gradient clipping bounds the global norm of the update", "[training]"
   step(x, y);
   double d0 = model.w.value.at(0) - 5.0, d1 = model.w.value.at(1) + 5.0;
   CHECK(std::sqrt(d0 * d0 + d1 * d1) == Approx(0.5).epsilon(1e-5));
+}
+
+namespace {
+
+/// Two weight vectors with loss ½ k (|a|² + |b|²), k a batch scalar: with k = 1 each gradient
+/// equals its vector.
+struct TwoVectors {
+  BOOST_HANA_DEFINE_STRUCT(TwoVectors, (Parameter, a), (Parameter, b));
+};
+
+auto half_squared_norms = [](TwoVectors& m, Var k) {
+  Value a = m.a.node(), b = m.b.node();
+  return Var(0.5 * k.value() * (sinter::sum(a * a) + sinter::sum(b * b)));
+};
+
+} // namespace
+
+TEST_CASE("gradient clipping scales every gradient by the one global-norm factor", "[training]") {
+  // |a| = 3 and |b| = 4: global norm 5. Clipping to 2.5 halves both gradients; clipping each
+  // tensor to 2.5 on its own would scale a by 2.5/3 and b by 2.5/4 instead.
+  TwoVectors model{Parameter(tensor(DType::f64, {2}, {1.8, -2.4})),
+                   Parameter(tensor(DType::f64, {1}, {4.0}))};
+  auto step = compile_step(model, half_squared_norms, sgd{.lr = 1.0}, {.clip_grad_norm = 2.5});
+  step(tensor(DType::f64, {}, {1.0})); // k = 1
+  // Hand computation: scale = max_norm / global norm = 2.5 / 5. Tolerance 1e-5: the step sums
+  // the squares in f32 and adds 1e-6 to the norm.
+  double scale = 2.5 / std::sqrt(1.8 * 1.8 + 2.4 * 2.4 + 4.0 * 4.0);
+  CHECK(model.a.value.at(0) == Approx(1.8 - scale * 1.8).epsilon(1e-5));
+  CHECK(model.a.value.at(1) == Approx(-2.4 + scale * 2.4).epsilon(1e-5));
+  CHECK(model.b.value.at(0) == Approx(4.0 - scale * 4.0).epsilon(1e-5));
+}
+
+TEST_CASE("gradients whose global norm is under the clipping limit are left unchanged",
+          "[training]") {
+  // Global norm 5 < 10: the update is the plain SGD one, w -= 0.5 w.
+  TwoVectors model{Parameter(tensor(DType::f64, {2}, {1.8, -2.4})),
+                   Parameter(tensor(DType::f64, {1}, {4.0}))};
+  auto step = compile_step(model, half_squared_norms, sgd{.lr = 0.5}, {.clip_grad_norm = 10.0});
+  step(tensor(DType::f64, {}, {1.0})); // k = 1
+  CHECK(model.a.value.at(0) == Approx(0.9).epsilon(1e-12));
+  CHECK(model.a.value.at(1) == Approx(-1.2).epsilon(1e-12));
+  CHECK(model.b.value.at(0) == Approx(2.0).epsilon(1e-12));
 }
 
 TEST_CASE("a learning-rate schedule changes the rate without recompiling", "[training]") {
@@ -128,6 +191,28 @@ TEST_CASE("a learning-rate schedule changes the rate without recompiling", "[tra
   CHECK(rates[1] == Approx(0.01));
   CHECK(rates[5] < rates[2]);
   CHECK(step.runtime().compilations() == 1);
+}
+
+TEST_CASE("the update applies the learning rate the schedule gives for each step", "[training]") {
+  // warmup_cosine(0.02, 2, 5): warm-up 0.01, 0.02, then cosine over three steps 0.02, 0.015,
+  // 0.005. The schedule replaces sgd's own lr.
+  const double rates[] = {0.01, 0.02, 0.02, 0.015, 0.005};
+  Regression model{Parameter(tensor(DType::f64, {2, 1}, {0.5, -1.0}))};
+  auto step =
+      compile_step(model, regression_loss, sgd{.lr = 1.0}, {.schedule = warmup_cosine(0.02, 2, 5)});
+  HostTensor x = tensor(DType::f64, {2, 2}, {1, 2, 3, 4}), y = tensor(DType::f64, {2, 1}, {1, 0});
+  // Hand computation: g = 2/N Xᵀ(Xw - y); w -= rate[s] g.
+  std::vector<double> w{0.5, -1.0};
+  for (int s = 0; s < 5; ++s) {
+    double r0 = 1 * w[0] + 2 * w[1] - 1, r1 = 3 * w[0] + 4 * w[1] - 0;
+    double g0 = 1 * r0 + 3 * r1, g1 = 2 * r0 + 4 * r1; // 2/N with N = 2
+    w = {w[0] - rates[s] * g0, w[1] - rates[s] * g1};
+    StepOutput out = step(x, y);
+    INFO("step " << s);
+    CHECK(out.lr == Approx(rates[s]).epsilon(1e-12));
+    CHECK(model.w.value.at(0) == Approx(w[0]).epsilon(1e-12));
+    CHECK(model.w.value.at(1) == Approx(w[1]).epsilon(1e-12));
+  }
 }
 
 TEST_CASE("parameters have stable dotted names and counts", "[training]") {

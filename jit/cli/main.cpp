@@ -1,8 +1,8 @@
 // jit/cli/main.cpp — the `sinter` command-line tool: op registry, host info and kernel cache
-#include "jit/codegen/nvptx_target.hpp"
-#include "jit/runtime/cuda_driver.hpp"
+#include "jit/backend/cpu/thread_pool.hpp"
+#include "jit/backend/cuda/cuda_driver.hpp"
+#include "jit/backend/cuda/nvptx_target.hpp"
 #include "jit/runtime/kernel_cache.hpp"
-#include "jit/runtime/thread_pool.hpp"
 #include "ops/registry.hpp"
 
 #include <llvm/ADT/StringMap.h>

@@ -48,4 +48,9 @@ std::vector<char> emit_machine_code(llvm::Module& module, llvm::TargetMachine& m
   return std::vector<char>(buffer.begin(), buffer.end());
 }
 
+void target_module(llvm::Module& module, const llvm::TargetMachine& machine) {
+  module.setDataLayout(machine.createDataLayout());
+  module.setTargetTriple(machine.getTargetTriple().str());
+}
+
 } // namespace sinter

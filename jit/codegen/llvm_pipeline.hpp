@@ -11,6 +11,9 @@ class TargetLibraryInfoImpl;
 
 namespace sinter {
 
+/// Gives `module` the machine's data layout and target triple.
+void target_module(llvm::Module& module, const llvm::TargetMachine& machine);
+
 /// Runs LLVM's default O3 module pipeline for `machine` (which adds its own passes, e.g.
 /// NVVMReflect for NVPTX). `library_info`, when given, adjusts the target library info
 /// (vector math libraries).

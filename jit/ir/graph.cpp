@@ -1,8 +1,6 @@
 // jit/ir/graph.cpp — node arena with hash-consing, scopes, verification and printing
 #include "jit/ir/graph.hpp"
 
-#include "ops/registry.hpp"
-
 #include <bit>
 #include <charconv>
 #include <sstream>
@@ -118,24 +116,9 @@ void Graph::verify() const {
   for (ValueId id = 0; id < nodes_.size(); ++id) {
     const Node& n = nodes_[id];
     if (static_cast<std::size_t>(n.op) >= num_ops) fail(id, "unknown op");
-    const OpDef& def = op_def(n.op);
-    if (def.arity >= 0 && n.inputs.size() != static_cast<std::size_t>(def.arity))
-      fail(id, "expects " + std::to_string(def.arity) + " operands, has " +
-                   std::to_string(n.inputs.size()));
-    std::vector<TensorType> operand_types;
-    for (ValueId in : n.inputs) {
+    for (ValueId in : n.inputs)
       if (in >= id) fail(id, "operand %" + std::to_string(in) + " is not defined before use");
-      operand_types.push_back(nodes_[in].type);
-    }
     if (n.op == OpId::input) ++input_count;
-    TensorType expected;
-    try {
-      expected = def.infer(operand_types, n.attrs);
-    } catch (const ShapeError& e) {
-      fail(id, e.what());
-    }
-    if (!(expected == n.type))
-      fail(id, "stored type " + to_string(n.type) + " but operands give " + to_string(expected));
   }
   if (input_count != inputs_.size()) throw VerifyError("sinter: input nodes and input list differ");
   for (const NamedValue& in : inputs_)

@@ -82,7 +82,8 @@ public:
   uint32_t intern_scope(const std::string& path);
   const std::string& scope_path(uint32_t scope) const { return scopes_[scope]; }
 
-  /// Structural and type checks; throws VerifyError naming the first broken node.
+  /// Structural checks (known ops, operands defined before use, inputs and outputs); throws
+  /// VerifyError naming the first broken node. Types are checked by sinter::verify (ops/).
   void verify() const;
   /// Stable, readable text form (same graph → same text).
   std::string print() const;

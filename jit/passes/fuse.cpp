@@ -1,6 +1,8 @@
 // jit/passes/fuse.cpp — materialisation decisions and kernel grouping for the lowered graph
 #include "jit/passes/fuse.hpp"
 
+#include "ops/registry.hpp"
+
 #include <algorithm>
 #include <map>
 #include <set>
@@ -10,45 +12,12 @@ namespace sinter {
 namespace {
 
 /// Ops that only move or pick elements: recomputing them in each consumer costs no arithmetic.
-bool index_only(OpId op) {
-  switch (op) {
-  case OpId::constant:
-  case OpId::iota:
-  case OpId::broadcast:
-  case OpId::reshape:
-  case OpId::permute:
-  case OpId::slice:
-  case OpId::pad:
-  case OpId::concat:
-  case OpId::gather: return true;
-  default: return false;
-  }
-}
+bool index_only(OpId op) { return op_def(op).fusion == FusionCost::index_only; }
 
 /// One cheap instruction per element: worth recomputing rather than storing and reloading.
-bool cheap_elementwise(OpId op) {
-  switch (op) {
-  case OpId::add:
-  case OpId::sub:
-  case OpId::mul:
-  case OpId::neg:
-  case OpId::maximum:
-  case OpId::minimum:
-  case OpId::abs:
-  case OpId::less:
-  case OpId::less_equal:
-  case OpId::equal:
-  case OpId::not_equal:
-  case OpId::where:
-  case OpId::cast: return true;
-  default: return false;
-  }
-}
+bool cheap_elementwise(OpId op) { return op_def(op).fusion == FusionCost::cheap; }
 
-bool always_root(OpId op) {
-  return op == OpId::reduce_sum || op == OpId::reduce_max || op == OpId::matmul ||
-         op == OpId::scatter_add;
-}
+bool always_root(OpId op) { return op_def(op).fusion == FusionCost::root; }
 
 bool swaps_last_two(const Node& n) {
   const auto& perm = n.attrs.ints;

@@ -22,35 +22,7 @@ bool is_splat(Value v, double x) {
   return s && *s == x;
 }
 
-bool foldable(OpId op) {
-  switch (op) {
-  case OpId::add:
-  case OpId::sub:
-  case OpId::mul:
-  case OpId::div:
-  case OpId::neg:
-  case OpId::pow:
-  case OpId::maximum:
-  case OpId::minimum:
-  case OpId::exp:
-  case OpId::log:
-  case OpId::sqrt:
-  case OpId::rsqrt:
-  case OpId::tanh:
-  case OpId::erf:
-  case OpId::abs:
-  case OpId::less:
-  case OpId::less_equal:
-  case OpId::equal:
-  case OpId::not_equal:
-  case OpId::where:
-  case OpId::cast:
-  case OpId::broadcast:
-  case OpId::reshape:
-  case OpId::permute: return true;
-  default: return false;
-  }
-}
+bool foldable(OpId op) { return op_def(op).foldable; }
 
 /// Folds an op whose operands are all splat constants into one splat constant.
 Value fold_constants(const Node& n, std::span<const Value> operands) {

@@ -1,6 +1,8 @@
 // jit/pipeline/pipeline.cpp — runs the named passes, verify() after each, SINTER_DUMP output
 #include "jit/pipeline/pipeline.hpp"
 
+#include "ops/registry.hpp"
+
 #include <cstdlib>
 #include <iostream>
 #include <sstream>
@@ -26,11 +28,11 @@ bool DumpSelection::wants(std::string_view pass) const {
 }
 
 Graph Pipeline::run(Graph graph, const DumpSelection& dump, std::ostream& dump_to) const {
-  graph.verify();
+  verify(graph);
   if (dump.wants("trace")) dump_to << "// sinter IR after trace\n" << graph.print();
   for (const Pass& pass : passes_) {
     graph = pass.run(graph);
-    graph.verify();
+    verify(graph);
     if (dump.wants(pass.name))
       dump_to << "// sinter IR after " << pass.name << "\n" << graph.print();
   }

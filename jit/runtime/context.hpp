@@ -1,8 +1,8 @@
 // jit/runtime/context.hpp — Context: the one object holding process-wide runtime state
 #pragma once
-#include "jit/codegen/kernel_library.hpp"
+#include "jit/backend/cpu/kernel_library.hpp"
+#include "jit/backend/cpu/thread_pool.hpp"
 #include "jit/runtime/kernel_cache.hpp"
-#include "jit/runtime/thread_pool.hpp"
 
 #include <cstddef>
 #include <filesystem>

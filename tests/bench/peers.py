@@ -81,6 +81,51 @@ def timed(step, warmup, iters, sync):
     return first, statistics.median(times), first_out, out
 
 
+def protocol_stream():
+    """Serve mode's protocol stream: this process's original stdout. Afterwards file descriptor 1
+    and sys.stdout go to stderr, so nothing a library prints can land between protocol lines."""
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return proto
+
+
+def serve(step, warmup, sync, ready, proto):
+    """Serve mode (train_step.cpp's --serve, bench_timing.hpp's serve_steps): the first call
+    (timed) and `warmup` more steps, then ready(first-call s, first result), which prints the
+    `ready ...` line; then, per line on stdin, `run K [W]` runs W untimed steps (default 0) and
+    K timed ones and answers `times=<s>,...` on `proto`, `quit` (or the end of the input) stops.
+    Returns timed()'s tuple over every timed step, and their count."""
+    t0 = time.perf_counter()
+    first_out = sync(step())
+    first = time.perf_counter() - t0
+    out = first_out
+    for _ in range(warmup):
+        out = sync(step())
+    ready(first, first_out)
+    times = []
+    for line in sys.stdin:
+        words = line.split()
+        if words == ["quit"]:
+            break
+        if (len(words) not in (2, 3) or words[0] != "run" or
+                not all(w.isdigit() for w in words[1:]) or int(words[1]) < 1):
+            print("error=unknown command '%s' (run K [W] | quit)" % line.strip(), file=proto,
+                  flush=True)
+            continue
+        for _ in range(int(words[2]) if len(words) == 3 else 0):
+            out = sync(step())
+        this_round = []
+        for _ in range(int(words[1])):
+            t0 = time.perf_counter()
+            out = sync(step())
+            this_round.append(time.perf_counter() - t0)
+        times += this_round
+        print("times=" + ",".join("%.6g" % t for t in this_round), file=proto, flush=True)
+    median = statistics.median(times) if times else 0.0
+    return (first, median, first_out, out), len(times)
+
+
 def run_torch(args, compiled):
     import numpy as np
     import torch

@@ -6,8 +6,8 @@
 //   kernels=<generated kernels> gemms=<n> cpu_s=<LLVM x86 O3 + object> sm80_s=<PTX> sm90_s=<PTX>
 //   ptx_kb=<PTX text for sm_90>
 // Build: ninja -C build tests/bench/ptx_compile
-#include "jit/codegen/cpu_target.hpp"
-#include "jit/codegen/nvptx_target.hpp"
+#include "jit/backend/cpu/cpu_target.hpp"
+#include "jit/backend/cuda/nvptx_target.hpp"
 #include "jit/pipeline/pipeline.hpp"
 #include "ops/value.hpp"
 

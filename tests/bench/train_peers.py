@@ -28,6 +28,11 @@ Each peer runs in its own child process with the thread count fixed before torch
 imported, and prints one machine-readable line:
   peer=<name> model=<m> compile_s=<first call, s | na> median_step_s=<s> threads=<n> iters=<n>
   loss=<first step> final_loss=<last step> maxrss_mb=<ru_maxrss> base_rss_mb=<after imports>
+
+`--peer P --serve` runs peer P in this process as a contender of tests/bench/train_rounds.py:
+after the first call and --warmup steps it prints `ready peer=P model=<m> compile_s=<s | na>
+loss=<first step> device=<d>`, answers `run K` on stdin with `times=<s>,...` (K timed steps)
+until `quit`, then prints the line above over every step it timed (peers.serve).
 """
 import argparse
 import math
@@ -38,7 +43,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peers import limit_threads, pattern, run_each_in_child, timed  # noqa: E402  (shared)
+from peers import (limit_threads, pattern, protocol_stream, run_each_in_child, serve,  # noqa: E402
+                   timed)  # (shared with peers.py)
 
 PEERS = ("torch-eager", "torch-compile", "jax-jit")
 MODELS = ("mlp", "vit", "gpt", "gpt2-small")
@@ -205,8 +211,8 @@ def run_torch(args, compiled):
             torch.cuda.synchronize()  # GPU work is asynchronous: time it to completion
         return out
 
-    first, median, first_loss, loss = timed(step, args.warmup, args.iters, sync)
-    return first if compiled else None, median, float(first_loss), float(loss), base
+    (first, median, first_loss, loss), steps = measure(args, step, sync)
+    return first if compiled else None, median, float(first_loss), float(loss), base, steps
 
 
 # ---------------------------------------------------------------------------------------------
@@ -291,25 +297,40 @@ def run_jax(args):
         jax.block_until_ready(state)
         return jax.block_until_ready(loss)
 
-    first, median, first_loss, loss = timed(step, args.warmup, args.iters, sync)
-    return first, median, float(first_loss), float(loss), base
+    (first, median, first_loss, loss), steps = measure(args, step, sync)
+    return first, median, float(first_loss), float(loss), base, steps
 
 
 # ---------------------------------------------------------------------------------------------
 
+def measure(args, step, sync):
+    """((first-call s, median step s, first result, last result), timed steps): --warmup and
+    --iters steps, or rounds served on request under --serve."""
+    if not args.serve:
+        return timed(step, args.warmup, args.iters, sync), args.iters
+
+    def ready(first, first_out):
+        print("ready peer=%s model=%s compile_s=%s loss=%.6f device=%s" %
+              (args.peer, args.model, "na" if args.peer == "torch-eager" else "%.4g" % first,
+               float(first_out), args.device), file=args.proto, flush=True)
+    return serve(step, args.warmup, sync, ready, args.proto)
+
+
 def child(args):
     limit_threads(args.threads)
+    args.proto = protocol_stream() if args.serve else sys.stdout
     if args.peer == "jax-jit":
-        first, median, loss0, loss, base = run_jax(args)
+        first, median, loss0, loss, base, steps = run_jax(args)
     else:
         # torch.compile writes its kernels to a cache; a fresh one makes compile_s a cold compile.
         with tempfile.TemporaryDirectory(prefix="sinter-bench-inductor-") as cache:
             os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", cache)
-            first, median, loss0, loss, base = run_torch(args, args.peer == "torch-compile")
+            first, median, loss0, loss, base, steps = run_torch(args, args.peer == "torch-compile")
     print("peer=%s model=%s compile_s=%s median_step_s=%.6g threads=%d iters=%d loss=%.6f "
           "final_loss=%.6f maxrss_mb=%.1f base_rss_mb=%.1f device=%s" %
           (args.peer, args.model, "na" if first is None else "%.4g" % first, median,
-           args.threads, args.iters, loss0, loss, maxrss_mb(), base, args.device), flush=True)
+           args.threads, steps, loss0, loss, maxrss_mb(), base, args.device), file=args.proto,
+          flush=True)
 
 
 def measure_peak():
@@ -334,7 +355,9 @@ def measure_peak():
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n")[-1])
     ap.add_argument("--model", choices=MODELS, default="mlp")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
@@ -349,21 +372,26 @@ def main():
                     help="ViT attention in torch: F.scaled_dot_product_attention or the formula")
     ap.add_argument("--peers", default=",".join(PEERS), help="comma-separated subset of " +
                     ",".join(PEERS))
-    ap.add_argument("--peer", help=argparse.SUPPRESS)  # internal: run one peer in this process
+    ap.add_argument("--peer", choices=PEERS,
+                    help="run this one peer in this process (no child; with --serve)")
+    ap.add_argument("--serve", action="store_true",
+                    help="with --peer: serve rounds on stdin for train_rounds.py (see above)")
     args = ap.parse_args()
     if args.threads < 1 or args.iters < 1 or args.warmup < 0:
         ap.error("--threads and --iters must be at least 1, --warmup at least 0")
+    if args.serve and not args.peer:
+        ap.error("--serve needs --peer P")
     if args.peak:
         return measure_peak()
-    if args.peer:
-        return child(args)
-    for peer in args.peers.split(","):
+    for peer in [args.peer] if args.peer else args.peers.split(","):
         if peer not in PEERS:
             ap.error("unknown peer %r (known: %s)" % (peer, ", ".join(PEERS)))
         if args.device == "cuda" and peer == "jax-jit":
             ap.error("jax-jit runs on the CPU only; pick --peers torch-eager,torch-compile")
         if args.model in GPT and peer == "jax-jit":
             ap.error("the jax-jit peer has no GPT model; pick --peers torch-eager,torch-compile")
+    if args.peer:
+        return child(args)
     return run_each_in_child(
         __file__, args.peers.split(","),
         ["--model", args.model, "--device", args.device] + (["--tf32"] if args.tf32 else []) +

@@ -16,7 +16,7 @@
 // the same initial loss (`loss`, the loss of the first call) and, after the same number of
 // steps on the same batch, about the same `final_loss`.
 //
-// Prints one machine-readable line (read by tests/bench/train_report.py):
+// Prints one machine-readable line (read by tests/bench/train_rounds.py and gpu_table.py):
 //   peer=sinter model=<m> compile_s=<first call, s> median_step_s=<s> threads=<n> iters=<n>
 //   loss=<first step> final_loss=<last step> maxrss_mb=<ru_maxrss> base_rss_mb=<ru_maxrss
 //   before the model> planned_peak_mb=<memory_plan().peak_bytes()> state_mb=<parameters + m + v>
@@ -24,6 +24,11 @@
 // planned_peak_mb is what the compiled step allocates besides its inputs (arena of
 // intermediates plus outputs); state_mb is the parameters and AdamW's m and v.
 // `--threads N` sets SINTER_NUM_THREADS. `--print-params` lists the parameters in order.
+//
+// `--serve` (used by tests/bench/train_rounds.py): after the first call and --warmup steps it
+// prints `ready peer=sinter model=<m> compile_s=<s> loss=<first step> device=<d>`, then
+// answers `run K` on stdin with `times=<s>,...` (K timed steps) until `quit` or the end of the
+// input, and then prints the line above over every step it timed (bench::serve_steps).
 //
 // Build: ninja -C build tests/bench/train_step   (tests/bench/train_run.sh builds and runs all)
 #include "bench_timing.hpp"
@@ -79,6 +84,7 @@ template <class Model> int64_t init_parameters(Model& model, bool print) {
 struct Options : bench::StepFlags {
   std::string model = "mlp";
   bool print_params = false;
+  bool serve = false;
   std::string device = "cpu";
 };
 
@@ -133,12 +139,16 @@ template <class Model> int run(const Options& opt, Model& model, double base_rss
 
   double first_loss = 0, loss = 0;
   bool first = true;
-  bench::StepTiming timing = bench::time_steps(
-      [&] {
-        loss = step(images, labels).loss.value();
-        if (std::exchange(first, false)) first_loss = loss;
-      },
-      opt.warmup, opt.iters);
+  auto one_step = [&] {
+    loss = step(images, labels).loss.value();
+    if (std::exchange(first, false)) first_loss = loss;
+  };
+  auto ready = [&](double first_call_s) {
+    std::printf("ready peer=sinter model=%s compile_s=%.4g loss=%.6f device=%s\n",
+                opt.model.c_str(), first_call_s, first_loss, opt.device.c_str());
+  };
+  bench::StepTiming timing = opt.serve ? bench::serve_steps(one_step, opt.warmup, ready)
+                                       : bench::time_steps(one_step, opt.warmup, opt.iters);
   double first_call = timing.first_call_s, median = timing.median_step_s;
   if (step.runtime().compilations() != 1) {
     std::fprintf(stderr, "train_step: compiled %zu times, expected once\n",
@@ -155,7 +165,7 @@ template <class Model> int run(const Options& opt, Model& model, double base_rss
   std::printf("peer=sinter model=%s compile_s=%.4g median_step_s=%.6g threads=%d iters=%d "
               "loss=%.6f final_loss=%.6f maxrss_mb=%.1f base_rss_mb=%.1f planned_peak_mb=%.2f "
               "state_mb=%.2f params=%lld device=%s tokens_per_s=%.6g flops_per_step=%lld\n",
-              opt.model.c_str(), first_call, median, opt.threads, opt.iters, first_loss, loss,
+              opt.model.c_str(), first_call, median, opt.threads, timing.steps, first_loss, loss,
               maxrss_mb(), base_rss, planned / (1 << 20), state_bytes / (1 << 20),
               static_cast<long long>(params), opt.device.c_str(),
               gpt ? static_cast<double>(tokens_per_step) / median : 0.0,
@@ -167,9 +177,10 @@ int usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--model mlp|vit|gpt|gpt2-small] [--device cpu|cuda[:N]] [--threads N] "
                "[--warmup N] "
-               "[--iters N] [--print-params]\n"
+               "[--iters N] [--print-params] [--serve]\n"
                "  one full training step (forward, loss, backward, AdamW) via compile_step,\n"
-               "  batch 128; prints first-call and median step time, losses and memory\n",
+               "  batch 128; prints first-call and median step time, losses and memory\n"
+               "  --serve: after warm-up, answer 'run K' / 'quit' on stdin (train_rounds.py)\n",
                argv0);
   return 2;
 }
@@ -187,6 +198,8 @@ int main(int argc, char** argv) {
       opt.model = argv[++i];
     else if (a == "--print-params")
       opt.print_params = true;
+    else if (a == "--serve")
+      opt.serve = true;
     else if (a == "--device" && i + 1 < argc)
       opt.device = argv[++i];
     else

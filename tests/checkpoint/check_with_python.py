@@ -11,9 +11,12 @@ With --writer, the sample files are written first: FILE with every dtype, and FI
   - loaded with `safetensors.torch.load_file` when torch is importable,
 and compared with the expected names, dtypes, shapes, values and metadata; finally the reference
 writer (`safetensors.numpy.save` / `safetensors.torch.save`) must produce the same bytes.
-Exits 77 (meson's SKIP) when safetensors or numpy is missing.
+Exits 77 (meson's SKIP) when safetensors or numpy is missing. With SINTER_INTEROP_PYTHON set
+(CI sets it to the venv .ci/setup made), the check runs under that interpreter and a missing
+package is a failure, not a skip.
 """
 import argparse
+import os
 import pathlib
 import subprocess
 import sys
@@ -147,11 +150,22 @@ def main():
     parser.add_argument("files", nargs="+")
     args = parser.parse_args()
 
+    required_python = os.environ.get("SINTER_INTEROP_PYTHON")
+    if required_python and not os.environ.get("SINTER_INTEROP_REEXEC"):
+        if not os.access(required_python, os.X_OK):
+            print(f"FAIL: SINTER_INTEROP_PYTHON={required_python} is not an executable "
+                  "(run .ci/setup, which creates it)")
+            return 1
+        env = dict(os.environ, SINTER_INTEROP_REEXEC="1")
+        return subprocess.run([required_python, *sys.argv], env=env).returncode
     try:
         import numpy as np
         import safetensors
         import safetensors.numpy  # noqa: F401
-    except ImportError:
+    except ImportError as e:
+        if required_python:
+            print(f"FAIL: {required_python} cannot import {e.name} (run .ci/setup)")
+            return 1
         print("skipped: safetensors not installed (needs the safetensors and numpy packages)")
         return SKIP
     try:

@@ -2,7 +2,7 @@
 //
 // Usage: write_sample [--numpy-only] FILE
 // The table and value formulas are mirrored in check_with_python.py; change both together.
-#include "jit/runtime/checkpoint.hpp"
+#include "jit/io/checkpoint.hpp"
 
 #include <cstdio>
 #include <exception>

@@ -4,6 +4,7 @@
 # writes REPORT_DIR/report.md with every command, its exit status and its result lines.
 #
 # Usage: ./run.sh [STAGE...]     stages: info tests recipes bench (default: all, in that order)
+# Exits 1 when any step failed (the report lists which), 0 when all passed.
 # Environment: REPORT_DIR (default $OUT, else ./report), RECIPE_EPOCHS (default: each recipe's
 # own, as in docs/perf.md's CPU table), BENCH_ITERS (default 50), PYTHON (default python3, with
 # torch built for CUDA).
@@ -16,6 +17,9 @@ export LD_LIBRARY_PATH="$HERE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export SINTER_CACHE_DIR="$REPORT_DIR/kernel-cache"
 export SINTER_LIBDEVICE="$HERE/lib/libdevice.10.bc"
 REPORT="$REPORT_DIR/report.md"
+# On a GPU machine a CUDA suite that skips is a failure: nothing was tested.
+export SINTER_REQUIRE_GPU=1
+failed_steps=()
 stages=("$@")
 [[ ${#stages[@]} -gt 0 ]] || stages=(info tests recipes bench)
 
@@ -36,6 +40,7 @@ step() {
     grep -E "$pattern" "$log" | tail -n 40
     echo '```'
   } >>"$REPORT"
+  [[ $status == 0 ]] || failed_steps+=("$name (exit $status)")
   return $status
 }
 
@@ -87,4 +92,10 @@ for stage in "${stages[@]}"; do
     *) echo "run.sh: unknown stage '$stage' (info tests recipes bench)" >&2; exit 2 ;;
   esac
 done
+{
+  echo "### summary"
+  if [[ ${#failed_steps[@]} -eq 0 ]]; then echo "all steps passed"
+  else printf 'FAILED: %s\n' "${failed_steps[@]}"; fi
+} >>"$REPORT"
 echo "report: $REPORT"
+[[ ${#failed_steps[@]} -eq 0 ]] || { printf 'run.sh: FAILED: %s\n' "${failed_steps[@]}" >&2; exit 1; }

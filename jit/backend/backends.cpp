@@ -1,0 +1,98 @@
+// jit/backend/backends.cpp — the backend table (one line per backend), device names, and the
+// interpreter as a backend
+#include "jit/backend/backends.hpp"
+
+#include "jit/backend/cpu/cpu_executable.hpp"
+#include "jit/backend/cuda/gpu_executable.hpp"
+#include "jit/interp/interpreter.hpp"
+
+#include <ostream>
+#include <stdexcept>
+
+namespace sinter {
+namespace {
+
+/// The float64 reference interpreter behind the Executable interface: no kernels, no arena.
+class InterpreterExecutable final : public Executable {
+public:
+  explicit InterpreterExecutable(const Graph& graph) : graph_(graph) {}
+
+  void run_into(std::span<const HostTensor* const> inputs,
+                std::span<HostTensor> outputs) const override {
+    std::vector<F64Tensor> values;
+    for (const HostTensor* t : inputs)
+      values.push_back(F64Tensor{t->shape(), t->to_doubles()});
+    std::vector<F64Tensor> results = interpret(graph_, values);
+    for (std::size_t i = 0; i < results.size(); ++i)
+      outputs[i] = HostTensor::from_doubles(graph_.type(graph_.outputs()[i].id).dtype,
+                                            results[i].shape, results[i].data);
+  }
+  const MemoryPlan& memory_plan() const override { return none_; }
+  const CompileReport& report() const override { return report_; }
+  void dump(const DumpSelection&, std::ostream&) const override {}
+
+private:
+  const Graph& graph_; // owned by the CompiledGraph, which outlives its executable
+  MemoryPlan none_;
+  CompileReport report_;
+};
+
+std::unique_ptr<Executable> compile_for_interpreter(const Graph& graph, const Device&, Context&) {
+  return std::make_unique<InterpreterExecutable>(graph);
+}
+
+// NOTE: a new backend is a folder under jit/backend/ with a compile function, a Backend value
+// and one line here.
+constexpr BackendEntry table[] = {
+    {Backend::cpu, "cpu", false, compile_for_cpu},
+    {Backend::cuda, "cuda", true, compile_for_cuda},
+    {Backend::interpreter, "interpreter", false, compile_for_interpreter},
+};
+
+std::string accepted_names() {
+  std::string names;
+  for (const BackendEntry& e : table) {
+    if (!names.empty()) names += ", ";
+    names += std::string(e.name);
+    if (e.numbered) names += ", " + std::string(e.name) + ":N (N = 0, 1, ...)";
+  }
+  return names;
+}
+
+} // namespace
+
+std::span<const BackendEntry> backends() { return table; }
+
+const BackendEntry& backend_entry(Backend backend) {
+  for (const BackendEntry& e : table)
+    if (e.backend == backend) return e;
+  throw std::logic_error("sinter: backend " + std::to_string(static_cast<int>(backend)) +
+                         " has no entry in jit/backend/backends.cpp");
+}
+
+Device Device::parse(std::string_view text) {
+  auto bad = [&] {
+    return std::invalid_argument("sinter: '" + std::string(text) + "' is not a device — use " +
+                                 accepted_names());
+  };
+  for (const BackendEntry& e : table) {
+    if (text == e.name) return e.backend;
+    if (!e.numbered || !text.starts_with(e.name) || text.size() <= e.name.size() + 1 ||
+        text[e.name.size()] != ':' || text.size() > e.name.size() + 5)
+      continue;
+    int ordinal = 0;
+    for (char c : text.substr(e.name.size() + 1)) {
+      if (c < '0' || c > '9') throw bad();
+      ordinal = ordinal * 10 + (c - '0');
+    }
+    return Device(e.backend, ordinal);
+  }
+  throw bad();
+}
+
+std::string Device::name() const {
+  const BackendEntry& e = backend_entry(backend);
+  return std::string(e.name) + (e.numbered ? ":" + std::to_string(ordinal) : "");
+}
+
+} // namespace sinter

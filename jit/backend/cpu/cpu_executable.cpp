@@ -1,0 +1,173 @@
+// jit/backend/cpu/cpu_executable.cpp — kernel launches over a static arena, GEMMs through the
+// bridge
+#include "jit/backend/cpu/cpu_executable.hpp"
+
+#include "jit/backend/cpu/cpu_schedule.hpp"
+#include "jit/passes/passes.hpp"
+#include "jit/pipeline/pipeline.hpp"
+#include "jit/runtime/context.hpp"
+#include "kernels/blas_gemm.hpp"
+
+#include <chrono>
+#include <cstring>
+#include <new>
+
+namespace sinter {
+namespace {
+
+/// Chunks of at least this many elements are worth handing to another thread.
+constexpr int64_t elements_per_chunk = 1 << 14;
+
+} // namespace
+
+namespace {
+
+/// Work (multiply-adds per matrix) under which a GEMM runs as a fused loop kernel instead of a
+/// library call: for the many tiny per-head products of attention, call overhead dominates.
+constexpr int64_t small_gemm_work = 32 * 32 * 32;
+
+/// Rewrites small batched matmuls as broadcast-multiply-reduce, which fusion turns into one
+/// generated kernel (C[.., i, j] = sum over k of A[.., i, k] * B[.., k, j]).
+Graph small_matmuls_as_reductions(const Graph& graph) {
+  return rebuild(graph, [](const Node& n, std::span<const Value> in) -> Value {
+    if (n.op != OpId::matmul) return {};
+    Shape a = in[0].shape(), b = in[1].shape();
+    int64_t m = a[a.size() - 2], k = a.back(), nn = b.back();
+    if (a.size() < 3 || m * k * nn > small_gemm_work || !is_float(n.type.dtype)) return {};
+    Shape batch(a.begin(), a.end() - 2);
+    auto with = [&](Shape tail) {
+      Shape s = batch;
+      s.insert(s.end(), tail.begin(), tail.end());
+      return s;
+    };
+    Value lhs =
+        emit(OpId::broadcast, {reshape(in[0], with({m, k, 1}))}, Attrs{.ints = with({m, k, nn})});
+    Value rhs =
+        emit(OpId::broadcast, {reshape(in[1], with({1, k, nn}))}, Attrs{.ints = with({m, k, nn})});
+    auto axis = static_cast<int64_t>(batch.size() + 1);
+    return emit(OpId::reduce_sum, {lhs * rhs}, Attrs{.ints = {axis}});
+  });
+}
+
+} // namespace
+
+CpuExecutable::CpuExecutable(Graph graph, KernelLibrary& library, ThreadPool& pool)
+    : graph_(std::make_unique<Graph>(small_matmuls_as_reductions(graph))), fusion_(fuse(*graph_)),
+      memory_(fusion_), pool_(pool) {
+  auto start = std::chrono::steady_clock::now();
+  kernels::set_gemm_threads(1);
+  report_.kernels = fusion_.kernels.size();
+  for (const Kernel& k : fusion_.kernels)
+    entries_.push_back(k.kind == KernelKind::gemm ? nullptr : library.get(fusion_, k, report_));
+  report_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  arena_.reset(
+      new (std::align_val_t(MemoryPlan::alignment))
+          std::byte[static_cast<std::size_t>(std::max<int64_t>(memory_.arena_bytes(), 1))]);
+}
+
+std::vector<HostTensor> CpuExecutable::run(std::span<const HostTensor> inputs) const {
+  std::vector<HostTensor> results;
+  for (const NamedValue& out : graph_->outputs())
+    results.emplace_back(graph_->type(out.id).dtype, graph_->type(out.id).shape);
+  run_into(inputs, results);
+  return results;
+}
+
+void CpuExecutable::run_into(std::span<const HostTensor> inputs,
+                             std::span<HostTensor> results) const {
+  std::vector<const HostTensor*> pointers;
+  for (const HostTensor& t : inputs)
+    pointers.push_back(&t);
+  run_into(pointers, results);
+}
+
+void CpuExecutable::run_into(std::span<const HostTensor* const> inputs,
+                             std::span<HostTensor> results) const {
+  std::lock_guard lock(run_mutex_);
+  const Graph& g = *graph_;
+  std::vector<void*> pointer(g.size(), nullptr);
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    pointer[g.inputs()[i].id] = const_cast<std::byte*>(inputs[i]->bytes().data());
+  for (const BufferSlot& slot : memory_.slots())
+    pointer[slot.node] = arena_.get() + slot.offset;
+  for (std::size_t i = 0; i < g.outputs().size(); ++i) {
+    const TensorType& t = g.type(g.outputs()[i].id);
+    // (A default HostTensor looks like an f32 scalar but owns no bytes.)
+    if (results[i].dtype() != t.dtype || results[i].shape() != t.shape ||
+        results[i].bytes().size() !=
+            static_cast<std::size_t>(numel(t.shape)) * dtype_bytes(t.dtype))
+      results[i] = HostTensor(t.dtype, t.shape);
+  }
+  // Kernel roots that are outputs write straight into the first result naming them.
+  for (std::size_t i = 0; i < g.outputs().size(); ++i) {
+    ValueId id = g.outputs()[i].id;
+    if (g.node(id).op != OpId::input && !pointer[id]) pointer[id] = results[i].bytes().data();
+  }
+
+  std::vector<void*> args;
+  for (std::size_t k = 0; k < fusion_.kernels.size(); ++k) {
+    const Kernel& kernel = fusion_.kernels[k];
+    if (kernel.kind == KernelKind::gemm) {
+      const Node& root = g.node(kernel.root);
+      Shape a = g.type(kernel.gemm_a.logical).shape, c = root.type.shape;
+      kernels::GemmShape s;
+      s.m = c[c.size() - 2];
+      s.n = c.back();
+      s.k = kernel.gemm_a.transposed ? a[a.size() - 2] : a.back();
+      s.trans_a = kernel.gemm_a.transposed;
+      s.trans_b = kernel.gemm_b.transposed;
+      int64_t batches = numel(c) / std::max<int64_t>(1, s.m * s.n);
+      auto elem = static_cast<int64_t>(dtype_bytes(root.type.dtype));
+      auto* pa = static_cast<std::byte*>(pointer[kernel.gemm_a.buffer]);
+      auto* pb = static_cast<std::byte*>(pointer[kernel.gemm_b.buffer]);
+      auto* pc = static_cast<std::byte*>(pointer[kernel.root]);
+      // Row blocks of C run on the pool, each a single-threaded library GEMM.
+      int64_t block = std::max<int64_t>(16, (s.m + static_cast<int64_t>(pool_.size()) - 1) /
+                                                static_cast<int64_t>(pool_.size()));
+      int64_t blocks = (s.m + block - 1) / block;
+      pool_.parallel_for(batches * blocks, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t job = begin; job < end; ++job) {
+          int64_t i = job / blocks, row = (job % blocks) * block;
+          kernels::GemmShape part = s;
+          part.m = std::min(block, s.m - row);
+          part.lda = s.trans_a ? s.m : s.k;
+          part.ldb = s.trans_b ? s.k : s.n;
+          part.ldc = s.n;
+          std::byte* a = pa + i * s.m * s.k * elem + (s.trans_a ? row : row * s.k) * elem;
+          kernels::gemm(root.type.dtype, part, a, pb + i * s.k * s.n * elem,
+                        pc + (i * s.m * s.n + row * s.n) * elem);
+        }
+      });
+      continue;
+    }
+    args.assign({pointer[kernel.root]});
+    for (ValueId r : kernel.reads)
+      args.push_back(pointer[r]);
+    int64_t range = parallel_range(g, kernel);
+    int64_t chunk = std::max<int64_t>(1, elements_per_chunk / work_per_step(g, kernel));
+    KernelEntry entry = entries_[k];
+    pool_.parallel_for(range, chunk,
+                       [&](int64_t begin, int64_t end) { entry(args.data(), begin, end); });
+  }
+
+  // Outputs no kernel wrote: graph inputs passed through, and repeated outputs.
+  for (std::size_t i = 0; i < g.outputs().size(); ++i) {
+    ValueId id = g.outputs()[i].id;
+    void* source = pointer[id];
+    if (source == results[i].bytes().data()) continue;
+    std::memcpy(results[i].bytes().data(), source, results[i].bytes().size());
+  }
+}
+
+void CpuExecutable::dump(const DumpSelection& dump, std::ostream& out) const {
+  if (dump.wants("fuse")) out << "// sinter " << fusion_.print();
+  if (dump.wants("memory")) out << "// sinter " << memory_.print();
+}
+
+std::unique_ptr<Executable> compile_for_cpu(const Graph& graph, const Device&, Context& context) {
+  auto executable = std::make_unique<CpuExecutable>(graph, context.kernels(), context.pool());
+  context.cache().record_run_stats();
+  return executable;
+}
+
+} // namespace sinter

@@ -1,0 +1,52 @@
+// jit/backend/cpu/cpu_executable.hpp — a compiled step on the CPU: kernels, arena, launches
+#pragma once
+#include "jit/backend/cpu/kernel_library.hpp"
+#include "jit/backend/cpu/thread_pool.hpp"
+#include "jit/backend/device.hpp"
+#include "jit/backend/executable.hpp"
+
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+namespace sinter {
+
+class CpuExecutable final : public Executable {
+public:
+  /// Fuses `graph` (primitives only), plans its memory and fetches or compiles every kernel.
+  CpuExecutable(Graph graph, KernelLibrary& library, ThreadPool& pool);
+
+  /// Runs one step. Inputs follow graph().inputs() and must already have the right types.
+  /// Not re-entrant: concurrent calls on one executable are serialised (they share the arena).
+  std::vector<HostTensor> run(std::span<const HostTensor> inputs) const;
+  /// The same, writing into `outputs` (one per graph output, already of the right types), so a
+  /// loop of steps allocates nothing.
+  void run_into(std::span<const HostTensor> inputs, std::span<HostTensor> outputs) const;
+  /// The same with inputs by pointer (callers that keep them in several places).
+  void run_into(std::span<const HostTensor* const> inputs,
+                std::span<HostTensor> outputs) const override;
+
+  const Graph& graph() const { return *graph_; }
+  const FusionPlan& fusion() const { return fusion_; }
+  const MemoryPlan& memory_plan() const override { return memory_; }
+  const CompileReport& report() const override { return report_; }
+  void dump(const DumpSelection& dump, std::ostream& out) const override;
+
+private:
+  std::unique_ptr<Graph> graph_; // stable address: the fusion plan points at it
+  FusionPlan fusion_;
+  MemoryPlan memory_;
+  ThreadPool& pool_;
+  std::vector<KernelEntry> entries_; ///< per kernel; null for GEMMs
+  CompileReport report_;
+  mutable std::mutex run_mutex_;
+  mutable std::unique_ptr<std::byte[]> arena_;
+};
+
+class Context;
+/// The CPU's entry in the backend table: kernels from the context's library, its thread pool.
+std::unique_ptr<Executable> compile_for_cpu(const Graph& optimized, const Device& device,
+                                            Context& context);
+
+} // namespace sinter

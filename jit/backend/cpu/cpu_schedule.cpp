@@ -1,0 +1,220 @@
+// jit/backend/cpu/cpu_schedule.cpp — CPU loop nests over a parallel slice: loops, row and
+// column reductions, serial scatter; math through intrinsics, libm and a vector-friendly tanh
+#include "jit/backend/cpu/cpu_schedule.hpp"
+
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/Module.h>
+
+#include <algorithm>
+
+namespace sinter {
+namespace {
+
+int64_t product(const Shape& s, std::size_t from, std::size_t to) {
+  int64_t p = 1;
+  for (std::size_t i = from; i < to; ++i)
+    p *= s[i];
+  return p;
+}
+
+bool reduces_last_axis(const Graph& g, const Node& root) {
+  Shape xs = g.type(root.inputs[0]).shape;
+  return xs.empty() || std::find(root.attrs.ints.begin(), root.attrs.ints.end(),
+                                 static_cast<int64_t>(xs.size() - 1)) != root.attrs.ints.end();
+}
+
+/// Emits the body of one CPU kernel over [begin, end) of its parallel range.
+class CpuBody {
+public:
+  explicit CpuBody(KernelEmitter& e) : e_(e), b_(e.builder()), root_(e.root()) {}
+
+  void loop(llvm::Value* begin, llvm::Value* end) {
+    Shape s = root_.type.shape;
+    Shape rows_shape(s.begin(), s.end() - (s.empty() ? 0 : 1));
+    int64_t inner = s.empty() ? 1 : s.back();
+    e_.emit_for(begin, end, [&](llvm::Value* row) {
+      Index row_idx = e_.delinearize(row, rows_shape);
+      llvm::Value* row_base = b_.CreateMul(row, e_.i64(inner));
+      e_.emit_for(e_.i64(0), e_.i64(inner), [&](llvm::Value* j) {
+        e_.clear_memo();
+        Index idx = row_idx;
+        if (!s.empty()) idx.push_back(j);
+        llvm::Value* v = e_.compute(e_.kernel().root, idx);
+        e_.store_out(v, b_.CreateAdd(row_base, j), root_.type.dtype);
+      });
+    });
+  }
+
+  void reduce(llvm::Value* begin, llvm::Value* end) {
+    ValueId operand = root_.inputs[0];
+    Shape out_shape = root_.type.shape;
+    Shape reduced_dims = e_.reduced_dims();
+    DType t = root_.type.dtype;
+    llvm::AllocaInst* acc = e_.entry_alloca(e_.compute_type(t));
+    auto load_acc = [&] { return b_.CreateLoad(acc->getAllocatedType(), acc); };
+
+    if (e_.reduces_last_axis()) {
+      // Contiguous reduction: each output element folds its lanes, innermost loop contiguous.
+      e_.emit_for(begin, end, [&](llvm::Value* flat_out) {
+        Index out_idx = e_.delinearize(flat_out, out_shape);
+        b_.CreateStore(e_.reduce_init(root_), acc);
+        e_.emit_nest(reduced_dims, [&](const Index& red_idx) {
+          e_.clear_memo();
+          llvm::Value* x = e_.compute(operand, e_.operand_index(out_idx, red_idx));
+          b_.CreateStore(e_.combine(root_, load_acc(), x), acc);
+        });
+        e_.store_out(load_acc(), flat_out, t);
+      });
+      return;
+    }
+    // The last axis is kept: accumulate whole output rows, innermost loop over that axis.
+    Shape rows_shape(out_shape.begin(), out_shape.end() - 1);
+    int64_t inner = out_shape.back();
+    e_.emit_for(begin, end, [&](llvm::Value* row) {
+      Index row_idx = e_.delinearize(row, rows_shape);
+      llvm::Value* base = b_.CreateMul(row, e_.i64(inner));
+      e_.emit_for(e_.i64(0), e_.i64(inner), [&](llvm::Value* j) {
+        e_.store_out(e_.reduce_init(root_), b_.CreateAdd(base, j), t);
+      });
+      e_.emit_nest(reduced_dims, [&](const Index& red_idx) {
+        e_.emit_for(e_.i64(0), e_.i64(inner), [&](llvm::Value* j) {
+          e_.clear_memo();
+          Index out_idx = row_idx;
+          out_idx.push_back(j);
+          llvm::Value* x = e_.compute(operand, e_.operand_index(out_idx, red_idx));
+          llvm::Value* slot = b_.CreateAdd(base, j);
+          e_.store_out(e_.combine(root_, e_.load_out(slot, t), x), slot, t);
+        });
+      });
+    });
+  }
+
+private:
+  KernelEmitter& e_;
+  llvm::IRBuilder<>& b_;
+  const Node& root_;
+};
+
+llvm::Value* call_libm(KernelEmitter& e, const char* f32_name, const char* f64_name,
+                       llvm::Value* x) {
+  bool is_double = x->getType()->isDoubleTy();
+  auto callee =
+      e.module().getOrInsertFunction(is_double ? f64_name : f32_name, x->getType(), x->getType());
+  return e.builder().CreateCall(callee, {x});
+}
+
+/// tanh without a scalar libm call for f32, so loops stay vectorised (exp is vectorised
+/// through libmvec): an odd Taylor polynomial near 0, where 1 - 2/(e^2x + 1) would cancel,
+/// and that formula elsewhere. Both within a few f32 ulps. f64 keeps libm's tanh.
+llvm::Value* vector_friendly_tanh(KernelEmitter& e, llvm::Value* x) {
+  if (x->getType()->isDoubleTy()) return call_libm(e, "tanhf", "tanh", x);
+  llvm::IRBuilder<>& b = e.builder();
+  llvm::Type* t = x->getType();
+  auto c = [&](double v) { return llvm::ConstantFP::get(t, v); };
+  llvm::Value* ax = b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x);
+  // tanh x = Σ T_k x^(2k+1); T_k from the Bernoulli numbers: 1, -1/3, 2/15, -17/315, ...
+  static constexpr double taylor[] = {1.0,
+                                      -1.0 / 3.0,
+                                      2.0 / 15.0,
+                                      -17.0 / 315.0,
+                                      62.0 / 2835.0,
+                                      -1382.0 / 155925.0,
+                                      21844.0 / 6081075.0,
+                                      -929569.0 / 638512875.0,
+                                      6404582.0 / 10854718875.0};
+  llvm::Value* x2 = b.CreateFMul(x, x);
+  llvm::Value* poly = c(taylor[8]);
+  for (int k = 7; k >= 0; --k)
+    poly = b.CreateFAdd(b.CreateFMul(poly, x2), c(taylor[k]));
+  llvm::Value* near_zero = b.CreateFMul(poly, x);
+  // 1 - 2 / (e^(2|x|) + 1), with the sign of x; e^(2|x|) overflows to inf → exactly 1.
+  llvm::Value* ex = b.CreateUnaryIntrinsic(llvm::Intrinsic::exp, b.CreateFMul(ax, c(2.0)));
+  llvm::Value* far = b.CreateFSub(c(1.0), b.CreateFDiv(c(2.0), b.CreateFAdd(ex, c(1.0))));
+  far = b.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, far, x);
+  return b.CreateSelect(b.CreateFCmpOLT(ax, c(0.55)), near_zero, far);
+}
+
+} // namespace
+
+void CpuSchedule::emit(KernelEmitter& e, const std::string& name) {
+  // The exported entry unpacks the buffer table and calls an always-inlined body whose
+  // pointer parameters are noalias: after inlining, LLVM keeps that as alias scopes, which
+  // lets the vectoriser skip runtime overlap checks.
+  llvm::IRBuilder<>& b = e.builder();
+  const Kernel& kernel = e.kernel();
+  auto* ptr = b.getPtrTy();
+  auto* i64 = b.getInt64Ty();
+  std::vector<llvm::Type*> body_params(1 + kernel.reads.size(), ptr);
+  body_params.push_back(i64);
+  body_params.push_back(i64);
+  auto* body_type = llvm::FunctionType::get(b.getVoidTy(), body_params, false);
+  auto* body = llvm::Function::Create(body_type, llvm::Function::InternalLinkage, name + ".body",
+                                      e.module());
+  body->addFnAttr(llvm::Attribute::AlwaysInline);
+  // An in-place kernel reads and writes one buffer, so its pointers may alias.
+  if (!kernel.in_place())
+    for (std::size_t i = 0; i + 2 < body_params.size(); ++i)
+      body->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::NoAlias);
+
+  auto* entry_type = llvm::FunctionType::get(b.getVoidTy(), {ptr, i64, i64}, false);
+  auto* entry =
+      llvm::Function::Create(entry_type, llvm::Function::ExternalLinkage, name, e.module());
+  b.SetInsertPoint(llvm::BasicBlock::Create(e.context(), "entry", entry));
+  std::vector<llvm::Value*> args;
+  for (std::size_t i = 0; i <= kernel.reads.size(); ++i)
+    args.push_back(b.CreateLoad(ptr, b.CreateConstGEP1_64(ptr, entry->getArg(0), i)));
+  args.push_back(entry->getArg(1));
+  args.push_back(entry->getArg(2));
+  b.CreateCall(body, args);
+  b.CreateRetVoid();
+
+  std::vector<llvm::Value*> reads;
+  for (std::size_t i = 0; i < kernel.reads.size(); ++i)
+    reads.push_back(body->getArg(static_cast<unsigned>(i + 1)));
+  e.begin_function(body, body->getArg(0), reads);
+  llvm::Value* begin = body->getArg(static_cast<unsigned>(kernel.reads.size() + 1));
+  llvm::Value* end = body->getArg(static_cast<unsigned>(kernel.reads.size() + 2));
+  CpuBody emit_body(e);
+  switch (kernel.kind) {
+  case KernelKind::loop: emit_body.loop(begin, end); break;
+  case KernelKind::reduce: emit_body.reduce(begin, end); break;
+  // Serial over the parallel range (1): rows may repeat, so updates must not race.
+  case KernelKind::scatter_add: e.emit_serial_scatter(begin, end); break;
+  case KernelKind::gemm: break;
+  }
+  b.CreateRetVoid();
+}
+
+llvm::Value* CpuSchedule::math(KernelEmitter& e, MathFunction function,
+                               std::span<llvm::Value* const> args) {
+  llvm::IRBuilder<>& b = e.builder();
+  switch (function) {
+  case MathFunction::exp: return b.CreateUnaryIntrinsic(llvm::Intrinsic::exp, args[0]);
+  case MathFunction::log: return b.CreateUnaryIntrinsic(llvm::Intrinsic::log, args[0]);
+  case MathFunction::tanh: return vector_friendly_tanh(e, args[0]);
+  case MathFunction::erf: return call_libm(e, "erff", "erf", args[0]);
+  case MathFunction::pow: return b.CreateBinaryIntrinsic(llvm::Intrinsic::pow, args[0], args[1]);
+  }
+  return nullptr;
+}
+
+int64_t parallel_range(const Graph& g, const Kernel& k) {
+  Shape s = g.type(k.root).shape;
+  switch (k.kind) {
+  case KernelKind::loop: return s.empty() ? 1 : product(s, 0, s.size() - 1);
+  case KernelKind::reduce:
+    return reduces_last_axis(g, g.node(k.root)) ? numel(s) : product(s, 0, s.size() - 1);
+  case KernelKind::scatter_add: return 1;
+  case KernelKind::gemm: return 1;
+  }
+  return 1;
+}
+
+int64_t work_per_step(const Graph& g, const Kernel& k) {
+  int64_t range = std::max<int64_t>(1, parallel_range(g, k));
+  int64_t elements = numel(g.type(k.root).shape);
+  if (k.kind == KernelKind::reduce) elements = numel(g.type(g.node(k.root).inputs[0]).shape);
+  return std::max<int64_t>(1, elements / range);
+}
+
+} // namespace sinter

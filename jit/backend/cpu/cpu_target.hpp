@@ -1,0 +1,40 @@
+// jit/backend/cpu/cpu_target.hpp — the CPU target: O3 + host features through LLVM, loaded by ORC
+#pragma once
+#include "jit/passes/fuse.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace sinter {
+
+/// Entry point of a compiled loop/reduce/scatter kernel (see jit/backend/cpu/cpu_schedule.hpp).
+using KernelEntry = void (*)(void* const* buffers, int64_t begin, int64_t end);
+
+class CpuTarget {
+public:
+  CpuTarget();
+  ~CpuTarget();
+  CpuTarget(const CpuTarget&) = delete;
+  CpuTarget& operator=(const CpuTarget&) = delete;
+
+  /// Everything about this target that changes generated code: triple, CPU, features, LLVM
+  /// version and the emitter's build. Part of every kernel cache key.
+  const std::string& fingerprint() const;
+
+  /// Emits the kernel, optimises it at O3 for the host and returns a relocatable object file.
+  /// When `assembly` is given it receives the optimised machine code as text.
+  std::vector<char> compile(const FusionPlan& plan, const Kernel& kernel, const std::string& symbol,
+                            std::string* assembly = nullptr);
+
+  /// Links an object produced by compile() into the JIT and returns its entry point.
+  KernelEntry load(std::span<const char> object, const std::string& symbol);
+
+private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+} // namespace sinter

@@ -1,0 +1,151 @@
+// jit/backend/cuda/cuda_device.cpp — contexts, buffers, and the memory → disk → LLVM kernel lookup
+#include "jit/backend/cuda/cuda_device.hpp"
+
+#include "kernels/cublaslt_gemm.hpp"
+
+#include <array>
+#include <stdexcept>
+#include <utility>
+
+namespace sinter {
+
+DeviceBuffer::DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
+  if (bytes == 0) return;
+  const cuda::Driver& d = cuda::require_driver();
+  d.check(d.cuMemAlloc(&ptr_, bytes), "cuMemAlloc");
+}
+DeviceBuffer::~DeviceBuffer() {
+  if (ptr_) cuda::driver()->cuMemFree(ptr_);
+}
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : ptr_(std::exchange(other.ptr_, 0)), bytes_(std::exchange(other.bytes_, 0)) {}
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  std::swap(ptr_, other.ptr_);
+  std::swap(bytes_, other.bytes_);
+  return *this;
+}
+
+PinnedBuffer::PinnedBuffer(std::size_t bytes) : bytes_(bytes) {
+  if (bytes == 0) return;
+  const cuda::Driver& d = cuda::require_driver();
+  void* p = nullptr;
+  d.check(d.cuMemAllocHost(&p, bytes), "cuMemAllocHost");
+  data_ = static_cast<std::byte*>(p);
+}
+PinnedBuffer::~PinnedBuffer() {
+  if (data_) cuda::driver()->cuMemFreeHost(data_);
+}
+PinnedBuffer::PinnedBuffer(PinnedBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
+  std::swap(data_, other.data_);
+  std::swap(bytes_, other.bytes_);
+  return *this;
+}
+
+CudaDevice& CudaDevice::get(int ordinal) {
+  static std::mutex mutex;
+  static std::vector<std::unique_ptr<CudaDevice>> devices;
+  std::lock_guard lock(mutex);
+  const cuda::Driver& d = cuda::require_driver();
+  if (devices.empty()) {
+    int count = 0;
+    d.check(d.cuDeviceGetCount(&count), "cuDeviceGetCount");
+    devices.resize(static_cast<std::size_t>(count));
+  }
+  if (ordinal < 0 || static_cast<std::size_t>(ordinal) >= devices.size())
+    throw std::runtime_error("sinter: there is no GPU cuda:" + std::to_string(ordinal) + "; " +
+                             std::to_string(devices.size()) +
+                             " visible (see `sinter info`, CUDA_VISIBLE_DEVICES)");
+  auto& slot = devices[static_cast<std::size_t>(ordinal)];
+  if (!slot) slot.reset(new CudaDevice(d, ordinal));
+  return *slot;
+}
+
+CudaDevice::CudaDevice(const cuda::Driver& driver, int ordinal) : driver_(driver) {
+  info_ = driver.devices().at(static_cast<std::size_t>(ordinal));
+  driver.check(driver.cuDeviceGet(&handle_, ordinal), "cuDeviceGet");
+  driver.check(driver.cuDevicePrimaryCtxRetain(&context_, handle_), "cuDevicePrimaryCtxRetain");
+  make_current();
+  driver.check(driver.cuStreamCreate(&stream_, cuda::stream_non_blocking), "cuStreamCreate");
+  driver.check(driver.cuStreamCreate(&copy_stream_, cuda::stream_non_blocking), "cuStreamCreate");
+  // A GPU newer than this LLVM gets PTX for the newest target it knows; the driver compiles
+  // that PTX for the GPU (PTX is forward-compatible).
+  target_ = std::make_unique<NvptxTarget>(NvptxTarget::best_target_for(info_.compute_capability));
+  // The cubin is for this GPU (the driver assembles the PTX for it), whatever the PTX target.
+  kernels_ = std::make_unique<KernelLookup<cuda::FunctionHandle>>(
+      target_->fingerprint() + ";gpu sm_" + std::to_string(info_.compute_capability) + ";driver " +
+      std::to_string(driver.version()));
+}
+
+CudaDevice::~CudaDevice() {
+  make_current();
+  for (cuda::ModuleHandle m : modules_)
+    driver_.cuModuleUnload(m);
+  workspace_ = DeviceBuffer();
+  if (stream_) driver_.cuStreamDestroy(stream_);
+  if (copy_stream_) driver_.cuStreamDestroy(copy_stream_);
+  if (context_) driver_.cuDevicePrimaryCtxRelease(handle_);
+}
+
+void CudaDevice::make_current() const {
+  driver_.check(driver_.cuCtxSetCurrent(context_), "cuCtxSetCurrent");
+}
+
+cuda::DevicePtr CudaDevice::gemm_workspace() {
+  std::lock_guard lock(mutex_);
+  if (!workspace_.get()) {
+    make_current();
+    workspace_ = DeviceBuffer(kernels::CublasLt::workspace_bytes);
+  }
+  return workspace_.get();
+}
+
+std::vector<char> CudaDevice::assemble(const std::string& ptx, const std::string& symbol) {
+  std::array<char, 8192> errors{}, messages{};
+  std::array<int, 4> options{cuda::jit_error_log_buffer, cuda::jit_error_log_buffer_size,
+                             cuda::jit_info_log_buffer, cuda::jit_info_log_buffer_size};
+  std::array<void*, 4> values{errors.data(), reinterpret_cast<void*>(errors.size()),
+                              messages.data(), reinterpret_cast<void*>(messages.size())};
+  cuda::LinkHandle link = nullptr;
+  driver_.check(driver_.cuLinkCreate(4, options.data(), values.data(), &link), "cuLinkCreate");
+  // The driver reads the PTX as a C string: pass its terminating NUL too.
+  cuda::Result added =
+      driver_.cuLinkAddData(link, cuda::jit_input_ptx, const_cast<char*>(ptx.c_str()),
+                            ptx.size() + 1, symbol.c_str(), 0, nullptr, nullptr);
+  void* cubin = nullptr;
+  std::size_t size = 0;
+  cuda::Result completed = added == 0 ? driver_.cuLinkComplete(link, &cubin, &size) : added;
+  if (completed != 0) {
+    driver_.cuLinkDestroy(link);
+    throw std::runtime_error("sinter: the CUDA driver rejected the PTX of " + symbol + " for sm_" +
+                             std::to_string(info_.compute_capability) + ": " +
+                             std::string(errors.data()));
+  }
+  std::vector<char> out(static_cast<char*>(cubin), static_cast<char*>(cubin) + size);
+  driver_.cuLinkDestroy(link); // owns the cubin memory
+  return out;
+}
+
+cuda::FunctionHandle CudaDevice::kernel(const FusionPlan& plan, const Kernel& kernel,
+                                        KernelCache& cache, CompileReport& report) {
+  return kernels_->get(
+      plan, kernel, cache, report,
+      [&](const std::string& symbol) {
+        make_current();
+        return assemble(target_->compile(plan, kernel, symbol), symbol);
+      },
+      [&](std::span<const char> cubin, const std::string& symbol) {
+        make_current();
+        cuda::ModuleHandle module = nullptr;
+        driver_.check(driver_.cuModuleLoadDataEx(&module, cubin.data(), 0, nullptr, nullptr),
+                      "cuModuleLoadDataEx");
+        modules_.push_back(module);
+        cuda::FunctionHandle function = nullptr;
+        driver_.check(driver_.cuModuleGetFunction(&function, module, symbol.c_str()),
+                      "cuModuleGetFunction");
+        return function;
+      });
+}
+
+} // namespace sinter

@@ -1,0 +1,93 @@
+// jit/backend/cuda/cuda_device.hpp — one GPU: primary context, streams, workspace, and its
+// kernels through the shared lookup (PTX assembled to cubins by the driver)
+#pragma once
+#include "jit/backend/cuda/cuda_driver.hpp"
+#include "jit/backend/cuda/nvptx_target.hpp"
+#include "jit/runtime/kernel_cache.hpp"
+#include "jit/runtime/kernel_lookup.hpp"
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace sinter {
+
+/// Device memory, freed with its owner.
+class DeviceBuffer {
+public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  cuda::DevicePtr get() const { return ptr_; }
+  std::size_t bytes() const { return bytes_; }
+
+private:
+  cuda::DevicePtr ptr_ = 0;
+  std::size_t bytes_ = 0;
+};
+
+/// Page-locked host memory: the staging area of asynchronous copies.
+class PinnedBuffer {
+public:
+  PinnedBuffer() = default;
+  explicit PinnedBuffer(std::size_t bytes);
+  ~PinnedBuffer();
+  PinnedBuffer(PinnedBuffer&& other) noexcept;
+  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
+  std::byte* data() const { return data_; }
+  std::size_t bytes() const { return bytes_; }
+
+private:
+  std::byte* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+class CudaDevice {
+public:
+  /// GPU `ordinal` of this process (built on first use, kept for the process). Throws
+  /// std::runtime_error saying why when CUDA is unavailable or there is no such GPU.
+  static CudaDevice& get(int ordinal);
+
+  const cuda::DeviceInfo& info() const { return info_; }
+  const cuda::Driver& driver() const { return driver_; }
+  /// Binds the device's context to the calling thread (every entry point calls it).
+  void make_current() const;
+  /// The stream every step of this device runs on, in order.
+  cuda::StreamHandle stream() const { return stream_; }
+  /// A second stream for host→device copies of the next step's inputs, so they overlap the
+  /// step running on stream().
+  cuda::StreamHandle copy_stream() const { return copy_stream_; }
+  /// Scratch memory for cuBLASLt (kernels::CublasLt::workspace_bytes).
+  cuda::DevicePtr gemm_workspace();
+
+  /// The kernel's function: loaded already, a cubin from the disk cache, or PTX from the
+  /// NVPTX target assembled by the driver (and the cubin stored). The key is the CPU scheme's
+  /// with this target: sm_XX, PTX ISA, libdevice and the driver version.
+  cuda::FunctionHandle kernel(const FusionPlan& plan, const Kernel& kernel, KernelCache& cache,
+                              CompileReport& report);
+  NvptxTarget& target() { return *target_; }
+
+  ~CudaDevice();
+
+private:
+  CudaDevice(const cuda::Driver& driver, int ordinal);
+  std::vector<char> assemble(const std::string& ptx, const std::string& symbol);
+
+  const cuda::Driver& driver_;
+  cuda::DeviceInfo info_;
+  int handle_ = 0;
+  cuda::ContextHandle context_ = nullptr;
+  cuda::StreamHandle stream_ = nullptr, copy_stream_ = nullptr;
+  std::unique_ptr<NvptxTarget> target_;
+  std::unique_ptr<KernelLookup<cuda::FunctionHandle>> kernels_;
+  DeviceBuffer workspace_;
+  std::mutex mutex_;
+  std::vector<cuda::ModuleHandle> modules_; ///< loaded cubins (under kernels_'s lock)
+};
+
+} // namespace sinter

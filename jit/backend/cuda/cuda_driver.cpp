@@ -1,0 +1,174 @@
+// jit/backend/cuda/cuda_driver.cpp — dlopen("libcuda.so.1"), symbol resolution, errors, device list
+#include "jit/backend/cuda/cuda_driver.hpp"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <stdexcept>
+
+namespace sinter::cuda {
+namespace {
+
+struct Loaded {
+  Driver driver;
+  bool ok = false;
+  bool no_gpu = false; ///< nothing to use (no driver library, or no device), not a broken one
+  std::string reason;
+};
+
+/// Resolves the first of `names` the library exports (newest ABI first).
+template <class F> bool resolve(void* library, F& slot, std::initializer_list<const char*> names) {
+  for (const char* name : names)
+    if (void* symbol = dlsym(library, name)) {
+      slot = reinterpret_cast<F>(symbol);
+      return true;
+    }
+  return false;
+}
+
+Loaded load() {
+  Loaded loaded;
+  const char* explicit_path = std::getenv("SINTER_LIBCUDA");
+  const char* path = explicit_path ? explicit_path : "libcuda.so.1";
+  void* library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!library) {
+    loaded.no_gpu = !explicit_path; // a path the user named that fails to load is an error
+    const char* why = dlerror();
+    loaded.reason = std::string("cannot load ") + path + " (" + (why ? why : "not found") +
+                    "); install the NVIDIA driver, or set SINTER_LIBCUDA to libcuda.so.1";
+    return loaded;
+  }
+  Driver& d = loaded.driver;
+  std::string missing;
+  auto need = [&](auto& slot, std::initializer_list<const char*> names) {
+    if (!resolve(library, slot, names))
+      missing += std::string(missing.empty() ? "" : ", ") + *names.begin();
+  };
+  need(d.cuInit, {"cuInit"});
+  need(d.cuDriverGetVersion, {"cuDriverGetVersion"});
+  need(d.cuGetErrorName, {"cuGetErrorName"});
+  need(d.cuGetErrorString, {"cuGetErrorString"});
+  need(d.cuDeviceGetCount, {"cuDeviceGetCount"});
+  need(d.cuDeviceGet, {"cuDeviceGet"});
+  need(d.cuDeviceGetName, {"cuDeviceGetName"});
+  need(d.cuDeviceTotalMem, {"cuDeviceTotalMem_v2"});
+  need(d.cuDeviceGetAttribute, {"cuDeviceGetAttribute"});
+  need(d.cuDevicePrimaryCtxRetain, {"cuDevicePrimaryCtxRetain"});
+  need(d.cuDevicePrimaryCtxRelease, {"cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease"});
+  need(d.cuCtxSetCurrent, {"cuCtxSetCurrent"});
+  need(d.cuMemGetInfo, {"cuMemGetInfo_v2"});
+  need(d.cuMemAlloc, {"cuMemAlloc_v2"});
+  need(d.cuMemFree, {"cuMemFree_v2"});
+  need(d.cuMemAllocHost, {"cuMemAllocHost_v2"});
+  need(d.cuMemFreeHost, {"cuMemFreeHost"});
+  need(d.cuMemcpyDtoH, {"cuMemcpyDtoH_v2"});
+  need(d.cuMemcpyHtoDAsync, {"cuMemcpyHtoDAsync_v2"});
+  need(d.cuMemcpyDtoHAsync, {"cuMemcpyDtoHAsync_v2"});
+  need(d.cuMemcpyDtoDAsync, {"cuMemcpyDtoDAsync_v2"});
+  need(d.cuMemsetD8Async, {"cuMemsetD8Async"});
+  need(d.cuStreamCreate, {"cuStreamCreate"});
+  need(d.cuStreamDestroy, {"cuStreamDestroy_v2"});
+  need(d.cuStreamSynchronize, {"cuStreamSynchronize"});
+  need(d.cuStreamWaitEvent, {"cuStreamWaitEvent"});
+  need(d.cuEventCreate, {"cuEventCreate"});
+  need(d.cuEventDestroy, {"cuEventDestroy_v2"});
+  need(d.cuEventRecord, {"cuEventRecord"});
+  need(d.cuEventSynchronize, {"cuEventSynchronize"});
+  need(d.cuEventElapsedTime, {"cuEventElapsedTime_v2", "cuEventElapsedTime"});
+  need(d.cuModuleLoadDataEx, {"cuModuleLoadDataEx"});
+  need(d.cuModuleUnload, {"cuModuleUnload"});
+  need(d.cuModuleGetFunction, {"cuModuleGetFunction"});
+  need(d.cuLaunchKernel, {"cuLaunchKernel"});
+  need(d.cuLinkCreate, {"cuLinkCreate_v2"});
+  need(d.cuLinkAddData, {"cuLinkAddData_v2"});
+  need(d.cuLinkComplete, {"cuLinkComplete"});
+  need(d.cuLinkDestroy, {"cuLinkDestroy"});
+  need(d.cuStreamBeginCapture, {"cuStreamBeginCapture_v2"});
+  need(d.cuStreamEndCapture, {"cuStreamEndCapture"});
+  need(d.cuGraphInstantiateWithFlags, {"cuGraphInstantiateWithFlags"});
+  need(d.cuGraphLaunch, {"cuGraphLaunch"});
+  need(d.cuGraphExecDestroy, {"cuGraphExecDestroy"});
+  need(d.cuGraphDestroy, {"cuGraphDestroy"});
+  if (!missing.empty()) {
+    loaded.reason = std::string(path) + " is too old for sinter (missing " + missing +
+                    "); install an NVIDIA driver for CUDA 12 or newer";
+    return loaded;
+  }
+  if (Result r = d.cuInit(0); r != 0) {
+    constexpr Result no_device = 100; // CUDA_ERROR_NO_DEVICE
+    loaded.no_gpu = r == no_device;
+    const char* name = nullptr;
+    d.cuGetErrorName(r, &name);
+    loaded.reason = std::string("the CUDA driver is installed but cuInit failed with ") +
+                    (name ? name : std::to_string(r)) +
+                    " (no GPU visible? check nvidia-smi and CUDA_VISIBLE_DEVICES)";
+    return loaded;
+  }
+  loaded.ok = true;
+  return loaded; // the library stays loaded for the life of the process
+}
+
+const Loaded& loaded() {
+  static const Loaded instance = load();
+  return instance;
+}
+
+} // namespace
+
+const Driver* driver() { return loaded().ok ? &loaded().driver : nullptr; }
+const std::string& unavailable_reason() { return loaded().reason; }
+bool no_gpu_present() { return !loaded().ok && loaded().no_gpu; }
+
+const Driver& require_driver() {
+  if (const Driver* d = driver()) return *d;
+  throw std::runtime_error("sinter: cannot use CUDA: " + unavailable_reason() +
+                           "; or run on the CPU with --device cpu");
+}
+
+void Driver::check(Result result, const char* call) const {
+  if (result == 0) return;
+  const char* name = nullptr;
+  const char* text = nullptr;
+  cuGetErrorName(result, &name);
+  cuGetErrorString(result, &text);
+  std::string message = std::string("sinter: CUDA ") + call +
+                        " failed: " + (name ? name : "error " + std::to_string(result)) + " (" +
+                        (text ? text : "no description") + ")";
+  if (result == 2) message += "; the GPU is out of memory: use a smaller batch or model";
+  throw std::runtime_error(message);
+}
+
+int Driver::version() const {
+  int v = 0;
+  check(cuDriverGetVersion(&v), "cuDriverGetVersion");
+  return v;
+}
+
+std::vector<DeviceInfo> Driver::devices() const {
+  int count = 0;
+  check(cuDeviceGetCount(&count), "cuDeviceGetCount");
+  std::vector<DeviceInfo> out;
+  for (int i = 0; i < count; ++i) {
+    int device = 0;
+    check(cuDeviceGet(&device, i), "cuDeviceGet");
+    DeviceInfo info;
+    info.ordinal = i;
+    char name[256] = {};
+    check(cuDeviceGetName(name, sizeof name, device), "cuDeviceGetName");
+    info.name = name;
+    check(cuDeviceTotalMem(&info.total_memory, device), "cuDeviceTotalMem");
+    int major = 0, minor = 0;
+    check(cuDeviceGetAttribute(&major, attribute_compute_capability_major, device),
+          "cuDeviceGetAttribute");
+    check(cuDeviceGetAttribute(&minor, attribute_compute_capability_minor, device),
+          "cuDeviceGetAttribute");
+    info.compute_capability = major * 10 + minor;
+    check(cuDeviceGetAttribute(&info.multiprocessors, attribute_multiprocessor_count, device),
+          "cuDeviceGetAttribute");
+    out.push_back(info);
+  }
+  return out;
+}
+
+} // namespace sinter::cuda

@@ -1,0 +1,36 @@
+// jit/backend/cuda/gemm_epilogue.hpp — which GEMMs can absorb the next kernel as a cuBLASLt
+// epilogue
+#pragma once
+#include "jit/passes/fuse.hpp"
+#include "jit/runtime/memory_plan.hpp"
+
+#include <cstddef>
+#include <vector>
+
+namespace sinter {
+
+enum class EpilogueKind {
+  bias,          ///< `absorbed` adds a bias row to the GEMM's result: the GEMM writes its root
+  relu_bias,     ///< ... then applies ReLU
+  gelu_bias,     ///< ... then applies GELU (tanh form)
+  bias_gradient, ///< `absorbed` sums the GEMM's B operand over rows: the GEMM writes that too
+};
+
+/// A kernel (`absorbed`) that runs inside GEMM `gemm` as a cuBLASLt epilogue.
+struct GemmEpilogue {
+  std::size_t gemm = 0, absorbed = 0; ///< kernel indices
+  EpilogueKind kind = EpilogueKind::bias;
+  ValueId bias = 0; ///< bias kinds: the bias vector read [n]
+};
+
+/// Bias: every GEMM followed directly by a loop kernel computing `C + broadcast(bias)`, then
+/// optionally ReLU or GELU (recognised by comparison with the pipeline's own lowering), where that
+/// kernel is C's only reader, C is not an output, the GEMM is not batched, and the kernel's result
+/// does not share memory with the GEMM's operands (the memory plan may reuse an operand's slot once
+/// it is dead). Bias gradient: a reduce kernel that is exactly `reduce_sum(dY, axes {0})` of a 2-D
+/// buffer dY, and a later 2-D GEMM reading dY untransposed as B (dW = Xᵀ·dY), with every reader of
+/// the sum after that GEMM (its slot is reserved from the reduce on, so writing it later is
+/// safe). Each GEMM gets at most one epilogue.
+std::vector<GemmEpilogue> find_gemm_epilogues(const FusionPlan& plan, const MemoryPlan& memory);
+
+} // namespace sinter

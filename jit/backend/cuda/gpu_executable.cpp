@@ -1,0 +1,417 @@
+// jit/backend/cuda/gpu_executable.cpp — executes the launch plan: binding per input set, staging,
+// overlapped uploads, graph capture and replay, carried values, deferred outputs
+#include "jit/backend/cuda/gpu_executable.hpp"
+#include "jit/pipeline/pipeline.hpp"
+#include "jit/runtime/context.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string_view>
+
+namespace sinter {
+
+/// A launch with one input set's device pointers.
+struct GpuExecutable::Bound {
+  std::vector<cuda::DevicePtr> arguments;
+  std::vector<void*> parameters; ///< pointers into `arguments`, for cuLaunchKernel
+  kernels::GpuGemmShape gemm;
+  cuda::DevicePtr a = 0, b = 0, c = 0;
+};
+
+namespace {
+
+/// Events of one input set, shared with the values its runs handed out (which wait on them).
+struct SetEvents {
+  const cuda::Driver& driver;
+  cuda::EventHandle uploaded = nullptr, started = nullptr, finished = nullptr;
+  explicit SetEvents(const cuda::Driver& d) : driver(d) {
+    for (cuda::EventHandle* e : {&uploaded, &started, &finished})
+      d.check(d.cuEventCreate(e, 0), "cuEventCreate");
+  }
+  ~SetEvents() {
+    for (cuda::EventHandle e : {uploaded, started, finished})
+      if (e) driver.cuEventDestroy(e);
+  }
+};
+
+/// A non-carried output of one run: in pinned staging until the set is reused, then kept here.
+class StagedValue final : public DeferredBytes {
+public:
+  StagedValue(CudaDevice& device, std::shared_ptr<SetEvents> events, const std::byte* pinned,
+              std::size_t bytes)
+      : device_(device), events_(std::move(events)), pinned_(pinned), bytes_(bytes) {}
+  /// Copies the value out of pinned memory, which the next run on its set overwrites.
+  void preserve() const {
+    if (preserved_) return;
+    wait();
+    kept_.assign(pinned_, pinned_ + bytes_);
+    preserved_ = true;
+  }
+  void fetch(std::span<std::byte> into) const override {
+    if (!preserved_) wait();
+    const std::byte* from = preserved_ ? kept_.data() : pinned_;
+    std::memcpy(into.data(), from, std::min(bytes_, into.size()));
+  }
+
+private:
+  void wait() const {
+    device_.make_current();
+    device_.driver().check(device_.driver().cuEventSynchronize(events_->finished),
+                           "cuEventSynchronize (waiting for a step's output)");
+  }
+  CudaDevice& device_;
+  std::shared_ptr<SetEvents> events_;
+  const std::byte* pinned_;
+  std::size_t bytes_;
+  mutable std::vector<std::byte> kept_;
+  mutable bool preserved_ = false;
+};
+
+/// A carried output of one run: in the carried input's device buffer until the next run.
+class ResidentValue final : public DeferredBytes {
+public:
+  ResidentValue(CudaDevice& device, std::shared_ptr<SetEvents> events,
+                std::shared_ptr<DeviceBuffer> buffer, std::shared_ptr<std::atomic<uint64_t>> runs,
+                std::size_t bytes)
+      : device_(device), events_(std::move(events)), buffer_(std::move(buffer)),
+        runs_(std::move(runs)), run_(runs_->load()), bytes_(bytes) {}
+  void fetch(std::span<std::byte> into) const override {
+    if (runs_->load() != run_)
+      throw std::logic_error("sinter: a GPU-resident value was read after a later step replaced "
+                             "it; copy a tensor (HostTensor copies fetch) before the next step");
+    device_.make_current();
+    const cuda::Driver& d = device_.driver();
+    d.check(d.cuEventSynchronize(events_->finished), "cuEventSynchronize");
+    d.check(d.cuMemcpyDtoH(into.data(), buffer_->get(), std::min(bytes_, into.size())),
+            "cuMemcpyDtoH (fetching a GPU-resident value)");
+  }
+
+private:
+  CudaDevice& device_;
+  std::shared_ptr<SetEvents> events_;
+  std::shared_ptr<DeviceBuffer> buffer_; // kept alive: the tensor may outlive the executable
+  std::shared_ptr<std::atomic<uint64_t>> runs_;
+  uint64_t run_;
+  std::size_t bytes_;
+};
+
+/// Direct runs before steps are captured as CUDA graphs; they also wait for the step, so an
+/// error is reported by the call that caused it.
+constexpr int direct_runs_before_graph = 2;
+
+bool graphs_enabled() {
+  const char* v = std::getenv("SINTER_CUDA_GRAPH");
+  return !v || std::string_view(v) != "0";
+}
+
+std::size_t bytes_of(const TensorType& t) {
+  return static_cast<std::size_t>(numel(t.shape)) * dtype_bytes(t.dtype);
+}
+
+std::size_t aligned(std::size_t n) { return (n + 255) / 256 * 256; }
+
+} // namespace
+
+/// What alternates between runs: device buffers for the inputs, pinned staging, launches bound
+/// to those buffers, the captured graph, the events, and the outputs still in its staging.
+struct GpuExecutable::InputSet {
+  std::vector<std::shared_ptr<DeviceBuffer>> inputs; ///< per graph input (carried: shared)
+  PinnedBuffer staging_in, staging_out;
+  std::vector<Bound> bound;
+  cuda::GraphHandle graph = nullptr;
+  cuda::GraphExecHandle exec = nullptr;
+  std::shared_ptr<SetEvents> events;
+  bool in_flight = false; ///< a run on this set may not have finished
+  std::vector<std::weak_ptr<const StagedValue>> staged;
+};
+
+/// A carried value: where it lives on the device, and which run made it.
+struct GpuExecutable::Carried {
+  std::size_t input = 0, output = 0;
+  std::shared_ptr<DeviceBuffer> buffer;        ///< the input's buffer in both sets
+  std::shared_ptr<std::atomic<uint64_t>> runs; ///< bumped by each run that replaces it
+  std::shared_ptr<const DeferredBytes> latest; ///< handed out by the last run
+  std::size_t bytes = 0;
+};
+
+GpuExecutable::GpuExecutable(Graph graph, CudaDevice& device, KernelCache& cache)
+    : graph_(std::make_unique<Graph>(std::move(graph))), fusion_(fuse(*graph_)), memory_(fusion_),
+      device_(device), fp32_(kernels::fp32_math_from_environment()) {
+  auto start = std::chrono::steady_clock::now();
+  device_.make_current();
+  const Graph& g = *graph_;
+  arena_ = DeviceBuffer(static_cast<std::size_t>(std::max<int64_t>(memory_.arena_bytes(), 0)));
+  pointer_.assign(g.size(), 0);
+  input_index_.assign(g.size(), -1);
+  for (const BufferSlot& slot : memory_.slots())
+    pointer_[slot.node] = arena_.get() + static_cast<cuda::DevicePtr>(slot.offset);
+  std::size_t staged_in = 0, staged_out = 0;
+  for (std::size_t i = 0; i < g.inputs().size(); ++i) {
+    input_index_[g.inputs()[i].id] = static_cast<int>(i);
+    input_offsets_.push_back(staged_in);
+    staged_in += aligned(bytes_of(g.type(g.inputs()[i].id)));
+  }
+  for (const NamedValue& out : g.outputs()) {
+    // Kernel roots that are outputs get their own buffer (graph inputs are in the sets).
+    if (!pointer_[out.id] && input_index_[out.id] < 0) {
+      owned_outputs_.push_back(
+          std::make_shared<DeviceBuffer>(std::max<std::size_t>(bytes_of(g.type(out.id)), 16)));
+      pointer_[out.id] = owned_outputs_.back()->get();
+    }
+    output_offsets_.push_back(staged_out);
+    staged_out += aligned(bytes_of(g.type(out.id)));
+  }
+  input_carried_.assign(g.inputs().size(), false);
+  output_carried_.assign(g.outputs().size(), false);
+  for (auto& set : sets_) { // bound to the launches below, once they exist
+    set = std::make_unique<InputSet>();
+    for (const NamedValue& in : g.inputs())
+      set->inputs.push_back(
+          std::make_shared<DeviceBuffer>(std::max<std::size_t>(bytes_of(g.type(in.id)), 16)));
+    set->staging_in = PinnedBuffer(staged_in);
+    set->staging_out = PinnedBuffer(staged_out);
+    set->events = std::make_shared<SetEvents>(device_.driver());
+  }
+
+  // What to launch is decided once, from the fusion and memory plans; an epilogue cuBLASLt
+  // turns down for the real buffers is planned as separate kernels.
+  launches_ = plan_launches(fusion_, memory_, device_, cache, fp32_, report_,
+                            [&](ValueId node) { return pointer_for(*sets_[0], node); });
+  for (auto& set : sets_)
+    bind(*set);
+  report_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+GpuExecutable::~GpuExecutable() {
+  const cuda::Driver& d = device_.driver();
+  device_.make_current();
+  for (auto& set : sets_) {
+    if (!set) continue;
+    settle(*set); // outputs handed out stay readable without the pinned staging
+    if (set->exec) d.cuGraphExecDestroy(set->exec);
+    if (set->graph) d.cuGraphDestroy(set->graph);
+  }
+}
+
+cuda::DevicePtr GpuExecutable::pointer_for(const InputSet& set, ValueId node) const {
+  int input = input_index_[node];
+  return input >= 0 ? set.inputs[static_cast<std::size_t>(input)]->get() : pointer_[node];
+}
+
+void GpuExecutable::bind(InputSet& set) {
+  set.bound.clear();
+  for (const GpuLaunchStep& launch : launches_) {
+    Bound b;
+    if (launch.kind == KernelKind::gemm) {
+      b.gemm = launch.gemm;
+      if (launch.bias_node) b.gemm.bias = pointer_for(set, *launch.bias_node);
+      b.a = pointer_for(set, launch.a);
+      b.b = pointer_for(set, launch.b);
+      b.c = pointer_for(set, launch.c);
+      kernels::CublasLt::get()->prepare(b.gemm); // never during graph capture
+    } else {
+      for (ValueId node : launch.argument_nodes)
+        b.arguments.push_back(pointer_for(set, node));
+    }
+    set.bound.push_back(std::move(b));
+  }
+  // Parameters point into each bound launch's own arguments, now that none will move.
+  for (Bound& b : set.bound)
+    for (cuda::DevicePtr& argument : b.arguments)
+      b.parameters.push_back(&argument);
+  const cuda::Driver& d = device_.driver();
+  if (set.exec) d.cuGraphExecDestroy(set.exec);
+  if (set.graph) d.cuGraphDestroy(set.graph);
+  set.exec = nullptr;
+  set.graph = nullptr;
+}
+
+void GpuExecutable::enqueue_body(const InputSet& set) const {
+  const cuda::Driver& d = device_.driver();
+  cuda::StreamHandle stream = device_.stream();
+  const Graph& g = *graph_;
+  for (std::size_t i = 0; i < launches_.size(); ++i) {
+    const GpuLaunchStep& launch = launches_[i];
+    const Bound& b = set.bound[i];
+    if (launch.kind == KernelKind::gemm) {
+      kernels::CublasLt::get()->matmul(b.gemm, b.a, b.b, b.c, device_.gemm_workspace(), stream);
+      continue;
+    }
+    if (launch.shape.items == 0) continue;
+    if (launch.clear_bytes)
+      d.check(d.cuMemsetD8Async(b.arguments[0], 0, launch.clear_bytes, stream), "cuMemsetD8Async");
+    d.check(d.cuLaunchKernel(launch.function, static_cast<unsigned>(launch.shape.blocks), 1, 1,
+                             static_cast<unsigned>(launch.shape.threads), 1, 1, 0, stream,
+                             const_cast<void**>(b.parameters.data()), nullptr),
+            "cuLaunchKernel");
+  }
+  // Carried outputs become the next run's inputs on the device; the rest go to pinned memory.
+  for (const Carried& c : carried_)
+    if (c.bytes)
+      d.check(d.cuMemcpyDtoDAsync(c.buffer->get(), pointer_for(set, g.outputs()[c.output].id),
+                                  c.bytes, stream),
+              "cuMemcpyDtoDAsync");
+  for (std::size_t i = 0; i < g.outputs().size(); ++i)
+    if (std::size_t n = bytes_of(g.type(g.outputs()[i].id)); n && !output_carried_[i])
+      d.check(d.cuMemcpyDtoHAsync(set.staging_out.data() + output_offsets_[i],
+                                  pointer_for(set, g.outputs()[i].id), n, stream),
+              "cuMemcpyDtoHAsync");
+}
+
+void GpuExecutable::capture(InputSet& set) const {
+  const cuda::Driver& d = device_.driver();
+  cuda::StreamHandle stream = device_.stream();
+  d.check(d.cuStreamBeginCapture(stream, cuda::stream_capture_thread_local),
+          "cuStreamBeginCapture");
+  try {
+    enqueue_body(set);
+  } catch (...) {
+    cuda::GraphHandle discarded = nullptr;
+    d.cuStreamEndCapture(stream, &discarded);
+    if (discarded) d.cuGraphDestroy(discarded);
+    throw;
+  }
+  d.check(d.cuStreamEndCapture(stream, &set.graph), "cuStreamEndCapture");
+  d.check(d.cuGraphInstantiateWithFlags(&set.exec, set.graph, 0), "cuGraphInstantiateWithFlags");
+}
+
+void GpuExecutable::settle(InputSet& set) const {
+  if (!set.in_flight) return;
+  for (const auto& weak : set.staged)
+    if (auto value = weak.lock()) value->preserve();
+  set.staged.clear();
+  const cuda::Driver& d = device_.driver();
+  d.check(d.cuEventSynchronize(set.events->finished), "cuEventSynchronize (an earlier step)");
+  set.in_flight = false;
+}
+
+void GpuExecutable::set_carried(
+    std::span<const std::pair<std::size_t, std::size_t>> input_from_output) {
+  std::lock_guard lock(run_mutex_);
+  device_.make_current();
+  const Graph& g = *graph_;
+  for (auto& set : sets_)
+    settle(*set);
+  for (auto [in, out] : input_from_output) {
+    if (in >= g.inputs().size() || out >= g.outputs().size() ||
+        !(g.type(g.inputs()[in].id) == g.type(g.outputs()[out].id)) || input_carried_[in] ||
+        output_carried_[out])
+      throw std::invalid_argument("sinter: carried pair (input " + std::to_string(in) +
+                                  ", output " + std::to_string(out) +
+                                  ") does not name an input and an output of one type, each "
+                                  "carried once");
+    Carried c;
+    c.input = in;
+    c.output = out;
+    c.buffer = sets_[0]->inputs[in];
+    sets_[1]->inputs[in] = c.buffer; // one device copy, whichever set runs
+    c.runs = std::make_shared<std::atomic<uint64_t>>(0);
+    c.bytes = bytes_of(g.type(g.inputs()[in].id));
+    carried_.push_back(std::move(c));
+    input_carried_[in] = true;
+    output_carried_[out] = true;
+  }
+  for (auto& set : sets_)
+    bind(*set);
+  runs_ = 0;
+}
+
+double GpuExecutable::last_step_device_ms() const {
+  std::lock_guard lock(run_mutex_);
+  if (last_set_ < 0) return 0;
+  const InputSet& set = *sets_[static_cast<std::size_t>(last_set_)];
+  const cuda::Driver& d = device_.driver();
+  device_.make_current();
+  d.check(d.cuEventSynchronize(set.events->finished), "cuEventSynchronize");
+  float ms = 0;
+  d.check(d.cuEventElapsedTime(&ms, set.events->started, set.events->finished),
+          "cuEventElapsedTime");
+  return ms;
+}
+
+void GpuExecutable::run_into(std::span<const HostTensor* const> inputs,
+                             std::span<HostTensor> results) const {
+  std::lock_guard lock(run_mutex_);
+  device_.make_current();
+  const Graph& g = *graph_;
+  const cuda::Driver& d = device_.driver();
+  cuda::StreamHandle compute = device_.stream(), copy = device_.copy_stream();
+  int which = last_set_ == 0 ? 1 : 0;
+  InputSet& set = *sets_[static_cast<std::size_t>(which)];
+  // The run before last used this set: once it is done, its buffers and staging are free.
+  settle(set);
+  auto stage = [&](std::size_t i) {
+    std::memcpy(set.staging_in.data() + input_offsets_[i], inputs[i]->bytes().data(),
+                inputs[i]->bytes().size());
+  };
+  // Batch inputs go up on the copy stream, overlapping the step still running.
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    std::size_t n = bytes_of(g.type(g.inputs()[i].id));
+    if (input_carried_[i] || n == 0) continue;
+    stage(i);
+    d.check(d.cuMemcpyHtoDAsync(set.inputs[i]->get(), set.staging_in.data() + input_offsets_[i], n,
+                                copy),
+            "cuMemcpyHtoDAsync");
+  }
+  d.check(d.cuEventRecord(set.events->uploaded, copy), "cuEventRecord");
+  d.check(d.cuStreamWaitEvent(compute, set.events->uploaded, 0), "cuStreamWaitEvent");
+  // Carried inputs the host changed go up in step order: the previous step still reads them.
+  for (const Carried& c : carried_) {
+    const DeferredBytes* source = inputs[c.input]->unwritten_source();
+    if ((source && source == c.latest.get()) || c.bytes == 0) continue;
+    stage(c.input);
+    d.check(d.cuMemcpyHtoDAsync(c.buffer->get(), set.staging_in.data() + input_offsets_[c.input],
+                                c.bytes, compute),
+            "cuMemcpyHtoDAsync");
+  }
+  d.check(d.cuEventRecord(set.events->started, compute), "cuEventRecord");
+  bool direct = runs_ < direct_runs_before_graph || !graphs_enabled();
+  if (!direct && !set.exec) capture(set);
+  if (direct)
+    enqueue_body(set);
+  else
+    d.check(d.cuGraphLaunch(set.exec, compute), "cuGraphLaunch");
+  d.check(d.cuEventRecord(set.events->finished, compute), "cuEventRecord");
+  set.in_flight = true;
+  last_set_ = which;
+  last_run_was_graph_ = !direct;
+  if (runs_++ < direct_runs_before_graph)
+    d.check(d.cuEventSynchronize(set.events->finished), "running the step");
+
+  for (std::size_t i = 0; i < g.outputs().size(); ++i) {
+    const TensorType& t = g.type(g.outputs()[i].id);
+    // (byte_size: what an output tensor held before is overwritten, never fetched.)
+    if (results[i].dtype() != t.dtype || results[i].shape() != t.shape ||
+        results[i].byte_size() != bytes_of(t))
+      results[i] = HostTensor(t.dtype, t.shape);
+    if (output_carried_[i]) continue;
+    auto value = std::make_shared<const StagedValue>(
+        device_, set.events, set.staging_out.data() + output_offsets_[i], bytes_of(t));
+    set.staged.push_back(value);
+    results[i].defer(value);
+  }
+  for (Carried& c : carried_) {
+    c.runs->fetch_add(1); // values handed out by earlier runs are no longer on the device
+    c.latest = std::make_shared<ResidentValue>(device_, set.events, c.buffer, c.runs, c.bytes);
+    results[c.output].defer(c.latest);
+  }
+}
+
+void GpuExecutable::dump(const DumpSelection& dump, std::ostream& out) const {
+  if (dump.wants("fuse")) out << "// sinter " << fusion_.print();
+  if (dump.wants("memory")) out << "// sinter " << memory_.print();
+}
+
+std::unique_ptr<Executable> compile_for_cuda(const Graph& graph, const Device& device,
+                                             Context& context) {
+  auto executable =
+      std::make_unique<GpuExecutable>(graph, CudaDevice::get(device.ordinal), context.cache());
+  context.cache().record_run_stats();
+  return executable;
+}
+
+} // namespace sinter

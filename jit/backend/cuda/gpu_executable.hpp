@@ -1,0 +1,92 @@
+// jit/backend/cuda/gpu_executable.hpp — a compiled step on a GPU: runs the launch plan over a
+// device arena with alternating input sets, CUDA graphs, carried state and deferred outputs
+#pragma once
+#include "jit/backend/cuda/cuda_device.hpp"
+#include "jit/backend/cuda/launch_plan.hpp"
+#include "jit/backend/device.hpp"
+#include "jit/backend/executable.hpp"
+#include "kernels/cublaslt_gemm.hpp"
+
+#include <array>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+namespace sinter {
+
+/// A step on one GPU. Runs are asynchronous: run_into() stages the inputs, enqueues the step
+/// and returns; the outputs come back as deferred HostTensors (HostTensor::defer) that wait
+/// for the step when first read. Two input sets alternate (device input buffers, pinned
+/// staging, captured CUDA graph), so the next step's inputs are copied on a second stream
+/// while the current step still runs.
+class GpuExecutable final : public Executable {
+public:
+  /// Fuses `graph` (primitives only), plans its memory, allocates the device arena, both input
+  /// sets and the pinned staging buffers, and fetches or compiles every kernel for `device`.
+  GpuExecutable(Graph graph, CudaDevice& device, KernelCache& cache);
+  /// Waits for the last steps and keeps every output handed out readable.
+  ~GpuExecutable();
+
+  /// Enqueues one step. Inputs are copied into pinned memory before it returns (the caller may
+  /// change them right away); the outputs are deferred (fetched on first access). The first
+  /// two runs wait for the step, so errors name their call; from then on each input set's
+  /// step is one CUDA graph launch.
+  void run_into(std::span<const HostTensor* const> inputs,
+                std::span<HostTensor> outputs) const override;
+
+  /// Declares (input, output) pairs where the output is the next run's input (parameters and
+  /// optimizer state). Their values then stay on the GPU: each run copies the output into the
+  /// input's device buffer, hands the output back deferred (fetched from the device on first
+  /// access), and skips the upload of an input whose tensor still holds the latest such
+  /// deferred value unwritten.
+  void set_carried(std::span<const std::pair<std::size_t, std::size_t>> input_from_output) override;
+
+  const Graph& graph() const { return *graph_; }
+  const FusionPlan& fusion() const { return fusion_; }
+  const MemoryPlan& memory_plan() const override { return memory_; }
+  const CompileReport& report() const override { return report_; }
+  void dump(const DumpSelection& dump, std::ostream& out) const override;
+  /// Whether the last run was a CUDA graph launch (`SINTER_CUDA_GRAPH=0` turns them off).
+  bool uses_graph() const { return last_run_was_graph_; }
+  /// GPU time of the last step, kernels to copies out (CUDA events), in milliseconds; waits
+  /// for that step.
+  double last_step_device_ms() const;
+
+private:
+  struct Bound;
+  struct Carried;
+  struct InputSet;
+  cuda::DevicePtr pointer_for(const InputSet& set, ValueId node) const;
+  void bind(InputSet& set);
+  void enqueue_body(const InputSet& set) const;
+  void capture(InputSet& set) const;
+  void settle(InputSet& set) const;
+
+  std::unique_ptr<Graph> graph_;
+  FusionPlan fusion_;
+  MemoryPlan memory_;
+  CudaDevice& device_;
+  kernels::Fp32Math fp32_;
+  DeviceBuffer arena_;
+  std::vector<std::shared_ptr<DeviceBuffer>> owned_outputs_; ///< kernel roots that are outputs
+  std::vector<cuda::DevicePtr> pointer_; ///< by node: arena slots and owned outputs
+  std::vector<int> input_index_;         ///< by node: its graph input position, or -1
+  std::vector<std::size_t> input_offsets_, output_offsets_; ///< in the staging buffers
+  std::vector<GpuLaunchStep> launches_;                     ///< the plan: what runs, in order
+  mutable std::array<std::unique_ptr<InputSet>, 2> sets_;
+  mutable std::vector<Carried> carried_;
+  std::vector<bool> input_carried_, output_carried_;
+  CompileReport report_;
+  mutable std::mutex run_mutex_;
+  mutable int runs_ = 0;
+  mutable int last_set_ = -1;
+  mutable bool last_run_was_graph_ = false;
+};
+
+class Context;
+/// CUDA's entry in the backend table: GPU `device.ordinal`, kernels cached in the context's cache.
+std::unique_ptr<Executable> compile_for_cuda(const Graph& optimized, const Device& device,
+                                             Context& context);
+
+} // namespace sinter

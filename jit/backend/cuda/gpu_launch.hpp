@@ -1,0 +1,34 @@
+// jit/backend/cuda/gpu_launch.hpp — how a fused kernel's work maps to a CUDA grid (the NVPTX
+// schedule's launch decisions, shared by the code generator and the runtime)
+#pragma once
+#include "jit/passes/fuse.hpp"
+
+#include <cstdint>
+
+namespace sinter {
+
+/// How a GPU kernel maps its work to threads.
+enum class GpuStrategy {
+  elementwise,       ///< loop kernels: one thread per `vector_width` consecutive elements
+  thread_per_output, ///< short reductions (< 32 contiguous or < 64 strided elements)
+  column_split,      ///< reductions keeping the last axis (bias gradients): 32 neighbouring
+                     ///< outputs per block, 32 row groups each, combined in shared memory
+  warp_per_output,   ///< reductions over 32..1023 contiguous elements: warp shuffles
+  block_per_output,  ///< long reductions: warp shuffles, then shared memory across warps
+  atomic_scatter,    ///< scatter_add: one thread per update element, atomic adds
+  serial_scatter,    ///< scatter_add on 16-bit or boolean storage (no atomics): one thread
+};
+
+/// A GPU kernel's launch: `blocks` × `threads` on a 1-D grid. Every buffer passed to a GPU
+/// kernel must be 16-byte aligned (the schedule assumes it for vector loads and stores).
+struct GpuLaunch {
+  GpuStrategy strategy = GpuStrategy::elementwise;
+  int64_t items = 0;              ///< work items: element groups, outputs or updates
+  int64_t threads = 256;          ///< per block
+  int64_t blocks = 1;             ///< grid size (capped; kernels loop grid-stride)
+  int64_t vector_width = 1;       ///< elementwise: consecutive elements per thread
+  bool zero_output_first = false; ///< the runtime clears the output before the launch
+};
+GpuLaunch gpu_launch(const Graph& graph, const Kernel& kernel);
+
+} // namespace sinter

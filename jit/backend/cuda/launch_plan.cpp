@@ -1,0 +1,124 @@
+// jit/backend/cuda/launch_plan.cpp — plans a CUDA step's launches: kernels and their grids,
+// cuBLASLt GEMM shapes, epilogues absorbed where cuBLASLt has an algorithm for them
+#include "jit/backend/cuda/launch_plan.hpp"
+
+#include "jit/backend/cuda/gemm_epilogue.hpp"
+
+#include <stdexcept>
+
+namespace sinter {
+namespace {
+
+std::size_t bytes_of(const TensorType& t) {
+  return static_cast<std::size_t>(numel(t.shape)) * dtype_bytes(t.dtype);
+}
+
+} // namespace
+
+std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion, const MemoryPlan& memory,
+                                         CudaDevice& device, KernelCache& cache,
+                                         kernels::Fp32Math fp32, CompileReport& report,
+                                         const NodePointer& pointer_of) {
+  const Graph& g = *fusion.graph;
+  std::vector<GpuLaunchStep> launches;
+  report.kernels = fusion.kernels.size();
+  kernels::CublasLt* blas = nullptr;
+  auto gemm_launch = [&](const Kernel& kernel, const GemmEpilogue* epilogue) {
+    if (!blas && !(blas = kernels::CublasLt::get()))
+      throw std::runtime_error("sinter: GEMMs on CUDA need cuBLASLt: " +
+                               kernels::CublasLt::unavailable_reason());
+    GpuLaunchStep launch;
+    launch.kind = KernelKind::gemm;
+    Shape a = g.type(kernel.gemm_a.logical).shape, c = g.type(kernel.root).shape;
+    kernels::GpuGemmShape& gemm = launch.gemm;
+    gemm.dtype = g.type(kernel.root).dtype;
+    gemm.fp32 = fp32;
+    gemm.shape.m = c[c.size() - 2];
+    gemm.shape.n = c.back();
+    gemm.shape.k = kernel.gemm_a.transposed ? a[a.size() - 2] : a.back();
+    gemm.shape.trans_a = kernel.gemm_a.transposed;
+    gemm.shape.trans_b = kernel.gemm_b.transposed;
+    gemm.batch = numel(c) / std::max<int64_t>(1, gemm.shape.m * gemm.shape.n);
+    launch.a = kernel.gemm_a.buffer;
+    launch.b = kernel.gemm_b.buffer;
+    launch.c = kernel.root;
+    if (epilogue) {
+      const Kernel& absorbed = fusion.kernels[epilogue->absorbed];
+      switch (epilogue->kind) {
+      case EpilogueKind::bias:
+      case EpilogueKind::relu_bias:
+      case EpilogueKind::gelu_bias:
+        gemm.epilogue = epilogue->kind == EpilogueKind::bias ? kernels::GemmEpilogueOp::bias
+                        : epilogue->kind == EpilogueKind::relu_bias
+                            ? kernels::GemmEpilogueOp::relu_bias
+                            : kernels::GemmEpilogueOp::gelu_bias;
+        launch.bias_node = epilogue->bias;
+        launch.c = absorbed.root; // the GEMM writes the absorbed kernel's result
+        break;
+      case EpilogueKind::bias_gradient:
+        gemm.epilogue = kernels::GemmEpilogueOp::bias_gradient;
+        launch.bias_node = absorbed.root; // the GEMM writes the reduction's result too
+        break;
+      }
+    }
+    device.gemm_workspace(); // allocated now: never during graph capture
+    return launch;
+  };
+  auto kernel_launch = [&](const Kernel& kernel) {
+    GpuLaunchStep launch;
+    launch.kind = kernel.kind;
+    launch.function = device.kernel(fusion, kernel, cache, report);
+    launch.shape = gpu_launch(g, kernel);
+    launch.argument_nodes.push_back(kernel.root);
+    launch.argument_nodes.insert(launch.argument_nodes.end(), kernel.reads.begin(),
+                                 kernel.reads.end());
+    if (launch.shape.zero_output_first) launch.clear_bytes = bytes_of(g.type(kernel.root));
+    return launch;
+  };
+  // Kernels that cuBLASLt can run as a GEMM's epilogue are absorbed into it, unless cuBLASLt
+  // has no algorithm for that combination (bind() finds out; then both run as usual).
+  std::vector<const GemmEpilogue*> epilogue_of(fusion.kernels.size(), nullptr);
+  std::vector<bool> absorbed(fusion.kernels.size(), false);
+  std::vector<GemmEpilogue> epilogues = find_gemm_epilogues(fusion, memory);
+  for (const GemmEpilogue& e : epilogues) {
+    epilogue_of[e.gemm] = &e;
+    absorbed[e.absorbed] = true;
+  }
+  report.kernels -= epilogues.size();
+  std::vector<std::size_t> launch_of_kernel(fusion.kernels.size(), 0);
+  for (std::size_t index = 0; index < fusion.kernels.size(); ++index) {
+    const Kernel& kernel = fusion.kernels[index];
+    if (absorbed[index]) continue;
+    launch_of_kernel[index] = launches.size();
+    if (kernel.kind == KernelKind::gemm) {
+      launches.push_back(gemm_launch(kernel, epilogue_of[index]));
+      continue;
+    }
+    launches.push_back(kernel_launch(kernel));
+  }
+  // An epilogue cuBLASLt cannot run is split again: the GEMM plain, the absorbed kernel back
+  // in its place (compiled now).
+  for (const GemmEpilogue& e : epilogues) {
+    GpuLaunchStep& gemm = launches[launch_of_kernel[e.gemm]];
+    kernels::GpuGemmShape probe = gemm.gemm;
+    probe.bias = pointer_of(*gemm.bias_node); // the plan bind() then reuses
+    try {
+      blas->prepare(probe);
+      continue;
+    } catch (const std::runtime_error&) {
+    }
+    gemm = gemm_launch(fusion.kernels[e.gemm], nullptr);
+    GpuLaunchStep launch = kernel_launch(fusion.kernels[e.absorbed]);
+    // Bias kernels follow their GEMM; a bias-gradient reduction may run right after it too
+    // (its readers all come later).
+    launches.insert(launches.begin() + static_cast<std::ptrdiff_t>(launch_of_kernel[e.gemm] + 1),
+                    std::move(launch));
+    for (std::size_t& position : launch_of_kernel)
+      if (position > launch_of_kernel[e.gemm]) ++position;
+    ++report.kernels;
+  }
+
+  return launches;
+}
+
+} // namespace sinter

@@ -1,0 +1,43 @@
+// jit/backend/cuda/launch_plan.hpp — what a CUDA step launches, decided once at compile time:
+// generated kernels with their grids, cuBLASLt GEMMs with their epilogues, by graph node
+#pragma once
+#include "jit/backend/cuda/cuda_device.hpp"
+#include "jit/backend/cuda/gpu_launch.hpp"
+#include "jit/runtime/compile_report.hpp"
+#include "jit/runtime/memory_plan.hpp"
+#include "kernels/cublaslt_gemm.hpp"
+
+#include <functional>
+#include <optional>
+#include <vector>
+
+namespace sinter {
+
+/// One operation of the step, by graph node; the executable binds the nodes to device pointers
+/// per input set.
+struct GpuLaunchStep {
+  KernelKind kind = KernelKind::loop;
+  cuda::FunctionHandle function = nullptr;
+  GpuLaunch shape;
+  std::vector<ValueId> argument_nodes; ///< output, then reads
+  std::size_t clear_bytes = 0;         ///< cleared before the launch (atomic scatter)
+  kernels::GpuGemmShape gemm;          ///< gemm.bias unset: see bias_node
+  ValueId a = 0, b = 0, c = 0;
+  std::optional<ValueId> bias_node; ///< the epilogue's vector
+};
+
+/// The device pointer a node will have (used to ask cuBLASLt about an epilogue's real bias).
+using NodePointer = std::function<cuda::DevicePtr(ValueId)>;
+
+/// The step's launches in order. Generated kernels are fetched or compiled for `device`
+/// (counted in `report`); GEMMs whose neighbouring bias, bias+ReLU, bias+GELU or bias-gradient
+/// kernel cuBLASLt can run as an epilogue absorb it, unless cuBLASLt has no algorithm for that
+/// combination, in which case both are launched. Prepares cuBLASLt plans and the workspace now,
+/// so nothing is planned during CUDA graph capture. Throws when GEMMs need cuBLASLt and it is
+/// missing.
+std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion, const MemoryPlan& memory,
+                                         CudaDevice& device, KernelCache& cache,
+                                         kernels::Fp32Math fp32, CompileReport& report,
+                                         const NodePointer& pointer_of);
+
+} // namespace sinter

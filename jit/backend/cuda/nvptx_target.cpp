@@ -1,0 +1,177 @@
+// jit/backend/cuda/nvptx_target.cpp — LLVM NVPTX: target machine, libdevice linking, O3, PTX text
+#include "jit/backend/cuda/nvptx_target.hpp"
+
+#include "jit/backend/cuda/nvptx_schedule.hpp"
+#include "jit/codegen/llvm_pipeline.hpp"
+
+#include <llvm/Bitcode/BitcodeReader.h>
+#include <llvm/Config/llvm-config.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Linker/Linker.h>
+#include <llvm/MC/MCSubtargetInfo.h>
+#include <llvm/MC/TargetRegistry.h>
+#include <llvm/Support/MemoryBuffer.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
+#include <llvm/Target/TargetOptions.h>
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <stdexcept>
+
+namespace sinter {
+namespace {
+
+constexpr const char* nvptx_triple = "nvptx64-nvidia-cuda";
+// PTX ISA 8.0 (CUDA 12.0): new enough for sm_90, old enough for every CUDA 12/13 driver.
+constexpr const char* ptx_features = "+ptx80";
+
+void initialize_nvptx() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    LLVMInitializeNVPTXTargetInfo();
+    LLVMInitializeNVPTXTarget();
+    LLVMInitializeNVPTXTargetMC();
+    LLVMInitializeNVPTXAsmPrinter();
+  });
+}
+
+} // namespace
+
+struct NvptxTarget::Impl {
+  int capability = 0;
+  std::unique_ptr<llvm::TargetMachine> machine;
+  std::string fingerprint;
+  std::optional<std::filesystem::path> libdevice_path;
+  std::unique_ptr<llvm::MemoryBuffer> libdevice; // read on first use
+  std::mutex mutex;
+
+  void link_libdevice(llvm::Module& module) {
+    {
+      std::lock_guard lock(mutex);
+      if (!libdevice) {
+        if (!libdevice_path)
+          throw std::runtime_error(
+              "sinter: this kernel needs CUDA's libdevice (math functions such as exp) and "
+              "libdevice.10.bc was not found; set SINTER_LIBDEVICE to its path (it ships with "
+              "the CUDA toolkit under nvvm/libdevice/)");
+        auto file = llvm::MemoryBuffer::getFile(libdevice_path->string());
+        if (!file)
+          throw std::runtime_error("sinter: cannot read libdevice at " + libdevice_path->string() +
+                                   ": " + file.getError().message());
+        libdevice = std::move(*file);
+      }
+    }
+    auto parsed = llvm::parseBitcodeFile(libdevice->getMemBufferRef(), module.getContext());
+    if (!parsed)
+      throw std::runtime_error("sinter: " + libdevice_path->string() +
+                               " is not valid LLVM bitcode: " + llvm::toString(parsed.takeError()));
+    std::unique_ptr<llvm::Module> library = std::move(*parsed);
+    // libdevice says nvptx64-nvidia-gpulibs; matching ours avoids a linker warning.
+    library->setTargetTriple(module.getTargetTriple());
+    library->setDataLayout(module.getDataLayout());
+    if (llvm::Linker::linkModules(module, std::move(library), llvm::Linker::LinkOnlyNeeded))
+      throw std::runtime_error("sinter: linking libdevice failed");
+  }
+};
+
+NvptxTarget::NvptxTarget(int compute_capability) : impl_(std::make_unique<Impl>()) {
+  initialize_nvptx();
+  std::string error;
+  const llvm::Target* target = llvm::TargetRegistry::lookupTarget(nvptx_triple, error);
+  if (!target) throw std::runtime_error("sinter: LLVM has no NVPTX backend: " + error);
+  impl_->capability = compute_capability;
+  std::string cpu = arch();
+  if (!supports(compute_capability))
+    throw std::invalid_argument("sinter: LLVM " LLVM_VERSION_STRING " cannot generate code for " +
+                                cpu + "; supported GPUs start at sm_50");
+  // No unsafe math (no approximate exp, no flush-to-zero), but a*b+c contracts into one fma,
+  // which is faster and rounds once instead of twice.
+  llvm::TargetOptions options;
+  options.AllowFPOpFusion = llvm::FPOpFusion::Fast;
+  impl_->machine.reset(target->createTargetMachine(nvptx_triple, cpu, ptx_features, options,
+                                                   std::nullopt, std::nullopt,
+                                                   llvm::CodeGenOptLevel::Aggressive));
+  impl_->libdevice_path = find_libdevice();
+  std::string libdevice_id = "none";
+  if (impl_->libdevice_path) {
+    std::error_code ec;
+    libdevice_id = std::to_string(std::filesystem::file_size(*impl_->libdevice_path, ec));
+  }
+  impl_->fingerprint = "sinter " SINTER_VERSION ";" + std::string(nvptx_triple) + ";" + cpu + ";" +
+                       ptx_features + ";llvm " LLVM_VERSION_STRING ";libdevice " + libdevice_id +
+                       ";build " + emitter_build_id();
+}
+
+NvptxTarget::~NvptxTarget() = default;
+
+int NvptxTarget::compute_capability() const { return impl_->capability; }
+std::string NvptxTarget::arch() const { return "sm_" + std::to_string(impl_->capability); }
+const std::string& NvptxTarget::fingerprint() const { return impl_->fingerprint; }
+
+std::string NvptxTarget::compile(const FusionPlan& plan, const Kernel& kernel,
+                                 const std::string& symbol) {
+  llvm::LLVMContext context;
+  llvm::Module module(symbol, context);
+  target_module(module, *impl_->machine);
+  NvptxSchedule schedule;
+  emit_kernel(module, plan, kernel, symbol, schedule);
+  bool uses_libdevice = false;
+  for (const llvm::Function& f : module)
+    uses_libdevice |= f.isDeclaration() && f.getName().starts_with("__nv_");
+  if (uses_libdevice) impl_->link_libdevice(module);
+  // Only the kernel is visible, so the optimiser drops every libdevice function it does not call.
+  for (llvm::Function& f : module)
+    if (!f.isDeclaration() && f.getName() != symbol)
+      f.setLinkage(llvm::GlobalValue::InternalLinkage);
+  // The NVPTX machine adds NVVMReflect at pipeline start, which resolves libdevice's
+  // __nvvm_reflect("__CUDA_FTZ") to 0: IEEE denormals, precise math.
+  optimize_o3(module, *impl_->machine);
+  std::vector<char> ptx = emit_machine_code(module, *impl_->machine, true);
+  return std::string(ptx.begin(), ptx.end());
+}
+
+bool NvptxTarget::supports(int compute_capability) {
+  initialize_nvptx();
+  std::string error;
+  const llvm::Target* target = llvm::TargetRegistry::lookupTarget(nvptx_triple, error);
+  if (!target) return false;
+  std::unique_ptr<llvm::MCSubtargetInfo> subtarget(
+      target->createMCSubtargetInfo(nvptx_triple, "sm_50", "")); // sm_50: any known one
+  return subtarget->isCPUStringValid("sm_" + std::to_string(compute_capability));
+}
+
+int NvptxTarget::best_target_for(int compute_capability) {
+  for (int cc = compute_capability; cc >= 50; --cc)
+    if (supports(cc)) return cc;
+  throw std::invalid_argument("sinter: no NVPTX target for sm_" +
+                              std::to_string(compute_capability) + " (GPUs from sm_50 on)");
+}
+
+std::optional<std::filesystem::path> NvptxTarget::find_libdevice() {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> candidates;
+  if (const char* explicit_path = std::getenv("SINTER_LIBDEVICE")) {
+    // A path the user named and that is wrong is an error, not a reason to look elsewhere.
+    if (!fs::is_regular_file(explicit_path))
+      throw std::invalid_argument(std::string("sinter: SINTER_LIBDEVICE=") + explicit_path +
+                                  " is not a file; point it at libdevice.10.bc");
+    return fs::path(explicit_path);
+  }
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&emit_kernel), &info) && info.dli_fname)
+    candidates.push_back(fs::path(info.dli_fname).parent_path() / "libdevice.10.bc");
+  if (const char* home = std::getenv("CUDA_HOME"))
+    candidates.push_back(fs::path(home) / "nvvm/libdevice/libdevice.10.bc");
+  candidates.push_back("/usr/local/cuda/nvvm/libdevice/libdevice.10.bc");
+  candidates.push_back("/usr/lib/nvidia-cuda-toolkit/libdevice/libdevice.10.bc");
+  for (const fs::path& p : candidates)
+    if (std::error_code ec; fs::is_regular_file(p, ec)) return p;
+  return std::nullopt;
+}
+
+} // namespace sinter

@@ -1,0 +1,48 @@
+// jit/backend/cuda/nvptx_target.hpp — the NVPTX target: shared emitter → libdevice → O3 → PTX
+#pragma once
+#include "jit/passes/fuse.hpp"
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace sinter {
+
+/// Compiles fused kernels to PTX for one compute capability. Needs no GPU and no driver.
+class NvptxTarget {
+public:
+  /// `compute_capability` as major * 10 + minor: 80 for sm_80 (A100), 90 for sm_90 (H100).
+  /// Throws std::invalid_argument for one LLVM's NVPTX backend does not know.
+  explicit NvptxTarget(int compute_capability);
+  ~NvptxTarget();
+  NvptxTarget(const NvptxTarget&) = delete;
+  NvptxTarget& operator=(const NvptxTarget&) = delete;
+
+  int compute_capability() const;
+  /// "sm_90".
+  std::string arch() const;
+  /// Everything that changes the generated PTX: sinter and LLVM versions, arch, PTX ISA,
+  /// libdevice and the emitter's build. Part of every GPU kernel cache key.
+  const std::string& fingerprint() const;
+
+  /// PTX text of a module whose one `.entry` is `symbol`. Kernels that use math functions
+  /// get them from libdevice (see find_libdevice); if it is missing, this throws naming it.
+  std::string compile(const FusionPlan& plan, const Kernel& kernel, const std::string& symbol);
+
+  /// Whether this LLVM's NVPTX backend knows sm_<compute_capability>.
+  static bool supports(int compute_capability);
+  /// The capability to generate PTX for on a GPU of `compute_capability`: itself when LLVM
+  /// knows it, else the newest older one it knows (the driver compiles PTX for newer GPUs).
+  static int best_target_for(int compute_capability);
+
+  /// libdevice.10.bc: `$SINTER_LIBDEVICE`, next to libsinter (GPU bundles), `$CUDA_HOME`,
+  /// /usr/local/cuda, or Debian's nvidia-cuda-toolkit.
+  static std::optional<std::filesystem::path> find_libdevice();
+
+private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+} // namespace sinter

@@ -1,0 +1,35 @@
+// jit/backend/executable.hpp — what every backend's compiled step is: plan once, run many times
+#pragma once
+#include "jit/runtime/host_tensor.hpp"
+#include "jit/runtime/kernel_lookup.hpp"
+#include "jit/runtime/memory_plan.hpp"
+
+#include <iosfwd>
+#include <span>
+#include <string_view>
+#include <utility>
+
+namespace sinter {
+
+class DumpSelection;
+
+/// A graph compiled for one backend. Inputs follow the graph's inputs and are already checked
+/// (CompiledGraph checks dtypes and shapes); outputs are tensors of the graph's output types.
+class Executable {
+public:
+  virtual ~Executable() = default;
+  /// Runs one step, writing one tensor per graph output.
+  virtual void run_into(std::span<const HostTensor* const> inputs,
+                        std::span<HostTensor> outputs) const = 0;
+  /// Memory the step needs; an empty plan where the backend has none (the interpreter).
+  virtual const MemoryPlan& memory_plan() const = 0;
+  /// Kernel counts and compile time; zeros where nothing is compiled.
+  virtual const CompileReport& report() const = 0;
+  /// (input index, output index) pairs whose output is the next run's input. Backends that
+  /// keep state on a device use it to leave those values there; others ignore it.
+  virtual void set_carried(std::span<const std::pair<std::size_t, std::size_t>>) {}
+  /// Writes the dumps `dump` asks for (SINTER_DUMP=fuse, memory) to `out`.
+  virtual void dump(const DumpSelection& dump, std::ostream& out) const = 0;
+};
+
+} // namespace sinter

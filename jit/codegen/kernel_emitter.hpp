@@ -1,0 +1,158 @@
+// jit/codegen/kernel_emitter.hpp — the shared LLVM IR emitter: what each op computes at an index,
+// index algebra and 16-bit storage; a backend's KernelSchedule decides how the work is walked
+#pragma once
+#include "jit/passes/fuse.hpp"
+
+#include <llvm/ADT/STLFunctionalExtras.h>
+#include <llvm/IR/IRBuilder.h>
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace llvm {
+class Module;
+}
+
+namespace sinter {
+
+/// Identifies this build of the code generator (size and mtime of the binary holding it), so
+/// kernels cached by an older emitter are never reused. Part of every target fingerprint.
+std::string emitter_build_id();
+
+/// Math functions whose implementation a target chooses (intrinsics, libm, libdevice, ...).
+enum class MathFunction { exp, log, tanh, erf, pow };
+
+class KernelEmitter;
+
+/// A backend's half of code generation: the kernel's entry point and how its work maps to the
+/// hardware (loops for a thread pool, grids of blocks, ...), plus the target's math functions.
+/// The schedule calls back into the KernelEmitter for everything an op means.
+class KernelSchedule {
+public:
+  virtual ~KernelSchedule() = default;
+  /// Creates the function `name` in the emitter's module and emits the kernel's body.
+  virtual void emit(KernelEmitter& emitter, const std::string& name) = 0;
+  /// `function` applied to `args` (all of one floating-point type).
+  virtual llvm::Value* math(KernelEmitter& emitter, MathFunction function,
+                            std::span<llvm::Value* const> args) = 0;
+};
+
+using Index = std::vector<llvm::Value*>;
+
+/// Emits one fused kernel: the elemental meaning of every primitive at an index, index
+/// algebra (broadcast, reshape, permute, slice, pad, concat, gather), bf16/f16 storage and
+/// reductions' combine rules. Schedules use its building blocks; it never asks which target
+/// it emits for.
+class KernelEmitter {
+public:
+  KernelEmitter(llvm::Module& module, const FusionPlan& plan, const Kernel& kernel,
+                KernelSchedule& schedule);
+
+  /// Emits the kernel through the schedule. GEMM kernels are library calls: std::logic_error.
+  void emit(const std::string& name);
+
+  // ---- what the schedule works with ---------------------------------------------------------
+  llvm::Module& module() { return module_; }
+  llvm::LLVMContext& context() { return ctx_; }
+  llvm::IRBuilder<>& builder() { return b_; }
+  const Graph& graph() const { return g_; }
+  const Kernel& kernel() const { return kernel_; }
+  const Node& root() const { return g_.node(kernel_.root); }
+
+  /// Starts emitting into `function`: `output` is the kernel's result buffer, `reads[i]` the
+  /// buffer of kernel().reads[i].
+  void begin_function(llvm::Function* function, llvm::Value* output,
+                      std::span<llvm::Value* const> reads);
+  llvm::Function* function() { return fn_; }
+
+  llvm::Type* compute_type(DType t);
+  llvm::Type* storage_type(DType t);
+  llvm::Value* i64(int64_t v) { return b_.getInt64(static_cast<uint64_t>(v)); }
+
+  /// The value of node `v` at index `idx` (memoised until clear_memo()).
+  llvm::Value* compute(ValueId v, const Index& idx);
+  /// Forgets memoised values: call at the start of every element's code.
+  void clear_memo() { memo_.clear(); }
+  /// Declares the element being written (index and flat offset), so reads of same-shaped
+  /// buffers at that index reuse its offset; null `flat` clears it.
+  void set_current_element(Index idx, llvm::Value* flat);
+
+  Index delinearize(llvm::Value* flat, const Shape& shape);
+  llvm::Value* linear(const Index& idx, const Shape& shape);
+  void store_out(llvm::Value* v, llvm::Value* flat, DType t);
+  /// Loads element `flat` of the output buffer / stores to it (reductions that accumulate).
+  llvm::Value* load_out(llvm::Value* flat, DType t);
+  llvm::Value* output_address(llvm::Value* flat, DType t);
+
+  // Reductions
+  llvm::Value* reduce_init(const Node& root);
+  llvm::Value* combine(const Node& root, llvm::Value* acc, llvm::Value* x);
+  /// The reduced dims of the reduction's operand, outermost first.
+  Shape reduced_dims() const;
+  /// Whether the reduction reduces its operand's last axis (rows are contiguous).
+  bool reduces_last_axis() const;
+  /// Assembles the operand index from the output index and the reduced loop variables.
+  Index operand_index(const Index& out_idx, const Index& red_idx) const;
+  llvm::AllocaInst* entry_alloca(llvm::Type* t);
+
+  // Scatter-add
+  /// The update element at (index position `at`, element `k` of its row) and the address of
+  /// the output slot it adds to, row `row`.
+  std::pair<llvm::Value*, llvm::Value*> scatter_update(const Index& at, llvm::Value* row,
+                                                       llvm::Value* k);
+  /// Whether `row` (i64) is a row of the output (out-of-range indices are dropped).
+  llvm::Value* scatter_row_valid(llvm::Value* row);
+  /// The whole scatter in order, for iterations [begin, end) of a range of 1: clear the
+  /// output, then add every update. Correct with repeated indices, without atomics.
+  void emit_serial_scatter(llvm::Value* begin, llvm::Value* end);
+
+  // Control flow
+  /// for (iv = begin; iv < end; iv += step); `step` null means 1.
+  void emit_for(llvm::Value* begin, llvm::Value* end, llvm::function_ref<void(llvm::Value*)> body,
+                llvm::Value* step = nullptr);
+  /// Nested loops over `dims` (outermost first); `body` gets one induction variable per dim.
+  void emit_nest(const Shape& dims, llvm::function_ref<void(const Index&)> body);
+  void emit_if(llvm::Value* condition, llvm::function_ref<void()> body);
+
+private:
+  void emit_nest_from(const Shape& dims, std::size_t d, Index& ivs,
+                      llvm::function_ref<void(const Index&)> body);
+  llvm::Value* compute_uncached(ValueId v, const Index& idx);
+  llvm::Value* compare(OpId op, llvm::Value* a, llvm::Value* c);
+  llvm::Value* convert(llvm::Value* v, DType from, DType to);
+  llvm::Value* math(MathFunction f, std::initializer_list<llvm::Value*> args);
+  llvm::Value* round_to_bf16(llvm::Value* f);
+  llvm::Value* round_to_f16(llvm::Value* f);
+  llvm::Value* to_storage(llvm::Value* v, DType t);
+  llvm::Value* from_storage(llvm::Value* v, DType t);
+  Index reshape_index(const Index& idx, const Shape& out, const Shape& in);
+  llvm::Value* clamp(llvm::Value* v, int64_t lo, int64_t hi);
+  llvm::Value* flat_offset(const Index& idx, const Shape& shape);
+  llvm::Value* load_flat(ValueId buffer_node, llvm::Value* flat, DType t);
+  bool in_memory(ValueId v) const;
+  bool reduced_axis(std::size_t d) const;
+
+  llvm::Module& module_;
+  llvm::LLVMContext& ctx_;
+  llvm::IRBuilder<> b_;
+  const FusionPlan& plan_;
+  const Graph& g_;
+  const Kernel& kernel_;
+  KernelSchedule& schedule_;
+  llvm::Function* fn_ = nullptr;
+  llvm::Value* out_ = nullptr;
+  std::map<ValueId, llvm::Value*> buffers_;
+  std::map<std::pair<ValueId, Index>, llvm::Value*> memo_;
+  Index current_index_;                 ///< the element being written, when declared...
+  llvm::Value* current_flat_ = nullptr; ///< ...and its flat offset
+};
+
+/// Adds the kernel's function, named `name`, to `module`: loop, reduce and scatter_add kernels,
+/// walked as `schedule` decides. Verifies the module; invalid IR is a std::logic_error.
+void emit_kernel(llvm::Module& module, const FusionPlan& plan, const Kernel& kernel,
+                 const std::string& name, KernelSchedule& schedule);
+
+} // namespace sinter

@@ -1,0 +1,36 @@
+// jit/io/checkpoint.hpp — safetensors checkpoints: atomic save and fully validated load
+#pragma once
+#include "jit/runtime/host_tensor.hpp"
+
+#include <filesystem>
+#include <map>
+#include <span>
+#include <string>
+#include <utility>
+
+namespace sinter {
+
+/// Writes `tensors` and string `metadata` to `file` in the safetensors format, byte for byte what
+/// the `safetensors` package writes for the same input (data ordered by descending element size,
+/// then by name, so every tensor is aligned to its element size; header padded to 8 bytes).
+/// Atomic: the bytes go to a temporary file in the same directory, which is fsync'ed and renamed
+/// over `file`; on any failure `file` is left as it was and std::runtime_error is thrown.
+/// Throws std::invalid_argument for duplicate, reserved ("__metadata__") or non-UTF-8 names,
+/// null tensors or negative dims.
+void save_safetensors(const std::filesystem::path& file,
+                      std::span<const std::pair<std::string, const HostTensor*>> tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+/// The contents of a safetensors file.
+struct Checkpoint {
+  std::map<std::string, HostTensor> tensors;
+  std::map<std::string, std::string> metadata; ///< the header's "__metadata__" (empty if absent)
+};
+
+/// Reads and validates a whole safetensors file: header length, JSON syntax, dtypes (F32 F64 BF16
+/// F16 I32 I64 BOOL), shape vs. byte size, offsets that tile the data section exactly, string
+/// metadata. Anything else throws std::runtime_error naming the file and the problem; nothing is
+/// returned from a truncated or corrupted file.
+Checkpoint load_safetensors(const std::filesystem::path& file);
+
+} // namespace sinter

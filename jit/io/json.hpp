@@ -1,0 +1,49 @@
+// jit/io/json.hpp — the JSON subset of safetensors headers: strict parser, string writer
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace sinter::json {
+
+/// One parsed value. Only what a safetensors header holds: objects (members in file order),
+/// arrays, strings and non-negative integers.
+struct Value {
+  enum class Kind : uint8_t { object, array, string, integer };
+  Kind kind = Kind::object;
+  std::vector<std::pair<std::string, Value>> members; // object
+  std::vector<Value> elements;                        // array
+  std::string text;                                   // string (valid UTF-8)
+  uint64_t integer = 0;                               // integer
+
+  bool is(Kind k) const { return kind == k; }
+};
+
+/// A syntax error, with the byte offset where parsing stopped.
+class ParseError : public std::runtime_error {
+public:
+  ParseError(const std::string& what, std::size_t offset)
+      : std::runtime_error(what + " at byte " + std::to_string(offset)), offset_(offset) {}
+  std::size_t offset() const { return offset_; }
+
+private:
+  std::size_t offset_;
+};
+
+/// Parses exactly one value surrounded by optional whitespace. Rejects what this subset lacks
+/// (true/false/null, negative or fractional numbers), duplicate object keys, invalid UTF-8,
+/// unpaired surrogates and nesting deeper than 32.
+Value parse(std::string_view text);
+
+/// Whether `s` is well-formed UTF-8 (what a JSON string may hold).
+bool is_valid_utf8(std::string_view s);
+
+/// Appends `s` as a JSON string literal, escaped the way serde_json does (`"`, `\`, and control
+/// characters; everything else verbatim), so headers match the reference writer byte for byte.
+void append_quoted(std::string& out, std::string_view s);
+
+} // namespace sinter::json

@@ -1,0 +1,71 @@
+// jit/runtime/kernel_lookup.hpp — the one way every backend gets a kernel: structural cache key,
+// then memory, then the disk cache, then compile and store
+#pragma once
+#include "jit/passes/fuse.hpp"
+#include "jit/runtime/compile_report.hpp"
+#include "jit/runtime/kernel_cache.hpp"
+
+#include <functional>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace sinter {
+
+/// The cache key of a kernel: its structure, shapes and dtypes, and the target's fingerprint,
+/// computed from the IR before any code generation.
+CacheKey kernel_key(const FusionPlan& plan, const Kernel& kernel, const std::string& fingerprint);
+
+/// A backend's loaded kernels (`Entry`: a function pointer, a CUfunction, ...) in front of the
+/// persistent cache and its code generator. The backend supplies how to compile a kernel to a
+/// binary (object file, cubin) and how to load a binary; the policy is here, once.
+template <class Entry> class KernelLookup {
+public:
+  /// Generated code for `symbol` (what the disk cache stores).
+  using Compile = std::function<std::vector<char>(const std::string& symbol)>;
+  /// The loaded entry point of a binary from Compile or the disk cache.
+  using Load = std::function<Entry(std::span<const char> binary, const std::string& symbol)>;
+
+  explicit KernelLookup(std::string fingerprint) : fingerprint_(std::move(fingerprint)) {}
+
+  const std::string& fingerprint() const { return fingerprint_; }
+
+  /// The kernel's entry point: from memory, from `disk` (validated) or compiled (then stored
+  /// there). Counts what happened in `report`. Thread-safe; `load` runs under the lock.
+  Entry get(const FusionPlan& plan, const Kernel& kernel, KernelCache& disk, CompileReport& report,
+            const Compile& compile, const Load& load) {
+    ++report.generated;
+    CacheKey key = kernel_key(plan, kernel, fingerprint_);
+    std::lock_guard lock(mutex_);
+    if (auto it = loaded_.find(key); it != loaded_.end()) {
+      ++report.from_memory;
+      return it->second;
+    }
+    std::string symbol = "sinter_kernel_" + key.hex();
+    std::vector<char> binary;
+    if (auto cached = disk.load(key)) {
+      binary = std::move(*cached);
+      ++report.from_disk;
+    } else {
+      binary = compile(symbol);
+      disk.store(key, binary);
+      disk.note_compiled();
+      ++report.compiled;
+    }
+    Entry entry = load(binary, symbol);
+    loaded_.emplace(key, entry);
+    return entry;
+  }
+
+private:
+  struct KeyHash {
+    std::size_t operator()(const CacheKey& k) const { return k.lo ^ (k.hi * 31); }
+  };
+  std::string fingerprint_;
+  std::mutex mutex_;
+  std::unordered_map<CacheKey, Entry, KeyHash> loaded_;
+};
+
+} // namespace sinter

@@ -1,0 +1,298 @@
+// jit/train/train_step.cpp — builds, compiles and runs the update program; owns optimizer state
+#include "jit/train/train_step.hpp"
+
+#include "jit/api.hpp"
+
+#include "jit/runtime/context.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace sinter {
+namespace {
+
+enum class Source { parameter, batch, scalar, state, grad_sum };
+
+struct Slot {
+  Source source;
+  std::size_t index = 0; ///< parameter, batch, scalar or grad-sum index
+  std::string state;     ///< state key for Source::state
+};
+
+ValueId input_named(const Graph& g, const std::string& name) {
+  for (const NamedValue& in : g.inputs())
+    if (in.name == name) return in.id;
+  throw std::logic_error("sinter: no graph input named " + name);
+}
+
+ValueId output_named(const Graph& g, const std::string& name) {
+  for (const NamedValue& out : g.outputs())
+    if (out.name == name) return out.id;
+  throw std::logic_error("sinter: no graph output named " + name);
+}
+
+/// Makes the update outputs of `g` (after append_update) its only outputs besides the loss.
+void set_update_outputs(Graph& g, const std::vector<std::string>& names,
+                        const std::vector<UpdatedParameter>& updates, const Optimizer& optimizer,
+                        bool keep_loss) {
+  std::vector<NamedValue> outputs;
+  if (keep_loss) outputs.push_back(g.outputs().at(0));
+  auto states = state_names(optimizer);
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    outputs.push_back({"new." + names[i], updates[i].parameter.id});
+    for (std::size_t s = 0; s < states.size(); ++s)
+      outputs.push_back({"new.state." + states[s] + "." + names[i], updates[i].state[s].id});
+  }
+  g.mutable_outputs() = std::move(outputs);
+}
+
+} // namespace
+
+struct TrainStep::Compiled {
+  std::unique_ptr<CompiledGraph> step;  ///< the fused update, or the gradients (accumulation)
+  std::unique_ptr<CompiledGraph> apply; ///< accumulation only: the update from summed grads
+  std::vector<Slot> step_inputs, apply_inputs;
+  mutable std::vector<HostTensor> step_outputs, apply_outputs;
+};
+
+TrainStep::TrainStep(Tracer trace, std::vector<std::string> names,
+                     std::vector<HostTensor*> parameters, TrainStepOptions options,
+                     Context* context)
+    : trace_(std::move(trace)), names_(std::move(names)), parameters_(std::move(parameters)),
+      options_(std::move(options)), context_(context) {
+  if (names_.size() != parameters_.size())
+    throw std::invalid_argument("sinter: one name per parameter");
+  if (options_.accumulate < 1)
+    throw std::invalid_argument("sinter: accumulate must be >= 1, got " +
+                                std::to_string(options_.accumulate));
+  for (std::size_t i = 0; i < names_.size(); ++i)
+    for (const std::string& st : state_names(options_.update.optimizer)) {
+      HostTensor zeros(parameters_[i]->dtype(), parameters_[i]->shape());
+      std::fill(zeros.bytes().begin(), zeros.bytes().end(), std::byte{0});
+      state_.emplace("state." + st + "." + names_[i], std::move(zeros));
+    }
+}
+
+TrainStep::~TrainStep() = default;
+
+std::vector<std::pair<std::string, HostTensor*>> TrainStep::state() {
+  std::vector<std::pair<std::string, HostTensor*>> out;
+  for (auto& [name, tensor] : state_)
+    out.emplace_back(name, &tensor);
+  return out;
+}
+
+const CompiledGraph& TrainStep::program() const {
+  if (!last_) throw std::logic_error("sinter: the step has not been compiled yet (call it once)");
+  return last_->apply ? *last_->apply : *last_->step;
+}
+
+std::vector<const CompiledGraph*> TrainStep::programs() const {
+  if (!last_) throw std::logic_error("sinter: the step has not been compiled yet (call it once)");
+  std::vector<const CompiledGraph*> out{last_->step.get()};
+  if (last_->apply) out.push_back(last_->apply.get());
+  return out;
+}
+
+std::vector<HostTensor> TrainStep::scalar_inputs(double lr) const {
+  std::vector<double> values{lr, 1.0 / static_cast<double>(options_.accumulate)};
+  if (const auto* adam = std::get_if<AdamW>(&options_.update.optimizer)) {
+    double t = static_cast<double>(steps_ + 1);
+    values.push_back(1.0 - std::pow(adam->beta1, t));
+    values.push_back(1.0 - std::pow(adam->beta2, t));
+  }
+  std::vector<HostTensor> out;
+  for (double v : values)
+    out.push_back(HostTensor::from_doubles(DType::f64, {}, {&v, 1}));
+  return out;
+}
+
+const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> batch) {
+  std::string key;
+  for (const HostTensor& t : batch)
+    key += to_string(TensorType{t.dtype(), t.shape()}) + ";";
+  if (auto it = by_batch_types_.find(key); it != by_batch_types_.end()) return *it->second;
+
+  Graph forward_ = trace_(batch);
+  if (forward_.outputs().empty() || !forward_.type(forward_.outputs()[0].id).shape.empty())
+    throw std::invalid_argument("sinter: the loss (output 0) must be a scalar, got " +
+                                (forward_.outputs().empty()
+                                     ? std::string("no output")
+                                     : to_string(forward_.type(forward_.outputs()[0].id))));
+  for (std::size_t i = 0; i < names_.size(); ++i) {
+    const TensorType& t = forward_.type(input_named(forward_, names_[i]));
+    if (t.dtype != parameters_[i]->dtype() || t.shape != parameters_[i]->shape())
+      throw std::invalid_argument(
+          "sinter: parameter '" + names_[i] + "' holds " +
+          to_string(TensorType{parameters_[i]->dtype(), parameters_[i]->shape()}) +
+          " but the model uses it as " + to_string(t));
+  }
+  // Batch inputs: every input that is not a parameter, in graph order (= call order).
+  std::vector<std::string> batch_names;
+  for (const NamedValue& in : forward_.inputs())
+    if (std::find(names_.begin(), names_.end(), in.name) == names_.end())
+      batch_names.push_back(in.name);
+  if (batch.size() != batch_names.size())
+    throw std::invalid_argument("sinter: the step takes " + std::to_string(batch_names.size()) +
+                                " batch inputs, got " + std::to_string(batch.size()));
+  for (std::size_t j = 0; j < batch.size(); ++j) {
+    const TensorType& want = forward_.type(input_named(forward_, batch_names[j]));
+    if (batch[j].dtype() != want.dtype || batch[j].shape() != want.shape)
+      throw std::invalid_argument("sinter: batch input '" + batch_names[j] + "' expects " +
+                                  to_string(want) + ", got " +
+                                  to_string(TensorType{batch[j].dtype(), batch[j].shape()}));
+  }
+
+  auto compiled = std::make_unique<Compiled>();
+  Device backend = default_device();
+  Graph grads = autodiff(forward_, AutodiffOptions{names_, 0});
+  auto gather_values = [&](Graph& g, const std::string& prefix, bool from_outputs) {
+    std::vector<Value> values;
+    for (const std::string& n : names_)
+      values.push_back(
+          Value{&g, from_outputs ? output_named(g, prefix + n) : input_named(g, prefix + n)});
+    return values;
+  };
+  if (options_.accumulate == 1) {
+    std::vector<Value> params = gather_values(grads, "", false);
+    std::vector<Value> gs = gather_values(grads, "grad:", true);
+    auto updates = append_update(grads, names_, params, gs, options_.update);
+    set_update_outputs(grads, names_, updates, options_.update.optimizer, true);
+    compiled->step =
+        std::make_unique<CompiledGraph>(std::move(grads), std::nullopt, backend, context_);
+  } else {
+    compiled->step =
+        std::make_unique<CompiledGraph>(std::move(grads), std::nullopt, backend, context_);
+    Graph apply;
+    std::vector<Value> params, gs;
+    for (std::size_t i = 0; i < names_.size(); ++i)
+      params.push_back(
+          input(apply, names_[i], TensorType{parameters_[i]->dtype(), parameters_[i]->shape()}));
+    for (std::size_t i = 0; i < names_.size(); ++i)
+      gs.push_back(input(apply, "grad." + names_[i], params[i].type()));
+    auto updates = append_update(apply, names_, params, gs, options_.update);
+    set_update_outputs(apply, names_, updates, options_.update.optimizer, false);
+    compiled->apply =
+        std::make_unique<CompiledGraph>(std::move(apply), std::nullopt, backend, context_);
+  }
+
+  auto wire = [&](const CompiledGraph& c, std::vector<Slot>& slots, std::vector<HostTensor>& outs) {
+    auto scalars = scalar_names(options_.update.optimizer);
+    for (const NamedValue& in : c.graph().inputs()) {
+      const std::string& n = in.name;
+      if (auto p = std::find(names_.begin(), names_.end(), n); p != names_.end())
+        slots.push_back({Source::parameter, static_cast<std::size_t>(p - names_.begin()), ""});
+      else if (auto b = std::find(batch_names.begin(), batch_names.end(), n);
+               b != batch_names.end())
+        slots.push_back({Source::batch, static_cast<std::size_t>(b - batch_names.begin()), ""});
+      else if (auto s = std::find(scalars.begin(), scalars.end(), n); s != scalars.end())
+        slots.push_back({Source::scalar, static_cast<std::size_t>(s - scalars.begin()), ""});
+      else if (n.starts_with("state."))
+        slots.push_back({Source::state, 0, n});
+      else if (n.starts_with("grad."))
+        slots.push_back({Source::grad_sum,
+                         static_cast<std::size_t>(
+                             std::find(names_.begin(), names_.end(), n.substr(5)) - names_.begin()),
+                         ""});
+      else
+        throw std::logic_error("sinter: unexpected step input " + n);
+    }
+    for (const NamedValue& out : c.graph().outputs())
+      outs.emplace_back(c.graph().type(out.id).dtype, c.graph().type(out.id).shape);
+  };
+  wire(*compiled->step, compiled->step_inputs, compiled->step_outputs);
+  if (compiled->apply) wire(*compiled->apply, compiled->apply_inputs, compiled->apply_outputs);
+  // Parameters and optimizer state feed the next update: on a GPU they stay there.
+  auto carry = [](CompiledGraph& program) {
+    const Graph& g = program.graph();
+    std::vector<std::pair<std::size_t, std::size_t>> pairs;
+    for (std::size_t out = 0; out < g.outputs().size(); ++out) {
+      const std::string& name = g.outputs()[out].name;
+      if (!name.starts_with("new.")) continue;
+      for (std::size_t in = 0; in < g.inputs().size(); ++in)
+        if (g.inputs()[in].name == name.substr(4)) pairs.emplace_back(in, out);
+    }
+    program.set_carried(pairs);
+  };
+  carry(compiled->apply ? *compiled->apply : *compiled->step);
+  return *by_batch_types_.emplace(key, std::move(compiled)).first->second;
+}
+
+LossHandle TrainStep::operator()(std::span<const HostTensor> batch, double lr) {
+  const Compiled& c = compiled_for(batch);
+  last_ = &c;
+  std::vector<HostTensor> scalars = scalar_inputs(lr);
+  auto gather = [&](const std::vector<Slot>& slots) {
+    std::vector<const HostTensor*> ptrs;
+    for (const Slot& s : slots) {
+      switch (s.source) {
+      case Source::parameter: ptrs.push_back(parameters_[s.index]); break;
+      case Source::batch: ptrs.push_back(&batch[s.index]); break;
+      case Source::scalar: ptrs.push_back(&scalars[s.index]); break;
+      case Source::state: ptrs.push_back(&state_.at(s.state)); break;
+      case Source::grad_sum: ptrs.push_back(&grad_sums_[s.index]); break;
+      }
+    }
+    return ptrs;
+  };
+  auto run = [&](const CompiledGraph& program, const std::vector<Slot>& slots,
+                 std::vector<HostTensor>& outs) { program.run_into(gather(slots), outs); };
+  // Outputs named new.* replace what they update (double buffering: the old buffers are the
+  // next step's outputs).
+  auto take_updates = [&](const CompiledGraph& program, std::vector<HostTensor>& outs) {
+    const auto& named = program.graph().outputs();
+    for (std::size_t i = 0; i < named.size(); ++i) {
+      const std::string& n = named[i].name;
+      if (n.starts_with("new.state."))
+        std::swap(state_.at(n.substr(4)), outs[i]);
+      else if (n.starts_with("new."))
+        std::swap(
+            *parameters_[std::find(names_.begin(), names_.end(), n.substr(4)) - names_.begin()],
+            outs[i]);
+    }
+  };
+
+  run(*c.step, c.step_inputs, c.step_outputs);
+  // Moved, not copied: on a GPU the loss is still deferred, so the step runs on while the
+  // caller prepares the next batch; reading it waits for the step.
+  auto loss = std::make_shared<HostTensor>(std::move(c.step_outputs[0]));
+  if (!c.apply) {
+    take_updates(*c.step, c.step_outputs);
+    ++steps_;
+    return LossHandle(loss);
+  }
+  // Accumulation: sum this micro-batch's gradients; update on the k-th.
+  const auto& named = c.step->graph().outputs();
+  if (grad_sums_.empty())
+    for (HostTensor* p : parameters_) {
+      HostTensor zeros(p->dtype(), p->shape());
+      std::fill(zeros.bytes().begin(), zeros.bytes().end(), std::byte{0});
+      grad_sums_.push_back(std::move(zeros));
+    }
+  for (std::size_t i = 1; i < named.size(); ++i) {
+    std::size_t p = static_cast<std::size_t>(
+        std::find(names_.begin(), names_.end(), named[i].name.substr(5)) - names_.begin());
+    HostTensor& sum = grad_sums_[p];
+    const HostTensor& g = c.step_outputs[i];
+    if (sum.dtype() == DType::f32) {
+      auto* s = reinterpret_cast<float*>(sum.bytes().data());
+      const auto* x = reinterpret_cast<const float*>(g.bytes().data());
+      for (int64_t k = 0; k < sum.size(); ++k)
+        s[k] += x[k];
+    } else {
+      for (int64_t k = 0; k < sum.size(); ++k)
+        sum.set(k, sum.at(k) + g.at(k));
+    }
+  }
+  if (++micro_steps_ % options_.accumulate == 0) {
+    run(*c.apply, c.apply_inputs, c.apply_outputs);
+    take_updates(*c.apply, c.apply_outputs);
+    for (HostTensor& sum : grad_sums_)
+      std::fill(sum.bytes().begin(), sum.bytes().end(), std::byte{0});
+    ++steps_;
+  }
+  return LossHandle(loss);
+}
+
+} // namespace sinter
