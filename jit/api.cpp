@@ -4,7 +4,7 @@
 #include "jit/backend/backends.hpp"
 #include "jit/interp/interpreter.hpp"
 #include "jit/pipeline/pipeline.hpp"
-#include "jit/runtime/context.hpp"
+#include "jit/backend/context.hpp"
 
 #include <chrono>
 #include <cstdio>

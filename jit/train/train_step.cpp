@@ -3,7 +3,7 @@
 
 #include "jit/api.hpp"
 
-#include "jit/runtime/context.hpp"
+#include "jit/backend/context.hpp"
 
 #include <algorithm>
 #include <cmath>

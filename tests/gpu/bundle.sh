@@ -69,7 +69,7 @@ cp /usr/share/datasets/fashion-mnist/*.gz "$OUT/data/fashion-mnist/" 2>/dev/null
 find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' -exec cat {} + \
   > "$OUT/data/fortunes.txt"
 [[ -s $OUT/data/fortunes.txt ]] || die "no fortunes: apt-get install fortunes"
-cp "$ROOT"/tests/bench/{train_peers.py,peers.py,gpu_table.py} "$OUT/bench/"
+cp "$ROOT"/tests/bench/*.py "$OUT/bench/"
 cp "$ROOT/tests/gpu/run.sh" "$OUT/run.sh"
 git -C "$ROOT" rev-parse HEAD > "$OUT/COMMIT" 2>/dev/null || echo unknown > "$OUT/COMMIT"
 du -sh "$OUT"

@@ -5,7 +5,7 @@
 #include "jit/backend/cpu/cpu_schedule.hpp"
 #include "jit/passes/passes.hpp"
 #include "jit/pipeline/pipeline.hpp"
-#include "jit/runtime/context.hpp"
+#include "jit/backend/context.hpp"
 #include "kernels/blas_gemm.hpp"
 
 #include <chrono>

@@ -2,7 +2,7 @@
 // overlapped uploads, graph capture and replay, carried values, deferred outputs
 #include "jit/backend/cuda/gpu_executable.hpp"
 #include "jit/pipeline/pipeline.hpp"
-#include "jit/runtime/context.hpp"
+#include "jit/backend/context.hpp"
 
 #include <algorithm>
 #include <atomic>

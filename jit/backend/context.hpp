@@ -1,4 +1,5 @@
-// jit/runtime/context.hpp — Context: the one object holding process-wide runtime state
+// jit/backend/context.hpp — Context: the one object holding process-wide backend state (thread pool,
+// kernel cache, CPU kernels)
 #pragma once
 #include "jit/backend/cpu/kernel_library.hpp"
 #include "jit/backend/cpu/thread_pool.hpp"

@@ -1,5 +1,5 @@
-// jit/runtime/context.cpp — construction of Context and the process-wide instance
-#include "jit/runtime/context.hpp"
+// jit/backend/context.cpp — construction of Context and the process-wide instance
+#include "jit/backend/context.hpp"
 
 namespace sinter {
 
