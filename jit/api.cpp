@@ -2,9 +2,9 @@
 #include "jit/api.hpp"
 
 #include "jit/backend/backends.hpp"
+#include "jit/backend/context.hpp"
 #include "jit/interp/interpreter.hpp"
 #include "jit/pipeline/pipeline.hpp"
-#include "jit/backend/context.hpp"
 
 #include <chrono>
 #include <cstdio>

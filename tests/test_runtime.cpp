@@ -1,6 +1,6 @@
 // tests/test_runtime.cpp — the runtime: ThreadPool, thread-count parsing, KernelCache, Context
-#include "jit/backend/cpu/thread_pool.hpp"
 #include "jit/backend/context.hpp"
+#include "jit/backend/cpu/thread_pool.hpp"
 #include "jit/runtime/host_tensor.hpp"
 #include "jit/runtime/kernel_cache.hpp"
 

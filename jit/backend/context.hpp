@@ -1,5 +1,5 @@
-// jit/backend/context.hpp — Context: the one object holding process-wide backend state (thread pool,
-// kernel cache, CPU kernels)
+// jit/backend/context.hpp — Context: the one object holding process-wide backend state (thread
+// pool, kernel cache, CPU kernels)
 #pragma once
 #include "jit/backend/cpu/kernel_library.hpp"
 #include "jit/backend/cpu/thread_pool.hpp"

@@ -31,8 +31,9 @@ imported, and prints one machine-readable line:
 
 `--peer P --serve` runs peer P in this process as a contender of tests/bench/train_rounds.py:
 after the first call and --warmup steps it prints `ready peer=P model=<m> compile_s=<s | na>
-loss=<first step> device=<d>`, answers `run K` on stdin with `times=<s>,...` (K timed steps)
-until `quit`, then prints the line above over every step it timed (peers.serve).
+loss=<first step> device=<d>`, answers `run K [W]` on stdin (W untimed steps, then K timed
+ones) with `times=<s>,...` until `quit`, then prints the line above over every timed step
+(peers.serve).
 """
 import argparse
 import math

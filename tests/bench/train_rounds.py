@@ -18,17 +18,18 @@ and then answers `run K W` (W untimed steps, then K timed ones) with `times=<s>,
 line (over every timed step) and exits. Lines that match none of these are ignored.
 
 Schedule: the contenders are started one after another (each compiles alone on the machine,
-the others idle, blocked on their stdin). A calibration turn each (`run 3 2`, not counted)
-gives step-time estimates: with --steps auto, K = ceil(--round-seconds / the slowest
-contender's step), at least 3; W = ceil(--turn-warmup / the fastest contender's step), at
-least 1. Then R rounds: in round r every contender takes one turn of W + K steps, in an order
-rotated by r (after a --settle pause, default none). Rounds stop early, with a note, once they
-have taken --time-limit seconds (default 420: a heavily loaded machine slows torch's steps
-tenfold). The W untimed steps per turn absorb what
-the previous turn and the idle wait leave behind: worker threads of the previous contender
-still spinning, and a woken process's slow start (on the 2-core VM, sinter's 2-thread MLP step
-runs at 1-thread speed for about 50 ms after 0.2 s or more of idleness). Every contender runs
-the same number of steps, so the final losses compare.
+the others idle, blocked on their stdin). A calibration turn each (`run 5 2`, not counted)
+gives step-time estimates, each contender's fastest of the 5 (a burst of load in the
+calibration must not shrink K): with --steps auto, K = ceil(--round-seconds / the slowest
+contender's estimate), at least 3; W = ceil(--turn-warmup / the fastest contender's
+estimate), at least 1. Then R rounds: in round r every contender takes one turn of W + K
+steps, in an order rotated by r (after a --settle pause, default none). Rounds stop early, with
+a note, once they have taken --time-limit seconds (default 420: a heavily loaded machine slows
+torch's steps tenfold). The W untimed steps per turn absorb what the previous turn and the idle
+wait leave behind: worker threads of the previous contender still spinning, and a woken
+process's slow start (on the 2-core VM, sinter's 2-thread MLP step runs at 1-thread speed for
+about 50 ms after 0.2 s or more of idleness). Every contender runs the same number of steps, so
+the final losses compare.
 
 Per round r and peer p: ratio_r = median of p's K steps / median of sinter's K steps (> 1:
 sinter faster). Over the rounds: the median ratio, the interquartile range (IQR: 25th to 75th
@@ -38,6 +39,9 @@ percentile) and min-max. Verdict:
   "inconclusive"   the IQR straddles 1.0, or is wider than --max-spread (default 0.20) times the
                    median ratio (the middle half of the rounds disagrees by more than the +-10%
                    we want to resolve), or fewer than 5 rounds ran.
+A difference below --small (default 5%) is marked small: the per-round IQR measures the noise
+within one run, and two quiet runs on the 2-core VM moved a ratio by up to 3% (each process
+gets its own memory layout and thread placement).
 Each contender's first-step loss must equal sinter's (relative 1e-4; a WARNING otherwise) and
 its final loss agree to 1% (same number of steps on the same batch).
 
@@ -49,6 +53,7 @@ verdict) for gpu_table.py. In --out DIR (default: a new temporary folder): <mode
 import argparse
 import math
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -84,19 +89,22 @@ def quartiles(values):
     return q1, q2, q3
 
 
-def verdict(ratios, max_spread):
+def verdict(ratios, max_spread, small):
     """(short word for machines, sentence for people) from the per-round ratios."""
     q1, med, q3 = quartiles(ratios)
     if len(ratios) < MIN_ROUNDS:
         return "inconclusive", "inconclusive: only %d rounds (need %d)" % (len(ratios), MIN_ROUNDS)
     if q3 - q1 > max_spread * med:
-        return "inconclusive", ("inconclusive: per-round ratios too spread (IQR %.2f-%.2f is %.0f%% "
-                                "of the median, limit %.0f%%)" %
+        return "inconclusive", ("inconclusive: per-round ratios too spread (IQR %.2f-%.2f is "
+                                "%.0f%% of the median, limit %.0f%%)" %
                                 (q1, q3, 100 * (q3 - q1) / med, 100 * max_spread))
+    faster = med - 1.0 if med >= 1 else 1.0 / med - 1.0  # how much faster the faster one is
+    by = "by %.0f%%" % (100 * faster) + (" (small: under %.0f%%)" % (100 * small)
+                                          if faster < small else "")
     if q1 > 1.0:
-        return "sinter-faster", "sinter faster"
+        return "sinter-faster", "sinter faster " + by
     if q3 < 1.0:
-        return "peer-faster", "peer faster"
+        return "peer-faster", "peer faster " + by
     return "inconclusive", "inconclusive: per-round ratios (IQR) span %.2f-%.2f, straddling 1.0" % (
         q1, q3)
 
@@ -159,8 +167,25 @@ class Contender:
             self.proc.wait()
 
 
+def cpu_seconds(pids):
+    """(busy CPU seconds of the whole machine, CPU seconds of the processes `pids` and of this
+    one), from /proc: their difference over the rounds is what other work took."""
+    tick = os.sysconf("SC_CLK_TCK")
+    with open("/proc/stat") as fh:
+        v = [int(x) for x in fh.readline().split()[1:]]
+    busy = sum(v[:8]) - v[3] - v[4]  # user nice system idle iowait irq softirq steal
+    ours = sum(os.times()[:2])
+    for pid in pids:
+        try:
+            with open("/proc/%d/stat" % pid) as fh:
+                f = fh.read().rsplit(")", 1)[1].split()
+            ours += (int(f[11]) + int(f[12])) / tick  # utime, stime (fields 14, 15)
+        except OSError:
+            pass
+    return busy / tick, ours
+
+
 def shell_line(cmd, env_vars=()):
-    import shlex
     return " ".join(["%s=%s" % (k, shlex.quote(v)) for k, v in env_vars] +
                     [shlex.quote(c) for c in cmd])
 
@@ -190,6 +215,8 @@ def parse_args():
     ap.add_argument("--max-spread", type=float, default=0.20,
                     help="widest IQR of the per-round ratios, relative to their median, that "
                     "still gives a verdict")
+    ap.add_argument("--small", type=float, default=0.05,
+                    help="a median ratio closer to 1 than this is marked a small difference")
     ap.add_argument("--tf32", action="store_true",
                     help="f32 GEMMs on TF32 tensor cores on both sides (SINTER_TF32=1, --tf32)")
     ap.add_argument("--torch-attention", choices=("sdpa", "math"), default="sdpa")
@@ -208,7 +235,7 @@ def parse_args():
         gpu_or_gpt = args.device == "cuda" or args.model.startswith("gpt")
         args.peers = "torch-eager,torch-compile" + ("" if gpu_or_gpt else ",jax-jit")
     args.peer_list = [p for p in args.peers.split(",") if p]
-    args.stopped = None
+    args.stopped, args.other_load = None, math.nan
     for p in args.peer_list:
         if p not in PEERS:
             ap.error("unknown peer %r (known: %s)" % (p, ", ".join(PEERS)))
@@ -248,8 +275,8 @@ def start_all(args, out_dir):
             say("%s: starting %s (first call and %d warm-up steps)" % (args.model, name,
                                                                        args.warmup))
             t0 = time.perf_counter()
-            c = Contender(name, cmd, env, os.path.join(out_dir, "%s-%s.stderr" % (args.model, name)),
-                          pin if name == "sinter" else None)
+            stderr_path = os.path.join(out_dir, "%s-%s.stderr" % (args.model, name))
+            c = Contender(name, cmd, env, stderr_path, pin if name == "sinter" else None)
             try:
                 c.wait_ready()
             except RuntimeError as e:
@@ -269,7 +296,7 @@ def start_all(args, out_dir):
 
 def run_rounds(args, contenders, out_dir):
     """The calibration turns, then the R rounds; returns (K, W)."""
-    times = {c.name: statistics.median(c.run(3, 2)) for c in contenders}  # not counted
+    times = {c.name: min(c.run(5, 2)) for c in contenders}  # not counted
     if args.steps == "auto":
         k = max(3, math.ceil(args.round_seconds / max(times.values())))
     else:
@@ -279,6 +306,8 @@ def run_rounds(args, contenders, out_dir):
         (args.model, ", ".join("%s %.2f ms" % (n, 1e3 * t) for n, t in times.items()),
          args.rounds, w, k))
     start = time.perf_counter()
+    pids = [c.proc.pid for c in contenders]
+    busy0, ours0 = cpu_seconds(pids)
     with open(os.path.join(out_dir, "%s-rounds.tsv" % args.model), "w") as tsv:
         tsv.write("round\tposition\tcontender\tmedian_s\tstep_times_s\n")
         for r in range(args.rounds):
@@ -306,6 +335,9 @@ def run_rounds(args, contenders, out_dir):
             tsv.flush()
             if (r + 1) % 5 == 0 or r + 1 == args.rounds:
                 say("%s: round %d/%d" % (args.model, r + 1, args.rounds))
+    busy1, ours1 = cpu_seconds(pids)
+    wall = time.perf_counter() - start
+    args.other_load = max(0.0, (busy1 - busy0) - (ours1 - ours0)) / wall  # cores, on average
     return k, w
 
 
@@ -323,7 +355,8 @@ def warm_start(args, env_extra):
 
 
 def print_header(header, widths):
-    line = "  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(header, widths)))
+    line = "  ".join(h.rjust(w) if i else h.ljust(w)
+                     for i, (h, w) in enumerate(zip(header, widths)))
     print(line)
     print("-" * len(line))
 
@@ -336,6 +369,7 @@ def print_row(cells, widths):
 
 
 def report(args, contenders, k, w, warm_s, load):
+    """Prints the tables; `load` is the 1-minute load average before the contenders started."""
     sinter = contenders[0]
     base_meds = [statistics.median(t) for t in sinter.rounds]
     title = args.title or "%s training step" % args.model
@@ -343,7 +377,9 @@ def report(args, contenders, k, w, warm_s, load):
     print("%d rounds; per round each contender takes a turn of %d untimed + %d timed steps, in "
           "an order rotated each round" % (len(base_meds), w, k) +
           (", %.2g s pause before each turn" % args.settle if args.settle else ""))
-    print("load average %s at start, %s at end" % load)
+    print("other work during the rounds: %.2f of %d cores on average (CPU time not used by the "
+          "contenders); load average %s before the contenders started" %
+          (args.other_load, os.cpu_count(), load))
     if args.stopped:
         print("NOTE: " + args.stopped)
     print()
@@ -366,13 +402,13 @@ def report(args, contenders, k, w, warm_s, load):
         if not abs(final - base_final) <= 1e-2 * max(1.0, abs(base_final)):
             drifted.append(c.name)
     print()
-    header = ("peer", "ratio", "IQR", "min-max", ">1", "verdict")
+    header = ("peer", "ratio", "IQR", "min-max", "won", "verdict")
     widths = (14, 6, 11, 11, 6, 7)
     print_header(header, widths)
     for c in contenders[1:]:
         ratios = [statistics.median(t) / b for t, b in zip(c.rounds, base_meds)]
         q1, med, q3 = quartiles(ratios)
-        word, sentence = verdict(ratios, args.max_spread)
+        word, sentence = verdict(ratios, args.max_spread, args.small)
         above = sum(r > 1.0 for r in ratios)
         print_row((c.name, "%.3f" % med, "%.3f-%.3f" % (q1, q3),
                    "%.2f-%.2f" % (min(ratios), max(ratios)), "%d/%d" % (above, len(ratios)),
@@ -385,9 +421,11 @@ def report(args, contenders, k, w, warm_s, load):
           "its per-round medians")
     print("ratio = peer's median step / sinter's median step in the same round (> 1: sinter "
           "faster), median over rounds;")
-    print("  IQR and min-max of the per-round ratios; >1 = rounds in which sinter was faster")
+    print("  IQR and min-max of the per-round ratios; won = rounds in which sinter was faster")
     print("verdict: inconclusive when the IQR straddles 1.0 or is wider than %.0f%% of the median "
-          "ratio (or < %d rounds)" % (100 * args.max_spread, MIN_ROUNDS))
+          "ratio (or < %d rounds);" % (100 * args.max_spread, MIN_ROUNDS))
+    print("  'by N%%' = how much faster: ratio - 1 (sinter) or 1 / ratio - 1 (peer); under %.0f%% "
+          "it is small, within the run-to-run variation" % (100 * args.small))
     print("first call = the contender's first step: trace + compile + one step (torch-eager: '-')")
     r = sinter.result
     print("sinter memory: planned peak %s MB (arena + outputs) + parameters and AdamW m, v %s MB; "
@@ -426,10 +464,9 @@ def main():
         return 1
     for c in contenders:
         c.quit()
-    load1 = open("/proc/loadavg").read().split()[0]
     warm = math.nan if args.no_warm_start else warm_start(
         args, [("SINTER_TF32", "1")] if args.tf32 else [])
-    report(args, contenders, k, w, warm, (load0, load1))
+    report(args, contenders, k, w, warm, load0)
     print("\ndriver: %s" % shell_line([sys.executable] + sys.argv))
     print("contenders (their messages and the per-round times are in %s):" % out_dir)
     with open(os.path.join(out_dir, "%s-commands.txt" % args.model)) as fh:

@@ -27,8 +27,9 @@
 //
 // `--serve` (used by tests/bench/train_rounds.py): after the first call and --warmup steps it
 // prints `ready peer=sinter model=<m> compile_s=<s> loss=<first step> device=<d>`, then
-// answers `run K` on stdin with `times=<s>,...` (K timed steps) until `quit` or the end of the
-// input, and then prints the line above over every step it timed (bench::serve_steps).
+// answers `run K [W]` on stdin (W untimed steps, then K timed ones) with `times=<s>,...` until
+// `quit` or the end of the input, then prints the line above over every timed step
+// (bench::serve_steps).
 //
 // Build: ninja -C build tests/bench/train_step   (tests/bench/train_run.sh builds and runs all)
 #include "bench_timing.hpp"
@@ -180,7 +181,7 @@ int usage(const char* argv0) {
                "[--iters N] [--print-params] [--serve]\n"
                "  one full training step (forward, loss, backward, AdamW) via compile_step,\n"
                "  batch 128; prints first-call and median step time, losses and memory\n"
-               "  --serve: after warm-up, answer 'run K' / 'quit' on stdin (train_rounds.py)\n",
+               "  --serve: after warm-up, answer 'run K [W]' / 'quit' on stdin (train_rounds.py)\n",
                argv0);
   return 2;
 }

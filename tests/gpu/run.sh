@@ -6,8 +6,9 @@
 # Usage: ./run.sh [STAGE...]     stages: info tests recipes bench (default: all, in that order)
 # Exits 1 when any step failed (the report lists which), 0 when all passed.
 # Environment: REPORT_DIR (default $OUT, else ./report), RECIPE_EPOCHS (default: each recipe's
-# own, as in docs/perf.md's CPU table), BENCH_ITERS (default 50), PYTHON (default python3, with
-# torch built for CUDA).
+# own, as in docs/perf.md's CPU table), BENCH_MODELS (default: mlp vit gpt gpt2-small),
+# BENCH_ROUNDS (default 20), BENCH_TIME_LIMIT (seconds of rounds per model, default 420),
+# PYTHON (default python3, with torch built for CUDA).
 set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPORT_DIR="${REPORT_DIR:-${OUT:-$HERE/report}}"
@@ -72,17 +73,18 @@ for stage in "${stages[@]}"; do
         --text "$HERE/data/fortunes.txt"
       ;;
     bench)
-      iters=${BENCH_ITERS:-50}
+      # Interleaved rounds (tests/bench/train_rounds.py): sinter and the PyTorch peers stay
+      # alive and alternate short turns, so each ratio is per round with its spread.
       step bench-peak '^peer=|Error' "$PYTHON" "$HERE/bench/train_peers.py" --peak
-      for model in mlp vit gpt gpt2-small; do
+      for model in ${BENCH_MODELS:-mlp vit gpt gpt2-small}; do
         # No mixed precision yet: GPT-2 small's f32 GEMMs use TF32 on both sides.
         tf32=()
         [[ $model == gpt2-small ]] && tf32=(--tf32)
-        SINTER_TF32=${#tf32[@]} step "bench-$model-sinter" '^peer=|error' "$HERE/bin/train_step" \
-          --model "$model" --device cuda --warmup 10 --iters "$iters"
-        step "bench-$model-torch" '^peer=|error|Error' "$PYTHON" "$HERE/bench/train_peers.py" \
+        SINTER_TF32=${#tf32[@]} step "bench-$model" \
+          '^peer=|faster|inconclusive|WARNING|error|Error' \
+          "$PYTHON" "$HERE/bench/train_rounds.py" --sinter "$HERE/bin/train_step" \
           --model "$model" --device cuda --peers torch-eager,torch-compile --warmup 10 \
-          --iters "$iters" "${tf32[@]}"
+          --rounds "${BENCH_ROUNDS:-20}" --time-limit "${BENCH_TIME_LIMIT:-420}" --out "$REPORT_DIR/logs/bench-$model.d" "${tf32[@]}"
       done
       {
         echo "### benchmark table"

@@ -2,10 +2,10 @@
 // bridge
 #include "jit/backend/cpu/cpu_executable.hpp"
 
+#include "jit/backend/context.hpp"
 #include "jit/backend/cpu/cpu_schedule.hpp"
 #include "jit/passes/passes.hpp"
 #include "jit/pipeline/pipeline.hpp"
-#include "jit/backend/context.hpp"
 #include "kernels/blas_gemm.hpp"
 
 #include <chrono>

@@ -1,8 +1,8 @@
 // jit/backend/cuda/gpu_executable.cpp — executes the launch plan: binding per input set, staging,
 // overlapped uploads, graph capture and replay, carried values, deferred outputs
 #include "jit/backend/cuda/gpu_executable.hpp"
-#include "jit/pipeline/pipeline.hpp"
 #include "jit/backend/context.hpp"
+#include "jit/pipeline/pipeline.hpp"
 
 #include <algorithm>
 #include <atomic>
