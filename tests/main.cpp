@@ -42,6 +42,10 @@ int cannot_run(const char* tag_prefix, const std::string& reason, bool absent,
 
 } // namespace
 
+// Run only by tests/cli/check_strict_runner.sh (hidden tag): it must fail, since it asserts
+// nothing.
+TEST_CASE("probe: a test case without assertions", "[.][no-assertions-probe]") {}
+
 int main(int argc, char** argv) {
   if (selects(argc, argv, "[cuda") && !sinter::cuda::driver())
     return cannot_run("[cuda]", "no usable NVIDIA GPU: " + sinter::cuda::unavailable_reason(),
