@@ -32,6 +32,24 @@ auto regression_loss = [](Regression& m, Var x, Var y) {
   return Var(sinter::mean(err * err));
 };
 
+/// A 4-sample regression batch: x [4, 2], y [4, 1].
+std::pair<HostTensor, HostTensor> four_samples() {
+  return {tensor(DType::f64, {4, 2}, {1, 2, 3, 4, -1, 0.5, 2, -2}),
+          tensor(DType::f64, {4, 1}, {1, 0, 2, -1})};
+}
+
+/// Sample `i` of a [N, 2] / [N, 1] regression batch as a one-sample micro-batch of `step`.
+template <class Step>
+void feed_sample(Step& step, const HostTensor& x, const HostTensor& y, int i) {
+  step(tensor(DType::f64, {1, 2}, {x.at(2 * i), x.at(2 * i + 1)}),
+       tensor(DType::f64, {1, 1}, {y.at(i)}));
+}
+
+void check_same_weights(const Regression& got, const Regression& want) {
+  CHECK(got.w.value.at(0) == Approx(want.w.value.at(0)).epsilon(1e-12));
+  CHECK(got.w.value.at(1) == Approx(want.w.value.at(1)).epsilon(1e-12));
+}
+
 } // namespace
 
 TEST_CASE("a tiny MLP trains to near-zero loss on a fixed batch", "[training]") {
@@ -89,8 +107,7 @@ TEST_CASE("AdamW matches the reference update, decoupled weight decay included",
 }
 
 TEST_CASE("accumulating four micro-batches equals one step on the whole batch", "[training]") {
-  HostTensor x = tensor(DType::f64, {4, 2}, {1, 2, 3, 4, -1, 0.5, 2, -2});
-  HostTensor y = tensor(DType::f64, {4, 1}, {1, 0, 2, -1});
+  auto [x, y] = four_samples();
   Regression whole{Parameter(tensor(DType::f64, {2, 1}, {0.5, -1.0}))};
   Regression parts = whole;
   auto full = compile_step(whole, regression_loss, sgd{.lr = 0.05});
@@ -98,19 +115,16 @@ TEST_CASE("accumulating four micro-batches equals one step on the whole batch", 
   full(x, y);
   for (int i = 0; i < 4; ++i) {
     CHECK(micro.steps() == 0);
-    micro(tensor(DType::f64, {1, 2}, {x.at(2 * i), x.at(2 * i + 1)}),
-          tensor(DType::f64, {1, 1}, {y.at(i)}));
+    feed_sample(micro, x, y, i);
   }
   CHECK(micro.steps() == 1);
-  CHECK(parts.w.value.at(0) == Approx(whole.w.value.at(0)).epsilon(1e-12));
-  CHECK(parts.w.value.at(1) == Approx(whole.w.value.at(1)).epsilon(1e-12));
+  check_same_weights(parts, whole);
 }
 
 TEST_CASE("accumulation starts every update from zero gradient sums", "[training]") {
   // Three cycles of four one-sample micro-batches must equal three whole-batch steps: a sum
   // left over from the previous cycle would add its gradients to the next update.
-  HostTensor x = tensor(DType::f64, {4, 2}, {1, 2, 3, 4, -1, 0.5, 2, -2});
-  HostTensor y = tensor(DType::f64, {4, 1}, {1, 0, 2, -1});
+  auto [x, y] = four_samples();
   Regression whole{Parameter(tensor(DType::f64, {2, 1}, {0.5, -1.0}))};
   Regression parts = whole;
   auto full = compile_step(whole, regression_loss, sgd{.lr = 0.05});
@@ -118,12 +132,10 @@ TEST_CASE("accumulation starts every update from zero gradient sums", "[training
   for (int update = 1; update <= 3; ++update) {
     full(x, y);
     for (int i = 0; i < 4; ++i)
-      micro(tensor(DType::f64, {1, 2}, {x.at(2 * i), x.at(2 * i + 1)}),
-            tensor(DType::f64, {1, 1}, {y.at(i)}));
+      feed_sample(micro, x, y, i);
     INFO("after update " << update);
     CHECK(micro.steps() == update);
-    CHECK(parts.w.value.at(0) == Approx(whole.w.value.at(0)).epsilon(1e-12));
-    CHECK(parts.w.value.at(1) == Approx(whole.w.value.at(1)).epsilon(1e-12));
+    check_same_weights(parts, whole);
   }
 }
 

@@ -72,18 +72,25 @@ inline double seconds_since(bench_clock::time_point since) {
   return std::chrono::duration<double>(bench_clock::now() - since).count();
 }
 
+/// Calls `one_step()` once, timed (the first call compiles), then `warmup` more times; returns
+/// the first call's seconds.
+template <class OneStep> double first_call_then_warmup(OneStep& one_step, int warmup) {
+  auto start = bench_clock::now();
+  one_step();
+  double first_call_s = seconds_since(start);
+  for (int i = 0; i < warmup; ++i)
+    one_step();
+  return first_call_s;
+}
+
 /// Calls `one_step()` once (timed as the first call), `warmup` more times untimed, then `iters`
 /// timed times, and returns the first-call time and the median of the timed ones.
 template <class OneStep> StepTiming time_steps(OneStep&& one_step, int warmup, int iters) {
   StepTiming t;
-  auto start = bench_clock::now();
-  one_step();
-  t.first_call_s = seconds_since(start);
-  for (int i = 0; i < warmup; ++i)
-    one_step();
+  t.first_call_s = first_call_then_warmup(one_step, warmup);
   std::vector<double> times;
   for (int i = 0; i < iters; ++i) {
-    start = bench_clock::now();
+    auto start = bench_clock::now();
     one_step();
     times.push_back(seconds_since(start));
   }
@@ -104,11 +111,7 @@ template <class OneStep> StepTiming time_steps(OneStep&& one_step, int warmup, i
 template <class OneStep, class Ready>
 StepTiming serve_steps(OneStep&& one_step, int warmup, Ready&& ready) {
   StepTiming t;
-  auto start = bench_clock::now();
-  one_step();
-  t.first_call_s = seconds_since(start);
-  for (int i = 0; i < warmup; ++i)
-    one_step();
+  t.first_call_s = first_call_then_warmup(one_step, warmup);
   ready(t.first_call_s);
   std::fflush(stdout);
   std::vector<double> all;
@@ -131,7 +134,7 @@ StepTiming serve_steps(OneStep&& one_step, int warmup, Ready&& ready) {
       one_step();
     std::string reply = "times=";
     for (long i = 0; i < k; ++i) {
-      start = bench_clock::now();
+      auto start = bench_clock::now();
       one_step();
       double s = seconds_since(start);
       all.push_back(s);

@@ -65,14 +65,21 @@ def limit_threads(threads):
         os.sched_setaffinity(0, cpus[:threads])
 
 
-def timed(step, warmup, iters, sync):
-    """(first-call s, median step s, first result, last result)."""
+def first_call_then_warmup(step, warmup, sync):
+    """The first call, timed (it compiles), then `warmup` more steps: (first-call s, first
+    result, last result)."""
     t0 = time.perf_counter()
     first_out = sync(step())
     first = time.perf_counter() - t0
     out = first_out
     for _ in range(warmup):
         out = sync(step())
+    return first, first_out, out
+
+
+def timed(step, warmup, iters, sync):
+    """(first-call s, median step s, first result, last result)."""
+    first, first_out, out = first_call_then_warmup(step, warmup, sync)
     times = []
     for _ in range(iters):
         t0 = time.perf_counter()
@@ -96,12 +103,7 @@ def serve(step, warmup, sync, ready, proto):
     `ready ...` line; then, per line on stdin, `run K [W]` runs W untimed steps (default 0) and
     K timed ones and answers `times=<s>,...` on `proto`, `quit` (or the end of the input) stops.
     Returns timed()'s tuple over every timed step, and their count."""
-    t0 = time.perf_counter()
-    first_out = sync(step())
-    first = time.perf_counter() - t0
-    out = first_out
-    for _ in range(warmup):
-        out = sync(step())
+    first, first_out, out = first_call_then_warmup(step, warmup, sync)
     ready(first, first_out)
     times = []
     for line in sys.stdin:
