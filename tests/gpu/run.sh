@@ -62,6 +62,9 @@ for stage in "${stages[@]}"; do
         step "tests-${suite//[^a-z-]/}" 'passed|failed|FAILED|skipped|with expansion|CHECK' \
           "$HERE/bin/sinter_tests" "$suite"
       done
+      # After CUDA work a program must exit with status 0 (no abort in static destruction).
+      step cuda-exit-status 'CUDA program|FAIL|terminate' bash "$HERE/check_cuda_exit.sh" \
+        "$HERE/bin/sinter" "$HERE/bin/train_step"
       ;;
     recipes)
       data=(--data-dir "$HERE/data/fashion-mnist")

@@ -79,13 +79,19 @@ CudaDevice::CudaDevice(const cuda::Driver& driver, int ordinal) : driver_(driver
 }
 
 CudaDevice::~CudaDevice() {
-  make_current();
+  // Devices live until static destruction, when the driver may have shut down already: it has
+  // then released the context and everything in it, and nothing here may throw.
+  if (!try_make_current()) return;
   for (cuda::ModuleHandle m : modules_)
     driver_.cuModuleUnload(m);
   workspace_ = DeviceBuffer();
   if (stream_) driver_.cuStreamDestroy(stream_);
   if (copy_stream_) driver_.cuStreamDestroy(copy_stream_);
   if (context_) driver_.cuDevicePrimaryCtxRelease(handle_);
+}
+
+bool CudaDevice::try_make_current() const noexcept {
+  return driver_.cuCtxSetCurrent(context_) == 0;
 }
 
 void CudaDevice::make_current() const {

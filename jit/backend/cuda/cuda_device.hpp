@@ -57,6 +57,9 @@ public:
   const cuda::Driver& driver() const { return driver_; }
   /// Binds the device's context to the calling thread (every entry point calls it).
   void make_current() const;
+  /// The same without throwing: false when the driver refuses (at process exit it may already
+  /// be shut down, CUDA_ERROR_DEINITIALIZED). For destructors.
+  bool try_make_current() const noexcept;
   /// The stream every step of this device runs on, in order.
   cuda::StreamHandle stream() const { return stream_; }
   /// A second stream for host→device copies of the next step's inputs, so they overlap the

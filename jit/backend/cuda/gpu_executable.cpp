@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -187,11 +188,17 @@ GpuExecutable::GpuExecutable(Graph graph, CudaDevice& device, KernelCache& cache
 }
 
 GpuExecutable::~GpuExecutable() {
+  // A destructor must not throw: with the driver gone (process exit) there is nothing to
+  // release; an error from the last step is reported, not thrown.
   const cuda::Driver& d = device_.driver();
-  device_.make_current();
+  if (!device_.try_make_current()) return;
   for (auto& set : sets_) {
     if (!set) continue;
-    settle(*set); // outputs handed out stay readable without the pinned staging
+    try {
+      settle(*set); // outputs handed out stay readable without the pinned staging
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "sinter: %s (while releasing a compiled CUDA step)\n", e.what());
+    }
     if (set->exec) d.cuGraphExecDestroy(set->exec);
     if (set->graph) d.cuGraphDestroy(set->graph);
   }
