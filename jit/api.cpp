@@ -3,7 +3,6 @@
 
 #include "jit/backend/backends.hpp"
 #include "jit/backend/context.hpp"
-#include "jit/interp/interpreter.hpp"
 #include "jit/pipeline/pipeline.hpp"
 
 #include <chrono>

@@ -1,4 +1,5 @@
 // tests/test_runtime.cpp — the runtime: ThreadPool, thread-count parsing, KernelCache, Context
+#include "jit/api.hpp"
 #include "jit/backend/context.hpp"
 #include "jit/backend/cpu/thread_pool.hpp"
 #include "jit/runtime/host_tensor.hpp"
@@ -514,4 +515,24 @@ TEST_CASE("HostTensor: copies of a deferred tensor hold real bytes", "[runtime]"
   assigned = t;
   CHECK(assigned.to_doubles() == copy.to_doubles());
   CHECK(source->fetches == 1); // t was fetched once, by the first copy
+}
+
+TEST_CASE("a compiled graph still runs after it is moved, on the CPU and the interpreter",
+          "[runtime]") {
+  TempDir dir("sinter-moved-graph");
+  sinter::Context context(2, dir.path);
+  for (sinter::Backend backend : {sinter::Backend::cpu, sinter::Backend::interpreter}) {
+    INFO("backend " << sinter::Device(backend).name());
+    sinter::Graph g;
+    sinter::Value x = sinter::input(g, "x", {sinter::DType::f32, {3}});
+    g.add_output("y", (x * 2.0 + 1.0).id);
+    sinter::CompiledGraph original(std::move(g), std::nullopt, backend, &context);
+    sinter::CompiledGraph moved = std::move(original); // executables must not point into it
+    std::vector<double> values{1, 2, 3};
+    std::vector<sinter::HostTensor> in;
+    in.push_back(sinter::HostTensor::from_doubles(sinter::DType::f32, {3}, values));
+    auto out = moved.run(in);
+    REQUIRE(out.size() == 1);
+    CHECK(out[0].to_doubles() == std::vector<double>{3, 5, 7});
+  }
 }

@@ -1,10 +1,11 @@
-// jit/backend/backends.cpp — the backend table (one line per backend), device names, and the
-// interpreter as a backend
+// jit/backend/backends.cpp — the backend table (one line per backend), device names, the
+// interpreter as a backend, and what every Executable shares (its dumps)
 #include "jit/backend/backends.hpp"
 
 #include "jit/backend/cpu/cpu_executable.hpp"
 #include "jit/backend/cuda/gpu_executable.hpp"
 #include "jit/interp/interpreter.hpp"
+#include "jit/pipeline/pipeline.hpp"
 
 #include <ostream>
 #include <stdexcept>
@@ -15,7 +16,7 @@ namespace {
 /// The float64 reference interpreter behind the Executable interface: no kernels, no arena.
 class InterpreterExecutable final : public Executable {
 public:
-  explicit InterpreterExecutable(const Graph& graph) : graph_(graph) {}
+  explicit InterpreterExecutable(Graph graph) : graph_(std::move(graph)) {}
 
   void run_into(std::span<const HostTensor* const> inputs,
                 std::span<HostTensor> outputs) const override {
@@ -29,10 +30,9 @@ public:
   }
   const MemoryPlan& memory_plan() const override { return none_; }
   const CompileReport& report() const override { return report_; }
-  void dump(const DumpSelection&, std::ostream&) const override {}
 
 private:
-  const Graph& graph_; // owned by the CompiledGraph, which outlives its executable
+  Graph graph_; // its own copy, like every executable: a CompiledGraph may move
   MemoryPlan none_;
   CompileReport report_;
 };
@@ -60,6 +60,13 @@ std::string accepted_names() {
 }
 
 } // namespace
+
+void Executable::dump(const DumpSelection& dump, std::ostream& out) const {
+  const FusionPlan* fusion = fusion_plan();
+  if (!fusion) return;
+  if (dump.wants("fuse")) out << "// sinter " << fusion->print();
+  if (dump.wants("memory")) out << "// sinter " << memory_plan().print();
+}
 
 std::span<const BackendEntry> backends() { return table; }
 

@@ -44,10 +44,7 @@ llvm::Value* KernelEmitter::math(MathFunction f, std::initializer_list<llvm::Val
   return schedule_.math(*this, f, std::span<llvm::Value* const>(args.begin(), args.size()));
 }
 
-bool KernelEmitter::reduces_last_axis() const {
-  std::size_t rank = g_.type(root().inputs[0]).shape.size();
-  return rank == 0 || reduced_axis(rank - 1);
-}
+bool KernelEmitter::reduces_last_axis() const { return sinter::reduces_last_axis(g_, kernel_); }
 
 llvm::Type* KernelEmitter::compute_type(DType t) {
   switch (t) {

@@ -24,9 +24,4 @@ public:
   virtual void read(std::size_t index, std::byte* example, std::byte* label) const = 0;
 };
 
-/// Bytes of one dense tensor of type `t`.
-inline std::size_t byte_size(const TensorType& t) {
-  return static_cast<std::size_t>(numel(t.shape)) * dtype_bytes(t.dtype);
-}
-
 } // namespace sinter::data

@@ -33,6 +33,11 @@ struct TensorType {
 
 std::string to_string(const TensorType& t);
 
+/// Bytes of one dense row-major tensor of type `t`.
+inline std::size_t byte_size(const TensorType& t) {
+  return static_cast<std::size_t>(numel(t.shape)) * dtype_bytes(t.dtype);
+}
+
 /// One SSA value. Inputs always have smaller ids than the node (the arena is topologically sorted).
 struct Node {
   OpId op = OpId::constant;

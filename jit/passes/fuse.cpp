@@ -259,4 +259,11 @@ std::string FusionPlan::print() const {
   return os.str();
 }
 
+bool reduces_last_axis(const Graph& g, const Kernel& k) {
+  const Node& root = g.node(k.root);
+  std::size_t rank = g.type(root.inputs[0]).shape.size();
+  return rank == 0 || std::find(root.attrs.ints.begin(), root.attrs.ints.end(),
+                                static_cast<int64_t>(rank - 1)) != root.attrs.ints.end();
+}
+
 } // namespace sinter

@@ -53,4 +53,9 @@ struct FusionPlan {
 /// consumers (index-only ops such as broadcast, permute and slice are never materialised).
 FusionPlan fuse(const Graph& graph);
 
+/// Whether a reduce kernel reduces its operand's last axis (each output folds a contiguous
+/// run), as opposed to keeping it (outputs are whole rows, accumulated across rows). Every
+/// schedule and launch decision that depends on the reduction's layout asks this.
+bool reduces_last_axis(const Graph& graph, const Kernel& kernel);
+
 } // namespace sinter

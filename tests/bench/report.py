@@ -12,6 +12,11 @@ import math
 import sys
 
 
+def fields_of(line):
+    """{key: value} of a `key=value key=value` line (a leading word without '=' is skipped)."""
+    return dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
+
+
 def parse(path):
     """{peer: {key: value}} from the lines of `path` that start with peer=."""
     rows = {}
@@ -19,7 +24,7 @@ def parse(path):
         for line in fh:
             if not line.startswith("peer="):
                 continue
-            fields = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
+            fields = fields_of(line)
             rows[fields["peer"]] = fields
     return rows
 
@@ -33,7 +38,7 @@ def num(fields, key):
 
 
 def fmt(v, spec):
-    return "-" if v is None or math.isnan(v) else format(v, spec)
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
 
 def load_runs(program, title):

@@ -61,24 +61,10 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from report import fields_of, fmt, num, print_header  # noqa: E402  (the bench's shared parsing)
 PEERS = ("torch-eager", "torch-compile", "jax-jit")
 MIN_ROUNDS = 5
-
-
-def fields_of(line):
-    """{key: value} of a `key=value key=value` line (a leading word without '=' is skipped)."""
-    return dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
-
-
-def num(fields, key):
-    try:
-        return float(fields.get(key, "nan"))
-    except ValueError:
-        return math.nan
-
-
-def fmt(v, spec):
-    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
 
 def quartiles(values):
@@ -352,13 +338,6 @@ def warm_start(args, env_extra):
         say("WARNING: sinter's warm start exited with status %d%s: %s" %
             (proc.returncode, " after its result line" if lines else "", shell_line(cmd)))
     return num(fields_of(lines[-1]), "compile_s") if lines else math.nan
-
-
-def print_header(header, widths):
-    line = "  ".join(h.rjust(w) if i else h.ljust(w)
-                     for i, (h, w) in enumerate(zip(header, widths)))
-    print(line)
-    print("-" * len(line))
 
 
 def print_row(cells, widths):

@@ -5,7 +5,6 @@
 #include "jit/backend/context.hpp"
 #include "jit/backend/cpu/cpu_schedule.hpp"
 #include "jit/passes/passes.hpp"
-#include "jit/pipeline/pipeline.hpp"
 #include "kernels/blas_gemm.hpp"
 
 #include <chrono>
@@ -157,11 +156,6 @@ void CpuExecutable::run_into(std::span<const HostTensor* const> inputs,
     if (source == results[i].bytes().data()) continue;
     std::memcpy(results[i].bytes().data(), source, results[i].bytes().size());
   }
-}
-
-void CpuExecutable::dump(const DumpSelection& dump, std::ostream& out) const {
-  if (dump.wants("fuse")) out << "// sinter " << fusion_.print();
-  if (dump.wants("memory")) out << "// sinter " << memory_.print();
 }
 
 std::unique_ptr<Executable> compile_for_cpu(const Graph& graph, const Device&, Context& context) {

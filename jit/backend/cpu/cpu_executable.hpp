@@ -31,7 +31,7 @@ public:
   const FusionPlan& fusion() const { return fusion_; }
   const MemoryPlan& memory_plan() const override { return memory_; }
   const CompileReport& report() const override { return report_; }
-  void dump(const DumpSelection& dump, std::ostream& out) const override;
+  const FusionPlan* fusion_plan() const override { return &fusion_; }
 
 private:
   std::unique_ptr<Graph> graph_; // stable address: the fusion plan points at it

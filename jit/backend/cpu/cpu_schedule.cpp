@@ -17,12 +17,6 @@ int64_t product(const Shape& s, std::size_t from, std::size_t to) {
   return p;
 }
 
-bool reduces_last_axis(const Graph& g, const Node& root) {
-  Shape xs = g.type(root.inputs[0]).shape;
-  return xs.empty() || std::find(root.attrs.ints.begin(), root.attrs.ints.end(),
-                                 static_cast<int64_t>(xs.size() - 1)) != root.attrs.ints.end();
-}
-
 /// Emits the body of one CPU kernel over [begin, end) of its parallel range.
 class CpuBody {
 public:
@@ -202,8 +196,7 @@ int64_t parallel_range(const Graph& g, const Kernel& k) {
   Shape s = g.type(k.root).shape;
   switch (k.kind) {
   case KernelKind::loop: return s.empty() ? 1 : product(s, 0, s.size() - 1);
-  case KernelKind::reduce:
-    return reduces_last_axis(g, g.node(k.root)) ? numel(s) : product(s, 0, s.size() - 1);
+  case KernelKind::reduce: return reduces_last_axis(g, k) ? numel(s) : product(s, 0, s.size() - 1);
   case KernelKind::scatter_add: return 1;
   case KernelKind::gemm: return 1;
   }

@@ -2,7 +2,6 @@
 // overlapped uploads, graph capture and replay, carried values, deferred outputs
 #include "jit/backend/cuda/gpu_executable.hpp"
 #include "jit/backend/context.hpp"
-#include "jit/pipeline/pipeline.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -109,10 +108,6 @@ bool graphs_enabled() {
   return !v || std::string_view(v) != "0";
 }
 
-std::size_t bytes_of(const TensorType& t) {
-  return static_cast<std::size_t>(numel(t.shape)) * dtype_bytes(t.dtype);
-}
-
 std::size_t aligned(std::size_t n) { return (n + 255) / 256 * 256; }
 
 } // namespace
@@ -154,17 +149,17 @@ GpuExecutable::GpuExecutable(Graph graph, CudaDevice& device, KernelCache& cache
   for (std::size_t i = 0; i < g.inputs().size(); ++i) {
     input_index_[g.inputs()[i].id] = static_cast<int>(i);
     input_offsets_.push_back(staged_in);
-    staged_in += aligned(bytes_of(g.type(g.inputs()[i].id)));
+    staged_in += aligned(byte_size(g.type(g.inputs()[i].id)));
   }
   for (const NamedValue& out : g.outputs()) {
     // Kernel roots that are outputs get their own buffer (graph inputs are in the sets).
     if (!pointer_[out.id] && input_index_[out.id] < 0) {
       owned_outputs_.push_back(
-          std::make_shared<DeviceBuffer>(std::max<std::size_t>(bytes_of(g.type(out.id)), 16)));
+          std::make_shared<DeviceBuffer>(std::max<std::size_t>(byte_size(g.type(out.id)), 16)));
       pointer_[out.id] = owned_outputs_.back()->get();
     }
     output_offsets_.push_back(staged_out);
-    staged_out += aligned(bytes_of(g.type(out.id)));
+    staged_out += aligned(byte_size(g.type(out.id)));
   }
   input_carried_.assign(g.inputs().size(), false);
   output_carried_.assign(g.outputs().size(), false);
@@ -172,7 +167,7 @@ GpuExecutable::GpuExecutable(Graph graph, CudaDevice& device, KernelCache& cache
     set = std::make_unique<InputSet>();
     for (const NamedValue& in : g.inputs())
       set->inputs.push_back(
-          std::make_shared<DeviceBuffer>(std::max<std::size_t>(bytes_of(g.type(in.id)), 16)));
+          std::make_shared<DeviceBuffer>(std::max<std::size_t>(byte_size(g.type(in.id)), 16)));
     set->staging_in = PinnedBuffer(staged_in);
     set->staging_out = PinnedBuffer(staged_out);
     set->events = std::make_shared<SetEvents>(device_.driver());
@@ -263,7 +258,7 @@ void GpuExecutable::enqueue_body(const InputSet& set) const {
                                   c.bytes, stream),
               "cuMemcpyDtoDAsync");
   for (std::size_t i = 0; i < g.outputs().size(); ++i)
-    if (std::size_t n = bytes_of(g.type(g.outputs()[i].id)); n && !output_carried_[i])
+    if (std::size_t n = byte_size(g.type(g.outputs()[i].id)); n && !output_carried_[i])
       d.check(d.cuMemcpyDtoHAsync(set.staging_out.data() + output_offsets_[i],
                                   pointer_for(set, g.outputs()[i].id), n, stream),
               "cuMemcpyDtoHAsync");
@@ -317,7 +312,7 @@ void GpuExecutable::set_carried(
     c.buffer = sets_[0]->inputs[in];
     sets_[1]->inputs[in] = c.buffer; // one device copy, whichever set runs
     c.runs = std::make_shared<std::atomic<uint64_t>>(0);
-    c.bytes = bytes_of(g.type(g.inputs()[in].id));
+    c.bytes = byte_size(g.type(g.inputs()[in].id));
     carried_.push_back(std::move(c));
     input_carried_[in] = true;
     output_carried_[out] = true;
@@ -357,7 +352,7 @@ void GpuExecutable::run_into(std::span<const HostTensor* const> inputs,
   };
   // Batch inputs go up on the copy stream, overlapping the step still running.
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    std::size_t n = bytes_of(g.type(g.inputs()[i].id));
+    std::size_t n = byte_size(g.type(g.inputs()[i].id));
     if (input_carried_[i] || n == 0) continue;
     stage(i);
     d.check(d.cuMemcpyHtoDAsync(set.inputs[i]->get(), set.staging_in.data() + input_offsets_[i], n,
@@ -393,11 +388,11 @@ void GpuExecutable::run_into(std::span<const HostTensor* const> inputs,
     const TensorType& t = g.type(g.outputs()[i].id);
     // (byte_size: what an output tensor held before is overwritten, never fetched.)
     if (results[i].dtype() != t.dtype || results[i].shape() != t.shape ||
-        results[i].byte_size() != bytes_of(t))
+        results[i].byte_size() != byte_size(t))
       results[i] = HostTensor(t.dtype, t.shape);
     if (output_carried_[i]) continue;
     auto value = std::make_shared<const StagedValue>(
-        device_, set.events, set.staging_out.data() + output_offsets_[i], bytes_of(t));
+        device_, set.events, set.staging_out.data() + output_offsets_[i], byte_size(t));
     set.staged.push_back(value);
     results[i].defer(value);
   }
@@ -406,11 +401,6 @@ void GpuExecutable::run_into(std::span<const HostTensor* const> inputs,
     c.latest = std::make_shared<ResidentValue>(device_, set.events, c.buffer, c.runs, c.bytes);
     results[c.output].defer(c.latest);
   }
-}
-
-void GpuExecutable::dump(const DumpSelection& dump, std::ostream& out) const {
-  if (dump.wants("fuse")) out << "// sinter " << fusion_.print();
-  if (dump.wants("memory")) out << "// sinter " << memory_.print();
 }
 
 std::unique_ptr<Executable> compile_for_cuda(const Graph& graph, const Device& device,

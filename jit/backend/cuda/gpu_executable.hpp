@@ -46,7 +46,7 @@ public:
   const FusionPlan& fusion() const { return fusion_; }
   const MemoryPlan& memory_plan() const override { return memory_; }
   const CompileReport& report() const override { return report_; }
-  void dump(const DumpSelection& dump, std::ostream& out) const override;
+  const FusionPlan* fusion_plan() const override { return &fusion_; }
   /// Whether the last run was a CUDA graph launch (`SINTER_CUDA_GRAPH=0` turns them off).
   bool uses_graph() const { return last_run_was_graph_; }
   /// GPU time of the last step, kernels to copies out (CUDA events), in milliseconds; waits

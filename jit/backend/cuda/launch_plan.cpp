@@ -7,14 +7,6 @@
 #include <stdexcept>
 
 namespace sinter {
-namespace {
-
-std::size_t bytes_of(const TensorType& t) {
-  return static_cast<std::size_t>(numel(t.shape)) * dtype_bytes(t.dtype);
-}
-
-} // namespace
-
 std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion, const MemoryPlan& memory,
                                          CudaDevice& device, KernelCache& cache,
                                          kernels::Fp32Math fp32, CompileReport& report,
@@ -72,7 +64,7 @@ std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion, const MemoryP
     launch.argument_nodes.push_back(kernel.root);
     launch.argument_nodes.insert(launch.argument_nodes.end(), kernel.reads.begin(),
                                  kernel.reads.end());
-    if (launch.shape.zero_output_first) launch.clear_bytes = bytes_of(g.type(kernel.root));
+    if (launch.shape.zero_output_first) launch.clear_bytes = byte_size(g.type(kernel.root));
     return launch;
   };
   // Kernels that cuBLASLt can run as a GEMM's epilogue are absorbed into it, unless cuBLASLt

@@ -351,9 +351,7 @@ GpuLaunch gpu_launch(const Graph& g, const Kernel& k) {
   }
   case KernelKind::reduce: {
     Shape xs = g.type(root.inputs[0]).shape;
-    bool contiguous =
-        xs.empty() || std::find(root.attrs.ints.begin(), root.attrs.ints.end(),
-                                static_cast<int64_t>(xs.size() - 1)) != root.attrs.ints.end();
+    bool contiguous = reduces_last_axis(g, k);
     int64_t outputs = numel(s), reduced = numel(xs) / std::max<int64_t>(1, outputs);
     launch.items = outputs;
     if (!contiguous && reduced >= 64) {
