@@ -4,12 +4,13 @@
 # Usage: check_cuda_exit.sh SINTER TRAIN_STEP
 set -uo pipefail
 sinter="$1" train_step="$2"
-if "$sinter" info | grep -q '^gpus: 0$'; then
+info=$("$sinter" info) # read whole: grep -q in a pipe could break it under pipefail
+if grep -q '^gpus: 0$' <<<"$info"; then
   if [[ ${SINTER_REQUIRE_GPU:-} == 1 ]]; then
     echo "FAIL: no GPU, and SINTER_REQUIRE_GPU=1"
     exit 1
   fi
-  echo "skipped: no GPU ($("$sinter" info | grep '^cuda driver:'))"
+  echo "skipped: no GPU ($(grep "^cuda driver:" <<<"$info"))"
   exit 77
 fi
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/sinter-cuda-exit.XXXXXX")

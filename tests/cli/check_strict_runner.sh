@@ -16,7 +16,8 @@ grep -q "No tests ran" "$tmp/out" || fail "no 'No tests ran' message"
 # 2. CUDA suites skip (77) only where there is no GPU; a broken driver path is a failure.
 [[ $(status_of env SINTER_LIBCUDA="$tmp/no-such-libcuda.so" "$tests" '[cuda]') == 1 ]] ||
   fail "an unloadable SINTER_LIBCUDA was not a failure: $(cat "$tmp/out")"
-if "$sinter" info | grep -q '^gpus: 0$'; then
+info=$("$sinter" info) # read whole: grep -q in a pipe could break it under pipefail
+if grep -q '^gpus: 0$' <<<"$info"; then
   [[ $(status_of "$tests" '[cuda]') == 77 ]] || fail "no GPU: the CUDA suite did not skip"
   grep -q "skipped \[cuda\] tests: no usable NVIDIA GPU" "$tmp/out" || fail "skip without a reason"
   [[ $(status_of env SINTER_REQUIRE_GPU=1 "$tests" '[cuda]') == 1 ]] ||
@@ -41,7 +42,10 @@ head -n 1 "$log" >"$tmp/partial" && mv "$tmp/partial" "$log"
 [[ $(python3 "$summary" "$log" | tail -1) == "2 passed, 2 failed" ]] ||
   fail "tests missing from the log were not counted as failed: $(python3 "$summary" "$log")"
 printf '%s\n' "{\"name\": \"sinter:core / alpha\", $passed}" '{"name": "sinter:core / beta", "std' >"$log"
-python3 "$summary" "$log" | grep -q "cut off" || fail "a cut-off line was not reported"
+# (The output is read whole first: `grep -q` in a pipe may close it early, and pipefail would
+# then count the writer's broken pipe.)
+out=$(python3 "$summary" "$log")
+grep -q "cut off" <<<"$out" || fail "a cut-off line was not reported: $out"
 {
   echo "{\"name\": \"sinter:core / alpha\", $passed}"
   echo '{"name": "sinter:core / beta", "stdout": "Filters: [x]\nNo tests ran\n", "result": "OK"}'
