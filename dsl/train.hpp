@@ -9,9 +9,37 @@
 #include <functional>
 #include <memory>
 #include <numbers>
+#include <optional>
 #include <stdexcept>
 
 namespace sinter {
+
+namespace amp {
+/// Mixed-precision modes of compile_step (`{.amp = amp::bf16}`; docs/amp.md).
+inline constexpr AmpMode off = AmpMode::off;
+inline constexpr AmpMode bf16 = AmpMode::bf16;
+inline constexpr AmpMode fp16 = AmpMode::fp16;
+/// Region precisions for amp::region: fp32 keeps everything traced in it in f32; low makes it
+/// compute in the step's low precision. Without AMP a region changes nothing.
+inline constexpr RegionPrecision fp32 = RegionPrecision::fp32;
+inline constexpr RegionPrecision low = RegionPrecision::low;
+
+/// Marks the precision of every op traced while it lives, over each op's own rule:
+/// `sinter::amp::region keep(sinter::amp::fp32);`. Regions nest; the innermost wins.
+class region {
+public:
+  [[nodiscard]] explicit region(RegionPrecision precision)
+      : graph_(detail::current_graph("sinter::amp::region")) {
+    graph_.push_precision(precision);
+  }
+  ~region() { graph_.pop_scope(); }
+  region(const region&) = delete;
+  region& operator=(const region&) = delete;
+
+private:
+  Graph& graph_;
+};
+} // namespace amp
 
 /// AdamW; `lr` is the base learning rate the schedule scales.
 struct adamw {
@@ -55,6 +83,10 @@ struct StepOptions {
   double clip_grad_norm = 0.0;
   /// Micro-batches whose gradients are summed (and averaged) before each update.
   int64_t accumulate = 1;
+  /// Mixed precision: amp::off, amp::bf16 or amp::fp16 (docs/amp.md).
+  AmpMode amp = AmpMode::off;
+  /// fp16 only: dynamic loss-scaling settings (default LossScaling{} under amp::fp16).
+  std::optional<LossScaling> loss_scaling;
 };
 
 struct StepOutput {
@@ -138,8 +170,9 @@ public:
       return g;
     };
     TrainStepOptions step_options;
-    step_options.update = UpdateOptions{optimizer, options.clip_grad_norm};
+    step_options.update = UpdateOptions{optimizer, options.clip_grad_norm, options.loss_scaling};
     step_options.accumulate = options.accumulate;
+    step_options.amp = options.amp;
     runtime_ = std::make_unique<TrainStep>(trace, names, values, step_options);
   }
 

@@ -15,7 +15,8 @@ struct GemmShape {
 };
 
 /// C[m, n] = op(A) · op(B), all row-major and contiguous. f32 and f64 go to OpenBLAS
-/// (sgemm/dgemm); other dtypes take a plain loop (they are rare and small here).
+/// (sgemm/dgemm); bf16 and f16 are widened to f32 for sgemm and the result rounded once;
+/// integers take a plain loop (they are rare and small here).
 void gemm(DType dtype, const GemmShape& shape, const void* a, const void* b, void* c);
 
 /// Threads OpenBLAS may use for one GEMM. sinter runs GEMMs single-threaded inside its own

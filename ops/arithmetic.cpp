@@ -4,6 +4,7 @@
 #include "ops/test_cases.hpp"
 #include "ops/type_rules.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace sinter::op_defs {
@@ -240,11 +241,6 @@ const OpDef where_op{
         },
 };
 
-namespace {
-/// Value of `v` after storing it in `t` (the interpreter's rounding rule for casts).
-double round_to(double v, DType t);
-} // namespace
-
 const OpDef cast_op{
     .arity = 1,
     .foldable = true,
@@ -263,7 +259,7 @@ const OpDef cast_op{
           F64Tensor out = in[0];
           out.shape = result.shape;
           for (double& v : out.data)
-            v = round_to(v, a.dtype);
+            v = round_to_dtype(v, a.dtype);
           return out;
         },
     .test_cases =
@@ -285,27 +281,34 @@ const OpDef stop_gradient_op{
     .test_cases = [] { return test_cases::unary(); },
 };
 
+} // namespace sinter::op_defs
+
+namespace sinter {
 namespace {
-double round_to(double v, DType t) {
+/// Nearest-even rounding to a binary float format with `mantissa_bits` stored bits, smallest
+/// normal exponent `min_exponent` (below it: subnormal spacing) and largest finite `max_finite`
+/// (beyond it: infinity).
+double round_to_format(double v, int mantissa_bits, int min_exponent, double max_finite) {
+  if (v == 0.0 || !std::isfinite(v)) return v;
+  int e;
+  std::frexp(v, &e); // |v| = m * 2^e, 0.5 <= m < 1: the leading bit is 2^(e-1)
+  double ulp = std::ldexp(1.0, std::max(e - 1, min_exponent) - mantissa_bits);
+  double r = std::nearbyint(v / ulp) * ulp;
+  return std::abs(r) > max_finite ? std::copysign(INFINITY, v) : r;
+}
+} // namespace
+
+double round_to_dtype(double v, DType t) {
   switch (t) {
   case DType::f64: return v;
   case DType::f32: return static_cast<float>(v);
   case DType::i32:
   case DType::i64: return std::trunc(v);
   case DType::boolean: return v != 0.0 ? 1.0 : 0.0;
-  case DType::bf16:
-  case DType::f16: {
-    // Round to nearest even at the target's mantissa width (7 bits bf16, 10 bits f16).
-    if (v == 0.0 || !std::isfinite(v)) return v;
-    int mantissa_bits = t == DType::bf16 ? 7 : 10;
-    int e;
-    double m = std::frexp(v, &e); // v = m * 2^e, 0.5 <= |m| < 1
-    double scale = std::ldexp(1.0, mantissa_bits + 1);
-    return std::ldexp(std::nearbyint(m * scale) / scale, e);
-  }
+  case DType::bf16: return round_to_format(v, 7, -126, 3.3895313892515355e38);
+  case DType::f16: return round_to_format(v, 10, -14, 65504.0);
   }
   return v;
 }
-} // namespace
 
-} // namespace sinter::op_defs
+} // namespace sinter

@@ -18,6 +18,7 @@ Value swap_last_two(Value x) {
 
 const OpDef matmul_op{
     .arity = 2,
+    .precision = Precision::low,
     .fusion = FusionCost::root,
     .infer =
         [](std::span<const TensorType> in, const Attrs&) {

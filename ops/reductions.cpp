@@ -71,6 +71,7 @@ std::vector<OpTestCase> composite_cases() {
 
 const OpDef reduce_sum_op{
     .arity = 1,
+    .precision = Precision::fp32,
     .fusion = FusionCost::root,
     .infer = primitive_reduce_type,
     .grad =
@@ -99,6 +100,7 @@ const OpDef reduce_max_op{
 
 const OpDef sum_op{
     .arity = 1,
+    .precision = Precision::fp32,
     .infer = reduce_type,
     .lower = [](std::span<const Value> in,
                 const Attrs& a) { return reduce_keeping(OpId::reduce_sum, in[0], a); },
@@ -108,6 +110,7 @@ const OpDef sum_op{
 
 const OpDef mean_op{
     .arity = 1,
+    .precision = Precision::fp32,
     .infer =
         [](std::span<const TensorType> in, const Attrs& a) {
           type_rules::require_float(in[0]);
@@ -144,6 +147,7 @@ const OpDef max_op{
 // log(sum(exp(x))), computed as m + log(sum(exp(x - m))) with m the max, so it never overflows.
 const OpDef logsumexp_op{
     .arity = 1,
+    .precision = Precision::fp32,
     .infer =
         [](std::span<const TensorType> in, const Attrs& a) {
           type_rules::require_float(in[0]);

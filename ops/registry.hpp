@@ -46,8 +46,12 @@ struct OpTestCase {
   Attrs attrs;
 };
 
-/// Precision policy for mixed precision (used by the AMP pass).
-enum class Precision { follow_input, fp32 };
+/// What an op computes in under autocast (jit/passes autocast; docs/amp.md):
+enum class Precision {
+  follow_input, ///< low when a float operand is low (work after a GEMM stays low), else f32
+  low,          ///< the step's low precision (bf16/fp16): GEMMs and attention, tensor-core work
+  fp32,         ///< operands raised to f32: softmax, norms, losses, sums (accuracy-critical)
+};
 
 /// What the fusion pass may do with a primitive (composites never reach it).
 enum class FusionCost {
@@ -85,6 +89,9 @@ struct OpDef {
 };
 
 const OpDef& op_def(OpId op);
+/// `v` as a value of type `t` holds it: floats round to nearest even (bf16/f16 with their
+/// range: overflow gives infinity, tiny values are subnormal), integers truncate, bool is 0/1.
+double round_to_dtype(double v, DType t);
 std::optional<OpId> op_by_name(std::string_view name);
 inline bool has_gradient(OpId op) { return op_def(op).differentiable; }
 

@@ -63,9 +63,11 @@ std::vector<F64Tensor> interpret(const Graph& graph, std::span<const F64Tensor> 
     for (ValueId in : n.inputs)
       operands.push_back(values[in]);
     values[id] = table[static_cast<std::size_t>(n.op)]->reference(operands, n.attrs, n.type);
-    if (is_integer(n.type.dtype))
+    // Every value holds what its type can: integers truncate, bf16/f16 round (storage
+    // semantics; compiled kernels may keep f32 between fused ops, within the tests' tolerance).
+    if (n.type.dtype != DType::f64 && n.type.dtype != DType::f32 && n.type.dtype != DType::boolean)
       for (double& v : values[id].data)
-        v = std::trunc(v);
+        v = round_to_dtype(v, n.type.dtype);
     for (ValueId in : n.inputs)
       if (--remaining_uses[in] == 0) values[in] = F64Tensor{};
   }

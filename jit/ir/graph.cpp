@@ -61,14 +61,18 @@ std::string to_string(const TensorType& t) {
 Graph::Graph() {
   scopes_.push_back("");
   scope_parent_.push_back(0);
+  scope_precision_.push_back(RegionPrecision::policy);
 }
 
 ValueId Graph::add(Node node) {
   node.scope = node.op == OpId::input ? 0 : current_scope_;
   uint64_t h = hash_node(node);
   auto& bucket = by_hash_[h];
+  // Equal nodes traced under different region precisions stay apart: autocast types them apart.
   for (ValueId id : bucket)
-    if (same_node(nodes_[id], node)) return id;
+    if (same_node(nodes_[id], node) &&
+        scope_precision_[nodes_[id].scope] == scope_precision_[node.scope])
+      return id;
   auto id = static_cast<ValueId>(nodes_.size());
   nodes_.push_back(std::move(node));
   bucket.push_back(id);
@@ -89,11 +93,12 @@ ValueId Graph::add_input(std::string name, TensorType type) {
 
 void Graph::add_output(std::string name, ValueId id) { outputs_.push_back({std::move(name), id}); }
 
-uint32_t Graph::intern_scope(const std::string& path) {
+uint32_t Graph::intern_scope(const std::string& path, RegionPrecision precision) {
   for (uint32_t i = 0; i < scopes_.size(); ++i)
-    if (scopes_[i] == path) return i;
+    if (scopes_[i] == path && scope_precision_[i] == precision) return i;
   scopes_.push_back(path);
   scope_parent_.push_back(current_scope_);
+  scope_precision_.push_back(precision);
   return static_cast<uint32_t>(scopes_.size() - 1);
 }
 
@@ -101,7 +106,13 @@ void Graph::push_scope(std::string_view name) {
   const std::string& base = scopes_[current_scope_];
   std::string path = base.empty() ? std::string(name) : base + "." + std::string(name);
   uint32_t parent = current_scope_;
-  current_scope_ = intern_scope(path);
+  current_scope_ = intern_scope(path, scope_precision_[current_scope_]);
+  scope_parent_[current_scope_] = parent;
+}
+
+void Graph::push_precision(RegionPrecision precision) {
+  uint32_t parent = current_scope_;
+  current_scope_ = intern_scope(scopes_[current_scope_], precision);
   scope_parent_[current_scope_] = parent;
 }
 
@@ -149,6 +160,9 @@ std::string Graph::print() const {
     if (carries_dtype_attr(n.op) && n.op != OpId::constant) os << " " << dtype_name(n.attrs.dtype);
     os << " : " << to_string(n.type);
     if (n.scope != 0) os << "  @" << scopes_[n.scope];
+    if (scope_precision_[n.scope] != RegionPrecision::policy)
+      os << (scope_precision_[n.scope] == RegionPrecision::fp32 ? "  [fp32 region]"
+                                                                : "  [low-precision region]");
     os << "\n";
   }
   os << "  return";

@@ -57,6 +57,10 @@ struct VerifyError : std::logic_error {
   using std::logic_error::logic_error;
 };
 
+/// Precision a user asked for over a region of the model (dsl's amp::region); the autocast
+/// pass reads it. `policy` leaves each op to its own precision rule.
+enum class RegionPrecision : uint8_t { policy, fp32, low };
+
 struct NamedValue {
   std::string name;
   ValueId id;
@@ -79,13 +83,18 @@ public:
   std::vector<NamedValue>& mutable_outputs() { return outputs_; }
 
   /// Model path scopes (`blocks.3.attn`) recorded on each node, for errors and profiling.
+  /// A scope also carries the region precision its nodes were traced under (inherited).
   void push_scope(std::string_view name);
+  /// Enters a region of the same path whose nodes compute in `precision` under autocast.
+  void push_precision(RegionPrecision precision);
   void pop_scope();
   uint32_t current_scope() const { return current_scope_; }
   void set_current_scope(uint32_t scope) { current_scope_ = scope; }
   std::size_t scope_count() const { return scopes_.size(); }
-  uint32_t intern_scope(const std::string& path);
+  uint32_t intern_scope(const std::string& path,
+                        RegionPrecision precision = RegionPrecision::policy);
   const std::string& scope_path(uint32_t scope) const { return scopes_[scope]; }
+  RegionPrecision scope_precision(uint32_t scope) const { return scope_precision_[scope]; }
 
   /// Structural checks (known ops, operands defined before use, inputs and outputs); throws
   /// VerifyError naming the first broken node. Types are checked by sinter::verify (ops/).
@@ -100,6 +109,7 @@ private:
   std::unordered_map<uint64_t, std::vector<ValueId>> by_hash_;
   std::vector<std::string> scopes_;
   std::vector<uint32_t> scope_parent_;
+  std::vector<RegionPrecision> scope_precision_;
   uint32_t current_scope_ = 0;
 };
 

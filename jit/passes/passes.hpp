@@ -27,6 +27,12 @@ struct AutodiffOptions {
 /// input. Throws std::invalid_argument for an unknown or integer wrt input.
 Graph autodiff(const Graph& graph, const AutodiffOptions& options);
 
+/// Mixed precision (docs/amp.md), run on the traced graph before autodiff: every op computes
+/// in the precision its `precision` rule (or the user's amp::region) asks for, with casts
+/// inserted on f32 operands; `low` is bf16 or f16. f32 inputs (master weights) stay f32, each
+/// output keeps its type, and f64 or integer values are never touched.
+Graph autocast(const Graph& graph, DType low);
+
 /// Expands composite ops into primitives and drops stop_gradient (run after autodiff).
 Graph lower(const Graph& graph);
 /// Expands only the composites `selected` accepts (repeatedly, as lowerings may add more);

@@ -15,7 +15,7 @@ Graph rebuild(const Graph& graph, const NodeRewrite& replace) {
   Graph out;
   std::vector<uint32_t> scope_map(graph.scope_count(), 0);
   for (uint32_t s = 1; s < graph.scope_count(); ++s)
-    scope_map[s] = out.intern_scope(graph.scope_path(s));
+    scope_map[s] = out.intern_scope(graph.scope_path(s), graph.scope_precision(s));
 
   std::vector<Value> mapped(graph.size());
   for (const NamedValue& in : graph.inputs())

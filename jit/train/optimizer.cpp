@@ -1,6 +1,7 @@
 // jit/train/optimizer.cpp — SGD/AdamW updates and gradient clipping built from ops
 #include "jit/train/optimizer.hpp"
 
+#include <cmath>
 #include <stdexcept>
 
 namespace sinter {
@@ -11,27 +12,57 @@ std::vector<std::string> state_names(const Optimizer& optimizer) {
                                                   : std::vector<std::string>{};
 }
 
-std::vector<std::string> scalar_names(const Optimizer& optimizer) {
-  if (std::holds_alternative<AdamW>(optimizer))
-    return {"opt.lr", "opt.grad_scale", "opt.bias1", "opt.bias2"};
-  return {"opt.lr", "opt.grad_scale"};
+std::vector<std::string> scalar_names() { return {"opt.lr", "opt.grad_scale", "opt.step"}; }
+
+std::vector<std::pair<std::string, double>> loss_scaling_state(const LossScaling& scaling) {
+  return {{"state.amp.scale", scaling.initial},
+          {"state.amp.good_steps", 0.0},
+          {"state.amp.skipped", 0.0}};
 }
 
-std::vector<UpdatedParameter> append_update(Graph& g, const std::vector<std::string>& names,
-                                            const std::vector<Value>& params,
-                                            const std::vector<Value>& grads,
-                                            const UpdateOptions& options) {
+Value input_once(Graph& g, const std::string& name, const TensorType& type) {
+  for (const NamedValue& in : g.inputs())
+    if (in.name == name) {
+      if (g.type(in.id) != type)
+        throw std::logic_error("sinter: input " + name + " is " + to_string(g.type(in.id)) +
+                               ", expected " + to_string(type));
+      return Value{&g, in.id};
+    }
+  return input(g, name, type);
+}
+
+UpdateResult append_update(Graph& g, const std::vector<std::string>& names,
+                           const std::vector<Value>& params, const std::vector<Value>& grads,
+                           const UpdateOptions& options) {
   if (names.size() != params.size() || params.size() != grads.size())
     throw std::invalid_argument("sinter: append_update needs one name and gradient per parameter");
-  std::vector<Value> scalars;
-  for (const std::string& s : scalar_names(options.optimizer))
-    scalars.push_back(input(g, s, TensorType{DType::f64, {}})); // cast to each param dtype
-  Value lr = scalars[0], grad_scale = scalars[1];
+  const TensorType f64_scalar{DType::f64, {}}, f32_scalar{DType::f32, {}};
+  Value lr = input_once(g, "opt.lr", f64_scalar);
+  Value grad_scale = input_once(g, "opt.grad_scale", f64_scalar);
+  Value step_count = input_once(g, "opt.step", f64_scalar);
 
-  // Gradients in the parameter's dtype, scaled for accumulation, then clipped by global norm.
+  // Gradients in the parameter's dtype, scaled for accumulation (and unscaled from the loss
+  // scale), then clipped by global norm.
+  const std::optional<LossScaling>& scaling = options.loss_scaling;
+  Value loss_scale, good_steps, skipped, finite;
+  if (scaling) {
+    loss_scale = input_once(g, "state.amp.scale", f32_scalar);
+    good_steps = input_once(g, "state.amp.good_steps", f32_scalar);
+    skipped = input_once(g, "state.amp.skipped", f32_scalar);
+    grad_scale = grad_scale / cast(loss_scale, DType::f64);
+  }
   std::vector<Value> gs;
   for (std::size_t i = 0; i < grads.size(); ++i)
     gs.push_back(grads[i] * cast(grad_scale, grads[i].dtype()));
+  if (scaling) {
+    // Non-finite gradient elements, counted over every tensor: |g| < inf is false for inf/NaN.
+    Value bad;
+    for (const Value& grad : gs) {
+      Value count = sum(1.0 - cast(less(abs(grad), scalar_like(grad, INFINITY)), DType::f32));
+      bad = bad ? bad + count : count;
+    }
+    finite = equal(bad, scalar_like(bad, 0.0));
+  }
   if (options.clip_grad_norm > 0) {
     Value total;
     for (const Value& grad : gs) {
@@ -44,21 +75,25 @@ std::vector<UpdatedParameter> append_update(Graph& g, const std::vector<std::str
       grad = grad * cast(factor, grad.dtype());
   }
 
-  std::vector<UpdatedParameter> out;
+  // Skipped updates do not count towards AdamW's bias correction.
+  Value t = scaling ? step_count - cast(skipped, DType::f64) : step_count;
+  UpdateResult result;
   for (std::size_t i = 0; i < params.size(); ++i) {
     Value p = params[i], grad = gs[i];
-    DType t = p.dtype();
-    Value step = cast(lr, t);
+    DType dt = p.dtype();
+    Value step = cast(lr, dt);
     auto state_input = [&](const std::string& which) {
-      return input(g, "state." + which + "." + names[i], p.type());
+      return input_once(g, "state." + which + "." + names[i], p.type());
     };
     UpdatedParameter u;
     if (const auto* adam = std::get_if<AdamW>(&options.optimizer)) {
       Value m = state_input("m"), v = state_input("v");
+      Value bias1 = 1.0 - pow(scalar_like(t, adam->beta1), t);
+      Value bias2 = 1.0 - pow(scalar_like(t, adam->beta2), t);
       Value new_m = m * adam->beta1 + grad * (1.0 - adam->beta1);
       Value new_v = v * adam->beta2 + grad * grad * (1.0 - adam->beta2);
-      Value m_hat = new_m / cast(scalars[2], t);
-      Value v_hat = new_v / cast(scalars[3], t);
+      Value m_hat = new_m / cast(bias1, dt);
+      Value v_hat = new_v / cast(bias2, dt);
       Value decayed = adam->weight_decay != 0.0 ? p - step * adam->weight_decay * p : p;
       u.parameter = decayed - step * m_hat / (sqrt(v_hat) + adam->eps);
       u.state = {new_m, new_v};
@@ -73,9 +108,28 @@ std::vector<UpdatedParameter> append_update(Graph& g, const std::vector<std::str
       }
       u.parameter = p - step * direction;
     }
-    out.push_back(std::move(u));
+    if (scaling) {
+      // A skipped update leaves the parameter and its state as they were.
+      u.parameter = where(finite, u.parameter, p);
+      std::vector<std::string> which = state_names(options.optimizer);
+      for (std::size_t k = 0; k < u.state.size(); ++k)
+        u.state[k] = where(finite, u.state[k], state_input(which[k]));
+    }
+    result.parameters.push_back(std::move(u));
   }
-  return out;
+  if (scaling) {
+    Value grown = good_steps + 1.0;
+    Value grow =
+        greater_equal(grown, scalar_like(grown, static_cast<double>(scaling->growth_interval)));
+    Value zero = scalar_like(good_steps, 0.0);
+    result.state = {
+        {"state.amp.scale", where(finite, where(grow, loss_scale * scaling->growth, loss_scale),
+                                  loss_scale * scaling->backoff)},
+        {"state.amp.good_steps", where(finite, where(grow, zero, grown), zero)},
+        {"state.amp.skipped", skipped + (1.0 - cast(finite, DType::f32))},
+    };
+  }
+  return result;
 }
 
 } // namespace sinter

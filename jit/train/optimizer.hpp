@@ -3,6 +3,7 @@
 #include "jit/ir/graph.hpp"
 #include "ops/value.hpp"
 
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -26,32 +27,61 @@ struct AdamW {
 
 using Optimizer = std::variant<SGD, AdamW>;
 
+/// fp16 dynamic loss scaling (docs/amp.md), all inside the compiled step: the loss is
+/// multiplied by the scale before autodiff and the gradients divided by it; an update whose
+/// gradients hold an inf or NaN is skipped (parameters and optimizer state unchanged) and the
+/// scale multiplied by `backoff`; after `growth_interval` clean updates in a row it is
+/// multiplied by `growth`. The scale is runtime state (`state.amp.scale`), never a constant.
+struct LossScaling {
+  double initial = 65536.0;
+  double growth = 2.0;
+  double backoff = 0.5;
+  int64_t growth_interval = 2000;
+};
+
 struct UpdateOptions {
   Optimizer optimizer = AdamW{};
   /// Rescale all gradients together when their global L2 norm exceeds this (0: off).
   double clip_grad_norm = 0.0;
+  /// Set: the gradients arrive multiplied by `state.amp.scale` (see LossScaling).
+  std::optional<LossScaling> loss_scaling;
 };
 
 /// Names of the optimizer's per-parameter state tensors (same shape as the parameter).
 std::vector<std::string> state_names(const Optimizer& optimizer);
 
 /// Scalar inputs every update takes, fed each step so no value is baked into the code:
-/// `opt.lr`, `opt.grad_scale` (1/k when k micro-batches were summed), and for AdamW
-/// `opt.bias1`, `opt.bias2` (1 - beta^t).
-std::vector<std::string> scalar_names(const Optimizer& optimizer);
+/// `opt.lr`, `opt.grad_scale` (1/k when k micro-batches were summed) and `opt.step` (t, the
+/// 1-based update count; AdamW's bias corrections 1 - beta^t are computed from it in the step,
+/// less the updates loss scaling skipped).
+std::vector<std::string> scalar_names();
+
+/// Step-wide state of loss scaling (scalars, f32), with the values a fresh run starts from:
+/// `state.amp.scale`, `state.amp.good_steps` (clean updates since the scale last changed) and
+/// `state.amp.skipped` (updates skipped so far).
+std::vector<std::pair<std::string, double>> loss_scaling_state(const LossScaling& scaling);
 
 struct UpdatedParameter {
   Value parameter;
   std::vector<Value> state; ///< in state_names() order
 };
 
-/// Appends the update of every parameter to `g`: creates the scalar and state inputs, applies
-/// clipping, and returns the new parameter and state values (callers make them outputs).
-/// `grads[i]` is the gradient of `params[i]`; `names[i]` names it (state inputs are
+struct UpdateResult {
+  std::vector<UpdatedParameter> parameters;
+  /// New values of step-wide state, by the name of the input they replace (`state.amp.*`).
+  std::vector<std::pair<std::string, Value>> state;
+};
+
+/// Appends the update of every parameter to `g`: creates the scalar and state inputs (reusing
+/// one already there by name, such as the loss scale the forward graph read), applies loss
+/// unscaling and clipping, and returns the new parameter and state values (callers make them
+/// outputs). `grads[i]` is the gradient of `params[i]`; `names[i]` names it (state inputs are
 /// `state.<state>.<name>`).
-std::vector<UpdatedParameter> append_update(Graph& g, const std::vector<std::string>& names,
-                                            const std::vector<Value>& params,
-                                            const std::vector<Value>& grads,
-                                            const UpdateOptions& options);
+UpdateResult append_update(Graph& g, const std::vector<std::string>& names,
+                           const std::vector<Value>& params, const std::vector<Value>& grads,
+                           const UpdateOptions& options);
+
+/// The graph input named `name`, created with `type` if `g` has none yet.
+Value input_once(Graph& g, const std::string& name, const TensorType& type);
 
 } // namespace sinter

@@ -34,17 +34,31 @@ ValueId output_named(const Graph& g, const std::string& name) {
 
 /// Makes the update outputs of `g` (after append_update) its only outputs besides the loss.
 void set_update_outputs(Graph& g, const std::vector<std::string>& names,
-                        const std::vector<UpdatedParameter>& updates, const Optimizer& optimizer,
-                        bool keep_loss) {
+                        const UpdateResult& updates, const Optimizer& optimizer, bool keep_loss) {
   std::vector<NamedValue> outputs;
   if (keep_loss) outputs.push_back(g.outputs().at(0));
   auto states = state_names(optimizer);
   for (std::size_t i = 0; i < names.size(); ++i) {
-    outputs.push_back({"new." + names[i], updates[i].parameter.id});
+    const UpdatedParameter& u = updates.parameters[i];
+    outputs.push_back({"new." + names[i], u.parameter.id});
     for (std::size_t s = 0; s < states.size(); ++s)
-      outputs.push_back({"new.state." + states[s] + "." + names[i], updates[i].state[s].id});
+      outputs.push_back({"new.state." + states[s] + "." + names[i], u.state[s].id});
   }
+  for (const auto& [name, value] : updates.state)
+    outputs.push_back({"new." + name, value.id});
   g.mutable_outputs() = std::move(outputs);
+}
+
+/// The forward graph under mixed precision: autocast, and with loss scaling one more output,
+/// the loss times `state.amp.scale`, which autodiff then differentiates (returns its index).
+std::size_t apply_amp(Graph& forward, const TrainStepOptions& options) {
+  if (options.amp == AmpMode::off) return 0;
+  forward = autocast(forward, options.amp == AmpMode::bf16 ? DType::bf16 : DType::f16);
+  if (!options.update.loss_scaling) return 0;
+  Value loss{&forward, forward.outputs()[0].id};
+  Value scale = input_once(forward, "state.amp.scale", TensorType{DType::f32, {}});
+  forward.add_output("amp.scaled_loss", (loss * cast(scale, loss.dtype())).id);
+  return forward.outputs().size() - 1;
 }
 
 } // namespace
@@ -66,6 +80,20 @@ TrainStep::TrainStep(Tracer trace, std::vector<std::string> names,
   if (options_.accumulate < 1)
     throw std::invalid_argument("sinter: accumulate must be >= 1, got " +
                                 std::to_string(options_.accumulate));
+  if (options_.amp == AmpMode::fp16 && !options_.update.loss_scaling)
+    options_.update.loss_scaling = LossScaling{};
+  if (options_.amp != AmpMode::fp16 && options_.update.loss_scaling)
+    throw std::invalid_argument(
+        "sinter: loss scaling is for fp16 autocast only (amp is " +
+        std::string(amp_name(options_.amp)) + "): drop loss_scaling or set amp to fp16");
+  if (const auto& scaling = options_.update.loss_scaling) {
+    if (!(scaling->initial > 0) || !(scaling->growth >= 1) || !(scaling->backoff > 0) ||
+        !(scaling->backoff < 1) || scaling->growth_interval < 1)
+      throw std::invalid_argument("sinter: loss scaling needs initial > 0, growth >= 1, 0 < "
+                                  "backoff < 1 and growth_interval >= 1");
+    for (const auto& [name, value] : loss_scaling_state(*scaling))
+      state_.emplace(name, HostTensor::from_doubles(DType::f32, {}, {&value, 1}));
+  }
   for (std::size_t i = 0; i < names_.size(); ++i)
     for (const std::string& st : state_names(options_.update.optimizer)) {
       HostTensor zeros(parameters_[i]->dtype(), parameters_[i]->shape());
@@ -95,13 +123,36 @@ std::vector<const CompiledGraph*> TrainStep::programs() const {
   return out;
 }
 
-std::vector<HostTensor> TrainStep::scalar_inputs(double lr) const {
-  std::vector<double> values{lr, 1.0 / static_cast<double>(options_.accumulate)};
-  if (const auto* adam = std::get_if<AdamW>(&options_.update.optimizer)) {
-    double t = static_cast<double>(steps_ + 1);
-    values.push_back(1.0 - std::pow(adam->beta1, t));
-    values.push_back(1.0 - std::pow(adam->beta2, t));
+int64_t TrainStep::skipped_updates() const {
+  auto it = state_.find("state.amp.skipped");
+  return it == state_.end() ? 0 : static_cast<int64_t>(it->second.at(0));
+}
+
+double TrainStep::loss_scale() const {
+  auto it = state_.find("state.amp.scale");
+  return it == state_.end() ? 0.0 : it->second.at(0);
+}
+
+std::string_view amp_name(AmpMode mode) {
+  switch (mode) {
+  case AmpMode::off: return "off";
+  case AmpMode::bf16: return "bf16";
+  case AmpMode::fp16: return "fp16";
   }
+  return "?";
+}
+
+AmpMode amp_from_name(std::string_view name) {
+  for (AmpMode m : {AmpMode::off, AmpMode::bf16, AmpMode::fp16})
+    if (amp_name(m) == name) return m;
+  throw std::invalid_argument("sinter: unknown amp mode '" + std::string(name) +
+                              "' (use off, bf16 or fp16)");
+}
+
+std::vector<HostTensor> TrainStep::scalar_inputs(double lr) const {
+  // In scalar_names() order: lr, 1/k, and t (the 1-based update count).
+  std::vector<double> values{lr, 1.0 / static_cast<double>(options_.accumulate),
+                             static_cast<double>(steps_ + 1)};
   std::vector<HostTensor> out;
   for (double v : values)
     out.push_back(HostTensor::from_doubles(DType::f64, {}, {&v, 1}));
@@ -146,7 +197,11 @@ const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> b
 
   auto compiled = std::make_unique<Compiled>();
   Device backend = default_device();
-  Graph grads = autodiff(forward_, AutodiffOptions{names_, 0});
+  std::size_t differentiated = apply_amp(forward_, options_);
+  Graph grads = autodiff(forward_, AutodiffOptions{names_, differentiated});
+  if (differentiated != 0) // the scaled loss was only there to be differentiated
+    std::erase_if(grads.mutable_outputs(),
+                  [](const NamedValue& out) { return out.name == "amp.scaled_loss"; });
   auto gather_values = [&](Graph& g, const std::string& prefix, bool from_outputs) {
     std::vector<Value> values;
     for (const std::string& n : names_)
@@ -178,7 +233,7 @@ const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> b
   }
 
   auto wire = [&](const CompiledGraph& c, std::vector<Slot>& slots, std::vector<HostTensor>& outs) {
-    auto scalars = scalar_names(options_.update.optimizer);
+    auto scalars = scalar_names();
     for (const NamedValue& in : c.graph().inputs()) {
       const std::string& n = in.name;
       if (auto p = std::find(names_.begin(), names_.end(), n); p != names_.end())

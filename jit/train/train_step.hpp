@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace sinter {
@@ -15,10 +16,19 @@ namespace sinter {
 class CompiledGraph;
 class Context;
 
+/// Mixed precision of a step (docs/amp.md): off, or the autocast pass with bf16 or fp16 as the
+/// low precision. fp16 always scales the loss (UpdateOptions::loss_scaling, default settings
+/// unless given); bf16 never does.
+enum class AmpMode { off, bf16, fp16 };
+std::string_view amp_name(AmpMode mode);
+/// "off", "bf16" or "fp16"; throws std::invalid_argument naming the accepted values.
+AmpMode amp_from_name(std::string_view name);
+
 struct TrainStepOptions {
   UpdateOptions update;
   /// Micro-batches whose gradients are summed before one update (1: update every call).
   int64_t accumulate = 1;
+  AmpMode amp = AmpMode::off;
 };
 
 /// The loss of one step. It is computed by the step itself: reading it costs nothing more and
@@ -50,8 +60,14 @@ public:
   /// every `accumulate`-th call, with learning rate `lr` (a runtime input: no recompile).
   LossHandle operator()(std::span<const HostTensor> batch, double lr);
 
-  /// Optimizer updates done so far (AdamW's bias correction uses it).
+  /// Optimizer updates done so far, skipped ones included (AdamW's bias correction counts only
+  /// the applied ones; see skipped_updates).
   int64_t steps() const { return steps_; }
+  /// Updates fp16 loss scaling skipped for overflowing gradients (0 without scaling). Reading
+  /// it waits for the latest step.
+  int64_t skipped_updates() const;
+  /// The current fp16 loss scale (0 without scaling). Reading it waits for the latest step.
+  double loss_scale() const;
   void set_steps(int64_t steps) { steps_ = steps; }
   /// Optimizer state tensors by name (`state.m.<param>`, ...), for checkpoints.
   std::vector<std::pair<std::string, HostTensor*>> state();

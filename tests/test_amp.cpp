@@ -1,0 +1,165 @@
+// tests/test_amp.cpp — mixed precision: the autocast pass's policy, regions, fp16 loss scaling
+#include "dsl/sinter.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+using namespace sinter;
+
+namespace {
+
+HostTensor tensor(DType t, Shape shape, std::vector<double> values) {
+  return HostTensor::from_doubles(t, std::move(shape), values);
+}
+
+/// The dtype of the first node of `op` in `g` (fails the test when there is none).
+DType dtype_of_first(const Graph& g, OpId op) {
+  for (ValueId id = 0; id < g.size(); ++id)
+    if (g.node(id).op == op) return g.type(id).dtype;
+  FAIL("no " << op_name(op) << " node in the graph");
+  return DType::f64;
+}
+
+/// A linear layer, GELU, layernorm and a loss, as traced: the ops whose precision rules differ.
+Graph small_network(bool fp32_region) {
+  Graph g;
+  Value x = input(g, "x", {DType::f32, {4, 8}});
+  Value w = input(g, "w", {DType::f32, {8, 6}});
+  Value b = input(g, "b", {DType::f32, {6}});
+  Value gamma = input(g, "gamma", {DType::f32, {6}});
+  Value beta = input(g, "beta", {DType::f32, {6}});
+  Value labels = input(g, "labels", {DType::i32, {4}});
+  if (fp32_region) g.push_precision(RegionPrecision::fp32);
+  Value h = gelu_tanh(matmul(x, w) + b);
+  if (fp32_region) g.pop_scope();
+  Value loss = cross_entropy_mean(layernorm(h, gamma, beta), labels);
+  g.add_output("loss", loss.id);
+  g.add_output("hidden", h.id);
+  return g;
+}
+
+} // namespace
+
+TEST_CASE("autocast: GEMMs and the elementwise work after them go low, norms and losses stay f32",
+          "[amp]") {
+  for (DType low : {DType::bf16, DType::f16}) {
+    INFO(dtype_name(low));
+    Graph g = autocast(small_network(false), low);
+    sinter::verify(g);
+    CHECK(dtype_of_first(g, OpId::matmul) == low);
+    CHECK(dtype_of_first(g, OpId::add) == low);       // the bias add follows the GEMM
+    CHECK(dtype_of_first(g, OpId::gelu_tanh) == low); // so does the activation
+    CHECK(dtype_of_first(g, OpId::layernorm) == DType::f32);
+    CHECK(dtype_of_first(g, OpId::cross_entropy_mean) == DType::f32);
+    // Inputs (master weights) and outputs keep their types.
+    for (const NamedValue& in : g.inputs())
+      CHECK(g.type(in.id).dtype == (in.name == "labels" ? DType::i32 : DType::f32));
+    CHECK(g.type(g.outputs()[0].id).dtype == DType::f32);
+    CHECK(g.type(g.outputs()[1].id) == TensorType{DType::f32, {4, 6}});
+  }
+}
+
+TEST_CASE("autocast: an amp::region(fp32) keeps its ops in f32, and f64 graphs are untouched",
+          "[amp]") {
+  Graph g = autocast(small_network(true), DType::bf16);
+  CHECK(dtype_of_first(g, OpId::matmul) == DType::f32);
+  CHECK(dtype_of_first(g, OpId::gelu_tanh) == DType::f32);
+
+  Graph f64;
+  Value a = input(f64, "a", {DType::f64, {3, 3}});
+  f64.add_output("y", exp(matmul(a, a)).id);
+  CHECK(autocast(f64, DType::bf16).print() == cse(f64).print());
+  CHECK_THROWS_WITH(autocast(f64, DType::f32), Catch::Contains("bf16 or f16"));
+}
+
+TEST_CASE("the interpreter stores bf16 and f16 values as those types hold them", "[amp]") {
+  CHECK(round_to_dtype(1.0 + 1.0 / 512, DType::bf16) == 1.0); // tie: to even
+  CHECK(round_to_dtype(1.0 + 3.0 / 512, DType::bf16) == 1.0 + 4.0 / 512);
+  CHECK(round_to_dtype(65519.0, DType::f16) == 65504.0);
+  CHECK(std::isinf(round_to_dtype(65520.0, DType::f16))); // beyond f16's range
+  CHECK(round_to_dtype(3e-8, DType::f16) == std::ldexp(1.0, -25) * 2); // subnormal spacing 2^-24
+  CHECK(std::isinf(round_to_dtype(-4e38, DType::bf16)));
+}
+
+namespace {
+
+/// y = x · w: one weight vector, easy to follow through a skipped update.
+struct Linear1 {
+  BOOST_HANA_DEFINE_STRUCT(Linear1, (Parameter, w));
+};
+
+auto squared_error = [](Linear1& m, Var x, Var y) {
+  Value err = sinter::matmul(x.value(), m.w.node()) - y.value();
+  return Var(sinter::mean(err * err));
+};
+
+} // namespace
+
+TEST_CASE("fp16 loss scaling: an overflowing step is skipped, the scale halves, then grows",
+          "[amp]") {
+  Linear1 model{Parameter(tensor(DType::f32, {2, 1}, {0.5, -0.25}))};
+  auto step = compile_step(model, squared_error, adamw{.lr = 0.01},
+                           {.amp = amp::fp16,
+                            .loss_scaling = LossScaling{.initial = 1024.0, .growth_interval = 3}});
+  HostTensor x = tensor(DType::f32, {2, 2}, {1, 2, 3, 4}), y = tensor(DType::f32, {2, 1}, {1, 0});
+  step(x, y);
+  CHECK(step.runtime().loss_scale() == 1024.0);
+  CHECK(step.runtime().skipped_updates() == 0);
+  double w0 = model.w.value.at(0), w1 = model.w.value.at(1);
+  CHECK(w0 != 0.5);
+
+  // Errors of ~1e4 square to ~1e8: times the scale, the fp16 gradient overflows.
+  HostTensor huge_y = tensor(DType::f32, {2, 1}, {2e4, -2e4});
+  auto state_before = step.runtime().state();
+  std::vector<double> m_before;
+  for (auto& [name, t] : state_before)
+    if (name.starts_with("state.m.")) m_before.push_back(t->at(0));
+  StepOutput skipped = step(x, huge_y);
+  CHECK(std::isfinite(skipped.loss.value()));
+  CHECK(step.runtime().skipped_updates() == 1);
+  CHECK(step.runtime().loss_scale() == 512.0);
+  CHECK(model.w.value.at(0) == w0); // the update was skipped: nothing moved
+  CHECK(model.w.value.at(1) == w1);
+  for (auto& [name, t] : step.runtime().state())
+    if (name.starts_with("state.m.")) CHECK(t->at(0) == m_before.at(0));
+
+  // Three clean steps in a row grow the scale back.
+  for (int i = 0; i < 3; ++i)
+    step(x, y);
+  CHECK(step.runtime().skipped_updates() == 1);
+  CHECK(step.runtime().loss_scale() == 1024.0);
+  CHECK(model.w.value.at(0) != w0);
+}
+
+TEST_CASE("fp16 loss scaling: the applied updates match an f32 run of as many updates",
+          "[amp]") {
+  // The default scale (65536) overflows fp16 at first: those steps are skipped. Scaling is exact
+  // in binary (powers of two), so the applied updates follow an f32 run with that many updates
+  // — only if skipped steps do not count towards AdamW's bias correction.
+  auto run = [](AmpMode mode, int calls) {
+    Linear1 model{Parameter(tensor(DType::f32, {2, 1}, {0.5, -0.25}))};
+    auto step = compile_step(model, squared_error, adamw{.lr = 0.01}, {.amp = mode});
+    HostTensor x = tensor(DType::f32, {2, 2}, {1, 2, 3, 4}),
+               y = tensor(DType::f32, {2, 1}, {1, 0});
+    for (int i = 0; i < calls; ++i)
+      step(x, y);
+    return std::tuple{model.w.value.at(0), model.w.value.at(1), step.runtime().skipped_updates()};
+  };
+  auto [b0, b1, skipped] = run(amp::fp16, 8);
+  REQUIRE(skipped >= 1);
+  REQUIRE(skipped < 8);
+  auto [a0, a1, none] = run(amp::off, 8 - static_cast<int>(skipped));
+  CHECK(none == 0);
+  CHECK(b0 == Approx(a0).epsilon(2e-3));
+  CHECK(b1 == Approx(a1).epsilon(2e-3));
+}
+
+TEST_CASE("loss scaling is refused outside fp16, and bad amp names are named", "[amp]") {
+  Linear1 model{Parameter(tensor(DType::f32, {2, 1}, {0.5, -0.25}))};
+  CHECK_THROWS_WITH(compile_step(model, squared_error, adamw{},
+                                 {.amp = amp::bf16, .loss_scaling = LossScaling{}}),
+                    Catch::Contains("fp16 autocast only"));
+  CHECK_THROWS_WITH(amp_from_name("fp8"), Catch::Contains("off, bf16 or fp16"));
+  CHECK(amp_from_name("bf16") == AmpMode::bf16);
+}
