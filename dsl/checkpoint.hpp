@@ -28,13 +28,15 @@ void save_checkpoint(const std::filesystem::path& file, Model& model,
 }
 
 /// Restores what save_checkpoint wrote into `model` and `step` and returns the metadata.
-/// Throws std::runtime_error naming the first missing or mismatched tensor.
+/// Throws std::runtime_error naming the first missing or mismatched tensor (fp16 loss-scaling
+/// state, `optimizer.amp.*`, may be missing: the scale then starts afresh).
 template <class Model, class LossFn>
 std::map<std::string, std::string> load_checkpoint(const std::filesystem::path& file, Model& model,
                                                    CompiledStep<Model, LossFn>& step) {
   Checkpoint ckpt = load_safetensors(file);
-  auto take = [&](const std::string& key, HostTensor& into) {
+  auto take = [&](const std::string& key, HostTensor& into, bool optional = false) {
     auto it = ckpt.tensors.find(key);
+    if (it == ckpt.tensors.end() && optional) return;
     if (it == ckpt.tensors.end())
       throw std::runtime_error("sinter: checkpoint " + file.string() + " has no tensor '" + key +
                                "' — it was written for a different model or optimizer");
@@ -47,8 +49,10 @@ std::map<std::string, std::string> load_checkpoint(const std::filesystem::path& 
   };
   for_each_parameter(
       model, [&](const std::string& name, Parameter& p) { take("model." + name, p.value); });
+  // fp16 loss-scaling state is optional: a run resumed under fp16 from a bf16 or f32
+  // checkpoint starts from the initial scale.
   for (auto& [name, tensor] : step.runtime().state())
-    take("optimizer." + name.substr(6), *tensor);
+    take("optimizer." + name.substr(6), *tensor, name.starts_with("state.amp."));
   auto it = ckpt.metadata.find("step");
   if (it == ckpt.metadata.end())
     throw std::runtime_error("sinter: checkpoint " + file.string() + " has no 'step' metadata");

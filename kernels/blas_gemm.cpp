@@ -44,7 +44,8 @@ void store(DType t, void* base, int64_t i, double v) {
 }
 
 /// `rows` x `cols` bf16/f16 elements with row stride `ld`, widened into `out` (contiguous).
-void widen(DType t, const void* in, int64_t rows, int64_t cols, int64_t ld, std::vector<float>& out) {
+void widen(DType t, const void* in, int64_t rows, int64_t cols, int64_t ld,
+           std::vector<float>& out) {
   out.resize(static_cast<std::size_t>(rows * cols));
   const auto* p = static_cast<const uint16_t*>(in);
   for (int64_t r = 0; r < rows; ++r)
@@ -63,8 +64,8 @@ void half_gemm(DType t, const GemmShape& s, const void* a, const void* b, void* 
   wc.resize(static_cast<std::size_t>(s.m * s.n));
   auto m = static_cast<blasint>(s.m), n = static_cast<blasint>(s.n), k = static_cast<blasint>(s.k);
   cblas_sgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans,
-              s.trans_b ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, wa.data(),
-              s.trans_a ? m : k, wb.data(), s.trans_b ? k : n, 0.0f, wc.data(), n);
+              s.trans_b ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, wa.data(), s.trans_a ? m : k,
+              wb.data(), s.trans_b ? k : n, 0.0f, wc.data(), n);
   auto* out = static_cast<uint16_t*>(c);
   for (int64_t r = 0; r < s.m; ++r)
     for (int64_t q = 0; q < s.n; ++q) {

@@ -265,7 +265,8 @@ const OpDef cast_op{
     .test_cases =
         [] {
           std::vector<OpTestCase> cases;
-          for (DType t : {DType::f32, DType::f64, DType::i32, DType::boolean, DType::bf16})
+          for (DType t :
+               {DType::f32, DType::f64, DType::i32, DType::boolean, DType::bf16, DType::f16})
             cases.push_back({{TestOperand{DType::f64, {2, 5}, -5, 5}}, Attrs{.dtype = t}});
           cases.push_back({{TestOperand{DType::i32, {4}, -5, 5}}, Attrs{.dtype = DType::f64}});
           cases.push_back({{TestOperand{DType::f32, {2, 5}}}, Attrs{.dtype = DType::f64}});

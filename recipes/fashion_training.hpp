@@ -19,6 +19,7 @@ inline std::vector<Flag> fashion_flags(const std::map<std::string, std::string>&
       {"seed", "0", "initialisation and shuffling seed"},
       {"threads", "0", "worker threads (0: SINTER_NUM_THREADS or all cores)"},
       {"device", "", "cpu, cuda or cuda:N (default: SINTER_DEVICE, else cpu)"},
+      {"amp", "off", "mixed precision: off, bf16 or fp16 (fp16 scales the loss)"},
       {"data-dir", "", "Fashion-MNIST IDX files (default: Debian's dataset-fashion-mnist)"},
       {"checkpoint-dir", "", "save a checkpoint here after every epoch"},
       {"resume", "0", "switch: continue from the checkpoint in --checkpoint-dir"}};
@@ -67,7 +68,8 @@ int train_fashion(const std::string& name, const Flags& flags, Model& model) {
       model, [](Model& m, Var images, Var labels) { return cross_entropy_mean(m(images), labels); },
       adamw{.lr = flags.real("lr"), .weight_decay = flags.real("weight-decay")},
       {.batch_names = {"images", "labels"},
-       .schedule = warmup_cosine(flags.real("lr"), std::min<int64_t>(200, total / 10 + 1), total)});
+       .schedule = warmup_cosine(flags.real("lr"), std::min<int64_t>(200, total / 10 + 1), total),
+       .amp = amp_flag(flags)});
   auto logits = compile_eval(model, [](Model& m, Var images) { return m(images); }, {"images"});
 
   std::fprintf(stderr, "%s: %lld parameters, %lld steps of batch %lld\n", name.c_str(),

@@ -92,6 +92,7 @@ int main(int argc, char** argv) {
        {"seed", "0", "initialisation, shuffling and sampling seed"},
        {"threads", "0", "worker threads (0: SINTER_NUM_THREADS or all cores)"},
        {"device", "", "cpu, cuda or cuda:N (default: SINTER_DEVICE, else cpu)"},
+       {"amp", "off", "mixed precision: off, bf16 or fp16 (fp16 scales the loss)"},
        {"text", "", "a text file to train on (default: the fortunes in /usr/share/games/fortunes)"},
        {"checkpoint-dir", "", "save a checkpoint here every 500 steps and at the end"},
        {"resume", "0", "switch: continue from the checkpoint in --checkpoint-dir"},
@@ -124,7 +125,8 @@ int main(int argc, char** argv) {
           {.batch_names = {"ids", "next"},
            .schedule =
                warmup_cosine(flags.real("lr"), std::min<int64_t>(100, total / 10 + 1), total),
-           .clip_grad_norm = flags.real("clip")});
+           .clip_grad_norm = flags.real("clip"),
+           .amp = amp_flag(flags)});
       auto eval_loss = compile_eval(model, loss_fn, {"ids", "next"});
       auto logits = compile_eval(model, [](GPT& m, Var ids) { return m(ids); }, {"ids"});
 

@@ -18,6 +18,16 @@ inline void apply_runtime_flags(const Flags& flags) {
   }
 }
 
+/// `--amp off|bf16|fp16` as the step's mixed-precision mode; a bad value exits 2.
+inline sinter::AmpMode amp_flag(const Flags& flags) {
+  try {
+    return sinter::amp_from_name(flags.str("amp"));
+  } catch (const std::invalid_argument& e) {
+    flags.fail(std::string("--amp: ") + e.what());
+  }
+  return sinter::AmpMode::off;
+}
+
 struct LoopResult {
   double last_loss = 0;
   int64_t steps_run = 0; ///< steps taken by this process (after any resume)

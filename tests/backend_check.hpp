@@ -32,19 +32,26 @@ struct TestBackend {
   void restart() { library = std::make_unique<KernelLibrary>(*cache); }
 };
 
-/// The op applied to random operands; `narrow` turns float64 operands into float32.
-inline Graph op_graph(OpId op, const OpTestCase& c, bool narrow, std::vector<F64Tensor>& values,
+/// The float types every generated backend test runs each case in: a case's f64 operands
+/// become each of them in turn (f32 and the AMP types, bf16 and f16).
+inline constexpr DType test_precisions[] = {DType::f64, DType::f32, DType::bf16, DType::f16};
+
+/// The values `v` holds once stored as `t` (what both sides of a comparison must see).
+inline void round_all(F64Tensor& v, DType t) {
+  for (double& x : v.data)
+    x = round_to_dtype(x, t);
+}
+
+/// The op applied to random operands; float64 operands become `precision`.
+inline Graph op_graph(OpId op, const OpTestCase& c, DType precision, std::vector<F64Tensor>& values,
                       uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<NamedOperand> operands;
   for (std::size_t i = 0; i < c.operands.size(); ++i) {
     TestOperand spec = c.operands[i];
     F64Tensor v = random_operand(spec, rng);
-    if (narrow && spec.dtype == DType::f64) spec.dtype = DType::f32;
-    // Both sides must see the values the typed input really holds.
-    if (spec.dtype == DType::f32)
-      for (double& x : v.data)
-        x = static_cast<float>(x);
+    if (spec.dtype == DType::f64) spec.dtype = precision;
+    round_all(v, spec.dtype);
     operands.push_back({"x" + std::to_string(i), TensorType{spec.dtype, spec.shape}, v});
   }
   values = values_of(operands);
@@ -55,14 +62,14 @@ inline Graph op_graph(OpId op, const OpTestCase& c, bool narrow, std::vector<F64
 
 /// loss = sum(op(x) * r), with r a fixed random input so every output element gets a
 /// cotangent, differentiated with respect to every float input and optimised; nullopt when
-/// the case has no f64 result (f32 when `narrow`) or no float input. Appends r's value to
-/// `values`.
-inline std::optional<Graph> gradient_graph(OpId op, const OpTestCase& c, bool narrow,
+/// the case's result is not of type `precision` or it has no float input. Appends r's value
+/// to `values`.
+inline std::optional<Graph> gradient_graph(OpId op, const OpTestCase& c, DType precision,
                                            std::vector<F64Tensor>& values, uint64_t seed,
                                            uint64_t cotangent_seed) {
-  Graph g = op_graph(op, c, narrow, values, seed);
+  Graph g = op_graph(op, c, precision, values, seed);
   TensorType result = g.type(g.outputs()[0].id);
-  if (result.dtype != (narrow ? DType::f32 : DType::f64)) return std::nullopt;
+  if (result.dtype != precision) return std::nullopt;
   std::vector<std::string> wrt;
   for (const NamedValue& in : g.inputs())
     if (is_float(g.type(in.id).dtype)) wrt.push_back(in.name);
@@ -75,14 +82,12 @@ inline std::optional<Graph> gradient_graph(OpId op, const OpTestCase& c, bool na
   lossy.add_output("loss", sum(emit(lossy, op, ins, c.attrs) * r).id);
   std::mt19937_64 rng(cotangent_seed);
   values.push_back(random_operand(TestOperand{DType::f64, result.shape}, rng));
-  if (narrow)
-    for (double& x : values.back().data)
-      x = static_cast<float>(x);
+  round_all(values.back(), precision);
   return Pipeline::standard(AutodiffOptions{wrt, 0}).run(lossy, DumpSelection(""), std::cerr);
 }
 
-/// Each output of `optimized` against the interpreter's: f32 outputs are compared with the
-/// float64 result rounded to f32, by maximum relative difference.
+/// Each output of `optimized` against the interpreter's: f32, bf16 and f16 outputs are compared
+/// with the float64 result rounded to their type, by maximum relative difference.
 inline void check_outputs_match(const Graph& optimized, const std::vector<HostTensor>& got,
                                 const std::vector<F64Tensor>& want, double tolerance) {
   REQUIRE(got.size() == want.size());
@@ -90,44 +95,60 @@ inline void check_outputs_match(const Graph& optimized, const std::vector<HostTe
     INFO("output " << optimized.outputs()[i].name << " "
                    << to_string(optimized.type(optimized.outputs()[i].id)));
     F64Tensor expected = want[i];
-    if (optimized.type(optimized.outputs()[i].id).dtype == DType::f32)
-      for (double& x : expected.data)
-        x = static_cast<float>(x);
+    round_all(expected, optimized.type(optimized.outputs()[i].id).dtype);
     CHECK(max_relative_difference(to_f64(got[i]), expected) <= tolerance);
   }
 }
 
-/// Every registry test case of `op`, optimised, with its input values: forward in f64 and with
-/// f64 operands narrowed to f32 (`narrow`), the seeds fixed per op and case.
+/// Every registry test case of `op`, optimised, with its input values: forward with the f64
+/// operands in each of test_precisions, the seeds fixed per op and case.
 template <class Check> void for_each_forward_case(OpId op, Check check) {
   auto cases = op_def(op).test_cases();
   for (std::size_t k = 0; k < cases.size(); ++k)
-    for (bool narrow : {false, true}) {
-      INFO(op_name(op) << " case " << k << (narrow ? " (f32)" : " (f64)"));
+    for (DType precision : test_precisions) {
+      INFO(op_name(op) << " case " << k << " (" << dtype_name(precision) << ")");
       std::vector<F64Tensor> values;
-      Graph g = op_graph(op, cases[k], narrow, values, 5000 + 100 * static_cast<uint64_t>(op) + k);
-      check(Pipeline::standard(std::nullopt).run(g, DumpSelection(""), std::cerr), values, narrow);
+      Graph g =
+          op_graph(op, cases[k], precision, values, 5000 + 100 * static_cast<uint64_t>(op) + k);
+      check(Pipeline::standard(std::nullopt).run(g, DumpSelection(""), std::cerr), values,
+            precision);
     }
 }
 
-/// Every registry test case of `op` as a gradient graph (see gradient_graph), with its values:
-/// in f64, and with f64 operands narrowed to f32 (`narrow`). Fails when no case has a gradient
-/// graph, so a differentiable op cannot pass by checking nothing.
+/// Every registry test case of `op` as a gradient graph (see gradient_graph), with its values,
+/// in each of test_precisions. Fails when a precision has no case with a gradient graph, so a
+/// differentiable op cannot pass by checking nothing.
 template <class Check> void for_each_gradient_case(OpId op, Check check) {
   auto cases = op_def(op).test_cases();
-  std::size_t checked = 0;
-  for (std::size_t k = 0; k < cases.size(); ++k)
-    for (bool narrow : {false, true}) {
-      INFO(op_name(op) << " case " << k << (narrow ? " (f32)" : " (f64)"));
+  for (DType precision : test_precisions) {
+    std::size_t checked = 0;
+    for (std::size_t k = 0; k < cases.size(); ++k) {
+      INFO(op_name(op) << " case " << k << " (" << dtype_name(precision) << ")");
       std::vector<F64Tensor> values;
-      auto graph = gradient_graph(op, cases[k], narrow, values,
+      auto graph = gradient_graph(op, cases[k], precision, values,
                                   7000 + 100 * static_cast<uint64_t>(op) + k, k);
       if (!graph) continue;
-      check(*graph, values, narrow);
+      check(*graph, values, precision);
       ++checked;
     }
-  INFO(op_name(op) << ": no test case yields a gradient graph");
-  CHECK(checked > 0);
+    INFO(op_name(op) << ": no test case yields a " << dtype_name(precision) << " gradient graph");
+    CHECK(checked > 0);
+  }
+}
+
+/// Largest relative difference (to max(1, |want|)) a backend may show against the interpreter:
+/// f64 and f32 differ by summation order only; bf16/f16 also by where values are rounded
+/// (compiled kernels keep f32 between fused ops, the interpreter stores every value), a few
+/// units of the type's precision (2^-8 for bf16, 2^-11 for f16) through a short chain of ops.
+/// Measured worst cases on the CPU: bf16 0.012 forward, 0.027 gradient; f16 0.00098 forward,
+/// 0.0054 gradient — the limits are about twice those.
+inline double backend_tolerance(DType precision, bool gradient) {
+  switch (precision) {
+  case DType::f32: return gradient ? 1e-4 : 2e-5;
+  case DType::bf16: return gradient ? 5e-2 : 2e-2;
+  case DType::f16: return gradient ? 1e-2 : 2.5e-3;
+  default: return gradient ? 1e-10 : 1e-12;
+  }
 }
 
 inline std::vector<HostTensor> as_host(const Graph& g, const std::vector<F64Tensor>& values) {

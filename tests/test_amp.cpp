@@ -77,7 +77,7 @@ TEST_CASE("the interpreter stores bf16 and f16 values as those types hold them",
   CHECK(round_to_dtype(1.0 + 1.0 / 512, DType::bf16) == 1.0); // tie: to even
   CHECK(round_to_dtype(1.0 + 3.0 / 512, DType::bf16) == 1.0 + 4.0 / 512);
   CHECK(round_to_dtype(65519.0, DType::f16) == 65504.0);
-  CHECK(std::isinf(round_to_dtype(65520.0, DType::f16))); // beyond f16's range
+  CHECK(std::isinf(round_to_dtype(65520.0, DType::f16)));              // beyond f16's range
   CHECK(round_to_dtype(3e-8, DType::f16) == std::ldexp(1.0, -25) * 2); // subnormal spacing 2^-24
   CHECK(std::isinf(round_to_dtype(-4e38, DType::bf16)));
 }
@@ -99,9 +99,9 @@ auto squared_error = [](Linear1& m, Var x, Var y) {
 TEST_CASE("fp16 loss scaling: an overflowing step is skipped, the scale halves, then grows",
           "[amp]") {
   Linear1 model{Parameter(tensor(DType::f32, {2, 1}, {0.5, -0.25}))};
-  auto step = compile_step(model, squared_error, adamw{.lr = 0.01},
-                           {.amp = amp::fp16,
-                            .loss_scaling = LossScaling{.initial = 1024.0, .growth_interval = 3}});
+  auto step = compile_step(
+      model, squared_error, adamw{.lr = 0.01},
+      {.amp = amp::fp16, .loss_scaling = LossScaling{.initial = 1024.0, .growth_interval = 3}});
   HostTensor x = tensor(DType::f32, {2, 2}, {1, 2, 3, 4}), y = tensor(DType::f32, {2, 1}, {1, 0});
   step(x, y);
   CHECK(step.runtime().loss_scale() == 1024.0);
@@ -132,16 +132,14 @@ TEST_CASE("fp16 loss scaling: an overflowing step is skipped, the scale halves, 
   CHECK(model.w.value.at(0) != w0);
 }
 
-TEST_CASE("fp16 loss scaling: the applied updates match an f32 run of as many updates",
-          "[amp]") {
+TEST_CASE("fp16 loss scaling: the applied updates match an f32 run of as many updates", "[amp]") {
   // The default scale (65536) overflows fp16 at first: those steps are skipped. Scaling is exact
   // in binary (powers of two), so the applied updates follow an f32 run with that many updates
   // — only if skipped steps do not count towards AdamW's bias correction.
   auto run = [](AmpMode mode, int calls) {
     Linear1 model{Parameter(tensor(DType::f32, {2, 1}, {0.5, -0.25}))};
     auto step = compile_step(model, squared_error, adamw{.lr = 0.01}, {.amp = mode});
-    HostTensor x = tensor(DType::f32, {2, 2}, {1, 2, 3, 4}),
-               y = tensor(DType::f32, {2, 1}, {1, 0});
+    HostTensor x = tensor(DType::f32, {2, 2}, {1, 2, 3, 4}), y = tensor(DType::f32, {2, 1}, {1, 0});
     for (int i = 0; i < calls; ++i)
       step(x, y);
     return std::tuple{model.w.value.at(0), model.w.value.at(1), step.runtime().skipped_updates()};

@@ -1,5 +1,6 @@
 // tests/test_cpu_generated.cpp — every registered op compiled on the CPU vs the interpreter,
-// forward (f64 and f32) and gradients, generated from the registry like the reference tests
+// forward and gradients in f64, f32, bf16 and f16, generated from the registry like the reference
+// tests
 #include "backend_check.hpp"
 
 #include "op_test_registry.hpp"
@@ -22,20 +23,19 @@ void compare(const Graph& optimized, const std::vector<F64Tensor>& values, doubl
 }
 
 void forward_compiled(OpId op) {
-  for_each_forward_case(op, [](const Graph& g, const std::vector<F64Tensor>& values, bool narrow) {
-    // f32 cases interpret the graph on the values the f32 inputs really hold.
-    compare(g, values, narrow ? 2e-5 : 1e-12);
+  for_each_forward_case(op, [](const Graph& g, const std::vector<F64Tensor>& values, DType t) {
+    compare(g, values, backend_tolerance(t, false));
   });
 }
 
 void gradient_compiled(OpId op) {
-  for_each_gradient_case(op, [](const Graph& g, const std::vector<F64Tensor>& values, bool narrow) {
-    compare(g, values, narrow ? 1e-4 : 1e-10);
+  for_each_gradient_case(op, [](const Graph& g, const std::vector<F64Tensor>& values, DType t) {
+    compare(g, values, backend_tolerance(t, true));
   });
 }
 
 const bool forward_compiled_registered = register_op_tests<forward_compiled>(
-    "compiled on the CPU matches the interpreter (f64 and f32)", "[cpu][cpu-forward]");
+    "compiled on the CPU matches the interpreter (f64, f32, bf16, f16)", "[cpu][cpu-forward]");
 const bool gradient_compiled_registered = register_op_tests<gradient_compiled>(
     "compiled gradient matches the interpreter", "[cpu][cpu-gradient]", true);
 

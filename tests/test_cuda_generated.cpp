@@ -1,5 +1,6 @@
 // tests/test_cuda_generated.cpp — every registered op run on a GPU vs the interpreter (forward
-// f64 and f32, gradients), generated from the registry; plus step replay and device errors
+// and gradients in f64, f32, bf16, f16), generated from the registry; plus step replay and device
+// errors
 #include "backend_check.hpp"
 #include "op_test_registry.hpp"
 
@@ -30,20 +31,20 @@ void compare_on_gpu(const Graph& optimized, const std::vector<F64Tensor>& values
 }
 
 void forward_on_gpu(OpId op) {
-  for_each_forward_case(op, [](const Graph& g, const std::vector<F64Tensor>& values, bool narrow) {
+  for_each_forward_case(op, [](const Graph& g, const std::vector<F64Tensor>& values, DType t) {
     // Reductions combine in another order than the interpreter's (warp trees).
-    compare_on_gpu(g, values, narrow ? 2e-5 : 1e-11);
+    compare_on_gpu(g, values, t == DType::f64 ? 1e-11 : backend_tolerance(t, false));
   });
 }
 
 void gradient_on_gpu(OpId op) {
-  for_each_gradient_case(op, [](const Graph& g, const std::vector<F64Tensor>& values, bool narrow) {
-    compare_on_gpu(g, values, narrow ? 1e-4 : 1e-9);
+  for_each_gradient_case(op, [](const Graph& g, const std::vector<F64Tensor>& values, DType t) {
+    compare_on_gpu(g, values, t == DType::f64 ? 1e-9 : backend_tolerance(t, true));
   });
 }
 
 const bool forward_registered = register_op_tests<forward_on_gpu>(
-    "on CUDA matches the interpreter (f64 and f32)", "[cuda][cuda-forward]");
+    "on CUDA matches the interpreter (f64, f32, bf16, f16)", "[cuda][cuda-forward]");
 const bool gradient_registered = register_op_tests<gradient_on_gpu>(
     "gradient on CUDA matches the interpreter", "[cuda][cuda-gradient]", true);
 

@@ -1,5 +1,5 @@
-// tests/test_ptx_generated.cpp — every registered op's kernels (forward, f32, gradients) compiled
-// to PTX for sm_80 and sm_90 and assembled by ptxas, plus the shape of the code the GPU gets
+// tests/test_ptx_generated.cpp — every registered op's kernels (forward, gradients; f64, f32, bf16,
+// f16) compiled to PTX for sm_80 and sm_90 and assembled by ptxas, plus the code the GPU gets
 #include "backend_check.hpp"
 #include "op_test_registry.hpp"
 #include "ptx_check.hpp"
@@ -18,12 +18,12 @@ Graph optimized(const Graph& g) {
 
 void forward_ptx(OpId op) {
   for_each_forward_case(op,
-                        [](const Graph& g, const std::vector<F64Tensor>&, bool) { check_ptx(g); });
+                        [](const Graph& g, const std::vector<F64Tensor>&, DType) { check_ptx(g); });
 }
 
 void gradient_ptx(OpId op) {
-  for_each_gradient_case(op,
-                         [](const Graph& g, const std::vector<F64Tensor>&, bool) { check_ptx(g); });
+  for_each_gradient_case(
+      op, [](const Graph& g, const std::vector<F64Tensor>&, DType) { check_ptx(g); });
 }
 
 const bool forward_registered = register_op_tests<forward_ptx>(

@@ -83,9 +83,9 @@ TrainStep::TrainStep(Tracer trace, std::vector<std::string> names,
   if (options_.amp == AmpMode::fp16 && !options_.update.loss_scaling)
     options_.update.loss_scaling = LossScaling{};
   if (options_.amp != AmpMode::fp16 && options_.update.loss_scaling)
-    throw std::invalid_argument(
-        "sinter: loss scaling is for fp16 autocast only (amp is " +
-        std::string(amp_name(options_.amp)) + "): drop loss_scaling or set amp to fp16");
+    throw std::invalid_argument("sinter: loss scaling is for fp16 autocast only (amp is " +
+                                std::string(amp_name(options_.amp)) +
+                                "): drop loss_scaling or set amp to fp16");
   if (const auto& scaling = options_.update.loss_scaling) {
     if (!(scaling->initial > 0) || !(scaling->growth >= 1) || !(scaling->backoff > 0) ||
         !(scaling->backoff < 1) || scaling->growth_interval < 1)

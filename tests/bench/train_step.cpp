@@ -9,7 +9,7 @@
 //   --model gpt2-small  sinter::GPT, vocab 50304, context 1024, width 768, 12 layers, 12 heads,
 //                batch 8; tokens_per_s and flops_per_step (6·params + attention per token)
 //                give model FLOP utilisation against a measured peak (train_peers.py --peak)
-// `--device cpu|cuda[:N]` picks where the step runs.
+// `--device cpu|cuda[:N]` picks where the step runs; `--amp off|bf16|fp16` its mixed precision.
 // AdamW: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight decay 1e-4 (decoupled, on every
 // parameter). Images, labels and every parameter are deterministic patterns (a sine of the flat
 // index, see init_parameters) that tests/bench/train_peers.py reproduces, so every peer prints
@@ -87,6 +87,7 @@ struct Options : bench::StepFlags {
   bool print_params = false;
   bool serve = false;
   std::string device = "cpu";
+  std::string amp = "off";
 };
 
 double maxrss_mb() {
@@ -136,7 +137,7 @@ template <class Model> int run(const Options& opt, Model& model, double base_rss
   auto step = compile_step(
       model, [](Model& m, Var x, Var y) { return cross_entropy_mean(m(x), y); },
       adamw{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 1e-4},
-      {.batch_names = {"images", "labels"}});
+      {.batch_names = {"images", "labels"}, .amp = amp_from_name(opt.amp)});
 
   double first_loss = 0, loss = 0;
   bool first = true;
@@ -165,19 +166,19 @@ template <class Model> int run(const Options& opt, Model& model, double base_rss
   double planned = static_cast<double>(step.runtime().program().memory_plan().peak_bytes());
   std::printf("peer=sinter model=%s compile_s=%.4g median_step_s=%.6g threads=%d iters=%d "
               "loss=%.6f final_loss=%.6f maxrss_mb=%.1f base_rss_mb=%.1f planned_peak_mb=%.2f "
-              "state_mb=%.2f params=%lld device=%s tokens_per_s=%.6g flops_per_step=%lld\n",
+              "state_mb=%.2f params=%lld device=%s tokens_per_s=%.6g flops_per_step=%lld amp=%s\n",
               opt.model.c_str(), first_call, median, opt.threads, timing.steps, first_loss, loss,
               maxrss_mb(), base_rss, planned / (1 << 20), state_bytes / (1 << 20),
               static_cast<long long>(params), opt.device.c_str(),
               gpt ? static_cast<double>(tokens_per_step) / median : 0.0,
-              static_cast<long long>(flops_per_step));
+              static_cast<long long>(flops_per_step), opt.amp.c_str());
   return 0;
 }
 
 int usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--model mlp|vit|gpt|gpt2-small] [--device cpu|cuda[:N]] [--threads N] "
-               "[--warmup N] "
+               "[--warmup N] [--amp off|bf16|fp16] "
                "[--iters N] [--print-params] [--serve]\n"
                "  one full training step (forward, loss, backward, AdamW) via compile_step,\n"
                "  batch 128; prints first-call and median step time, losses and memory\n"
@@ -203,10 +204,14 @@ int main(int argc, char** argv) {
       opt.serve = true;
     else if (a == "--device" && i + 1 < argc)
       opt.device = argv[++i];
+    else if (a == "--amp" && i + 1 < argc)
+      opt.amp = argv[++i];
     else
       ok = false;
-    if (!ok || (opt.model != "mlp" && opt.model != "vit" && opt.model != "gpt" &&
-                opt.model != "gpt2-small"))
+    if (!ok ||
+        (opt.model != "mlp" && opt.model != "vit" && opt.model != "gpt" &&
+         opt.model != "gpt2-small") ||
+        (opt.amp != "off" && opt.amp != "bf16" && opt.amp != "fp16"))
       return usage(argv[0]);
   }
   // The runtime reads its thread count from here when it starts (before the first call).
