@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <optional>
 
 using namespace sinter;
 
@@ -95,6 +96,25 @@ auto squared_error = [](Linear1& m, Var x, Var y) {
 };
 
 } // namespace
+
+TEST_CASE("amp::region in a model's loss keeps its GEMM in f32 inside compile_step", "[amp]") {
+  auto matmul_dtype = [](bool region) {
+    Linear1 model{Parameter(tensor(DType::f32, {2, 1}, {0.5, -0.25}))};
+    auto loss = [region](Linear1& m, Var x, Var y) {
+      std::optional<amp::region> keep;
+      if (region) keep.emplace(amp::fp32);
+      Value err = sinter::matmul(x.value(), m.w.node()) - y.value();
+      keep.reset();
+      return Var(sinter::mean(err * err));
+    };
+    auto step = compile_step(model, loss, adamw{}, {.amp = amp::bf16});
+    step(tensor(DType::f32, {2, 2}, {1, 2, 3, 4}), tensor(DType::f32, {2, 1}, {1, 0}));
+    return dtype_of_first(step.runtime().program().graph(), OpId::matmul);
+  };
+  CHECK(matmul_dtype(false) == DType::bf16);
+  CHECK(matmul_dtype(true) == DType::f32);
+  CHECK_THROWS_AS(amp::region(amp::fp32), std::logic_error); // outside any trace
+}
 
 TEST_CASE("fp16 loss scaling: an overflowing step is skipped, the scale halves, then grows",
           "[amp]") {

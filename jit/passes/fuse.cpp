@@ -131,31 +131,40 @@ FusionPlan fuse(const Graph& g) {
     is_output[out.id] = true;
 
   auto& mat = plan.materialized;
-  // Recompute cost of a value if everything upstream were inlined (capped): cheap elementwise
-  // values with a small cost are recomputed in each consumer instead of being stored.
+  // Recompute cost of a value if everything upstream that is not stored were inlined (capped):
+  // cheap elementwise values with a small cost are recomputed in each consumer instead of
+  // being stored. Which values are stored depends on these costs and the costs on what is
+  // stored, so the two are settled together: a few rounds, each costing stored values 0 (the
+  // first round knows only the values that are always stored). A cast of a stored residual
+  // sum, say, is then recomputed by each consumer instead of becoming a kernel of its own.
   constexpr int64_t max_duplicated_cost = 3;
   std::vector<int64_t> cone_cost(n, 0);
-  for (ValueId id = 0; id < n; ++id) {
-    const Node& node = g.node(id);
-    if (node.op == OpId::input || always_root(node.op)) continue;
-    int64_t cost =
-        index_only(node.op) ? 0 : (cheap_elementwise(node.op) ? 1 : max_duplicated_cost + 1);
-    for (ValueId in : node.inputs)
-      cost += cone_cost[in];
-    cone_cost[id] = std::min(cost, max_duplicated_cost + 1);
-  }
+  std::vector<bool> previous;
+  for (int round = 0; round < 4 && previous != mat; ++round) {
+    previous = mat;
+    for (ValueId id = 0; id < n; ++id) {
+      const Node& node = g.node(id);
+      cone_cost[id] = 0;
+      if (node.op == OpId::input || always_root(node.op)) continue;
+      int64_t cost =
+          index_only(node.op) ? 0 : (cheap_elementwise(node.op) ? 1 : max_duplicated_cost + 1);
+      for (ValueId in : node.inputs)
+        cost += previous[in] ? 0 : cone_cost[in];
+      cone_cost[id] = std::min(cost, max_duplicated_cost + 1);
+    }
 
-  // Reverse order: a node's consumers are decided before the node itself.
-  std::vector<int64_t> uses(n, 0);
-  for (ValueId id = static_cast<ValueId>(n); id-- > 0;) {
-    const Node& node = g.node(id);
-    bool root = node.op == OpId::input || always_root(node.op) || is_output[id];
-    int64_t count = 0;
-    for (ValueId c : consumers[id])
-      count += mat[c] ? 1 : uses[c];
-    if (!root && !index_only(node.op) && count > 1) root = cone_cost[id] > max_duplicated_cost;
-    mat[id] = root;
-    uses[id] = root ? 1 : count;
+    // Reverse order: a node's consumers are decided before the node itself.
+    std::vector<int64_t> uses(n, 0);
+    for (ValueId id = static_cast<ValueId>(n); id-- > 0;) {
+      const Node& node = g.node(id);
+      bool root = node.op == OpId::input || always_root(node.op) || is_output[id];
+      int64_t count = 0;
+      for (ValueId c : consumers[id])
+        count += mat[c] ? 1 : uses[c];
+      if (!root && !index_only(node.op) && count > 1) root = cone_cost[id] > max_duplicated_cost;
+      mat[id] = root;
+      uses[id] = root ? 1 : count;
+    }
   }
   // A GEMM reads buffers: an operand that is not one, a reshape of one, or the last-two
   // transpose of either, is stored first. (Storing more only shortens other kernels' bodies.)
