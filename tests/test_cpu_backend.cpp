@@ -1,5 +1,6 @@
 // tests/test_cpu_backend.cpp — fusion, memory planning, vector code and the persistent cache
 #include "backend_check.hpp"
+#include "jit/train/optimizer.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -103,6 +104,50 @@ TEST_CASE("the memory plan reuses buffers and reports the peak", "[cpu][memory]"
       CHECK_FALSE((live_together && overlap));
     }
   CHECK(in_place >= 2); // the two ReLU gradients overwrite the GEMM outputs they read
+}
+
+TEST_CASE("AdamW's parameter, m and v updates are one kernel with three outputs", "[cpu][fusion]") {
+  Graph g;
+  Value p = input(g, "p", {DType::f32, {64, 32}});
+  Value grad = input(g, "grad", {DType::f32, {64, 32}});
+  UpdateResult u = append_update(g, {"p"}, {p}, {grad}, UpdateOptions{AdamW{}});
+  g.add_output("new.p", u.parameters[0].parameter.id);
+  g.add_output("new.m", u.parameters[0].state[0].id);
+  g.add_output("new.v", u.parameters[0].state[1].id);
+  Graph opt = optimized(g);
+  FusionPlan plan = fuse(opt);
+  INFO(plan.print());
+  std::size_t full_size = 0;
+  for (const Kernel& k : plan.kernels)
+    if (plan.graph->type(k.root).shape == Shape{64, 32}) {
+      ++full_size;
+      CHECK(k.outputs().size() == 3);
+    }
+  CHECK(full_size == 1);
+}
+
+TEST_CASE("a sibling reading a buffer at another element stays a kernel of its own",
+          "[cpu][fusion]") {
+  // a = exp(x) is stored (expensive, two consumers). b reads it at the element it writes and
+  // joins a's kernel; c reads it transposed, which needs all of a written first.
+  Graph g;
+  Value x = input(g, "x", {DType::f32, {16, 16}});
+  Value a = exp(x);
+  g.add_output("b", (a + 1.0).id);
+  g.add_output("c", (transpose(a) * 2.0).id);
+  Graph opt = optimized(g);
+  FusionPlan plan = fuse(opt);
+  INFO(plan.print());
+  REQUIRE(plan.kernels.size() == 2);
+  CHECK(plan.kernels[0].outputs().size() == 2);
+  CHECK(plan.kernels[1].outputs().size() == 1);
+  TestBackend backend;
+  auto inputs = random_inputs(opt, 5);
+  std::vector<F64Tensor> values{to_f64(inputs[0])};
+  auto want = interpret(opt, values);
+  auto got = CpuExecutable(opt, *backend.library, backend.pool).run(inputs);
+  for (std::size_t i = 0; i < got.size(); ++i)
+    CHECK(max_relative_difference(to_f64(got[i]), want[i]) < 1e-6);
 }
 
 TEST_CASE("a compiled MLP step matches the interpreter", "[cpu]") {

@@ -25,10 +25,11 @@ void KernelEmitter::emit(const std::string& name) {
   schedule_.emit(*this, name);
 }
 
-void KernelEmitter::begin_function(llvm::Function* function, llvm::Value* output,
+void KernelEmitter::begin_function(llvm::Function* function, std::span<llvm::Value* const> outputs,
                                    std::span<llvm::Value* const> reads) {
   fn_ = function;
-  out_ = output;
+  outputs_.assign(outputs.begin(), outputs.end());
+  out_ = outputs_.at(0);
   buffers_.clear();
   for (std::size_t i = 0; i < kernel_.reads.size(); ++i)
     buffers_[kernel_.reads[i]] = reads[i];
@@ -179,7 +180,18 @@ llvm::Value* KernelEmitter::load_flat(ValueId buffer_node, llvm::Value* flat, DT
 }
 
 bool KernelEmitter::in_memory(ValueId v) const {
-  return v != kernel_.root && (plan_.materialized[v] || plan_.view_of[v] != v);
+  return !kernel_.writes(v) && (plan_.materialized[v] || plan_.view_of[v] != v);
+}
+
+void KernelEmitter::compute_and_store_outputs(const Index& idx, llvm::Value* flat) {
+  std::vector<ValueId> outputs = kernel_.outputs();
+  std::vector<llvm::Value*> values;
+  for (ValueId out : outputs)
+    values.push_back(compute(out, idx));
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    DType t = g_.type(outputs[i]).dtype;
+    b_.CreateStore(to_storage(values[i], t), b_.CreateGEP(storage_type(t), outputs_[i], flat));
+  }
 }
 
 // ---- loops ------------------------------------------------------------------------------

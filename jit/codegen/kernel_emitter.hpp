@@ -62,9 +62,9 @@ public:
   const Kernel& kernel() const { return kernel_; }
   const Node& root() const { return g_.node(kernel_.root); }
 
-  /// Starts emitting into `function`: `output` is the kernel's result buffer, `reads[i]` the
-  /// buffer of kernel().reads[i].
-  void begin_function(llvm::Function* function, llvm::Value* output,
+  /// Starts emitting into `function`: `outputs[i]` is the buffer of kernel().outputs()[i]
+  /// (the root first), `reads[i]` the buffer of kernel().reads[i].
+  void begin_function(llvm::Function* function, std::span<llvm::Value* const> outputs,
                       std::span<llvm::Value* const> reads);
   llvm::Function* function() { return fn_; }
 
@@ -83,6 +83,9 @@ public:
   Index delinearize(llvm::Value* flat, const Shape& shape);
   llvm::Value* linear(const Index& idx, const Shape& shape);
   void store_out(llvm::Value* v, llvm::Value* flat, DType t);
+  /// Loop kernels: every output's value at `idx`, then every store at `flat` (all values
+  /// first, so an output written over a buffer in place never changes what the others read).
+  void compute_and_store_outputs(const Index& idx, llvm::Value* flat);
   /// Loads element `flat` of the output buffer / stores to it (reductions that accumulate).
   llvm::Value* load_out(llvm::Value* flat, DType t);
   llvm::Value* output_address(llvm::Value* flat, DType t);
@@ -143,7 +146,8 @@ private:
   const Kernel& kernel_;
   KernelSchedule& schedule_;
   llvm::Function* fn_ = nullptr;
-  llvm::Value* out_ = nullptr;
+  llvm::Value* out_ = nullptr;        ///< the root's buffer
+  std::vector<llvm::Value*> outputs_; ///< every output's buffer, root first
   std::map<ValueId, llvm::Value*> buffers_;
   std::map<std::pair<ValueId, Index>, llvm::Value*> memo_;
   Index current_index_;                 ///< the element being written, when declared...

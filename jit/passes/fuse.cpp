@@ -56,14 +56,16 @@ namespace {
 std::vector<ValueId> aligned_reads(const FusionPlan& plan, const Kernel& k) {
   const Graph& g = *plan.graph;
   std::map<ValueId, bool> aligned; // buffer -> every access aligned so far
-  std::vector<std::pair<ValueId, bool>> stack{{k.root, true}};
+  std::vector<std::pair<ValueId, bool>> stack;
+  for (ValueId out : k.outputs())
+    stack.push_back({out, true});
   std::set<std::pair<ValueId, bool>> seen;
   Shape root_shape = g.type(k.root).shape;
   while (!stack.empty()) {
     auto [v, at_root_index] = stack.back();
     stack.pop_back();
     if (!seen.insert({v, at_root_index}).second) continue;
-    bool in_memory = v != k.root && (plan.materialized[v] || plan.view_of[v] != v);
+    bool in_memory = !k.writes(v) && (plan.materialized[v] || plan.view_of[v] != v);
     if (in_memory) {
       bool ok = at_root_index && g.type(v).shape == root_shape;
       auto [it, inserted] = aligned.emplace(plan.view_of[v], ok);
@@ -81,6 +83,65 @@ std::vector<ValueId> aligned_reads(const FusionPlan& plan, const Kernel& k) {
   return out;
 }
 
+/// Earlier kernels a loop kernel may join (bounds the search and how much earlier a merged
+/// kernel's outputs come to life).
+constexpr std::size_t merge_window = 32;
+
+/// Merges loop kernels over one shape into a single pass with several outputs: kernel j joins
+/// an earlier kernel i when everything j reads exists by the time i runs (written before i, or
+/// by i itself and then read only at the element being written), and the two share a read
+/// buffer or j reads what i writes. Saves a pass over shared inputs and a round trip through
+/// memory: AdamW's m, v and parameter updates become one kernel, a cast joins its producer.
+void merge_sibling_loops(FusionPlan& plan) {
+  const Graph& g = *plan.graph;
+  auto& kernels = plan.kernels;
+  constexpr std::size_t none = static_cast<std::size_t>(-1);
+  std::vector<std::size_t> writer(g.size(), none); // buffer -> kernel writing it
+  for (std::size_t k = 0; k < kernels.size(); ++k)
+    for (ValueId out : kernels[k].outputs())
+      writer[out] = k;
+  std::vector<bool> merged(kernels.size(), false);
+  for (std::size_t j = 0; j < kernels.size(); ++j) {
+    const Kernel& late = kernels[j];
+    if (late.kind != KernelKind::loop) continue;
+    std::vector<ValueId> aligned = aligned_reads(plan, late);
+    for (std::size_t i = j; i-- > (j > merge_window ? j - merge_window : 0);) {
+      Kernel& early = kernels[i];
+      if (merged[i] || early.kind != KernelKind::loop ||
+          g.type(early.root).shape != g.type(late.root).shape)
+        continue;
+      bool possible = true, related = false;
+      for (ValueId r : late.reads) {
+        if (early.writes(r)) {
+          related = true;
+          possible &= std::find(aligned.begin(), aligned.end(), r) != aligned.end();
+        } else {
+          possible &= writer[r] == none || writer[r] < i;
+          related |= std::find(early.reads.begin(), early.reads.end(), r) != early.reads.end();
+        }
+      }
+      if (!possible || !related) continue;
+      for (ValueId out : late.outputs()) {
+        early.extra_outputs.push_back(out);
+        writer[out] = i;
+      }
+      for (ValueId r : late.reads)
+        if (!early.writes(r) &&
+            std::find(early.reads.begin(), early.reads.end(), r) == early.reads.end())
+          early.reads.push_back(r);
+      early.body.insert(early.body.end(), late.body.begin(), late.body.end());
+      std::sort(early.body.begin(), early.body.end());
+      early.body.erase(std::unique(early.body.begin(), early.body.end()), early.body.end());
+      merged[j] = true;
+      break;
+    }
+  }
+  std::vector<Kernel> kept;
+  for (std::size_t k = 0; k < kernels.size(); ++k)
+    if (!merged[k]) kept.push_back(std::move(kernels[k]));
+  kernels = std::move(kept);
+}
+
 /// Lets each loop kernel write over a buffer that dies in it, when that is safe.
 void choose_in_place(FusionPlan& plan) {
   const Graph& g = *plan.graph;
@@ -96,6 +157,8 @@ void choose_in_place(FusionPlan& plan) {
     Kernel& kernel = plan.kernels[k];
     kernel.overwrites = kernel.root;
     if (kernel.kind != KernelKind::loop || is_output[kernel.root]) continue;
+    // Each output is stored after every output's value is computed (the schedules do so), so
+    // an aligned read is still the old value whichever output takes over the buffer.
     const TensorType& t = g.type(kernel.root);
     for (ValueId r : aligned_reads(plan, kernel)) {
       const TensorType& rt = g.type(r);
@@ -243,6 +306,7 @@ FusionPlan fuse(const Graph& g) {
     k.body.erase(std::unique(k.body.begin(), k.body.end()), k.body.end());
     plan.kernels.push_back(std::move(k));
   }
+  merge_sibling_loops(plan);
   choose_in_place(plan);
   return plan;
 }
@@ -253,7 +317,10 @@ std::string FusionPlan::print() const {
   for (std::size_t i = 0; i < kernels.size(); ++i) {
     const Kernel& k = kernels[i];
     os << "  kernel " << i << " " << kind_name(k.kind) << " -> %" << k.root << " "
-       << to_string(graph->type(k.root)) << "\n    body:";
+       << to_string(graph->type(k.root));
+    for (ValueId extra : k.extra_outputs)
+      os << ", %" << extra << " " << to_string(graph->type(extra));
+    os << "\n    body:";
     for (ValueId v : k.body)
       os << " %" << v << ":" << op_name(graph->node(v).op);
     if (k.in_place()) os << "  (in place over %" << k.overwrites << ")";

@@ -2,6 +2,7 @@
 #pragma once
 #include "jit/ir/graph.hpp"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,9 @@ struct GemmOperand {
 struct Kernel {
   KernelKind kind = KernelKind::loop;
   ValueId root = 0;
+  /// Loop kernels: further values of the root's shape the same pass writes at each element
+  /// (siblings that read the same buffers, a cast of the root, AdamW's m, v and parameter).
+  std::vector<ValueId> extra_outputs;
   /// Nodes computed inside the kernel (root included), in graph order.
   std::vector<ValueId> body;
   /// Materialised values (buffers) the kernel reads, in first-use order.
@@ -34,6 +38,16 @@ struct Kernel {
   /// at the element being written, last read here). Equal to `root` when there is none.
   ValueId overwrites = 0;
   bool in_place() const { return overwrites != root; }
+  /// Every buffer the kernel writes: the root, then extra_outputs.
+  std::vector<ValueId> outputs() const {
+    std::vector<ValueId> out{root};
+    out.insert(out.end(), extra_outputs.begin(), extra_outputs.end());
+    return out;
+  }
+  bool writes(ValueId v) const {
+    return v == root ||
+           std::find(extra_outputs.begin(), extra_outputs.end(), v) != extra_outputs.end();
+  }
 };
 
 /// The result of fusion: which values live in memory and the kernels that compute them.
@@ -51,6 +65,8 @@ struct FusionPlan {
 /// Decides what to materialise: graph outputs, reductions, GEMMs and their operands, scatters,
 /// and arithmetic values used by more than one kernel; everything else is inlined into its
 /// consumers (index-only ops such as broadcast, permute and slice are never materialised).
+/// Then merges loop kernels over the same shape into one pass with several outputs where one
+/// reads what the other reads or writes, at the element being written.
 FusionPlan fuse(const Graph& graph);
 
 /// Whether a reduce kernel reduces its operand's last axis (each output folds a contiguous

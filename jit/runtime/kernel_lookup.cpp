@@ -25,7 +25,7 @@ void add_ints(KeyHasher& h, const std::vector<int64_t>& v) {
 CacheKey kernel_key(const FusionPlan& plan, const Kernel& kernel, const std::string& fingerprint) {
   const Graph& g = *plan.graph;
   KeyHasher h;
-  h.add("sinter-kernel-v1");
+  h.add("sinter-kernel-v2");
   h.add(fingerprint);
   h.add(static_cast<uint64_t>(kernel.kind));
   // Buffers are numbered by their position in `reads`, body nodes by their position in `body`:
@@ -40,8 +40,13 @@ CacheKey kernel_key(const FusionPlan& plan, const Kernel& kernel, const std::str
   for (std::size_t i = 0; i < kernel.body.size(); ++i) {
     ValueId v = kernel.body[i];
     const Node& n = g.node(v);
-    bool in_memory = v != kernel.root && (plan.materialized[v] || plan.view_of[v] != v);
-    h.add(v == kernel.root ? 1 : 0);
+    bool in_memory = !kernel.writes(v) && (plan.materialized[v] || plan.view_of[v] != v);
+    // Which output (1: the root, 2...: extra outputs in order) or none (0).
+    auto extra = std::find(kernel.extra_outputs.begin(), kernel.extra_outputs.end(), v);
+    h.add(v == kernel.root ? 1
+          : extra != kernel.extra_outputs.end()
+              ? 2 + static_cast<uint64_t>(extra - kernel.extra_outputs.begin())
+              : 0);
     add_type(h, n.type);
     if (in_memory) {
       h.add("load");

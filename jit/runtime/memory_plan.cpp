@@ -74,15 +74,15 @@ MemoryPlan::MemoryPlan(const FusionPlan& fusion) {
     for (ValueId r : fusion.kernels[k].reads)
       last_use[r] = k;
 
-  for (std::size_t k = 0; k < fusion.kernels.size(); ++k) {
-    ValueId root = fusion.kernels[k].root;
-    if (is_output[root]) continue;
-    const TensorType& t = g.type(root);
-    int64_t bytes =
-        aligned(std::max<int64_t>(1, numel(t.shape)) * static_cast<int64_t>(dtype_bytes(t.dtype)));
-    slots_.push_back(BufferSlot{root, 0, bytes, k, std::max(k, last_use[root])});
-    unshared_bytes_ += bytes;
-  }
+  for (std::size_t k = 0; k < fusion.kernels.size(); ++k)
+    for (ValueId written : fusion.kernels[k].outputs()) {
+      if (is_output[written]) continue;
+      const TensorType& t = g.type(written);
+      int64_t bytes = aligned(std::max<int64_t>(1, numel(t.shape)) *
+                              static_cast<int64_t>(dtype_bytes(t.dtype)));
+      slots_.push_back(BufferSlot{written, 0, bytes, k, std::max(k, last_use[written])});
+      unshared_bytes_ += bytes;
+    }
   // Linear scan in kernel order: before placing kernel k's output, release every buffer whose
   // last reader ran before k (a kernel's output never overlaps what it reads).
   FreeList free;
@@ -98,7 +98,7 @@ MemoryPlan::MemoryPlan(const FusionPlan& fusion) {
         released[j] = true;
       }
     const Kernel& kernel = fusion.kernels[slot.first];
-    if (kernel.in_place()) {
+    if (kernel.in_place() && slot.node == kernel.root) {
       // Take over the slot of the buffer this kernel writes over; it dies here.
       for (std::size_t j = 0; j < i; ++j)
         if (slots_[j].node == kernel.overwrites && !released[j]) {

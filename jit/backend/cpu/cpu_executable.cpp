@@ -139,7 +139,9 @@ void CpuExecutable::run_into(std::span<const HostTensor* const> inputs,
       });
       continue;
     }
-    args.assign({pointer[kernel.root]});
+    args.clear();
+    for (ValueId out : kernel.outputs())
+      args.push_back(pointer[out]);
     for (ValueId r : kernel.reads)
       args.push_back(pointer[r]);
     int64_t range = parallel_range(g, kernel);

@@ -33,8 +33,7 @@ public:
         e_.clear_memo();
         Index idx = row_idx;
         if (!s.empty()) idx.push_back(j);
-        llvm::Value* v = e_.compute(e_.kernel().root, idx);
-        e_.store_out(v, b_.CreateAdd(row_base, j), root_.type.dtype);
+        e_.compute_and_store_outputs(idx, b_.CreateAdd(row_base, j));
       });
     });
   }
@@ -138,7 +137,8 @@ void CpuSchedule::emit(KernelEmitter& e, const std::string& name) {
   const Kernel& kernel = e.kernel();
   auto* ptr = b.getPtrTy();
   auto* i64 = b.getInt64Ty();
-  std::vector<llvm::Type*> body_params(1 + kernel.reads.size(), ptr);
+  std::size_t outputs = 1 + kernel.extra_outputs.size();
+  std::vector<llvm::Type*> body_params(outputs + kernel.reads.size(), ptr);
   body_params.push_back(i64);
   body_params.push_back(i64);
   auto* body_type = llvm::FunctionType::get(b.getVoidTy(), body_params, false);
@@ -155,19 +155,21 @@ void CpuSchedule::emit(KernelEmitter& e, const std::string& name) {
       llvm::Function::Create(entry_type, llvm::Function::ExternalLinkage, name, e.module());
   b.SetInsertPoint(llvm::BasicBlock::Create(e.context(), "entry", entry));
   std::vector<llvm::Value*> args;
-  for (std::size_t i = 0; i <= kernel.reads.size(); ++i)
+  for (std::size_t i = 0; i < outputs + kernel.reads.size(); ++i)
     args.push_back(b.CreateLoad(ptr, b.CreateConstGEP1_64(ptr, entry->getArg(0), i)));
   args.push_back(entry->getArg(1));
   args.push_back(entry->getArg(2));
   b.CreateCall(body, args);
   b.CreateRetVoid();
 
-  std::vector<llvm::Value*> reads;
+  std::vector<llvm::Value*> outs, reads;
+  for (std::size_t i = 0; i < outputs; ++i)
+    outs.push_back(body->getArg(static_cast<unsigned>(i)));
   for (std::size_t i = 0; i < kernel.reads.size(); ++i)
-    reads.push_back(body->getArg(static_cast<unsigned>(i + 1)));
-  e.begin_function(body, body->getArg(0), reads);
-  llvm::Value* begin = body->getArg(static_cast<unsigned>(kernel.reads.size() + 1));
-  llvm::Value* end = body->getArg(static_cast<unsigned>(kernel.reads.size() + 2));
+    reads.push_back(body->getArg(static_cast<unsigned>(outputs + i)));
+  e.begin_function(body, outs, reads);
+  llvm::Value* begin = body->getArg(static_cast<unsigned>(outputs + kernel.reads.size()));
+  llvm::Value* end = body->getArg(static_cast<unsigned>(outputs + kernel.reads.size() + 1));
   CpuBody emit_body(e);
   switch (kernel.kind) {
   case KernelKind::loop: emit_body.loop(begin, end); break;

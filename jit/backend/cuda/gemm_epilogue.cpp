@@ -52,6 +52,7 @@ bool same_computation(const Graph& g, ValueId a, ValueId z, const Graph& ref, Va
 /// optionally ReLU (max(·, 0)) or GELU (tanh form), with `c` the GEMM's result.
 std::optional<std::pair<ValueId, EpilogueKind>> match_body(const Graph& g, const Kernel& loop,
                                                            ValueId c) {
+  if (!loop.extra_outputs.empty()) return std::nullopt; // the GEMM writes one result
   // The add of c and a broadcast bias row.
   ValueId sum = 0, spread = 0;
   for (ValueId v : loop.body) {

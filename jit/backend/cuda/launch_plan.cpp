@@ -61,7 +61,8 @@ std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion, const MemoryP
     launch.kind = kernel.kind;
     launch.function = device.kernel(fusion, kernel, cache, report);
     launch.shape = gpu_launch(g, kernel);
-    launch.argument_nodes.push_back(kernel.root);
+    for (ValueId out : kernel.outputs())
+      launch.argument_nodes.push_back(out);
     launch.argument_nodes.insert(launch.argument_nodes.end(), kernel.reads.begin(),
                                  kernel.reads.end());
     if (launch.shape.zero_output_first) launch.clear_bytes = byte_size(g.type(kernel.root));

@@ -19,7 +19,7 @@ struct GpuLaunchStep {
   KernelKind kind = KernelKind::loop;
   cuda::FunctionHandle function = nullptr;
   GpuLaunch shape;
-  std::vector<ValueId> argument_nodes; ///< output, then reads
+  std::vector<ValueId> argument_nodes; ///< outputs (root first), then reads
   std::size_t clear_bytes = 0;         ///< cleared before the launch (atomic scatter)
   kernels::GpuGemmShape gemm;          ///< gemm.bias unset: see bias_node
   ValueId a = 0, b = 0, c = 0;

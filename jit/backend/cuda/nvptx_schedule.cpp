@@ -59,7 +59,7 @@ public:
             // row * inner + j, written so that consecutive k are visibly consecutive.
             llvm::Value* flat = b_.CreateAdd(item_base, e_.i64(k), "", true, true);
             e_.set_current_element(element, flat);
-            e_.store_out(e_.compute(e_.kernel().root, element), flat, root.type.dtype);
+            e_.compute_and_store_outputs(element, flat);
           }
           e_.set_current_element({}, nullptr);
         },
@@ -278,7 +278,8 @@ void NvptxSchedule::emit(KernelEmitter& e, const std::string& name) {
   llvm::IRBuilder<>& b = e.builder();
   GpuLaunch launch = gpu_launch(e.graph(), kernel);
   auto* global_ptr = b.getPtrTy(1);
-  std::vector<llvm::Type*> params(1 + kernel.reads.size(), global_ptr);
+  std::size_t outputs = 1 + kernel.extra_outputs.size();
+  std::vector<llvm::Type*> params(outputs + kernel.reads.size(), global_ptr);
   auto* fn = llvm::Function::Create(llvm::FunctionType::get(b.getVoidTy(), params, false),
                                     llvm::Function::ExternalLinkage, name, e.module());
   for (unsigned i = 0; i < params.size(); ++i) {
@@ -287,7 +288,7 @@ void NvptxSchedule::emit(KernelEmitter& e, const std::string& name) {
     fn->addParamAttr(i, llvm::Attribute::getWithAlignment(e.context(), llvm::Align(16)));
     if (kernel.in_place()) continue;
     fn->addParamAttr(i, llvm::Attribute::NoAlias);
-    if (i > 0) fn->addParamAttr(i, llvm::Attribute::ReadOnly); // → ld.global.nc
+    if (i >= outputs) fn->addParamAttr(i, llvm::Attribute::ReadOnly); // → ld.global.nc
   }
   auto* annotations = e.module().getOrInsertNamedMetadata("nvvm.annotations");
   auto annotate = [&](const char* key, int value) {
@@ -297,10 +298,12 @@ void NvptxSchedule::emit(KernelEmitter& e, const std::string& name) {
   };
   annotate("kernel", 1);
   annotate("maxntidx", static_cast<int>(launch.threads));
-  std::vector<llvm::Value*> reads;
+  std::vector<llvm::Value*> outs, reads;
+  for (std::size_t i = 0; i < outputs; ++i)
+    outs.push_back(fn->getArg(static_cast<unsigned>(i)));
   for (std::size_t i = 0; i < kernel.reads.size(); ++i)
-    reads.push_back(fn->getArg(static_cast<unsigned>(i + 1)));
-  e.begin_function(fn, fn->getArg(0), reads);
+    reads.push_back(fn->getArg(static_cast<unsigned>(outputs + i)));
+  e.begin_function(fn, outs, reads);
   NvptxBody body(e, launch);
   switch (kernel.kind) {
   case KernelKind::loop: body.loop(); break;
