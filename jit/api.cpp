@@ -85,6 +85,8 @@ const MemoryPlan& CompiledGraph::memory_plan() const { return executable_->memor
 
 const CompileReport& CompiledGraph::compile_report() const { return executable_->report(); }
 
+const FusionPlan* CompiledGraph::fusion_plan() const { return executable_->fusion_plan(); }
+
 namespace {
 std::vector<const HostTensor*> pointers_to(std::span<const HostTensor> tensors) {
   std::vector<const HostTensor*> out;

@@ -58,6 +58,9 @@ public:
   const MemoryPlan& memory_plan() const;
   /// Kernel counts and compile time (CPU and CUDA; zeros on the interpreter).
   const CompileReport& compile_report() const;
+  /// The kernels the backend runs, as SINTER_DUMP=fuse prints them (CPU and CUDA; null on
+  /// the interpreter).
+  const FusionPlan* fusion_plan() const;
   /// Wall time of the pipeline and compilation, in seconds.
   double compile_seconds() const { return compile_seconds_; }
 

@@ -116,6 +116,68 @@ TEST_CASE("amp::region in a model's loss keeps its GEMM in f32 inside compile_st
   CHECK_THROWS_AS(amp::region(amp::fp32), std::logic_error); // outside any trace
 }
 
+namespace {
+
+/// Kernels that only cast (and move elements): what AMP must not add to a step.
+std::vector<std::string> standalone_casts(const FusionPlan& plan) {
+  std::vector<std::string> found;
+  for (const Kernel& k : plan.kernels) {
+    bool casts = false, only_moves = true;
+    for (ValueId v : k.body) {
+      OpId op = plan.graph->node(v).op;
+      casts |= op == OpId::cast;
+      only_moves &= op == OpId::cast || op_def(op).fusion == FusionCost::index_only ||
+                    plan.graph->node(v).op == OpId::input;
+    }
+    if (k.kind == KernelKind::loop && casts && only_moves)
+      found.push_back("%" + std::to_string(k.root) + " " + to_string(plan.graph->type(k.root)));
+  }
+  return found;
+}
+
+} // namespace
+
+TEST_CASE("a bf16 GPT step has no kernel that only casts: casts join their neighbours", "[amp]") {
+  for (AmpMode mode : {amp::bf16, amp::fp16}) {
+    INFO(amp_name(mode));
+    Init init(3);
+    GPT model(GPTConfig{.vocab = 64, .context = 16, .dim = 32, .depth = 2, .heads = 2}, init);
+    auto step = compile_step(
+        model, [](GPT& m, Var ids, Var next) { return cross_entropy_mean(m(ids), next); },
+        adamw{.lr = 1e-3}, {.clip_grad_norm = 1.0, .amp = mode});
+    std::vector<double> ids(4 * 16);
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      ids[i] = static_cast<double>((i * 7) % 64);
+    HostTensor x = tensor(DType::i64, {4, 16}, ids), y = x;
+    double first = step(x, y).loss.value();
+    const FusionPlan* plan = step.runtime().program().fusion_plan();
+    REQUIRE(plan != nullptr);
+    INFO(plan->print());
+    CHECK(standalone_casts(*plan).empty());
+    // The GEMMs really run in the low precision, from working copies of the weights.
+    std::size_t low_gemms = 0;
+    for (const Kernel& k : plan->kernels)
+      low_gemms += k.kind == KernelKind::gemm && plan->graph->type(k.root).dtype != DType::f32;
+    CHECK(low_gemms > 0);
+    for (int i = 0; i < 20; ++i)
+      step(x, y);
+    CHECK(step(x, y).loss.value() < first);
+  }
+}
+
+TEST_CASE("a weight changed between AMP steps reaches the GEMMs (working copies refresh)",
+          "[amp]") {
+  Linear1 model{Parameter(tensor(DType::f32, {2, 1}, {0.5, -0.25}))};
+  auto step = compile_step(model, squared_error, sgd{.lr = 0.0}, {.amp = amp::bf16});
+  HostTensor x = tensor(DType::f32, {2, 2}, {1, 2, 3, 4}), y = tensor(DType::f32, {2, 1}, {1, 0});
+  // Prediction x·w = (0, 0.5): loss ((0-1)^2 + (0.5-0)^2) / 2 = 0.625.
+  CHECK(step(x, y).loss.value() == Approx(0.625));
+  model.w.value = tensor(DType::f32, {2, 1}, {0.0, 0.0}); // replaced: loss (1 + 0) / 2
+  CHECK(step(x, y).loss.value() == Approx(0.5));
+  model.w.value.set(0, 1.0); // edited in place: x·w = (1, 3), loss (0 + 9) / 2
+  CHECK(step(x, y).loss.value() == Approx(4.5));
+}
+
 TEST_CASE("fp16 loss scaling: an overflowing step is skipped, the scale halves, then grows",
           "[amp]") {
   Linear1 model{Parameter(tensor(DType::f32, {2, 1}, {0.5, -0.25}))};

@@ -83,14 +83,15 @@ std::vector<ValueId> aligned_reads(const FusionPlan& plan, const Kernel& k) {
   return out;
 }
 
-/// Earlier kernels a loop kernel may join (bounds the search and how much earlier a merged
-/// kernel's outputs come to life).
+/// Earlier kernels (still standing) a loop kernel may join: bounds the search and how much
+/// earlier a merged kernel's outputs come to life.
 constexpr std::size_t merge_window = 32;
 
 /// Merges loop kernels over one shape into a single pass with several outputs: kernel j joins
 /// an earlier kernel i when everything j reads exists by the time i runs (written before i, or
 /// by i itself and then read only at the element being written), and the two share a read
-/// buffer or j reads what i writes. Saves a pass over shared inputs and a round trip through
+/// buffer or j reads what i writes; or i moves down into j when no kernel in between reads
+/// what i writes. Saves a pass over shared inputs and a round trip through
 /// memory: AdamW's m, v and parameter updates become one kernel, a cast joins its producer.
 void merge_sibling_loops(FusionPlan& plan) {
   const Graph& g = *plan.graph;
@@ -105,34 +106,48 @@ void merge_sibling_loops(FusionPlan& plan) {
     const Kernel& late = kernels[j];
     if (late.kind != KernelKind::loop) continue;
     std::vector<ValueId> aligned = aligned_reads(plan, late);
-    for (std::size_t i = j; i-- > (j > merge_window ? j - merge_window : 0);) {
+    std::size_t looked_at = 0; // kernels that still exist, counted towards the window
+    for (std::size_t i = j; i-- > 0 && looked_at < merge_window;) {
+      if (merged[i]) continue;
+      ++looked_at;
       Kernel& early = kernels[i];
-      if (merged[i] || early.kind != KernelKind::loop ||
-          g.type(early.root).shape != g.type(late.root).shape)
+      if (early.kind != KernelKind::loop || g.type(early.root).shape != g.type(late.root).shape)
         continue;
-      bool possible = true, related = false;
+      bool aligned_ok = true, ready_at_early = true, related = false;
       for (ValueId r : late.reads) {
         if (early.writes(r)) {
           related = true;
-          possible &= std::find(aligned.begin(), aligned.end(), r) != aligned.end();
+          aligned_ok &= std::find(aligned.begin(), aligned.end(), r) != aligned.end();
         } else {
-          possible &= writer[r] == none || writer[r] < i;
+          ready_at_early &= writer[r] == none || writer[r] < i;
           related |= std::find(early.reads.begin(), early.reads.end(), r) != early.reads.end();
         }
       }
-      if (!possible || !related) continue;
-      for (ValueId out : late.outputs()) {
-        early.extra_outputs.push_back(out);
-        writer[out] = i;
+      if (!aligned_ok || !related) continue;
+      // Otherwise the early kernel may move down to the late one, if nothing in between reads
+      // what it writes.
+      bool movable = !ready_at_early;
+      for (std::size_t k = i + 1; movable && k < j; ++k)
+        if (!merged[k])
+          for (ValueId r : kernels[k].reads)
+            movable &= !early.writes(r);
+      if (!ready_at_early && !movable) continue;
+      Kernel& into = ready_at_early ? early : kernels[j];
+      const Kernel& from = ready_at_early ? kernels[j] : early;
+      std::size_t target = ready_at_early ? i : j;
+      for (ValueId out : from.outputs()) {
+        into.extra_outputs.push_back(out);
+        writer[out] = target;
       }
-      for (ValueId r : late.reads)
-        if (!early.writes(r) &&
-            std::find(early.reads.begin(), early.reads.end(), r) == early.reads.end())
-          early.reads.push_back(r);
-      early.body.insert(early.body.end(), late.body.begin(), late.body.end());
-      std::sort(early.body.begin(), early.body.end());
-      early.body.erase(std::unique(early.body.begin(), early.body.end()), early.body.end());
-      merged[j] = true;
+      for (ValueId r : from.reads)
+        if (!into.writes(r) &&
+            std::find(into.reads.begin(), into.reads.end(), r) == into.reads.end())
+          into.reads.push_back(r);
+      std::erase_if(into.reads, [&](ValueId r) { return into.writes(r); });
+      into.body.insert(into.body.end(), from.body.begin(), from.body.end());
+      std::sort(into.body.begin(), into.body.end());
+      into.body.erase(std::unique(into.body.begin(), into.body.end()), into.body.end());
+      merged[ready_at_early ? j : i] = true;
       break;
     }
   }

@@ -3,6 +3,7 @@
 
 #include "jit/ir/half.hpp"
 
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -23,6 +24,18 @@ template <class T> void store(std::byte* p, T v) { std::memcpy(p, &v, sizeof v);
 float round_to_bf16(float v) { return bf16_value(bf16_bits(v)); }
 float round_to_f16(float v) { return f16_value(f16_bits(v)); }
 
+uint64_t HostTensor::new_stamp() {
+  // Unique across threads without an atomic per call: each thread takes blocks of stamps.
+  static std::atomic<uint64_t> next_block{1};
+  constexpr uint64_t block = uint64_t{1} << 20;
+  thread_local uint64_t next = 0, end = 0;
+  if (next == end) {
+    next = next_block.fetch_add(1) * block;
+    end = next + block;
+  }
+  return next++;
+}
+
 HostTensor::HostTensor(DType dtype, Shape shape)
     : dtype_(dtype), shape_(std::move(shape)),
       bytes_(static_cast<std::size_t>(numel(shape_)) * dtype_bytes(dtype)) {}
@@ -40,6 +53,7 @@ void HostTensor::defer(std::shared_ptr<const DeferredBytes> source) {
   bytes_.resize(static_cast<std::size_t>(numel(shape_)) * dtype_bytes(dtype_));
   source_ = std::move(source);
   pending_ = source_ != nullptr;
+  stamp_ = new_stamp();
 }
 
 HostTensor HostTensor::from_doubles(DType dtype, Shape shape, std::span<const double> values) {

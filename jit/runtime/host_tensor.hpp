@@ -4,6 +4,7 @@
 #include "jit/ir/shape.hpp"
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -52,6 +53,7 @@ public:
   std::span<std::byte> bytes() {
     settle();
     source_.reset();
+    stamp_ = new_stamp();
     return bytes_;
   }
   std::span<const std::byte> bytes() const {
@@ -69,6 +71,10 @@ public:
   bool deferred() const { return pending_; }
   /// Bytes held (dtype size × elements, 0 for a default tensor), without fetching anything.
   std::size_t byte_size() const { return bytes_.size(); }
+  /// Identifies the tensor's current value without reading it: a new stamp whenever the value
+  /// may change (writable bytes(), set, defer, a copy), carried along by moves and swaps. A
+  /// training step compares stamps to notice a parameter replaced or edited between steps.
+  uint64_t stamp() const { return stamp_; }
 
   double at(int64_t flat_index) const;
   void set(int64_t flat_index, double value);
@@ -84,8 +90,11 @@ private:
     }
   }
 
+  static uint64_t new_stamp();
+
   DType dtype_ = DType::f32;
   Shape shape_;
+  uint64_t stamp_ = new_stamp();
   mutable std::vector<std::byte> bytes_;
   std::shared_ptr<const DeferredBytes> source_;
   mutable bool pending_ = false;

@@ -107,7 +107,7 @@ TrainStep::~TrainStep() = default;
 std::vector<std::pair<std::string, HostTensor*>> TrainStep::state() {
   std::vector<std::pair<std::string, HostTensor*>> out;
   for (auto& [name, tensor] : state_)
-    out.emplace_back(name, &tensor);
+    if (!name.starts_with("state.low.")) out.emplace_back(name, &tensor);
   return out;
 }
 
@@ -121,6 +121,36 @@ std::vector<const CompiledGraph*> TrainStep::programs() const {
   std::vector<const CompiledGraph*> out{last_->step.get()};
   if (last_->apply) out.push_back(last_->apply.get());
   return out;
+}
+
+Graph TrainStep::read_low_copies(const Graph& forward) {
+  std::map<ValueId, std::size_t> parameter_of;
+  for (std::size_t i = 0; i < names_.size(); ++i)
+    parameter_of[input_named(forward, names_[i])] = i;
+  return rebuild(forward, [&](const Node& n, std::span<const Value> operands) -> Value {
+    if (n.op != OpId::cast || !(n.attrs.dtype == DType::bf16 || n.attrs.dtype == DType::f16))
+      return {};
+    auto it = parameter_of.find(n.inputs[0]);
+    if (it == parameter_of.end()) return {};
+    std::string state = "state.low." + names_[it->second];
+    if (!state_.contains(state)) {
+      low_copies_.push_back({it->second, n.attrs.dtype, state});
+      parameter_stamps_.assign(parameters_.size(), 0); // made below, before the first run
+      state_.emplace(state, HostTensor(n.attrs.dtype, parameters_[it->second]->shape()));
+    }
+    return input_once(*operands[0].graph, state, n.type);
+  });
+}
+
+void TrainStep::refresh_low_copies() {
+  for (const LowCopy& copy : low_copies_) {
+    const HostTensor& p = *parameters_[copy.parameter];
+    if (p.stamp() == parameter_stamps_[copy.parameter]) continue;
+    HostTensor& low = state_.at(copy.state);
+    for (int64_t k = 0; k < p.size(); ++k)
+      low.set(k, p.at(k));
+    parameter_stamps_[copy.parameter] = p.stamp();
+  }
 }
 
 int64_t TrainStep::skipped_updates() const {
@@ -198,10 +228,38 @@ const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> b
   auto compiled = std::make_unique<Compiled>();
   Device backend = default_device();
   std::size_t differentiated = apply_amp(forward_, options_);
-  Graph grads = autodiff(forward_, AutodiffOptions{names_, differentiated});
+  if (options_.amp != AmpMode::off) forward_ = read_low_copies(forward_);
+  std::vector<std::string> wrt = names_;
+  for (const LowCopy& copy : low_copies_)
+    if (std::any_of(forward_.inputs().begin(), forward_.inputs().end(),
+                    [&](const NamedValue& in) { return in.name == copy.state; }))
+      wrt.push_back(copy.state);
+  Graph grads = autodiff(forward_, AutodiffOptions{wrt, differentiated});
+  // A parameter's gradient is its own plus its working copy's, raised to f32 (what autodiff
+  // through the cast would give).
+  for (std::size_t w = names_.size(); w < wrt.size(); ++w) {
+    const std::string& name =
+        names_[std::find_if(low_copies_.begin(), low_copies_.end(), [&](const LowCopy& c) {
+                 return c.state == wrt[w];
+               })->parameter];
+    auto& outs = grads.mutable_outputs();
+    auto own = std::find_if(outs.begin(), outs.end(),
+                            [&](const NamedValue& o) { return o.name == "grad:" + name; });
+    auto via_copy = std::find_if(outs.begin(), outs.end(),
+                                 [&](const NamedValue& o) { return o.name == "grad:" + wrt[w]; });
+    Value sum =
+        Value{&grads, own->id} + cast(Value{&grads, via_copy->id}, grads.type(own->id).dtype);
+    own->id = sum.id;
+    outs.erase(via_copy);
+  }
   if (differentiated != 0) // the scaled loss was only there to be differentiated
     std::erase_if(grads.mutable_outputs(),
                   [](const NamedValue& out) { return out.name == "amp.scaled_loss"; });
+  auto add_low_copy_outputs = [&](Graph& g, const UpdateResult& updates) {
+    for (const LowCopy& copy : low_copies_)
+      g.add_output("new." + copy.state,
+                   cast(updates.parameters[copy.parameter].parameter, copy.dtype).id);
+  };
   auto gather_values = [&](Graph& g, const std::string& prefix, bool from_outputs) {
     std::vector<Value> values;
     for (const std::string& n : names_)
@@ -214,6 +272,7 @@ const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> b
     std::vector<Value> gs = gather_values(grads, "grad:", true);
     auto updates = append_update(grads, names_, params, gs, options_.update);
     set_update_outputs(grads, names_, updates, options_.update.optimizer, true);
+    add_low_copy_outputs(grads, updates);
     compiled->step =
         std::make_unique<CompiledGraph>(std::move(grads), std::nullopt, backend, context_);
   } else {
@@ -228,6 +287,7 @@ const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> b
       gs.push_back(input(apply, "grad." + names_[i], params[i].type()));
     auto updates = append_update(apply, names_, params, gs, options_.update);
     set_update_outputs(apply, names_, updates, options_.update.optimizer, false);
+    add_low_copy_outputs(apply, updates);
     compiled->apply =
         std::make_unique<CompiledGraph>(std::move(apply), std::nullopt, backend, context_);
   }
@@ -277,6 +337,7 @@ const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> b
 LossHandle TrainStep::operator()(std::span<const HostTensor> batch, double lr) {
   const Compiled& c = compiled_for(batch);
   last_ = &c;
+  refresh_low_copies();
   std::vector<HostTensor> scalars = scalar_inputs(lr);
   auto gather = [&](const std::vector<Slot>& slots) {
     std::vector<const HostTensor*> ptrs;
@@ -308,12 +369,18 @@ LossHandle TrainStep::operator()(std::span<const HostTensor> batch, double lr) {
     }
   };
 
+  auto note_stamps = [&] {
+    if (!low_copies_.empty())
+      for (std::size_t i = 0; i < parameters_.size(); ++i)
+        parameter_stamps_[i] = parameters_[i]->stamp();
+  };
   run(*c.step, c.step_inputs, c.step_outputs);
   // Moved, not copied: on a GPU the loss is still deferred, so the step runs on while the
   // caller prepares the next batch; reading it waits for the step.
   auto loss = std::make_shared<HostTensor>(std::move(c.step_outputs[0]));
   if (!c.apply) {
     take_updates(*c.step, c.step_outputs);
+    note_stamps();
     ++steps_;
     return LossHandle(loss);
   }
@@ -343,6 +410,7 @@ LossHandle TrainStep::operator()(std::span<const HostTensor> batch, double lr) {
   if (++micro_steps_ % options_.accumulate == 0) {
     run(*c.apply, c.apply_inputs, c.apply_outputs);
     take_updates(*c.apply, c.apply_outputs);
+    note_stamps();
     for (HostTensor& sum : grad_sums_)
       std::fill(sum.bytes().begin(), sum.bytes().end(), std::byte{0});
     ++steps_;

@@ -69,7 +69,8 @@ public:
   /// The current fp16 loss scale (0 without scaling). Reading it waits for the latest step.
   double loss_scale() const;
   void set_steps(int64_t steps) { steps_ = steps; }
-  /// Optimizer state tensors by name (`state.m.<param>`, ...), for checkpoints.
+  /// Optimizer state tensors by name (`state.m.<param>`, ...), for checkpoints (the AMP
+  /// working copies are derived from the parameters and left out).
   std::vector<std::pair<std::string, HostTensor*>> state();
   const std::vector<std::string>& parameter_names() const { return names_; }
   /// The compiled update program (for its memory plan and kernel counts).
@@ -81,7 +82,17 @@ public:
 
 private:
   struct Compiled;
+  /// A parameter's low-precision working copy under AMP (`state.low.<name>`): what its GEMMs
+  /// read, written by the update kernel next to the f32 master weight, so no step has a
+  /// kernel that only casts weights.
+  struct LowCopy {
+    std::size_t parameter;
+    DType dtype;
+    std::string state;
+  };
   const Compiled& compiled_for(std::span<const HostTensor> batch);
+  Graph read_low_copies(const Graph& forward);
+  void refresh_low_copies();
   std::vector<HostTensor> scalar_inputs(double lr) const;
 
   Tracer trace_;
@@ -93,6 +104,10 @@ private:
   std::map<std::string, std::unique_ptr<Compiled>> by_batch_types_;
   const Compiled* last_ = nullptr;
   std::vector<HostTensor> grad_sums_; ///< accumulation only
+  std::vector<LowCopy> low_copies_;
+  /// Each parameter's stamp after the step last wrote it: a different stamp means the caller
+  /// replaced or edited it, and its working copy is made again.
+  std::vector<uint64_t> parameter_stamps_;
   int64_t micro_steps_ = 0;
   int64_t steps_ = 0;
 };
