@@ -1,10 +1,12 @@
 // tests/test_cpu_backend.cpp — fusion, memory planning, vector code and the persistent cache
 #include "backend_check.hpp"
+#include "jit/runtime/kernel_lookup.hpp"
 #include "jit/train/optimizer.hpp"
 
 #include <catch2/catch.hpp>
 
 #include <fstream>
+#include <set>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -181,6 +183,49 @@ TEST_CASE("elementwise kernels are vectorised", "[cpu][codegen]") {
                 assembly.find("ps\t%zmm") != std::string::npos ||
                 assembly.find("ps\t%xmm") != std::string::npos;
   CHECK(packed);
+}
+
+TEST_CASE("kernels are named after their model path and role", "[cpu][cache]") {
+  // A traced block: scopes name the model path, lowering names the composite, autodiff marks
+  // gradient code.
+  Graph g;
+  Value x = input(g, "x", {DType::f32, {4, 8, 16}});
+  Value gamma = input(g, "gamma", {DType::f32, {16}});
+  Value beta = input(g, "beta", {DType::f32, {16}});
+  {
+    ScopeGuard in_block(g, "blocks.3");
+    ScopeGuard in_attn(g, "attn");
+    g.add_output("loss", sum(softmax(layernorm(x, gamma, beta), -1) * x).id);
+  }
+  Graph opt = optimized(g, AutodiffOptions{{"gamma"}, 0});
+  FusionPlan plan = fuse(opt);
+  std::set<std::string> names;
+  for (const Kernel& k : plan.kernels) {
+    std::string symbol = kernel_symbol(plan, k, kernel_key(plan, k, "test"));
+    INFO(symbol);
+    CHECK(symbol.starts_with("sinter_"));
+    CHECK(symbol.find_first_not_of(
+              "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") ==
+          std::string::npos);
+    names.insert(symbol.substr(0, symbol.size() - 33)); // without _<32 hex>
+  }
+  INFO(plan.print());
+  auto has = [&](const std::string& part) {
+    return std::any_of(names.begin(), names.end(),
+                       [&](const std::string& n) { return n.find(part) != std::string::npos; });
+  };
+  CHECK(has("sinter_blocks_N_attn_softmax_"));
+  CHECK(has("sinter_blocks_N_attn_layernorm_"));
+  CHECK(has("_bwd_"));
+  CHECK(has("_reduce_reduce_sum"));
+
+  // The name travels with the cached binary: a process loading it uses the stored symbol.
+  auto payload = named_payload("sinter_a_b", std::vector<char>{'x', '\0', 'y'});
+  auto back = split_named_payload(payload);
+  REQUIRE(back);
+  CHECK(back->first == "sinter_a_b");
+  CHECK(back->second == std::vector<char>{'x', '\0', 'y'});
+  CHECK_FALSE(split_named_payload(std::vector<char>{'x', 'y'}));
 }
 
 TEST_CASE("a new process finds compiled kernels in the disk cache", "[cpu][cache]") {

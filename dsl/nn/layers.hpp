@@ -1,6 +1,7 @@
 // dsl/nn/layers.hpp — Linear, Embedding, LayerNorm and MLP modules
 #pragma once
 #include "dsl/nn/parameter.hpp"
+#include "dsl/trace.hpp" // sinter::scope
 
 namespace sinter {
 
@@ -72,6 +73,7 @@ struct MLP {
   Var operator()(const Var& x) const {
     Var h = x;
     for (std::size_t i = 0; i < layers.size(); ++i) {
+      scope in_layer("layers." + std::to_string(i)); // named like the layer's parameters
       h = layers[i](h);
       if (i + 1 < layers.size()) h = Var(activate(h.value(), activation));
     }

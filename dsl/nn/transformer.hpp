@@ -23,7 +23,13 @@ struct MultiHeadAttention {
     if (s.size() != 3)
       throw ShapeError("sinter: attention expects [batch, tokens, dim], got " + to_string(s));
     int64_t b = s[0], t = s[1], d = s[2], dh = d / heads;
-    Value packed = reshape(qkv(x).value(), {b, t, 3, heads, dh});
+    // Each child runs in a scope named like its parameters (kernel names, error paths).
+    Var projected;
+    {
+      scope in_qkv("qkv");
+      projected = qkv(x);
+    }
+    Value packed = reshape(projected.value(), {b, t, 3, heads, dh});
     Value split = permute(packed, {2, 0, 3, 1, 4}); // [3, B, H, T, Dh]
     auto part = [&](int64_t i) {
       return reshape(slice(split, {i, 0, 0, 0, 0}, {i + 1, b, heads, t, dh}), {b, heads, t, dh});
@@ -37,6 +43,7 @@ struct MultiHeadAttention {
     }
     Value attended = matmul(softmax(scores, -1), v);                    // [B, H, T, Dh]
     Value merged = reshape(permute(attended, {0, 2, 1, 3}), {b, t, d}); // [B, T, D]
+    scope in_proj("proj");
     return proj(Var(merged));
   }
 };
@@ -52,8 +59,25 @@ struct TransformerBlock {
         mlp({dim, 4 * dim, dim}, init, Activation::gelu) {}
 
   Var operator()(const Var& x) const {
-    Var h = Var(x.value() + attn(ln1(x)).value());
-    return Var(h.value() + mlp(ln2(h)).value());
+    Var normed, attended, normed2, transformed;
+    {
+      scope in_ln1("ln1");
+      normed = ln1(x);
+    }
+    {
+      scope in_attn("attn");
+      attended = attn(normed);
+    }
+    Var h = Var(x.value() + attended.value());
+    {
+      scope in_ln2("ln2");
+      normed2 = ln2(h);
+    }
+    {
+      scope in_mlp("mlp");
+      transformed = mlp(normed2);
+    }
+    return Var(h.value() + transformed.value());
   }
 };
 
@@ -99,10 +123,23 @@ struct ViT {
   }
 
   Var operator()(const Var& images) const {
-    Var x = Var(embed(images).value() + position.node());
-    for (const TransformerBlock& block : blocks)
-      x = block(x);
-    return head(Var(mean(norm(x).value(), {1})));
+    Var embedded;
+    {
+      scope in_embed("embed");
+      embedded = embed(images);
+    }
+    Var x = Var(embedded.value() + position.node());
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      scope in_block("blocks." + std::to_string(i));
+      x = blocks[i](x);
+    }
+    Var pooled;
+    {
+      scope in_norm("norm");
+      pooled = Var(mean(norm(x).value(), {1}));
+    }
+    scope in_head("head");
+    return head(pooled);
   }
 };
 
@@ -132,10 +169,23 @@ struct GPT {
       throw ShapeError("sinter: GPT context is " + std::to_string(context) + " tokens, got " +
                        std::to_string(t));
     Value pos = slice(position.node(), {0, 0}, {t, position.value.shape()[1]});
-    Var x = Var(tokens(ids).value() + pos);
-    for (const TransformerBlock& block : blocks)
-      x = block(x);
-    return head(norm(x));
+    Var embedded;
+    {
+      scope in_tokens("tokens");
+      embedded = tokens(ids);
+    }
+    Var x = Var(embedded.value() + pos);
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      scope in_block("blocks." + std::to_string(i));
+      x = blocks[i](x);
+    }
+    Var normed;
+    {
+      scope in_norm("norm");
+      normed = norm(x);
+    }
+    scope in_head("head");
+    return head(normed);
   }
 };
 

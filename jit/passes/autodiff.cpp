@@ -5,6 +5,7 @@
 #include "ops/registry.hpp"
 
 #include <algorithm>
+#include <map>
 #include <stdexcept>
 
 namespace sinter {
@@ -55,6 +56,16 @@ Graph autodiff(const Graph& graph, const AutodiffOptions& options) {
                                 " outputs");
   Graph g = expand_composites_without_gradient(graph);
   std::vector<ValueId> wrt = resolve_wrt(g, options);
+  // Gradient code lives in `<path>.bwd` under the forward node's path (kernel names, dumps).
+  std::map<uint32_t, uint32_t> backward_scopes;
+  auto backward_scope = [&](uint32_t forward) {
+    auto [it, added] = backward_scopes.emplace(forward, 0);
+    if (added) {
+      const std::string& path = g.scope_path(forward);
+      it->second = g.intern_scope(path.empty() ? "bwd" : path + ".bwd", g.scope_precision(forward));
+    }
+    return it->second;
+  };
   ValueId target = g.outputs()[options.output].id;
   if (!is_float(g.type(target).dtype))
     throw std::invalid_argument("sinter: cannot differentiate output '" +
@@ -89,7 +100,7 @@ Graph autodiff(const Graph& graph, const AutodiffOptions& options) {
     std::vector<Value> operands;
     for (ValueId in : n.inputs)
       operands.push_back(Value{&g, in});
-    g.set_current_scope(n.scope);
+    g.set_current_scope(backward_scope(n.scope));
     Attrs attrs = n.attrs; // the rule may add nodes, which can move g's node storage
     std::vector<Value> grads = def.grad(GradArgs{operands, Value{&g, id}, cotangent[id], attrs});
     for (std::size_t i = 0; i < operands.size(); ++i) {

@@ -22,6 +22,8 @@ Graph lower_until_none(const Graph& graph, const std::function<bool(OpId)>& sele
     g = rebuild(g, [&](const Node& n, std::span<const Value> operands) -> Value {
       if (!selected(n.op)) return {};
       if (n.op == OpId::stop_gradient) return operands[0];
+      // What a composite expands to is named after it (`blocks.0.attn.softmax`).
+      ScopeGuard named(*operands[0].graph, op_name(n.op));
       return op_def(n.op).lower(operands, n.attrs);
     });
   }

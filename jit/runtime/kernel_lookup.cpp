@@ -2,6 +2,7 @@
 #include "jit/runtime/kernel_lookup.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 
 namespace sinter {
@@ -72,6 +73,64 @@ CacheKey kernel_key(const FusionPlan& plan, const Kernel& kernel, const std::str
     }
   }
   return h.finish();
+}
+
+namespace {
+constexpr std::string_view payload_tag = "SINTER-SYMBOL:";
+const char* kind_role(KernelKind kind) {
+  switch (kind) {
+  case KernelKind::loop: return "loop";
+  case KernelKind::reduce: return "reduce";
+  case KernelKind::gemm: return "gemm";
+  case KernelKind::scatter_add: return "scatter";
+  }
+  return "kernel";
+}
+} // namespace
+
+std::string kernel_symbol(const FusionPlan& plan, const Kernel& kernel, const CacheKey& key) {
+  const Graph& g = *plan.graph;
+  const Node& root = g.node(kernel.root);
+  // Path segments joined by '_', numbers read N, anything outside [A-Za-z0-9_] dropped.
+  std::string path;
+  std::string_view rest = g.scope_path(root.scope);
+  while (!rest.empty()) {
+    std::size_t dot = rest.find('.');
+    std::string_view segment = rest.substr(0, dot);
+    rest = dot == std::string_view::npos ? std::string_view{} : rest.substr(dot + 1);
+    bool number = !segment.empty() && std::all_of(segment.begin(), segment.end(),
+                                                  [](char c) { return c >= '0' && c <= '9'; });
+    std::string clean;
+    for (char c : number ? std::string_view("N") : segment)
+      if (std::isalnum(static_cast<unsigned char>(c)) || c == '_') clean += c;
+    if (!clean.empty()) path += clean + "_";
+  }
+  constexpr std::size_t max_path = 72; // keep the innermost part of a long path
+  if (path.size() > max_path) path = path.substr(path.size() - max_path);
+  return "sinter_" + path + kind_role(kernel.kind) + "_" + std::string(op_name(root.op)) + "_" +
+         key.hex();
+}
+
+std::vector<char> named_payload(const std::string& symbol, std::span<const char> binary) {
+  std::string head = std::string(payload_tag) + symbol;
+  head.push_back('\0');
+  std::vector<char> out;
+  out.reserve(head.size() + binary.size());
+  out.insert(out.end(), head.begin(), head.end());
+  out.insert(out.end(), binary.begin(), binary.end());
+  return out;
+}
+
+std::optional<std::pair<std::string, std::vector<char>>>
+split_named_payload(std::span<const char> payload) {
+  if (payload.size() < payload_tag.size() ||
+      !std::equal(payload_tag.begin(), payload_tag.end(), payload.begin()))
+    return std::nullopt;
+  auto end = std::find(payload.begin() + static_cast<std::ptrdiff_t>(payload_tag.size()),
+                       payload.end(), '\0');
+  if (end == payload.end()) return std::nullopt;
+  std::string symbol(payload.begin() + static_cast<std::ptrdiff_t>(payload_tag.size()), end);
+  return std::pair{std::move(symbol), std::vector<char>(end + 1, payload.end())};
 }
 
 } // namespace sinter

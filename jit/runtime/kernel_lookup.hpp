@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -17,6 +18,20 @@ namespace sinter {
 /// The cache key of a kernel: its structure, shapes and dtypes, and the target's fingerprint,
 /// computed from the IR before any code generation.
 CacheKey kernel_key(const FusionPlan& plan, const Kernel& kernel, const std::string& fingerprint);
+
+/// The kernel's symbol: `sinter_<model path>_<role>_<key>`, e.g.
+/// `sinter_blocks_N_attn_bwd_softmax_reduce_sum_<32 hex>`, so profilers (perf, ncu, nsys) say
+/// which part of the model a kernel computes. The path is the scope of the kernel's root
+/// (layer indices read N: one compiled kernel serves every layer of the same shape; `bwd` marks
+/// gradient code, a composite's name the code it was lowered from), the role its kind and
+/// root op.
+std::string kernel_symbol(const FusionPlan& plan, const Kernel& kernel, const CacheKey& key);
+
+/// A cache payload that carries its symbol (the first process to compile a kernel names it; the
+/// others load that name), and the reverse; nullopt for a payload without one.
+std::vector<char> named_payload(const std::string& symbol, std::span<const char> binary);
+std::optional<std::pair<std::string, std::vector<char>>>
+split_named_payload(std::span<const char> payload);
 
 /// A backend's loaded kernels (`Entry`: a function pointer, a CUfunction, ...) in front of the
 /// persistent cache and its code generator. The backend supplies how to compile a kernel to a
@@ -43,14 +58,18 @@ public:
       ++report.from_memory;
       return it->second;
     }
-    std::string symbol = "sinter_kernel_" + key.hex();
+    std::string symbol;
     std::vector<char> binary;
-    if (auto cached = disk.load(key)) {
-      binary = std::move(*cached);
+    std::optional<std::vector<char>> cached = disk.load(key);
+    auto named = cached ? split_named_payload(*cached) : std::nullopt;
+    if (named) {
+      symbol = std::move(named->first);
+      binary = std::move(named->second);
       ++report.from_disk;
     } else {
+      symbol = kernel_symbol(plan, kernel, key);
       binary = compile(symbol);
-      disk.store(key, binary);
+      disk.store(key, named_payload(symbol, binary));
       disk.note_compiled();
       ++report.compiled;
     }

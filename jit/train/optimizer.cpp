@@ -37,6 +37,7 @@ UpdateResult append_update(Graph& g, const std::vector<std::string>& names,
   if (names.size() != params.size() || params.size() != grads.size())
     throw std::invalid_argument("sinter: append_update needs one name and gradient per parameter");
   const TensorType f64_scalar{DType::f64, {}}, f32_scalar{DType::f32, {}};
+  ScopeGuard in_optimizer(g, "optimizer"); // kernel names: sinter_optimizer_<param>_...
   Value lr = input_once(g, "opt.lr", f64_scalar);
   Value grad_scale = input_once(g, "opt.grad_scale", f64_scalar);
   Value step_count = input_once(g, "opt.step", f64_scalar);
@@ -64,6 +65,7 @@ UpdateResult append_update(Graph& g, const std::vector<std::string>& names,
     finite = equal(bad, scalar_like(bad, 0.0));
   }
   if (options.clip_grad_norm > 0) {
+    ScopeGuard in_clip(g, "clip");
     Value total;
     for (const Value& grad : gs) {
       Value sq = sum(cast(grad * grad, DType::f32));
@@ -79,6 +81,7 @@ UpdateResult append_update(Graph& g, const std::vector<std::string>& names,
   Value t = scaling ? step_count - cast(skipped, DType::f64) : step_count;
   UpdateResult result;
   for (std::size_t i = 0; i < params.size(); ++i) {
+    ScopeGuard in_parameter(g, names[i]);
     Value p = params[i], grad = gs[i];
     DType dt = p.dtype();
     Value step = cast(lr, dt);

@@ -41,6 +41,18 @@ def fmt(v, spec):
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
 
+def device_peak_mb(fields):
+    """A contender's peak device memory in MB, from its result line (nan when it has none):
+    torch's peak_mem_mb (torch.cuda.max_memory_allocated() over its steps), or sinter's
+    planned_peak_mb + state_mb (the compiled step's arena of intermediates and outputs, plus the
+    parameters and the optimizer state it keeps between steps)."""
+    if "peak_mem_mb" in fields:
+        return num(fields, "peak_mem_mb")
+    if "planned_peak_mb" in fields and not fields.get("device", "cuda").startswith("cpu"):
+        return num(fields, "planned_peak_mb") + num(fields, "state_mb")
+    return math.nan
+
+
 def load_runs(program, title):
     """The report programs' arguments (--cold, --warm, --peers, --commands, --title) and the
     runs they name: (args, sinter's cold run, its warm run or None, {peer: fields})."""

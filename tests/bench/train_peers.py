@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Peers of tests/bench/train_step.cpp: one full training step (forward + mean softmax
 cross-entropy + backward + AdamW update) in PyTorch eager, torch.compile and JAX (jax.jit of the
-whole step with a hand-written AdamW), on the CPU, batch 128, float32.
+whole step with a hand-written AdamW), on the CPU, batch 128, float32 (on cuda with --device
+cuda; mixed precision with --amp bf16|fp16).
 
 Models (the same functions as sinter's, with sinter's layouts: Linear weights are [in, out] and
 y = x @ W + b):
@@ -12,9 +13,14 @@ y = x @ W + b):
        [3, B, H, T, Dh], softmax(Q K^T / 4) V, heads merged, Linear(64, 64) -> residual;
        LayerNorm -> Linear(64, 256) -> GELU (tanh) -> Linear(256, 64) -> residual)
        -> LayerNorm -> mean over tokens -> Linear(64, 10)
+  gpt, gpt2-small  sinter::GPT in the configurations of GPT below: token embedding + positions
+       -> pre-norm blocks as the ViT's with causal attention -> LayerNorm -> Linear(width, vocab),
+       cross-entropy over the next token of each of the [B, T] ids; --batch N overrides B
+       (as train_step --batch N)
 AdamW: lr 1e-3, betas (0.9, 0.999), eps 1e-8, decoupled weight decay 1e-4 on every parameter.
 Images, labels and parameters are the deterministic patterns of train_step.cpp, so every peer
-prints the same initial loss (`loss`) and about the same `final_loss` after the same steps.
+prints the same initial loss (`loss`) and about the same `final_loss` after the same steps
+(under --amp only about the same initial loss: each library rounds at other places).
 
 What one step is:
   torch-eager    opt.zero_grad(); loss = f(params); loss.backward(); opt.step()
@@ -23,11 +29,27 @@ What one step is:
   torch-compile  the same with f under torch.compile and opt.step under torch.compile
                  (PyTorch's "compiled optimizer" recipe; the optimizer then is the default one)
   jax-jit        jax.jit of value_and_grad + the AdamW update, parameters and state donated
+                 (float32 only: it refuses --amp bf16|fp16)
+
+Mixed precision (--amp bf16|fp16, PyTorch peers; sinter's `train_step --amp`): the parameters
+stay float32 (master weights) and the step is
+  opt.zero_grad(set_to_none=True)
+  with torch.autocast(device_type, dtype=torch.bfloat16 | torch.float16):
+      loss = f(params)                  # GPT attention: F.scaled_dot_product_attention(causal)
+  loss.backward(); opt.step()           # fp16: scaler.scale(loss).backward(); scaler.step(opt);
+                                        #       scaler.update()  (torch.amp.GradScaler defaults:
+                                        #       scale 2^16, growth 2 every 2000, backoff 0.5)
+with torch.optim.AdamW(fused=True) for both peers (torch-compile compiles f only, the optimizer
+is the fused one). --amp off (the default) is the float32 step above, unchanged.
 
 Each peer runs in its own child process with the thread count fixed before torch / jax is
 imported, and prints one machine-readable line:
   peer=<name> model=<m> compile_s=<first call, s | na> median_step_s=<s> threads=<n> iters=<n>
   loss=<first step> final_loss=<last step> maxrss_mb=<ru_maxrss> base_rss_mb=<after imports>
+  device=<d> amp=<off|bf16|fp16> batch=<n> [peak_mem_mb=<MB>]
+peak_mem_mb (--device cuda only) is torch.cuda.max_memory_allocated() / 2^20 over the steps after
+the first call (the peak statistics are reset once the first call, and with it any compilation,
+has finished): parameters, gradients, optimizer state and activations of a training step.
 
 `--peer P --serve` runs peer P in this process as a contender of tests/bench/train_rounds.py:
 after the first call and --warmup steps it prints `ready peer=P model=<m> compile_s=<s | na>
@@ -91,12 +113,21 @@ def param_spec(model):
     return spec
 
 
-def make_inputs(np, model):
+def batch_of(model, batch=None):
+    """The batch a step of `model` takes: `batch` (--batch, GPT models only) or the model's."""
+    if model in GPT:
+        return batch or GPT[model]["batch"]
+    return BATCH
+
+
+def make_inputs(np, model, batch=None):
     """images [B, 28, 28] and labels [B] (int64) — for GPTs token ids [B, T] and next tokens
-    [B, T] — and {name: parameter} (ordered), as numpy arrays (train_step.cpp's patterns)."""
+    [B, T], B = `batch` or the model's — and {name: parameter} (ordered), as numpy arrays
+    (train_step.cpp's patterns)."""
     if model in GPT:
         c = GPT[model]
-        flat = np.arange(c["batch"] * c["context"], dtype=np.int64).reshape(c["batch"], c["context"])
+        b = batch_of(model, batch)
+        flat = np.arange(b * c["context"], dtype=np.int64).reshape(b, c["context"])
         images = (flat * 7 + 3) % c["vocab"]
         labels = (flat * 7 + 10) % c["vocab"]
     else:
@@ -179,7 +210,7 @@ def run_torch(args, compiled):
     torch.backends.cuda.matmul.allow_tf32 = args.tf32  # f32 GEMMs on TF32 tensor cores
     base = maxrss_mb()
     device = torch.device(args.device)
-    images, labels, params = make_inputs(np, args.model)
+    images, labels, params = make_inputs(np, args.model, args.batch)
     images, labels = torch.from_numpy(images).to(device), torch.from_numpy(labels).to(device)
     P = {k: torch.from_numpy(v).to(device).requires_grad_() for k, v in params.items()}
 
@@ -188,31 +219,57 @@ def run_torch(args, compiled):
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
 
     adamw = dict(lr=LR, betas=(BETA1, BETA2), eps=EPS, weight_decay=WD)
-    if compiled:
+    if compiled and args.amp == "off":
         opt = torch.optim.AdamW(list(P.values()), **adamw)
         fn = torch.compile(loss_fn)
 
         @torch.compile(fullgraph=False)
         def opt_step():
             opt.step()
-    else:
+    else:  # torch-eager; under --amp both peers (torch-compile compiles only the loss)
         opt = torch.optim.AdamW(list(P.values()), fused=True, **adamw)
-        fn = loss_fn
+        fn = torch.compile(loss_fn) if compiled else loss_fn
         opt_step = opt.step
 
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss = fn(images, labels)
-        loss.backward()
-        opt_step()
-        return loss.detach()
+    if args.amp == "off":
+        def step():
+            opt.zero_grad(set_to_none=True)
+            loss = fn(images, labels)
+            loss.backward()
+            opt_step()
+            return loss.detach()
+    else:
+        # Mixed precision: float32 master parameters, autocast around the loss; fp16 scales
+        # the loss (GradScaler: the update is skipped when a gradient is inf / NaN).
+        low = torch.bfloat16 if args.amp == "bf16" else torch.float16
+        scaler = torch.amp.GradScaler(device.type) if args.amp == "fp16" else None
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast(device.type, dtype=low):
+                loss = fn(images, labels)
+            if scaler is None:
+                loss.backward()
+                opt_step()
+            else:
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+            return loss.detach()
+
+    calls = [0]
 
     def sync(out):
         if device.type == "cuda":
             torch.cuda.synchronize()  # GPU work is asynchronous: time it to completion
+            calls[0] += 1
+            if calls[0] == 1:  # the first call (and any compiling) done: the steps' peak from here
+                torch.cuda.reset_peak_memory_stats()
         return out
 
     (first, median, first_loss, loss), steps = measure(args, step, sync)
+    if device.type == "cuda":
+        args.peak_mem_mb = torch.cuda.max_memory_allocated() / 2 ** 20
     return first if compiled else None, median, float(first_loss), float(loss), base, steps
 
 
@@ -262,7 +319,7 @@ def run_jax(args):
     import jax.numpy as jnp
 
     base = maxrss_mb()
-    images, labels, params = make_inputs(np, args.model)
+    images, labels, params = make_inputs(np, args.model, args.batch)
     images, labels = jnp.asarray(images), jnp.asarray(labels.astype(np.int32))
     P = {k: jnp.asarray(v) for k, v in params.items()}
     M = {k: jnp.zeros_like(v) for k, v in P.items()}
@@ -320,6 +377,7 @@ def measure(args, step, sync):
 def child(args):
     limit_threads(args.threads)
     args.proto = protocol_stream() if args.serve else sys.stdout
+    args.peak_mem_mb = None  # set by run_torch on cuda
     if args.peer == "jax-jit":
         first, median, loss0, loss, base, steps = run_jax(args)
     else:
@@ -327,11 +385,14 @@ def child(args):
         with tempfile.TemporaryDirectory(prefix="sinter-bench-inductor-") as cache:
             os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", cache)
             first, median, loss0, loss, base, steps = run_torch(args, args.peer == "torch-compile")
+    # New fields go at the end: train_rounds.py, report.py and gpu_table.py read key=value.
     print("peer=%s model=%s compile_s=%s median_step_s=%.6g threads=%d iters=%d loss=%.6f "
-          "final_loss=%.6f maxrss_mb=%.1f base_rss_mb=%.1f device=%s" %
+          "final_loss=%.6f maxrss_mb=%.1f base_rss_mb=%.1f device=%s amp=%s batch=%d%s" %
           (args.peer, args.model, "na" if first is None else "%.4g" % first, median,
-           args.threads, steps, loss0, loss, maxrss_mb(), base, args.device), file=args.proto,
-          flush=True)
+           args.threads, steps, loss0, loss, maxrss_mb(), base, args.device, args.amp,
+           batch_of(args.model, args.batch),
+           "" if args.peak_mem_mb is None else " peak_mem_mb=%.1f" % args.peak_mem_mb),
+          file=args.proto, flush=True)
 
 
 def measure_peak():
@@ -365,6 +426,13 @@ def main():
                     help="where the PyTorch peers run (JAX peers run on the CPU only)")
     ap.add_argument("--tf32", action="store_true",
                     help="let f32 GEMMs use TF32 tensor cores (as SINTER_TF32=1)")
+    ap.add_argument("--amp", choices=("off", "bf16", "fp16"), default="off",
+                    help="mixed precision of the PyTorch peers: torch.autocast to bf16 / fp16 "
+                    "(fp16 with torch.amp.GradScaler), float32 master parameters, fused AdamW "
+                    "(as train_step --amp); default off: float32")
+    ap.add_argument("--batch", type=int,
+                    help="sequences per step of the gpt models (default: the model's, gpt 32, "
+                    "gpt2-small 8; as train_step --batch)")
     ap.add_argument("--peak", action="store_true",
                     help="only measure the GPU's bf16 GEMM peak (8192^3, torch.matmul)")
     ap.add_argument("--warmup", type=int, default=5, help="untimed steps after the first call")
@@ -380,6 +448,12 @@ def main():
     args = ap.parse_args()
     if args.threads < 1 or args.iters < 1 or args.warmup < 0:
         ap.error("--threads and --iters must be at least 1, --warmup at least 0")
+    if args.batch is not None and (args.batch < 1 or args.model not in GPT):
+        ap.error("--batch takes a positive count, for the gpt models only (mlp and vit: %d)"
+                 % BATCH)
+    if args.amp != "off" and args.torch_attention == "math":
+        ap.error("--amp %s runs attention through F.scaled_dot_product_attention; leave "
+                 "--torch-attention at sdpa" % args.amp)
     if args.serve and not args.peer:
         ap.error("--serve needs --peer P")
     if args.peak:
@@ -391,13 +465,17 @@ def main():
             ap.error("jax-jit runs on the CPU only; pick --peers torch-eager,torch-compile")
         if args.model in GPT and peer == "jax-jit":
             ap.error("the jax-jit peer has no GPT model; pick --peers torch-eager,torch-compile")
+        if args.amp != "off" and peer == "jax-jit":
+            ap.error("the jax-jit peer runs float32 only (no --amp %s); pick --peers "
+                     "torch-eager,torch-compile" % args.amp)
     if args.peer:
         return child(args)
     return run_each_in_child(
         __file__, args.peers.split(","),
         ["--model", args.model, "--device", args.device] + (["--tf32"] if args.tf32 else []) +
         ["--threads", str(args.threads), "--warmup", str(args.warmup), "--iters", str(args.iters),
-         "--torch-attention", args.torch_attention])
+         "--torch-attention", args.torch_attention, "--amp", args.amp] +
+        (["--batch", str(args.batch)] if args.batch is not None else []))
 
 if __name__ == "__main__":
     sys.exit(main())

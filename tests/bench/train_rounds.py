@@ -7,8 +7,10 @@ and spread, and a verdict per peer.
 Usage: train_rounds.py --sinter PATH/train_step [--model mlp|vit|gpt|gpt2-small]
            [--device cpu|cuda] [--threads N] [--peers torch-eager,torch-compile,jax-jit]
            [--rounds R] [--steps K|auto] [--round-seconds S] [--turn-warmup S] [--warmup N]
-           [--settle S] [--time-limit S] [--max-spread F] [--tf32]
-           [--torch-attention sdpa|math] [--out DIR] [--title T] [--no-warm-start]
+           [--settle S] [--time-limit S] [--max-spread F] [--tf32] [--amp off|bf16|fp16]
+           [--batch N] [--torch-attention sdpa|math] [--out DIR] [--title T] [--no-warm-start]
+--tf32, --amp and --batch reach every contender: SINTER_TF32=1 and train_step --amp M --batch N
+for sinter (its warm start too), --tf32 --amp M --batch N for the peers (train_peers.py).
 
 Protocol (line-based, each contender's stdin and stdout): the contender compiles, runs its first
 call (timed: compile_s) and --warmup untimed steps, then prints
@@ -43,12 +45,15 @@ A difference below --small (default 5%) is marked small: the per-round IQR measu
 within one run, and two quiet runs on the 2-core VM moved a ratio by up to 3% (each process
 gets its own memory layout and thread placement).
 Each contender's first-step loss must equal sinter's (relative 1e-4; a WARNING otherwise) and
-its final loss agree to 1% (same number of steps on the same batch).
+its final loss agree to 1% (same number of steps on the same batch). Under --amp bf16|fp16 the
+libraries round at different places, so the limits are 2% and 5% (bf16) or 1e-3 and 5% (fp16).
 
 Outputs: the table on stdout, followed by each contender's `peer=...` result line with the
 round statistics added (ratio_median, ratio_q25, ratio_q75, ratio_min, ratio_max, rounds,
-verdict) for gpu_table.py. In --out DIR (default: a new temporary folder): <model>-rounds.tsv
-(every round's step times), <model>-<contender>.stderr, <model>-commands.txt.
+verdict) and, on every line, the run's settings (amp, batch, tf32: for gpu_table.py, which
+keeps runs of one model apart by them; a field the contender printed itself is kept). In --out
+DIR (default: a new temporary folder): <model>-rounds.tsv (every round's step times),
+<model>-<contender>.stderr, <model>-commands.txt.
 """
 import argparse
 import math
@@ -62,9 +67,12 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from report import fields_of, fmt, num, print_header  # noqa: E402  (the bench's shared parsing)
+from report import (device_peak_mb, fields_of, fmt, num,  # noqa: E402  (shared parsing)
+                    print_header)
 PEERS = ("torch-eager", "torch-compile", "jax-jit")
 MIN_ROUNDS = 5
+# Relative tolerance of (first-step loss, final loss) against sinter's, per --amp.
+LOSS_TOLERANCE = {"off": (1e-4, 1e-2), "bf16": (2e-2, 5e-2), "fp16": (1e-3, 5e-2)}
 
 
 def quartiles(values):
@@ -205,6 +213,13 @@ def parse_args():
                     help="a median ratio closer to 1 than this is marked a small difference")
     ap.add_argument("--tf32", action="store_true",
                     help="f32 GEMMs on TF32 tensor cores on both sides (SINTER_TF32=1, --tf32)")
+    ap.add_argument("--amp", choices=("off", "bf16", "fp16"), default="off",
+                    help="mixed precision on both sides (train_step --amp, train_peers.py --amp: "
+                    "torch.autocast, fp16 with GradScaler); default off: float32")
+    ap.add_argument("--batch", type=int,
+                    help="sequences per step of the gpt models on both sides (train_step "
+                    "--batch, train_peers.py --batch); default: the model's (gpt 32, "
+                    "gpt2-small 8)")
     ap.add_argument("--torch-attention", choices=("sdpa", "math"), default="sdpa")
     ap.add_argument("--out", help="folder for the per-round data and the contenders' stderr")
     ap.add_argument("--title", help="the table's title")
@@ -217,6 +232,11 @@ def parse_args():
                  "--turn-warmup at least 0, --round-seconds positive")
     if args.steps != "auto" and (not args.steps.isdigit() or int(args.steps) < 1):
         ap.error("--steps takes a positive integer or auto")
+    if args.batch is not None and (args.batch < 1 or not args.model.startswith("gpt")):
+        ap.error("--batch takes a positive count, for the gpt models only")
+    if args.amp != "off" and args.torch_attention == "math":
+        ap.error("--amp runs the peers' attention through F.scaled_dot_product_attention; leave "
+                 "--torch-attention at sdpa")
     if args.peers is None:
         gpu_or_gpt = args.device == "cuda" or args.model.startswith("gpt")
         args.peers = "torch-eager,torch-compile" + ("" if gpu_or_gpt else ",jax-jit")
@@ -227,22 +247,42 @@ def parse_args():
             ap.error("unknown peer %r (known: %s)" % (p, ", ".join(PEERS)))
         if p == "jax-jit" and (args.device == "cuda" or args.model.startswith("gpt")):
             ap.error("jax-jit runs on the CPU only and has no GPT model")
+        if p == "jax-jit" and args.amp != "off":
+            ap.error("jax-jit runs float32 only (no --amp %s)" % args.amp)
     if not os.access(args.sinter, os.X_OK):
         ap.error("--sinter %s is not an executable" % args.sinter)
     return args
 
 
+def precision_flags(args):
+    """--amp and --batch as both train_step and train_peers.py take them (none when default:
+    the commands of a float32 run stay as they were)."""
+    return ((["--amp", args.amp] if args.amp != "off" else []) +
+            (["--batch", str(args.batch)] if args.batch is not None else []))
+
+
+def sinter_env(args):
+    return [("SINTER_TF32", "1")] if args.tf32 else []
+
+
 def commands(args):
     """[(name, command, extra environment)] for sinter and each peer."""
     common = ["--model", args.model, "--device", args.device, "--threads", str(args.threads),
-              "--warmup", str(args.warmup)]
-    tf32 = [("SINTER_TF32", "1")] if args.tf32 else []
-    out = [("sinter", [os.path.abspath(args.sinter)] + common + ["--serve"], tf32)]
+              "--warmup", str(args.warmup)] + precision_flags(args)
+    out = [("sinter", [os.path.abspath(args.sinter)] + common + ["--serve"], sinter_env(args))]
     for p in args.peer_list:
         out.append((p, [sys.executable, os.path.join(HERE, "train_peers.py"), "--peer", p,
                         "--serve"] + common + ["--torch-attention", args.torch_attention] +
                     (["--tf32"] if args.tf32 else []), []))
     return out
+
+
+def run_settings(args):
+    """The run's settings added to every result line (when the contender did not print them):
+    amp, batch (the model's own when --batch is not given) and tf32."""
+    from train_peers import batch_of  # no torch / jax import at module level
+    return {"amp": args.amp, "batch": str(batch_of(args.model, args.batch)),
+            "tf32": "1" if args.tf32 else "0"}
 
 
 def say(msg):
@@ -330,7 +370,7 @@ def run_rounds(args, contenders, out_dir):
 def warm_start(args, env_extra):
     """sinter's first call in a second process with the cache the first one filled (s)."""
     cmd = [os.path.abspath(args.sinter), "--model", args.model, "--device", args.device,
-           "--threads", str(args.threads), "--warmup", "0", "--iters", "1"]
+           "--threads", str(args.threads), "--warmup", "0", "--iters", "1"] + precision_flags(args)
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                           env=dict(os.environ, **dict(env_extra)))
     lines = [l for l in proc.stdout.splitlines() if l.startswith("peer=")]
@@ -351,7 +391,9 @@ def report(args, contenders, k, w, warm_s, load):
     """Prints the tables; `load` is the 1-minute load average before the contenders started."""
     sinter = contenders[0]
     base_meds = [statistics.median(t) for t in sinter.rounds]
-    title = args.title or "%s training step" % args.model
+    title = args.title or "%s training step%s%s" % (
+        args.model, ", batch %d" % args.batch if args.batch else "",
+        ", %s autocast" % args.amp if args.amp != "off" else "")
     print("%s; %s, %d threads" % (title, args.device, args.threads))
     print("%d rounds; per round each contender takes a turn of %d untimed + %d timed steps, in "
           "an order rotated each round" % (len(base_meds), w, k) +
@@ -362,23 +404,26 @@ def report(args, contenders, k, w, warm_s, load):
     if args.stopped:
         print("NOTE: " + args.stopped)
     print()
-    header = ("contender", "step ms", "round IQR ms", "first call s", "max RSS MB", "loss",
-              "final loss")
-    widths = (14, 9, 15, 12, 10, 9, 10)
+    gpu = args.device == "cuda"
+    header = ("contender", "step ms", "round IQR ms", "first call s", "max RSS MB") + (
+        ("GPU peak MB",) if gpu else ()) + ("loss", "final loss")
+    widths = (14, 9, 15, 12, 10) + ((11,) if gpu else ()) + (9, 10)
     print_header(header, widths)
     mismatched, drifted = [], []
+    first_tol, final_tol = LOSS_TOLERANCE[args.amp]
     for c in contenders:
         meds = [statistics.median(t) for t in c.rounds]
         q1, _, q3 = quartiles(meds)
         step = statistics.median([x for t in c.rounds for x in t])
         loss, final = num(c.ready, "loss"), num(c.result, "final_loss")
         print_row((c.name, fmt(1e3 * step, ".2f"), "%.2f-%.2f" % (1e3 * q1, 1e3 * q3),
-                   fmt(num(c.ready, "compile_s"), ".3f"), fmt(num(c.result, "maxrss_mb"), ".0f"),
-                   fmt(loss, ".6f"), fmt(final, ".6f")), widths)
+                   fmt(num(c.ready, "compile_s"), ".3f"), fmt(num(c.result, "maxrss_mb"), ".0f"))
+                  + ((fmt(device_peak_mb(c.result), ".0f"),) if gpu else ())
+                  + (fmt(loss, ".6f"), fmt(final, ".6f")), widths)
         base_loss, base_final = num(sinter.ready, "loss"), num(sinter.result, "final_loss")
-        if not abs(loss - base_loss) <= 1e-4 * max(1.0, abs(base_loss)):
+        if not abs(loss - base_loss) <= first_tol * max(1.0, abs(base_loss)):
             mismatched.append(c.name)
-        if not abs(final - base_final) <= 1e-2 * max(1.0, abs(base_final)):
+        if not abs(final - base_final) <= final_tol * max(1.0, abs(base_final)):
             drifted.append(c.name)
     print()
     header = ("peer", "ratio", "IQR", "min-max", "won", "verdict")
@@ -406,6 +451,10 @@ def report(args, contenders, k, w, warm_s, load):
     print("  'by N%%' = how much faster: ratio - 1 (sinter) or 1 / ratio - 1 (peer); under %.0f%% "
           "it is small, within the run-to-run variation" % (100 * args.small))
     print("first call = the contender's first step: trace + compile + one step (torch-eager: '-')")
+    if gpu:
+        print("GPU peak = sinter: planned_peak_mb + state_mb (the compiled step's arena and "
+              "outputs, plus parameters and optimizer state); torch: torch.cuda."
+              "max_memory_allocated() over the steps after the first call")
     r = sinter.result
     print("sinter memory: planned peak %s MB (arena + outputs) + parameters and AdamW m, v %s MB; "
           "%s parameters" % (fmt(num(r, "planned_peak_mb"), ".2f"), fmt(num(r, "state_mb"), ".2f"),
@@ -413,14 +462,17 @@ def report(args, contenders, k, w, warm_s, load):
     print("sinter compile: first call %s s; warm start %s s (first call of a second process, same "
           "SINTER_CACHE_DIR)" % (fmt(num(sinter.ready, "compile_s"), ".3f"), fmt(warm_s, ".3f")))
     if mismatched:
-        print("WARNING: first-step loss differs from sinter's for: %s (not the same model?)" %
-              ", ".join(mismatched))
+        print("WARNING: first-step loss differs by > %g (relative) from sinter's for: %s (not the "
+              "same model?)" % (first_tol, ", ".join(mismatched)))
     if drifted:
-        print("WARNING: final loss differs by > 1%% from sinter's for: %s (optimizer differs?)" %
-              ", ".join(drifted))
+        print("WARNING: final loss differs by > %g%% from sinter's for: %s (optimizer differs?)" %
+              (100 * final_tol, ", ".join(drifted)))
     print()
     print("result lines:")
+    settings = run_settings(args)
     for c in contenders:
+        for key, value in settings.items():
+            c.result.setdefault(key, value)
         print(" ".join("%s=%s" % kv for kv in c.result.items()))
 
 
@@ -443,8 +495,7 @@ def main():
         return 1
     for c in contenders:
         c.quit()
-    warm = math.nan if args.no_warm_start else warm_start(
-        args, [("SINTER_TF32", "1")] if args.tf32 else [])
+    warm = math.nan if args.no_warm_start else warm_start(args, sinter_env(args))
     report(args, contenders, k, w, warm, load0)
     print("\ndriver: %s" % shell_line([sys.executable] + sys.argv))
     print("contenders (their messages and the per-round times are in %s):" % out_dir)

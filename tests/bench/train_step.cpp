@@ -9,7 +9,8 @@
 //   --model gpt2-small  sinter::GPT, vocab 50304, context 1024, width 768, 12 layers, 12 heads,
 //                batch 8; tokens_per_s and flops_per_step (6·params + attention per token)
 //                give model FLOP utilisation against a measured peak (train_peers.py --peak)
-// `--device cpu|cuda[:N]` picks where the step runs; `--amp off|bf16|fp16` its mixed precision.
+// `--device cpu|cuda[:N]` picks where the step runs; `--amp off|bf16|fp16` its mixed precision;
+// `--batch N` the sequences per step of the gpt models.
 // AdamW: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight decay 1e-4 (decoupled, on every
 // parameter). Images, labels and every parameter are deterministic patterns (a sine of the flat
 // index, see init_parameters) that tests/bench/train_peers.py reproduces, so every peer prints
@@ -88,6 +89,7 @@ struct Options : bench::StepFlags {
   bool serve = false;
   std::string device = "cpu";
   std::string amp = "off";
+  int64_t batch = 0; ///< gpt models: sequences per step (0: the model's own)
 };
 
 double maxrss_mb() {
@@ -123,6 +125,7 @@ template <class Model> int run(const Options& opt, Model& model, double base_rss
   int64_t tokens_per_step = 0, flops_per_step = 0;
   if (gpt) {
     GptBench b = gpt_bench(opt.model);
+    if (opt.batch > 0) b.batch = opt.batch;
     int64_t t = b.config.context;
     images = cyclic_ids({b.batch, t}, b.config.vocab, 3);  // token ids
     labels = cyclic_ids({b.batch, t}, b.config.vocab, 10); // the next token of each
@@ -178,7 +181,7 @@ template <class Model> int run(const Options& opt, Model& model, double base_rss
 int usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--model mlp|vit|gpt|gpt2-small] [--device cpu|cuda[:N]] [--threads N] "
-               "[--warmup N] [--amp off|bf16|fp16] "
+               "[--warmup N] [--amp off|bf16|fp16] [--batch N (gpt models)] "
                "[--iters N] [--print-params] [--serve]\n"
                "  one full training step (forward, loss, backward, AdamW) via compile_step,\n"
                "  batch 128; prints first-call and median step time, losses and memory\n"
@@ -206,6 +209,8 @@ int main(int argc, char** argv) {
       opt.device = argv[++i];
     else if (a == "--amp" && i + 1 < argc)
       opt.amp = argv[++i];
+    else if (a == "--batch" && i + 1 < argc)
+      ok = (opt.batch = std::atoll(argv[++i])) > 0;
     else
       ok = false;
     if (!ok ||

@@ -8,6 +8,8 @@
 # Environment: REPORT_DIR (default $OUT, else ./report), RECIPE_EPOCHS (default: each recipe's
 # own, as in docs/perf.md's CPU table), BENCH_MODELS (default: mlp vit gpt gpt2-small),
 # BENCH_ROUNDS (default 20), BENCH_TIME_LIMIT (seconds of rounds per model, default 420),
+# BENCH_AMP_BATCHES (batches of the mixed-precision GPT-2 small rows, default "8 16"; empty: none),
+# BENCH_AMP_MODES (their precisions, default bf16; also fp16),
 # PYTHON (default python3, with torch built for CUDA).
 set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -78,20 +80,34 @@ for stage in "${stages[@]}"; do
     bench)
       # Interleaved rounds (tests/bench/train_rounds.py): sinter and the PyTorch peers stay
       # alive and alternate short turns, so each ratio is per round with its spread.
+      # The table reads the logs of this stage's steps, in the order they ran.
+      bench_logs=("$REPORT_DIR/logs/bench-peak.log")
       step bench-peak '^peer=|Error' "$PYTHON" "$HERE/bench/train_peers.py" --peak
+      bench_rounds=("$PYTHON" "$HERE/bench/train_rounds.py" --sinter "$HERE/bin/train_step"
+                    --device cuda --peers "torch-eager,torch-compile" --warmup 10
+                    --rounds "${BENCH_ROUNDS:-20}" --time-limit "${BENCH_TIME_LIMIT:-420}")
+      bench_pattern='^peer=|faster|inconclusive|WARNING|error|Error'
       for model in ${BENCH_MODELS:-mlp vit gpt gpt2-small}; do
-        # No mixed precision yet: GPT-2 small's f32 GEMMs use TF32 on both sides.
+        # float32; GPT-2 small's f32 GEMMs use TF32 on both sides.
         tf32=()
         [[ $model == gpt2-small ]] && tf32=(--tf32)
-        SINTER_TF32=${#tf32[@]} step "bench-$model" \
-          '^peer=|faster|inconclusive|WARNING|error|Error' \
-          "$PYTHON" "$HERE/bench/train_rounds.py" --sinter "$HERE/bin/train_step" \
-          --model "$model" --device cuda --peers torch-eager,torch-compile --warmup 10 \
-          --rounds "${BENCH_ROUNDS:-20}" --time-limit "${BENCH_TIME_LIMIT:-420}" --out "$REPORT_DIR/logs/bench-$model.d" "${tf32[@]}"
+        bench_logs+=("$REPORT_DIR/logs/bench-$model.log")
+        SINTER_TF32=${#tf32[@]} step "bench-$model" "$bench_pattern" "${bench_rounds[@]}" \
+          --model "$model" --out "$REPORT_DIR/logs/bench-$model.d" "${tf32[@]}"
+      done
+      # Mixed precision: GPT-2 small (T = 1024) under autocast on both sides (train_step --amp,
+      # torch.autocast + F.scaled_dot_product_attention + fused AdamW), per batch.
+      for amp in ${BENCH_AMP_MODES-bf16}; do
+        for batch in ${BENCH_AMP_BATCHES-8 16}; do
+          name="bench-gpt2-small-$amp-b$batch"
+          bench_logs+=("$REPORT_DIR/logs/$name.log")
+          SINTER_TF32=0 step "$name" "$bench_pattern" "${bench_rounds[@]}" \
+            --model gpt2-small --amp "$amp" --batch "$batch" --out "$REPORT_DIR/logs/$name.d"
+        done
       done
       {
         echo "### benchmark table"
-        cat "$REPORT_DIR"/logs/bench-*.log | "$PYTHON" "$HERE/bench/gpu_table.py"
+        cat "${bench_logs[@]}" | "$PYTHON" "$HERE/bench/gpu_table.py"
       } >>"$REPORT"
       ;;
     *) echo "run.sh: unknown stage '$stage' (info tests recipes bench)" >&2; exit 2 ;;
