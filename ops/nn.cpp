@@ -2,6 +2,7 @@
 #include "ops/reference.hpp"
 #include "ops/type_rules.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace sinter::op_defs {
@@ -288,6 +289,125 @@ const OpDef cross_entropy_mean_op{
           return F64Tensor{{}, {total / static_cast<double>(per_sample.data.size())}};
         },
     .test_cases = cross_entropy_cases,
+};
+
+// Operands: q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv], optionally a bool mask that
+// broadcasts to [..., Tq, Tk]; attrs: real = scale (0: 1/√D), flag = causal.
+const OpDef attention_op{
+    .arity = -1,
+    .precision = Precision::low,
+    .infer =
+        [](std::span<const TensorType> in, const Attrs&) {
+          if (in.size() != 3 && in.size() != 4)
+            type_rules::fail("attention takes q, k, v and an optional mask, got " +
+                             std::to_string(in.size()) + " operands");
+          type_rules::require_same_dtype(in.subspan(0, 3));
+          type_rules::require_float(in[0], "q");
+          const Shape &q = in[0].shape, &k = in[1].shape, &v = in[2].shape;
+          std::size_t r = q.size();
+          if (r < 2 || k.size() != r || v.size() != r)
+            type_rules::fail("q, k and v need one rank >= 2, got " + to_string(q) + ", " +
+                             to_string(k) + ", " + to_string(v));
+          if (!std::equal(q.begin(), q.end() - 2, k.begin()) ||
+              !std::equal(q.begin(), q.end() - 2, v.begin()))
+            type_rules::fail("q, k and v batch dims differ: " + to_string(q) + ", " + to_string(k) +
+                             ", " + to_string(v));
+          if (q[r - 1] != k[r - 1])
+            type_rules::fail("q and k feature dims differ: " + std::to_string(q[r - 1]) + " vs " +
+                             std::to_string(k[r - 1]));
+          if (k[r - 2] != v[r - 2])
+            type_rules::fail("k has " + std::to_string(k[r - 2]) + " keys, v " +
+                             std::to_string(v[r - 2]) + " values");
+          if (in.size() == 4) {
+            if (in[3].dtype != DType::boolean)
+              type_rules::fail("the mask must be bool, got " +
+                               std::string(dtype_name(in[3].dtype)));
+            Shape scores = q;
+            scores.back() = k[r - 2];
+            const Shape& m = in[3].shape;
+            bool fits = m.size() <= r;
+            for (std::size_t i = 0; fits && i < m.size(); ++i)
+              fits = m[m.size() - 1 - i] == 1 || m[m.size() - 1 - i] == scores[r - 1 - i];
+            if (!fits)
+              type_rules::fail("the mask " + to_string(m) + " does not broadcast to the scores " +
+                               to_string(scores));
+          }
+          Shape out = q;
+          out.back() = v[r - 1];
+          return TensorType{in[0].dtype, out};
+        },
+    .lower =
+        [](std::span<const Value> in, const Attrs& a) {
+          Value q = in[0], k = in[1], v = in[2];
+          int64_t tq = q.shape()[q.shape().size() - 2], tk = k.shape()[k.shape().size() - 2];
+          double scale =
+              a.real != 0.0 ? a.real : 1.0 / std::sqrt(static_cast<double>(q.shape().back()));
+          // Scores and softmax in f32 when q, k, v are 16-bit (the fused kernels do the same).
+          bool narrow = q.dtype() == DType::bf16 || q.dtype() == DType::f16;
+          Value scores = matmul(q, transpose(k, -2, -1));
+          if (narrow) scores = cast(scores, DType::f32);
+          scores = scores * scale;
+          if (a.flag) {
+            Graph& g = *scores.graph;
+            Value row = iota(g, DType::i32, {tq, tk}, 0), col = iota(g, DType::i32, {tq, tk}, 1);
+            scores = where(less_equal(col, row), scores, -1e9);
+          }
+          if (in.size() == 4) scores = where(in[3], scores, -1e9);
+          Value p = softmax(scores, -1);
+          return matmul(narrow ? cast(p, q.dtype()) : p, v);
+        },
+    .reference =
+        [](Args in, const Attrs& a, const TensorType& result) {
+          const F64Tensor &q = in[0], &k = in[1], &v = in[2];
+          std::size_t r = q.shape.size();
+          int64_t tq = q.shape[r - 2], d = q.shape[r - 1], tk = k.shape[r - 2], dv = v.shape[r - 1];
+          int64_t batches = numel(q.shape) / std::max<int64_t>(1, tq * d);
+          double scale = a.real != 0.0 ? a.real : 1.0 / std::sqrt(static_cast<double>(d));
+          F64Tensor out{result.shape, std::vector<double>(numel(result.shape))};
+          Shape scores_shape = q.shape;
+          scores_shape.back() = tk;
+          std::vector<double> s(static_cast<std::size_t>(tk));
+          for (int64_t b = 0; b < batches; ++b)
+            for (int64_t i = 0; i < tq; ++i) {
+              double top = -INFINITY;
+              for (int64_t j = 0; j < tk; ++j) {
+                double dot = 0;
+                for (int64_t c = 0; c < d; ++c)
+                  dot += q.data[(b * tq + i) * d + c] * k.data[(b * tk + j) * d + c];
+                bool keep = !(a.flag && j > i);
+                if (in.size() == 4) {
+                  std::vector<int64_t> idx =
+                      reference::unravel((b * tq + i) * tk + j, scores_shape);
+                  keep = keep && reference::broadcast_at(in[3], idx) != 0.0;
+                }
+                s[j] = keep ? dot * scale : -1e9;
+                top = std::max(top, s[j]);
+              }
+              double total = 0;
+              for (double& x : s)
+                total += (x = std::exp(x - top));
+              for (int64_t c = 0; c < dv; ++c) {
+                double acc = 0;
+                for (int64_t j = 0; j < tk; ++j)
+                  acc += s[j] / total * v.data[(b * tk + j) * dv + c];
+                out.data[(b * tq + i) * dv + c] = acc;
+              }
+            }
+          return out;
+        },
+    .test_cases =
+        [] {
+          return std::vector<OpTestCase>{
+              {{TestOperand{DType::f64, {2, 3, 4}}, TestOperand{DType::f64, {2, 5, 4}},
+                TestOperand{DType::f64, {2, 5, 3}}},
+               Attrs{}},
+              {{TestOperand{DType::f64, {1, 2, 4, 8}}, TestOperand{DType::f64, {1, 2, 4, 8}},
+                TestOperand{DType::f64, {1, 2, 4, 8}}},
+               Attrs{.real = 0.5, .flag = true}},
+              {{TestOperand{DType::f64, {2, 3, 4}}, TestOperand{DType::f64, {2, 3, 4}},
+                TestOperand{DType::f64, {2, 3, 2}}, TestOperand{DType::boolean, {3, 3}, 0, 2}},
+               Attrs{}}};
+        },
 };
 
 } // namespace sinter::op_defs

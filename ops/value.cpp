@@ -240,6 +240,11 @@ Value cross_entropy(Value logits, Value labels) {
 Value dropout(Value x, double p, Value key) {
   return emit(OpId::dropout, {x, key}, Attrs{.real = p});
 }
+Value attention(Value q, Value k, Value v, const AttentionOptions& options) {
+  Attrs attrs{.real = options.scale, .flag = options.causal};
+  if (options.mask) return emit(OpId::attention, {q, k, v, options.mask}, attrs);
+  return emit(OpId::attention, {q, k, v}, attrs);
+}
 Value cross_entropy_mean(Value logits, Value labels) {
   return emit(OpId::cross_entropy_mean, {logits, labels});
 }

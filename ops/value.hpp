@@ -96,6 +96,16 @@ Value cross_entropy_mean(Value logits, Value labels);
 /// given integer scalar `key` (derive it from the seed and the step).
 Value dropout(Value x, double p, Value key);
 
+struct AttentionOptions {
+  bool causal = false; ///< query i attends to keys j <= i only (top-left aligned)
+  double scale = 0.0;  ///< multiplies q · kᵀ; 0 means 1/√D
+  Value mask;          ///< optional bool, broadcastable to [..., Tq, Tk]: true = attend
+};
+/// Scaled dot-product attention, softmax(scale · q · kᵀ, masked) · v: q [..., Tq, D],
+/// k [..., Tk, D], v [..., Tk, Dv] -> [..., Tq, Dv]. Masked scores are -1e9 (a fully masked
+/// row averages v). Under autocast it works in the low precision with an f32 softmax.
+Value attention(Value q, Value k, Value v, const AttentionOptions& options = {});
+
 /// Scoped model path for nodes built inside it (`blocks.3.attn`), restored on destruction.
 class ScopeGuard {
 public:

@@ -35,18 +35,19 @@ struct MultiHeadAttention {
       return reshape(slice(split, {i, 0, 0, 0, 0}, {i + 1, b, heads, t, dh}), {b, heads, t, dh});
     };
     Value q = part(0), k = part(1), v = part(2);
-    Value scores = matmul(q, transpose(k, -2, -1)) * (1.0 / std::sqrt(static_cast<double>(dh)));
-    if (causal) {
-      Graph& g = *scores.graph;
-      Value row = iota(g, DType::i32, {t, t}, 0), col = iota(g, DType::i32, {t, t}, 1);
-      scores = where(less_equal(col, row), scores, scalar_like(scores, -1e9));
-    }
-    Value attended = matmul(softmax(scores, -1), v);                    // [B, H, T, Dh]
+    Value attended = sinter::attention(q, k, v, {.causal = causal});    // [B, H, T, Dh]
     Value merged = reshape(permute(attended, {0, 2, 1, 3}), {b, t, d}); // [B, T, D]
     scope in_proj("proj");
     return proj(Var(merged));
   }
 };
+
+/// Scaled dot-product attention over Vars (ops/value.hpp's attention: q [..., Tq, D],
+/// k [..., Tk, D], v [..., Tk, Dv]; options causal, scale, bool mask).
+inline Var attention(const Var& q, const Var& k, const Var& v,
+                     const AttentionOptions& options = {}) {
+  return Var(sinter::attention(q.value(), k.value(), v.value(), options));
+}
 
 /// Pre-norm block: x + attn(ln1(x)), then x + mlp(ln2(x)) with a 4× GELU MLP.
 struct TransformerBlock {

@@ -53,7 +53,7 @@ public:
   std::span<std::byte> bytes() {
     settle();
     source_.reset();
-    stamp_ = new_stamp();
+    stamp_ = 0; // a new stamp is drawn when one is next asked for
     return bytes_;
   }
   std::span<const std::byte> bytes() const {
@@ -74,7 +74,10 @@ public:
   /// Identifies the tensor's current value without reading it: a new stamp whenever the value
   /// may change (writable bytes(), set, defer, a copy), carried along by moves and swaps. A
   /// training step compares stamps to notice a parameter replaced or edited between steps.
-  uint64_t stamp() const { return stamp_; }
+  uint64_t stamp() const {
+    if (stamp_ == 0) stamp_ = new_stamp();
+    return stamp_;
+  }
 
   double at(int64_t flat_index) const;
   void set(int64_t flat_index, double value);
@@ -94,7 +97,7 @@ private:
 
   DType dtype_ = DType::f32;
   Shape shape_;
-  uint64_t stamp_ = new_stamp();
+  mutable uint64_t stamp_ = 0; ///< 0: changed since the last stamp() (drawn lazily: writes stay cheap)
   mutable std::vector<std::byte> bytes_;
   std::shared_ptr<const DeferredBytes> source_;
   mutable bool pending_ = false;
