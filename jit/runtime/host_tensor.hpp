@@ -97,7 +97,8 @@ private:
 
   DType dtype_ = DType::f32;
   Shape shape_;
-  mutable uint64_t stamp_ = 0; ///< 0: changed since the last stamp() (drawn lazily: writes stay cheap)
+  mutable uint64_t stamp_ =
+      0; ///< 0: changed since the last stamp() (drawn lazily: writes stay cheap)
   mutable std::vector<std::byte> bytes_;
   std::shared_ptr<const DeferredBytes> source_;
   mutable bool pending_ = false;
