@@ -62,6 +62,12 @@ HostTensor HostTensor::from_doubles(DType dtype, Shape shape, std::span<const do
     throw std::invalid_argument("sinter: " + std::to_string(values.size()) + " values for shape " +
                                 sinter::to_string(t.shape()) + " (needs " +
                                 std::to_string(t.size()) + ")");
+  if (dtype == DType::f32) { // in bulk: the same values set() stores
+    auto* out = reinterpret_cast<float*>(t.bytes().data());
+    for (std::size_t i = 0; i < values.size(); ++i)
+      out[i] = static_cast<float>(values[i]);
+    return t;
+  }
   for (std::size_t i = 0; i < values.size(); ++i)
     t.set(static_cast<int64_t>(i), values[i]);
   return t;
