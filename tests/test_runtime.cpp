@@ -2,6 +2,7 @@
 #include "jit/api.hpp"
 #include "jit/backend/context.hpp"
 #include "jit/backend/cpu/thread_pool.hpp"
+#include "jit/ir/half.hpp"
 #include "jit/runtime/host_tensor.hpp"
 #include "jit/runtime/kernel_cache.hpp"
 
@@ -21,6 +22,7 @@
 #include <fstream>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <sys/wait.h>
@@ -87,6 +89,43 @@ void flip_byte(const fs::path& file, std::uintmax_t offset) {
 } // namespace
 
 // ---- ThreadPool -------------------------------------------------------------------------
+
+TEST_CASE("f16 and bf16 conversions are exact both ways and round like the op semantics",
+          "[runtime]") {
+  // Every f16 value survives f16 -> f32 -> f16 (NaNs stay NaN), and widening is exact.
+  int mismatches = 0;
+  for (uint32_t h = 0; h < 65536; ++h) {
+    auto bits = static_cast<uint16_t>(h);
+    float f = f16_value(bits);
+    bool nan = ((bits >> 10) & 0x1f) == 0x1f && (bits & 0x3ff) != 0;
+    if (nan ? !std::isnan(f) : f16_bits(f) != bits) ++mismatches;
+  }
+  CHECK(mismatches == 0);
+  CHECK(f16_value(0x3c00) == 1.0f);
+  CHECK(f16_value(0x0001) == std::ldexp(1.0f, -24)); // smallest subnormal
+  CHECK(f16_value(0x7bff) == 65504.0f);
+  // Rounding matches ops' round_to_dtype (an independent definition) over the whole range:
+  // normal, subnormal, ties, overflow.
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> exponent(-30.0, 17.0);
+  std::uniform_int_distribution<int> sign(0, 1);
+  for (int i = 0; i < 200000 && mismatches < 10; ++i) {
+    auto v = static_cast<float>((sign(rng) ? -1.0 : 1.0) * std::exp2(exponent(rng)));
+    if (f16_value(f16_bits(v)) != static_cast<float>(round_to_dtype(v, DType::f16))) {
+      ++mismatches;
+      INFO(v);
+    }
+    if (bf16_value(bf16_bits(v)) != static_cast<float>(round_to_dtype(v, DType::bf16)))
+      ++mismatches;
+  }
+  // Ties to even, with odd and even lower neighbours, normal and subnormal.
+  for (float tie : {1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 65520.0f, 65519.0f,
+                    std::ldexp(3.0f, -25), std::ldexp(5.0f, -25), std::ldexp(3.0f, -26)})
+    CHECK(f16_value(f16_bits(tie)) == static_cast<float>(round_to_dtype(tie, DType::f16)));
+  CHECK(mismatches == 0);
+  CHECK(std::isinf(f16_value(f16_bits(1e6f))));
+  CHECK(std::isnan(f16_value(f16_bits(NAN))));
+}
 
 TEST_CASE("parallel_for covers every index exactly once in chunks of at least min_chunk",
           "[runtime]") {
