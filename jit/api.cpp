@@ -1,5 +1,6 @@
 // jit/api.cpp — CompiledGraph: pipeline at construction, checked inputs, interpreter execution
 #include "jit/api.hpp"
+#include "jit/runtime/phase_timer.hpp"
 
 #include "jit/backend/backends.hpp"
 #include "jit/backend/context.hpp"
@@ -66,7 +67,10 @@ CompiledGraph::CompiledGraph(Graph traced, std::optional<AutodiffOptions> autodi
   DumpSelection dump = DumpSelection::from_environment();
   graph_ = Pipeline::standard(std::move(autodiff)).run(std::move(traced), dump, std::cerr);
   Context& ctx = context ? *context : Context::global();
-  executable_ = backend_entry(device_.backend).compile(graph_, device_, ctx);
+  {
+    PhaseTimer timer("backend (fuse, plan, kernels)");
+    executable_ = backend_entry(device_.backend).compile(graph_, device_, ctx);
+  }
   executable_->dump(dump, std::cerr);
   compile_seconds_ =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -1,6 +1,8 @@
 // jit/pipeline/pipeline.cpp — runs the named passes, verify() after each, SINTER_DUMP output
 #include "jit/pipeline/pipeline.hpp"
 
+#include "jit/runtime/phase_timer.hpp"
+
 #include "ops/registry.hpp"
 
 #include <cstdlib>
@@ -31,6 +33,7 @@ Graph Pipeline::run(Graph graph, const DumpSelection& dump, std::ostream& dump_t
   verify(graph);
   if (dump.wants("trace")) dump_to << "// sinter IR after trace\n" << graph.print();
   for (const Pass& pass : passes_) {
+    PhaseTimer timer(pass.name);
     graph = pass.run(graph);
     verify(graph);
     if (dump.wants(pass.name))

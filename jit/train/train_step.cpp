@@ -4,9 +4,11 @@
 #include "jit/api.hpp"
 
 #include "jit/backend/context.hpp"
+#include "jit/runtime/phase_timer.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 
 namespace sinter {
@@ -189,13 +191,21 @@ std::vector<HostTensor> TrainStep::scalar_inputs(double lr) const {
   return out;
 }
 
-const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> batch) {
+std::string TrainStep::batch_key(std::span<const HostTensor> batch) {
   std::string key;
   for (const HostTensor& t : batch)
     key += to_string(TensorType{t.dtype(), t.shape()}) + ";";
+  return key;
+}
+
+const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> batch) {
+  std::string key = batch_key(batch);
   if (auto it = by_batch_types_.find(key); it != by_batch_types_.end()) return *it->second;
 
+  std::optional<PhaseTimer> phase;
+  phase.emplace("trace");
   Graph forward_ = trace_(batch);
+  phase.reset();
   if (forward_.outputs().empty() || !forward_.type(forward_.outputs()[0].id).shape.empty())
     throw std::invalid_argument("sinter: the loss (output 0) must be a scalar, got " +
                                 (forward_.outputs().empty()
@@ -227,8 +237,10 @@ const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> b
 
   auto compiled = std::make_unique<Compiled>();
   Device backend = default_device();
+  phase.emplace("autocast");
   std::size_t differentiated = apply_amp(forward_, options_);
   if (options_.amp != AmpMode::off) forward_ = read_low_copies(forward_);
+  phase.emplace("autodiff and update");
   std::vector<std::string> wrt = names_;
   for (const LowCopy& copy : low_copies_)
     if (std::any_of(forward_.inputs().begin(), forward_.inputs().end(),
@@ -273,9 +285,11 @@ const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> b
     auto updates = append_update(grads, names_, params, gs, options_.update);
     set_update_outputs(grads, names_, updates, options_.update.optimizer, true);
     add_low_copy_outputs(grads, updates);
+    phase.reset(); // the passes and the backend time themselves
     compiled->step =
         std::make_unique<CompiledGraph>(std::move(grads), std::nullopt, backend, context_);
   } else {
+    phase.reset(); // the passes and the backend time themselves
     compiled->step =
         std::make_unique<CompiledGraph>(std::move(grads), std::nullopt, backend, context_);
     Graph apply;
@@ -335,8 +349,12 @@ const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> b
 }
 
 LossHandle TrainStep::operator()(std::span<const HostTensor> batch, double lr) {
+  bool first_run = !by_batch_types_.contains(batch_key(batch));
   const Compiled& c = compiled_for(batch);
   last_ = &c;
+  // The first run of a program includes uploads and, on a GPU, graph capture.
+  std::optional<PhaseTimer> phase;
+  if (first_run) phase.emplace("first run");
   refresh_low_copies();
   std::vector<HostTensor> scalars = scalar_inputs(lr);
   auto gather = [&](const std::vector<Slot>& slots) {

@@ -91,6 +91,7 @@ private:
     std::string state;
   };
   const Compiled& compiled_for(std::span<const HostTensor> batch);
+  static std::string batch_key(std::span<const HostTensor> batch);
   Graph read_low_copies(const Graph& forward);
   void refresh_low_copies();
   std::vector<HostTensor> scalar_inputs(double lr) const;
