@@ -90,6 +90,30 @@ void flip_byte(const fs::path& file, std::uintmax_t offset) {
 
 // ---- ThreadPool -------------------------------------------------------------------------
 
+namespace {
+/// Resident memory of this process in bytes (Linux: /proc/self/statm, field 2, in pages).
+std::size_t resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  std::size_t total = 0, resident = 0;
+  statm >> total >> resident;
+  return resident * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+}
+} // namespace
+
+TEST_CASE("a tensor costs resident memory only once it is written", "[runtime]") {
+  // A GPU step's deferred results and freshly made outputs must not fill host RAM (GPT-2
+  // small has 2 GB of parameters and optimizer state per copy).
+  constexpr int64_t elements = 64 << 20; // 256 MiB of f32
+  std::size_t before = resident_bytes();
+  HostTensor t(DType::f32, {elements});
+  std::size_t made = resident_bytes();
+  CHECK(made - std::min(made, before) < (32u << 20));
+  CHECK(t.at(elements - 1) == 0.0); // zero-filled all the same
+  auto bytes = t.bytes();
+  std::fill(bytes.begin(), bytes.end(), std::byte{1});
+  CHECK(resident_bytes() - made > (200u << 20));
+}
+
 TEST_CASE("f16 and bf16 conversions are exact both ways and round like the op semantics",
           "[runtime]") {
   // Every f16 value survives f16 -> f32 -> f16 (NaNs stay NaN), and widening is exact.

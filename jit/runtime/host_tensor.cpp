@@ -6,7 +6,9 @@
 #include <atomic>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <stdexcept>
 
 namespace sinter {
@@ -36,13 +38,38 @@ uint64_t HostTensor::new_stamp() {
   return next++;
 }
 
+ZeroedBytes::ZeroedBytes(std::size_t size) : size_(size) {
+  if (size == 0) return;
+  data_ = static_cast<std::byte*>(std::calloc(size, 1));
+  if (!data_) throw std::bad_alloc();
+}
+
+ZeroedBytes::ZeroedBytes(const ZeroedBytes& other) : ZeroedBytes(other.size_) {
+  if (size_) std::memcpy(data_, other.data_, size_);
+}
+
+ZeroedBytes& ZeroedBytes::operator=(const ZeroedBytes& other) {
+  if (this != &other) *this = ZeroedBytes(other);
+  return *this;
+}
+
+ZeroedBytes& ZeroedBytes::operator=(ZeroedBytes&& other) noexcept {
+  if (this != &other) {
+    std::free(data_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+ZeroedBytes::~ZeroedBytes() { std::free(data_); }
+
 HostTensor::HostTensor(DType dtype, Shape shape)
     : dtype_(dtype), shape_(std::move(shape)),
       bytes_(static_cast<std::size_t>(numel(shape_)) * dtype_bytes(dtype)) {}
 
 HostTensor::HostTensor(const HostTensor& other)
-    : dtype_(other.dtype_), shape_(other.shape_),
-      bytes_(other.bytes().begin(), other.bytes().end()) {}
+    : dtype_(other.dtype_), shape_(other.shape_), bytes_((other.settle(), other.bytes_)) {}
 
 HostTensor& HostTensor::operator=(const HostTensor& other) {
   if (this != &other) *this = HostTensor(other);
@@ -50,7 +77,8 @@ HostTensor& HostTensor::operator=(const HostTensor& other) {
 }
 
 void HostTensor::defer(std::shared_ptr<const DeferredBytes> source) {
-  bytes_.resize(static_cast<std::size_t>(numel(shape_)) * dtype_bytes(dtype_));
+  std::size_t size = static_cast<std::size_t>(numel(shape_)) * dtype_bytes(dtype_);
+  if (bytes_.size() != size) bytes_ = ZeroedBytes(size); // untouched until fetched
   source_ = std::move(source);
   pending_ = source_ != nullptr;
   stamp_ = 0;

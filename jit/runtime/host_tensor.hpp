@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace sinter {
@@ -19,6 +20,30 @@ public:
   /// Copies the value into `into` (the tensor's size). Throws std::logic_error if the value
   /// no longer exists.
   virtual void fetch(std::span<std::byte> into) const = 0;
+};
+
+/// Zero-filled bytes from calloc. A large buffer comes as fresh pages that the OS maps on first
+/// write, so a tensor nobody wrote or read (a deferred GPU result, a just-made output) adds no
+/// resident memory; std::vector would zero every page by hand.
+class ZeroedBytes {
+public:
+  ZeroedBytes() = default;
+  explicit ZeroedBytes(std::size_t size);
+  ZeroedBytes(const ZeroedBytes& other);
+  ZeroedBytes& operator=(const ZeroedBytes& other);
+  ZeroedBytes(ZeroedBytes&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+  ZeroedBytes& operator=(ZeroedBytes&& other) noexcept;
+  ~ZeroedBytes();
+  std::byte* data() const { return data_; }
+  std::size_t size() const { return size_; }
+  operator std::span<std::byte>() const { return {data_, size_}; }
+  std::byte* begin() const { return data_; }
+  std::byte* end() const { return data_ + size_; }
+
+private:
+  std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
 };
 
 /// Owns its bytes. Values convert to and from double at the edges (tests, printing, the
@@ -99,7 +124,7 @@ private:
   Shape shape_;
   mutable uint64_t stamp_ =
       0; ///< 0: changed since the last stamp() (drawn lazily: writes stay cheap)
-  mutable std::vector<std::byte> bytes_;
+  mutable ZeroedBytes bytes_;
   std::shared_ptr<const DeferredBytes> source_;
   mutable bool pending_ = false;
 };
