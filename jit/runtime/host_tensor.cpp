@@ -10,6 +10,7 @@
 #include <cstring>
 #include <new>
 #include <stdexcept>
+#include <sys/mman.h>
 
 namespace sinter {
 namespace {
@@ -38,10 +39,31 @@ uint64_t HostTensor::new_stamp() {
   return next++;
 }
 
+namespace {
+// Buffers from here up are mapped directly: fresh zero pages, whatever the allocator's
+// settings (MALLOC_PERTURB_ makes glibc write into calloc'd memory).
+constexpr std::size_t mapped_from = std::size_t{1} << 20;
+} // namespace
+
 ZeroedBytes::ZeroedBytes(std::size_t size) : size_(size) {
   if (size == 0) return;
+  if (size >= mapped_from) {
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    data_ = static_cast<std::byte*>(p);
+    return;
+  }
   data_ = static_cast<std::byte*>(std::calloc(size, 1));
   if (!data_) throw std::bad_alloc();
+}
+
+void ZeroedBytes::release() {
+  if (!data_) return;
+  if (size_ >= mapped_from)
+    munmap(data_, size_);
+  else
+    std::free(data_);
+  data_ = nullptr;
 }
 
 ZeroedBytes::ZeroedBytes(const ZeroedBytes& other) : ZeroedBytes(other.size_) {
@@ -55,14 +77,14 @@ ZeroedBytes& ZeroedBytes::operator=(const ZeroedBytes& other) {
 
 ZeroedBytes& ZeroedBytes::operator=(ZeroedBytes&& other) noexcept {
   if (this != &other) {
-    std::free(data_);
+    release();
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
   }
   return *this;
 }
 
-ZeroedBytes::~ZeroedBytes() { std::free(data_); }
+ZeroedBytes::~ZeroedBytes() { release(); }
 
 HostTensor::HostTensor(DType dtype, Shape shape)
     : dtype_(dtype), shape_(std::move(shape)),

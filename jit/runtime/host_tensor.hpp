@@ -22,9 +22,10 @@ public:
   virtual void fetch(std::span<std::byte> into) const = 0;
 };
 
-/// Zero-filled bytes from calloc. A large buffer comes as fresh pages that the OS maps on first
-/// write, so a tensor nobody wrote or read (a deferred GPU result, a just-made output) adds no
-/// resident memory; std::vector would zero every page by hand.
+/// Zero-filled bytes: calloc for small buffers, an anonymous mapping from 1 MiB up. A large
+/// buffer is fresh pages that the OS maps on first write, so a tensor nobody wrote or read (a
+/// deferred GPU result, a just-made output) adds no resident memory; std::vector would zero
+/// every page by hand.
 class ZeroedBytes {
 public:
   ZeroedBytes() = default;
@@ -42,6 +43,7 @@ public:
   std::byte* end() const { return data_ + size_; }
 
 private:
+  void release();
   std::byte* data_ = nullptr;
   std::size_t size_ = 0;
 };
