@@ -12,9 +12,10 @@ namespace sinter {
 /// Rebuilds the live part of `graph` (nodes reachable from its outputs, plus all inputs) into a
 /// fresh graph, node by node in order. `replace` sees each node with its operands already
 /// rebuilt and returns a replacement, or a null Value to copy the node as it is. Nodes keep
-/// their model-path scope; hash-consing in the new graph merges duplicates.
+/// their model-path scope; hash-consing in the new graph merges duplicates. A replacement must
+/// keep the node's type unless `may_retype` (autocast): then outputs keep what they map to.
 using NodeRewrite = std::function<Value(const Node& node, std::span<const Value> operands)>;
-Graph rebuild(const Graph& graph, const NodeRewrite& replace);
+Graph rebuild(const Graph& graph, const NodeRewrite& replace, bool may_retype = false);
 
 struct AutodiffOptions {
   /// Names of the inputs to differentiate with respect to (empty = every float input).

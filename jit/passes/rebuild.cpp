@@ -3,7 +3,7 @@
 
 namespace sinter {
 
-Graph rebuild(const Graph& graph, const NodeRewrite& replace) {
+Graph rebuild(const Graph& graph, const NodeRewrite& replace, bool may_retype) {
   std::vector<bool> live(graph.size(), false);
   for (const NamedValue& out : graph.outputs())
     live[out.id] = true;
@@ -36,7 +36,7 @@ Graph rebuild(const Graph& graph, const NodeRewrite& replace) {
         copy.inputs[i] = operands[i].id;
       v = Value{&out, out.add(std::move(copy))};
     }
-    if (v.type() != n.type)
+    if (!may_retype && v.type() != n.type)
       throw VerifyError("sinter: rewrite of %" + std::to_string(id) + " (" +
                         std::string(op_name(n.op)) + ") changed its type from " +
                         to_string(n.type) + " to " + to_string(v.type()));
