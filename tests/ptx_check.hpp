@@ -77,7 +77,8 @@ inline std::size_t check_ptx(const Graph& graph) {
   static TempDir dir("sinter-ptx");
   static std::optional<std::filesystem::path> ptxas = find_ptxas();
   REQUIRE(ptxas); // assembling nothing must not pass
-  FusionPlan plan = fuse(graph);
+  Graph gpu = for_nvptx(graph);
+  FusionPlan plan = fuse(gpu);
   std::size_t checked = 0;
   for (std::size_t i = 0; i < plan.kernels.size(); ++i) {
     const Kernel& kernel = plan.kernels[i];

@@ -159,6 +159,15 @@ TEST_CASE("a bf16 GPT step has no kernel that only casts: casts join their neigh
     for (const Kernel& k : plan->kernels)
       low_gemms += k.kind == KernelKind::gemm && plan->graph->type(k.root).dtype != DType::f32;
     CHECK(low_gemms > 0);
+    // MultiHeadAttention runs fused, in the low precision: per block, one forward kernel (o
+    // and the row log-sum-exp) and one backward kernel (dq, dk, dv).
+    std::size_t attention_kernels = 0;
+    for (const Kernel& k : plan->kernels)
+      if (k.kind == KernelKind::attention) {
+        ++attention_kernels;
+        CHECK(plan->graph->type(k.root).dtype == (mode == amp::bf16 ? DType::bf16 : DType::f16));
+      }
+    CHECK(attention_kernels == 2 * 2);
     for (int i = 0; i < 20; ++i)
       step(x, y);
     CHECK(step(x, y).loss.value() < first);

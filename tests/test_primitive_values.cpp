@@ -10,12 +10,13 @@
 // mul, div, neg, pow, maximum, minimum, exp, log, sqrt, rsqrt, tanh, erf, abs, softplus (its
 // known_values), less, less_equal,
 // equal, not_equal, where, cast, stop_gradient, reduce_sum, reduce_max, matmul, reshape,
-// permute, broadcast, slice, pad, concat, gather, scatter_add.
+// permute, broadcast, slice, pad, concat, gather, scatter_add, fused_attention,
+// fused_attention_lse, fused_attention_grad.
 // Composites, not covered here: they are lowered to primitives before any backend or the
 // interpreter sees them, and their forward test compares that lowering with an independent
 // reference: greater, greater_equal, sigmoid, relu, gelu_tanh, gelu_erf, sum, mean, max,
 // logsumexp, transpose, broadcast_to, softmax, log_softmax, layernorm, cross_entropy,
-// cross_entropy_mean, dropout.
+// cross_entropy_mean, dropout, attention.
 #include "jit/interp/interpreter.hpp"
 #include "ops/registry.hpp"
 #include "ops/value.hpp"
@@ -432,6 +433,57 @@ PRIMITIVE_CASE(scatter_add, "scatter_add: an index outside the rows is an error"
   CHECK_THROWS_AS(
       run(OpId::scatter_add, {{i32, {1}, {3}}, {f64, {1, 2}, {1, 2}}}, Attrs{.ints = {3}}),
       std::out_of_range);
+}
+
+// ---- fused attention ----------------------------------------------------------------------
+
+// One query [1, 0] against keys [1, 0] and [0, 1] with scale 1: scores (1, 0), weights
+// (σ(1), 1 - σ(1)) = (e/(1+e), 1/(1+e)), log-sum-exp log(1 + e).
+constexpr double sigmoid_1 = 0.7310585786300049;        // e / (1 + e)
+constexpr double sigmoid_prime_1 = 0.19661193324148185; // σ(1)(1 - σ(1))
+constexpr double log_1_plus_e = 1.3132616875182228;
+const Operand attention_q{f64, {1, 2}, {1, 0}}, attention_k{f64, {2, 2}, {1, 0, 0, 1}},
+    attention_v{f64, {2, 1}, {1, 0}};
+
+PRIMITIVE_CASE(fused_attention, "fused_attention: softmax(scale · q · kᵀ) · v") {
+  expect(run(OpId::fused_attention, {attention_q, attention_k, attention_v}, Attrs{.real = 1}), f64,
+         {1, 1}, {sigmoid_1});
+  // Causal: query 0 sees key 0 only, query 1 both (scores 0 and 1 with q = [0, 1]).
+  expect(run(OpId::fused_attention,
+             {{f64, {2, 2}, {1, 0, 0, 1}}, attention_k, {f64, {2, 1}, {2, 6}}},
+             Attrs{.real = 1, .flag = true}),
+         f64, {2, 1}, {2, 2 * (1 - sigmoid_1) + 6 * sigmoid_1});
+  // A fully masked row averages v.
+  expect(run(OpId::fused_attention,
+             {attention_q, attention_k, {f64, {2, 1}, {2, 6}}, {boolean, {1, 2}, {0, 0}}},
+             Attrs{.real = 1}),
+         f64, {1, 1}, {4});
+}
+
+PRIMITIVE_CASE(fused_attention_lse, "fused_attention_lse: each query row's log-sum-exp") {
+  expect(run(OpId::fused_attention_lse, {attention_q, attention_k, attention_v}, Attrs{.real = 1}),
+         f64, {1}, {log_1_plus_e});
+  // A fully masked row scores 0 for every key: log(2).
+  expect(run(OpId::fused_attention_lse,
+             {attention_q, attention_k, attention_v, {boolean, {1, 2}, {0, 0}}}, Attrs{.real = 1}),
+         f64, {1}, {0.69314718055994531});
+}
+
+PRIMITIVE_CASE(fused_attention_grad, "fused_attention_grad: dq, dk and dv from o, lse and do") {
+  // do = 1: dv = the weights; ds = p ∘ (dp - do·o) = (σ', -σ') with dp = v = (1, 0);
+  // dq = ds · k, dk = dsᵀ · q.
+  std::vector<Operand> operands{attention_q,
+                                attention_k,
+                                attention_v,
+                                {f64, {1, 1}, {sigmoid_1}},
+                                {f64, {1}, {log_1_plus_e}},
+                                {f64, {1, 1}, {1}}};
+  expect(run(OpId::fused_attention_grad, operands, Attrs{.ints = {0}, .real = 1}), f64, {1, 2},
+         {sigmoid_prime_1, -sigmoid_prime_1});
+  expect(run(OpId::fused_attention_grad, operands, Attrs{.ints = {1}, .real = 1}), f64, {2, 2},
+         {sigmoid_prime_1, 0, -sigmoid_prime_1, 0});
+  expect(run(OpId::fused_attention_grad, operands, Attrs{.ints = {2}, .real = 1}), f64, {2, 1},
+         {sigmoid_1, 1 - sigmoid_1});
 }
 
 // ---- known values from the registry ------------------------------------------------------

@@ -7,6 +7,7 @@
 #include "jit/runtime/kernel_cache.hpp"
 
 #include "capture_stderr.hpp"
+#include "env_override.hpp"
 #include "temp_dir.hpp"
 
 #include <catch2/catch.hpp>
@@ -33,29 +34,11 @@
 
 using namespace sinter;
 using sinter::testing::capture_stderr;
+using sinter::testing::EnvOverride;
 using sinter::testing::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
-
-/// Sets (or unsets, with nullopt) an environment variable and restores it at scope exit.
-struct EnvOverride {
-  std::string name;
-  std::optional<std::string> saved;
-  EnvOverride(std::string variable, std::optional<std::string> value) : name(std::move(variable)) {
-    if (const char* old = std::getenv(name.c_str())) saved = old;
-    if (value)
-      ::setenv(name.c_str(), value->c_str(), 1);
-    else
-      ::unsetenv(name.c_str());
-  }
-  ~EnvOverride() {
-    if (saved)
-      ::setenv(name.c_str(), saved->c_str(), 1);
-    else
-      ::unsetenv(name.c_str());
-  }
-};
 
 std::vector<char> bytes_of(std::string_view text) { return {text.begin(), text.end()}; }
 

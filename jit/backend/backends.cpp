@@ -7,10 +7,21 @@
 #include "jit/interp/interpreter.hpp"
 #include "jit/pipeline/pipeline.hpp"
 
+#include <cstdlib>
 #include <ostream>
 #include <stdexcept>
+#include <string>
+#include <string_view>
 
 namespace sinter {
+
+bool attention_decomposition_requested() {
+  const char* value = std::getenv("SINTER_ATTENTION");
+  if (!value || !*value || std::string_view(value) == "fused") return false;
+  if (std::string_view(value) == "decomposed") return true;
+  throw std::invalid_argument(std::string("sinter: SINTER_ATTENTION='") + value +
+                              "' is not a choice — use fused or decomposed");
+}
 namespace {
 
 /// The float64 reference interpreter behind the Executable interface: no kernels, no arena.

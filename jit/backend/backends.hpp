@@ -22,6 +22,11 @@ struct BackendEntry {
                                          Context& context);
 };
 
+/// SINTER_ATTENTION: `fused` (the default: each backend's fused attention kernels where it has
+/// them) or `decomposed` (GEMMs and a softmax with the scores in memory, to compare or to work
+/// around a kernel). Anything else throws std::invalid_argument naming the accepted values.
+bool attention_decomposition_requested();
+
 /// Every backend, in the order `sinter info` and error messages list them.
 std::span<const BackendEntry> backends();
 /// The entry of `backend`; std::logic_error if it has none.

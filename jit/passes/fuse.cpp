@@ -34,6 +34,9 @@ KernelKind kind_of(OpId op) {
   case OpId::reduce_max: return KernelKind::reduce;
   case OpId::matmul: return KernelKind::gemm;
   case OpId::scatter_add: return KernelKind::scatter_add;
+  case OpId::fused_attention:
+  case OpId::fused_attention_lse:
+  case OpId::fused_attention_grad: return KernelKind::attention;
   default: return KernelKind::loop;
   }
 }
@@ -44,11 +47,14 @@ const char* kind_name(KernelKind k) {
   case KernelKind::reduce: return "reduce";
   case KernelKind::gemm: return "gemm";
   case KernelKind::scatter_add: return "scatter_add";
+  case KernelKind::attention: return "attention";
   }
   return "?";
 }
 
 } // namespace
+
+bool is_fused_attention(OpId op) { return kind_of(op) == KernelKind::attention; }
 
 namespace {
 
@@ -157,6 +163,37 @@ void merge_sibling_loops(FusionPlan& plan) {
   kernels = std::move(kept);
 }
 
+/// The fused attention ops over the same operands become one kernel: the forward takes its
+/// log-sum-exp (which autodiff adds later) and the three gradients share one pass over the
+/// scores. Each joins the first such kernel, which runs after all of its operands exist.
+void merge_attention_kernels(FusionPlan& plan) {
+  const Graph& g = *plan.graph;
+  auto& kernels = plan.kernels;
+  auto same_family = [&](const Node& a, const Node& b) {
+    bool forward_a = a.op != OpId::fused_attention_grad;
+    bool forward_b = b.op != OpId::fused_attention_grad;
+    return forward_a == forward_b && a.inputs == b.inputs && a.attrs.real == b.attrs.real &&
+           a.attrs.flag == b.attrs.flag;
+  };
+  std::vector<bool> merged(kernels.size(), false);
+  for (std::size_t j = 0; j < kernels.size(); ++j) {
+    if (kernels[j].kind != KernelKind::attention) continue;
+    for (std::size_t i = 0; i < j; ++i) {
+      if (merged[i] || kernels[i].kind != KernelKind::attention ||
+          !same_family(g.node(kernels[i].root), g.node(kernels[j].root)))
+        continue;
+      kernels[i].extra_outputs.push_back(kernels[j].root);
+      kernels[i].body.push_back(kernels[j].root);
+      merged[j] = true;
+      break;
+    }
+  }
+  std::vector<Kernel> kept;
+  for (std::size_t k = 0; k < kernels.size(); ++k)
+    if (!merged[k]) kept.push_back(std::move(kernels[k]));
+  kernels = std::move(kept);
+}
+
 /// Lets each loop kernel write over a buffer that dies in it, when that is safe.
 void choose_in_place(FusionPlan& plan) {
   const Graph& g = *plan.graph;
@@ -252,6 +289,11 @@ FusionPlan fuse(const Graph& g) {
     return mat[id];
   };
   for (ValueId id = 0; id < n; ++id) {
+    if (is_fused_attention(g.node(id).op)) { // the kernel reads contiguous operands
+      for (ValueId in : g.node(id).inputs)
+        if (!in_buffer(in)) mat[in] = true;
+      continue;
+    }
     if (g.node(id).op != OpId::matmul) continue;
     for (ValueId in : g.node(id).inputs) {
       const Node& operand = g.node(in);
@@ -285,6 +327,12 @@ FusionPlan fuse(const Graph& g) {
       ValueId v = stack.back();
       stack.pop_back();
       k.body.push_back(v);
+      if (k.kind == KernelKind::attention) {
+        for (ValueId in : g.node(v).inputs)
+          if (std::find(k.reads.begin(), k.reads.end(), plan.view_of[in]) == k.reads.end())
+            k.reads.push_back(plan.view_of[in]);
+        break;
+      }
       if (k.kind == KernelKind::gemm && v == id) {
         for (ValueId in : g.node(v).inputs) {
           ValueId src = in;
@@ -321,6 +369,7 @@ FusionPlan fuse(const Graph& g) {
     k.body.erase(std::unique(k.body.begin(), k.body.end()), k.body.end());
     plan.kernels.push_back(std::move(k));
   }
+  merge_attention_kernels(plan);
   merge_sibling_loops(plan);
   choose_in_place(plan);
   return plan;

@@ -13,7 +13,12 @@ enum class KernelKind {
   reduce,      ///< reduce_sum / reduce_max over axes; the operand chain inlined
   gemm,        ///< matmul through the BLAS bridge, operands read from buffers
   scatter_add, ///< accumulating rows at indices (inlined index and update chains)
+  attention,   ///< fused attention (forward with its row log-sum-exp, or the three gradients):
+               ///< a hand-written kernel reading its operands from buffers
 };
+
+/// Whether `op` is one of the fused attention primitives (KernelKind::attention roots).
+bool is_fused_attention(OpId op);
 
 /// How a GEMM operand is read: `logical` (a matrix or batch of matrices, row-major in the memory
 /// of `buffer`), used as is or transposed in its last two dims.

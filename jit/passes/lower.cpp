@@ -36,6 +36,12 @@ Graph lower_selected(const Graph& graph, const std::function<bool(OpId)>& select
   return lower_until_none(graph, [&](OpId op) { return !is_primitive(op) && selected(op); });
 }
 
+Graph decompose(const Graph& graph, const std::function<bool(OpId)>& selected) {
+  Graph expanded = lower_until_none(
+      graph, [&](OpId op) { return (selected(op) && op_def(op).lower) || !is_primitive(op); });
+  return cse(simplify(expanded));
+}
+
 Graph lower(const Graph& graph) {
   return lower_until_none(graph,
                           [](OpId op) { return !is_primitive(op) || op == OpId::stop_gradient; });

@@ -39,6 +39,10 @@ Graph lower(const Graph& graph);
 /// Expands only the composites `selected` accepts (repeatedly, as lowerings may add more);
 /// stop_gradient stays.
 Graph lower_selected(const Graph& graph, const std::function<bool(OpId)>& selected);
+/// Expands the selected primitives into their decompositions (OpDef::lower: fused attention
+/// as GEMMs and a softmax), then any composites those use; simplify and cse after. For a
+/// backend without a native kernel for some primitive.
+Graph decompose(const Graph& graph, const std::function<bool(OpId)>& selected);
 /// Algebraic simplification and constant folding (x*1, x+0, -(-x), permute∘permute, ...).
 Graph simplify(const Graph& graph);
 /// Common-subexpression and dead-code elimination.

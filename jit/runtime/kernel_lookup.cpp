@@ -83,6 +83,7 @@ const char* kind_role(KernelKind kind) {
   case KernelKind::reduce: return "reduce";
   case KernelKind::gemm: return "gemm";
   case KernelKind::scatter_add: return "scatter";
+  case KernelKind::attention: return "attention";
   }
   return "kernel";
 }

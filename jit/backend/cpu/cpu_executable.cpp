@@ -2,13 +2,18 @@
 // bridge
 #include "jit/backend/cpu/cpu_executable.hpp"
 
+#include "jit/api.hpp"
+#include "jit/backend/backends.hpp"
 #include "jit/backend/context.hpp"
 #include "jit/backend/cpu/cpu_schedule.hpp"
 #include "jit/passes/passes.hpp"
 #include "kernels/blas_gemm.hpp"
+#include "kernels/cpu_attention.hpp"
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
+#include <mutex>
 #include <new>
 
 namespace sinter {
@@ -48,6 +53,81 @@ Graph small_matmuls_as_reductions(const Graph& graph) {
   });
 }
 
+/// A fused attention kernel (forward and log-sum-exp, or gradients) through kernels/.
+void run_attention(const FusionPlan& plan, const Kernel& kernel, const std::vector<void*>& pointer,
+                   ThreadPool& pool) {
+  const Graph& g = *plan.graph;
+  const Node& root = g.node(kernel.root);
+  bool backward = root.op == OpId::fused_attention_grad;
+  auto operand = [&](std::size_t i) { return pointer[plan.view_of[root.inputs[i]]]; };
+  std::size_t mask_at = backward ? 6 : 3;
+  const Shape& q = g.type(root.inputs[0]).shape;
+  const Shape& v = g.type(root.inputs[2]).shape;
+  std::size_t r = q.size();
+  kernels::AttentionProblem p;
+  p.dtype = g.type(root.inputs[0]).dtype;
+  p.tq = q[r - 2];
+  p.d = q[r - 1];
+  p.tk = v[r - 2];
+  p.dv = v[r - 1];
+  p.batches = numel(Shape(q.begin(), q.end() - 2));
+  p.scale = root.attrs.real != 0.0 ? root.attrs.real : 1.0 / std::sqrt(static_cast<double>(p.d));
+  p.causal = root.attrs.flag;
+  if (root.inputs.size() > mask_at) {
+    // Strides of the mask over the scores [batch..., Tq, Tk] it broadcasts to (0 where it is 1).
+    const Shape& m = g.type(root.inputs[mask_at]).shape;
+    Shape scores = q;
+    scores.back() = p.tk;
+    std::vector<int64_t> stride(r, 0);
+    int64_t step = 1;
+    for (std::size_t i = r; i-- > 0;) {
+      std::size_t lead = r - m.size();
+      if (i < lead) break;
+      if (m[i - lead] != 1) stride[i] = step;
+      step *= m[i - lead];
+    }
+    p.mask = static_cast<const uint8_t*>(operand(mask_at));
+    p.mask_row_stride = stride[r - 2];
+    p.mask_col_stride = stride[r - 1];
+    p.mask_offset.resize(static_cast<std::size_t>(p.batches));
+    for (int64_t b = 0; b < p.batches; ++b) {
+      int64_t rest = b, offset = 0;
+      for (std::size_t i = r - 2; i-- > 0;) {
+        offset += (rest % scores[i]) * stride[i];
+        rest /= scores[i];
+      }
+      p.mask_offset[static_cast<std::size_t>(b)] = offset;
+    }
+  }
+  if (!backward) {
+    kernels::AttentionForwardArgs a{operand(0), operand(1), operand(2)};
+    for (ValueId out : kernel.outputs()) {
+      if (g.node(out).op == OpId::fused_attention)
+        a.o = pointer[out];
+      else {
+        a.lse = pointer[out];
+        p.lse_dtype = g.type(out).dtype;
+      }
+    }
+    int64_t rows = p.batches * p.tq;
+    int64_t chunk = std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, p.tk * (p.d + p.dv)));
+    pool.parallel_for(rows, chunk, [&](int64_t begin, int64_t end) {
+      kernels::attention_forward(p, a, begin, end);
+    });
+    return;
+  }
+  kernels::AttentionBackwardArgs a{operand(0), operand(1), operand(2),
+                                   operand(3), operand(5), operand(4)};
+  p.lse_dtype = g.type(root.inputs[4]).dtype;
+  for (ValueId out : kernel.outputs())
+    (g.node(out).attrs.ints[0] == 0   ? a.dq
+     : g.node(out).attrs.ints[0] == 1 ? a.dk
+                                      : a.dv) = pointer[out];
+  pool.parallel_for(p.batches, 1, [&](int64_t begin, int64_t end) {
+    kernels::attention_backward(p, a, begin, end);
+  });
+}
+
 } // namespace
 
 CpuExecutable::CpuExecutable(Graph graph, KernelLibrary& library, ThreadPool& pool)
@@ -57,7 +137,9 @@ CpuExecutable::CpuExecutable(Graph graph, KernelLibrary& library, ThreadPool& po
   kernels::set_gemm_threads(1);
   report_.kernels = fusion_.kernels.size();
   for (const Kernel& k : fusion_.kernels)
-    entries_.push_back(k.kind == KernelKind::gemm ? nullptr : library.get(fusion_, k, report_));
+    entries_.push_back(k.kind == KernelKind::gemm || k.kind == KernelKind::attention
+                           ? nullptr
+                           : library.get(fusion_, k, report_));
   report_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   arena_.reset(
       new (std::align_val_t(MemoryPlan::alignment))
@@ -106,6 +188,10 @@ void CpuExecutable::run_into(std::span<const HostTensor* const> inputs,
   std::vector<void*> args;
   for (std::size_t k = 0; k < fusion_.kernels.size(); ++k) {
     const Kernel& kernel = fusion_.kernels[k];
+    if (kernel.kind == KernelKind::attention) {
+      run_attention(fusion_, kernel, pointer, pool_);
+      continue;
+    }
     if (kernel.kind == KernelKind::gemm) {
       const Node& root = g.node(kernel.root);
       Shape a = g.type(kernel.gemm_a.logical).shape, c = root.type.shape;
@@ -161,7 +247,19 @@ void CpuExecutable::run_into(std::span<const HostTensor* const> inputs,
 }
 
 std::unique_ptr<Executable> compile_for_cpu(const Graph& graph, const Device&, Context& context) {
-  auto executable = std::make_unique<CpuExecutable>(graph, context.kernels(), context.pool());
+  bool decompose_attention = false;
+  for (ValueId id = 0; id < graph.size() && !decompose_attention; ++id)
+    decompose_attention = is_fused_attention(graph.node(id).op);
+  decompose_attention = decompose_attention && attention_decomposition_requested();
+  if (decompose_attention) {
+    static std::once_flag said;
+    std::call_once(said, [] {
+      log_line("sinter: attention on cpu: decomposed (SINTER_ATTENTION=decomposed)");
+    });
+  }
+  auto executable = std::make_unique<CpuExecutable>(
+      decompose_attention ? decompose(graph, is_fused_attention) : graph, context.kernels(),
+      context.pool());
   context.cache().record_run_stats();
   return executable;
 }

@@ -176,7 +176,8 @@ void CpuSchedule::emit(KernelEmitter& e, const std::string& name) {
   case KernelKind::reduce: emit_body.reduce(begin, end); break;
   // Serial over the parallel range (1): rows may repeat, so updates must not race.
   case KernelKind::scatter_add: e.emit_serial_scatter(begin, end); break;
-  case KernelKind::gemm: break;
+  case KernelKind::gemm:
+  case KernelKind::attention: break; // library calls, no generated code
   }
   b.CreateRetVoid();
 }
@@ -200,7 +201,8 @@ int64_t parallel_range(const Graph& g, const Kernel& k) {
   case KernelKind::loop: return s.empty() ? 1 : product(s, 0, s.size() - 1);
   case KernelKind::reduce: return reduces_last_axis(g, k) ? numel(s) : product(s, 0, s.size() - 1);
   case KernelKind::scatter_add: return 1;
-  case KernelKind::gemm: return 1;
+  case KernelKind::gemm:
+  case KernelKind::attention: return 1;
   }
   return 1;
 }

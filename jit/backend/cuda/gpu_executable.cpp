@@ -1,7 +1,10 @@
 // jit/backend/cuda/gpu_executable.cpp — executes the launch plan: binding per input set, staging,
 // overlapped uploads, graph capture and replay, carried values, deferred outputs
 #include "jit/backend/cuda/gpu_executable.hpp"
+#include "jit/api.hpp"
+#include "jit/backend/backends.hpp"
 #include "jit/backend/context.hpp"
+#include "jit/backend/cuda/nvptx_target.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -9,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <string_view>
 
@@ -134,8 +138,24 @@ struct GpuExecutable::Carried {
   std::size_t bytes = 0;
 };
 
+namespace {
+/// The graph the GPU runs, saying once per process when attention is decomposed.
+Graph gpu_graph(const Graph& optimized) {
+  bool decomposed = false;
+  (void)attention_decomposition_requested(); // a bad SINTER_ATTENTION is refused here too
+  Graph g = for_nvptx(optimized, &decomposed);
+  static std::once_flag said;
+  if (decomposed)
+    std::call_once(said, [] {
+      log_line("sinter: attention on cuda: decomposed (scores and softmax in memory) — this "
+               "build has no fused CUDA attention kernel");
+    });
+  return g;
+}
+} // namespace
+
 GpuExecutable::GpuExecutable(Graph graph, CudaDevice& device, KernelCache& cache)
-    : graph_(std::make_unique<Graph>(std::move(graph))), fusion_(fuse(*graph_)), memory_(fusion_),
+    : graph_(std::make_unique<Graph>(gpu_graph(graph))), fusion_(fuse(*graph_)), memory_(fusion_),
       device_(device), fp32_(kernels::fp32_math_from_environment()) {
   auto start = std::chrono::steady_clock::now();
   device_.make_current();

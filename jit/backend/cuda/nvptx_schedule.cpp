@@ -309,7 +309,8 @@ void NvptxSchedule::emit(KernelEmitter& e, const std::string& name) {
   case KernelKind::loop: body.loop(); break;
   case KernelKind::reduce: body.reduce(); break;
   case KernelKind::scatter_add: body.scatter(); break;
-  case KernelKind::gemm: break;
+  case KernelKind::gemm:
+  case KernelKind::attention: break; // decomposed before fusion on the GPU (for_nvptx)
   }
   b.CreateRetVoid();
 }
@@ -387,7 +388,8 @@ GpuLaunch gpu_launch(const Graph& g, const Kernel& k) {
     launch.zero_output_first = true;
     return launch;
   }
-  case KernelKind::gemm: break;
+  case KernelKind::gemm:
+  case KernelKind::attention: break; // decomposed before fusion on the GPU (for_nvptx)
   }
   throw std::logic_error("sinter: gemm kernels are library calls, not GPU launches");
 }

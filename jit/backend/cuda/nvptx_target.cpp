@@ -3,6 +3,7 @@
 
 #include "jit/backend/cuda/nvptx_schedule.hpp"
 #include "jit/codegen/llvm_pipeline.hpp"
+#include "jit/passes/passes.hpp"
 
 #include <llvm/Bitcode/BitcodeReader.h>
 #include <llvm/Config/llvm-config.h>
@@ -172,6 +173,14 @@ std::optional<std::filesystem::path> NvptxTarget::find_libdevice() {
   for (const fs::path& p : candidates)
     if (std::error_code ec; fs::is_regular_file(p, ec)) return p;
   return std::nullopt;
+}
+
+Graph for_nvptx(const Graph& optimized, bool* decomposed) {
+  bool any = false;
+  for (ValueId id = 0; id < optimized.size() && !any; ++id)
+    any = is_fused_attention(optimized.node(id).op);
+  if (decomposed) *decomposed = any;
+  return any ? decompose(optimized, is_fused_attention) : optimized;
 }
 
 } // namespace sinter

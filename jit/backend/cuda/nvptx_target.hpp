@@ -9,6 +9,11 @@
 
 namespace sinter {
 
+/// The optimised graph as the GPU runs it: primitives without a CUDA kernel yet (the fused
+/// attention ops) decomposed into ones that have one (GEMMs, a softmax, elementwise work).
+/// `decomposed`, when given, says whether there were any.
+Graph for_nvptx(const Graph& optimized, bool* decomposed = nullptr);
+
 /// Compiles fused kernels to PTX for one compute capability. Needs no GPU and no driver.
 class NvptxTarget {
 public:

@@ -1,0 +1,181 @@
+// tests/test_attention.cpp — fused attention against the decomposed composite (gradients on the
+// interpreter and the CPU), and what the fused plan keeps out of memory
+#include "backend_check.hpp"
+#include "capture_stderr.hpp"
+#include "env_override.hpp"
+
+#include "jit/backend/cuda/nvptx_target.hpp"
+
+#include <catch2/catch.hpp>
+
+namespace sinter::testing {
+namespace {
+
+/// loss = sum(attention(q, k, v, mask?) · r) over one of the attention op's test cases.
+struct AttentionLoss {
+  std::vector<NamedOperand> operands;
+  std::vector<std::string> wrt;
+  Graph graph;
+};
+
+AttentionLoss attention_loss(const OpTestCase& c, DType precision, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  AttentionLoss loss;
+  for (std::size_t i = 0; i < c.operands.size(); ++i) {
+    TestOperand spec = c.operands[i];
+    F64Tensor value = random_operand(spec, rng);
+    if (spec.dtype == DType::f64) spec.dtype = precision;
+    round_all(value, spec.dtype);
+    std::string name = i < 3 ? std::string(1, "qkv"[i]) : "mask";
+    if (i < 3) loss.wrt.push_back(name);
+    loss.operands.push_back({name, TensorType{spec.dtype, spec.shape}, value});
+  }
+  Shape out = c.operands[0].shape;
+  out.back() = c.operands[2].shape.back();
+  F64Tensor r = random_operand(TestOperand{DType::f64, out}, rng);
+  round_all(r, precision);
+  loss.operands.push_back({"r", TensorType{precision, out}, r});
+  loss.graph = build_graph(loss.operands, [&](Graph&, std::vector<Value>& in) {
+    Value mask = in.size() == 5 ? in[3] : Value{};
+    Value y = attention(in[0], in[1], in[2],
+                        {.causal = c.attrs.flag, .scale = c.attrs.real, .mask = mask});
+    return std::vector<Value>{sum(y * in.back())};
+  });
+  return loss;
+}
+
+Graph differentiated(const Graph& g, const std::vector<std::string>& wrt) {
+  return Pipeline::standard(AutodiffOptions{wrt, 0}).run(g, DumpSelection(""), std::cerr);
+}
+
+/// The same loss with attention decomposed before autodiff: its gradient is autodiff's through
+/// GEMMs and a softmax, not the fused backward's.
+Graph differentiated_decomposed(const Graph& g, const std::vector<std::string>& wrt) {
+  return differentiated(decompose(g, is_fused_attention), wrt);
+}
+
+bool has_fused_attention(const Graph& g) {
+  for (ValueId id = 0; id < g.size(); ++id)
+    if (is_fused_attention(g.node(id).op)) return true;
+  return false;
+}
+
+TEST_CASE("attention: the fused backward matches autodiff through the decomposed forward",
+          "[attention]") {
+  auto cases = op_def(OpId::attention).test_cases();
+  REQUIRE(cases.size() >= 3); // plain, causal, masked
+  TestBackend backend("sinter-attention");
+  for (std::size_t k = 0; k < cases.size(); ++k) {
+    INFO("attention case " << k);
+    AttentionLoss loss = attention_loss(cases[k], DType::f64, 31 + k);
+    Graph fused = differentiated(loss.graph, loss.wrt);
+    Graph decomposed = differentiated_decomposed(loss.graph, loss.wrt);
+    REQUIRE(has_fused_attention(fused));
+    REQUIRE_FALSE(has_fused_attention(decomposed));
+    auto values = values_of(loss.operands);
+    std::vector<F64Tensor> want = interpret(decomposed, values);
+    std::vector<F64Tensor> interpreted = interpret(fused, values);
+    CpuExecutable exe(fused, *backend.library, backend.pool);
+    std::vector<HostTensor> compiled = exe.run(as_host(fused, values));
+    REQUIRE(want.size() == 4); // the loss and three gradients
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      INFO(fused.outputs()[i].name);
+      CHECK(max_relative_difference(interpreted[i], want[i]) < 1e-12);
+      CHECK(max_relative_difference(to_f64(compiled[i]), want[i]) < 1e-12);
+    }
+  }
+}
+
+TEST_CASE("attention: the CPU's fused kernels match the decomposition in f32, bf16 and f16",
+          "[attention]") {
+  auto cases = op_def(OpId::attention).test_cases();
+  TestBackend backend("sinter-attention-narrow");
+  for (DType precision : {DType::f32, DType::bf16, DType::f16})
+    for (std::size_t k = 0; k < cases.size(); ++k) {
+      INFO("attention case " << k << " in " << dtype_name(precision));
+      AttentionLoss loss = attention_loss(cases[k], precision, 57 + k);
+      Graph fused = differentiated(loss.graph, loss.wrt);
+      Graph decomposed = differentiated_decomposed(loss.graph, loss.wrt);
+      auto values = values_of(loss.operands);
+      CpuExecutable fused_exe(fused, *backend.library, backend.pool);
+      CpuExecutable decomposed_exe(decomposed, *backend.library, backend.pool);
+      std::vector<HostTensor> got = fused_exe.run(as_host(fused, values));
+      std::vector<HostTensor> want = decomposed_exe.run(as_host(decomposed, values));
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        INFO(fused.outputs()[i].name);
+        // Each side may be off the exact value by a backend's tolerance (they round in
+        // different places: the decomposition also rounds the weights to the low type).
+        CHECK(max_relative_difference(to_f64(got[i]), to_f64(want[i])) <=
+              2 * backend_tolerance(precision, true));
+      }
+    }
+}
+
+/// A causal self-attention step over [B, H, T, D] (q, k and v inputs), differentiated.
+Graph causal_step(int64_t t) {
+  Graph g;
+  TensorType type{DType::f32, {2, 2, t, 16}};
+  Value q = input(g, "q", type), k = input(g, "k", type), v = input(g, "v", type);
+  Value r = input(g, "r", type);
+  g.add_output("loss", sum(attention(q, k, v, {.causal = true}) * r).id);
+  return differentiated(g, {"q", "k", "v"});
+}
+
+TEST_CASE("attention: one forward and one backward kernel, and no [T, T] buffer", "[attention]") {
+  constexpr int64_t t = 64;
+  Graph step = causal_step(t);
+  FusionPlan plan = fuse(step);
+  std::vector<const Kernel*> attention_kernels;
+  for (const Kernel& kernel : plan.kernels)
+    if (kernel.kind == KernelKind::attention) attention_kernels.push_back(&kernel);
+  INFO(plan.print());
+  REQUIRE(attention_kernels.size() == 2);
+  CHECK(attention_kernels[0]->outputs().size() == 2); // o and the row log-sum-exp
+  CHECK(attention_kernels[1]->outputs().size() == 3); // dq, dk, dv
+  for (ValueId id = 0; id < step.size(); ++id) {
+    const Shape& s = step.type(id).shape;
+    bool square = s.size() >= 2 && s[s.size() - 1] == t && s[s.size() - 2] == t;
+    INFO("%" << id << " " << to_string(step.type(id)));
+    CHECK_FALSE((plan.materialized[id] && square));
+  }
+  // The same step as the GPU runs it today: decomposed, the scores back in memory.
+  Graph gpu = for_nvptx(step);
+  CHECK_FALSE(has_fused_attention(gpu));
+}
+
+TEST_CASE("attention: the op lowers to the fused primitive", "[attention]") {
+  Graph g;
+  Value q = input(g, "q", {DType::f32, {1, 4, 8}});
+  Value y = attention(q, q, q);
+  g.add_output("y", y.id);
+  Graph optimized = Pipeline::standard(std::nullopt).run(g, DumpSelection(""), std::cerr);
+  CHECK(has_fused_attention(optimized));
+}
+
+TEST_CASE("attention: SINTER_ATTENTION=decomposed runs the decomposition on the CPU, saying so",
+          "[attention]") {
+  auto attention_kernels = [](const CompiledGraph& compiled) {
+    std::size_t n = 0;
+    for (const Kernel& k : compiled.fusion_plan()->kernels)
+      n += k.kind == KernelKind::attention;
+    return n;
+  };
+  Graph step = causal_step(8);
+  {
+    EnvOverride fused("SINTER_ATTENTION", std::nullopt);
+    CHECK(attention_kernels(CompiledGraph(step, std::nullopt, Device(Backend::cpu))) == 2);
+  }
+  EnvOverride decomposed("SINTER_ATTENTION", "decomposed");
+  std::optional<CompiledGraph> compiled;
+  std::string said =
+      capture_stderr([&] { compiled.emplace(step, std::nullopt, Device(Backend::cpu)); });
+  CHECK(attention_kernels(*compiled) == 0);
+  // Said once per process; no other test asks for the decomposition.
+  CHECK(said.find("sinter: attention on cpu: decomposed") != std::string::npos);
+  EnvOverride bad("SINTER_ATTENTION", "flash");
+  CHECK_THROWS_WITH(CompiledGraph(step, std::nullopt, Device(Backend::cpu)),
+                    Catch::Contains("fused or decomposed"));
+}
+
+} // namespace
+} // namespace sinter::testing
