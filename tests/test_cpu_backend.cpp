@@ -304,3 +304,91 @@ TEST_CASE("two processes compiling the same kernels at once both succeed", "[cpu
   for (const auto& file : std::filesystem::directory_iterator(backend.dir))
     CHECK(file.path().extension() != ".tmp");
 }
+
+namespace {
+
+/// Kernels of a plan that do more than a GEMM or attention (what fusion decides).
+std::size_t generated_kernels(const FusionPlan& plan) {
+  std::size_t n = 0;
+  for (const Kernel& k : plan.kernels)
+    n += k.kind != KernelKind::gemm && k.kind != KernelKind::attention;
+  return n;
+}
+
+} // namespace
+
+TEST_CASE("row kernels: a layernorm forward is one kernel, its backward two", "[cpu][fusion]") {
+  Graph g;
+  Value x = input(g, "x", {DType::f32, {32, 64}});
+  Value gamma = input(g, "gamma", {DType::f32, {64}});
+  Value beta = input(g, "beta", {DType::f32, {64}});
+  Value y = layernorm(x, gamma, beta);
+  g.add_output("y", y.id);
+  Graph forward = optimized(g);
+  FusionPlan plan = fuse(forward, FusionOptions{.row_kernels = true});
+  INFO(plan.print());
+  REQUIRE(plan.kernels.size() == 1);
+  CHECK(plan.kernels[0].kind == KernelKind::row);
+  CHECK(row_reductions(forward, plan.kernels[0]).size() == 2); // mean, then variance
+  // Without row kernels (what the GPU asks for today): mean, centre, variance, scale, affine.
+  CHECK(fuse(forward).kernels.size() > 1);
+
+  // The gradient with respect to x: the forward kernel and at most two for the backward.
+  Graph dx = build_graph({{"x", {DType::f32, {32, 64}}, {}},
+                          {"gamma", {DType::f32, {64}}, {}},
+                          {"beta", {DType::f32, {64}}, {}},
+                          {"r", {DType::f32, {32, 64}}, {}}},
+                         [](Graph&, std::vector<Value>& in) {
+                           return std::vector<Value>{sum(layernorm(in[0], in[1], in[2]) * in[3])};
+                         });
+  Graph step = optimized(dx, AutodiffOptions{{"x"}, 0});
+  FusionPlan step_plan = fuse(step, FusionOptions{.row_kernels = true});
+  INFO(step_plan.print());
+  std::size_t rows = 0;
+  for (const Kernel& k : step_plan.kernels)
+    rows += k.kind == KernelKind::row;
+  CHECK(rows == 2);
+  // The forward (also saving what the backward reads), the loss's sum, the backward.
+  CHECK(generated_kernels(step_plan) == 3);
+}
+
+TEST_CASE("row kernels: softmax is one kernel and computes what the interpreter does",
+          "[cpu][fusion]") {
+  Graph g;
+  Value x = input(g, "x", {DType::f32, {3, 5, 7}});
+  g.add_output("p", softmax(x * 2.0, -1).id);
+  g.add_output("l", log_softmax(x, -1).id);
+  Graph opt = optimized(g);
+  FusionPlan plan = fuse(opt, FusionOptions{.row_kernels = true});
+  INFO(plan.print());
+  for (const Kernel& k : plan.kernels)
+    CHECK(k.kind == KernelKind::row);
+  CHECK(plan.kernels.size() <= 2);
+  TestBackend backend("sinter-row-kernels");
+  CpuExecutable exe(opt, *backend.library, backend.pool);
+  std::vector<HostTensor> inputs = random_inputs(opt, 5);
+  std::vector<HostTensor> got = exe.run(inputs);
+  std::vector<F64Tensor> want = interpret(opt, std::vector<F64Tensor>{to_f64(inputs[0])});
+  for (std::size_t i = 0; i < 2; ++i)
+    CHECK(max_relative_difference(to_f64(got[i]), want[i]) < 1e-5);
+}
+
+TEST_CASE("row kernels: a reduction read across rows stays a kernel of its own", "[cpu][fusion]") {
+  // Each row is divided by the sum of the *next* row: the sum is read at another row, so
+  // computing it per row inside the consumer would be wrong.
+  Graph g;
+  Value x = input(g, "x", {DType::f32, {4, 8}});
+  Value totals = sum(x + 1.0, {-1}, true); // [4, 1], about 8
+  Value shifted =
+      concat(std::vector<Value>{slice(totals, {1, 0}, {4, 1}), slice(totals, {0, 0}, {1, 1})}, 0);
+  g.add_output("y", (x / shifted).id);
+  Graph opt = optimized(g);
+  FusionPlan plan = fuse(opt, FusionOptions{.row_kernels = true});
+  INFO(plan.print());
+  CHECK(plan.kernels.size() == 2);
+  TestBackend backend("sinter-row-kernels-across");
+  CpuExecutable exe(opt, *backend.library, backend.pool);
+  std::vector<HostTensor> inputs = random_inputs(opt, 9);
+  std::vector<F64Tensor> want = interpret(opt, std::vector<F64Tensor>{to_f64(inputs[0])});
+  CHECK(max_relative_difference(to_f64(exe.run(inputs)[0]), want[0]) < 1e-5);
+}

@@ -179,9 +179,7 @@ llvm::Value* KernelEmitter::load_flat(ValueId buffer_node, llvm::Value* flat, DT
   return from_storage(b_.CreateLoad(storage_type(t), p), t);
 }
 
-bool KernelEmitter::in_memory(ValueId v) const {
-  return !kernel_.writes(v) && (plan_.materialized[v] || plan_.view_of[v] != v);
-}
+bool KernelEmitter::in_memory(ValueId v) const { return plan_.loads(kernel_, v); }
 
 void KernelEmitter::compute_and_store_outputs(const Index& idx, llvm::Value* flat) {
   std::vector<ValueId> outputs = kernel_.outputs();
@@ -191,6 +189,21 @@ void KernelEmitter::compute_and_store_outputs(const Index& idx, llvm::Value* fla
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     DType t = g_.type(outputs[i]).dtype;
     b_.CreateStore(to_storage(values[i], t), b_.CreateGEP(storage_type(t), outputs_[i], flat));
+  }
+}
+
+void KernelEmitter::compute_and_store_at(std::span<const std::size_t> positions, const Index& idx,
+                                         const Shape& idx_shape, llvm::Value* flat) {
+  std::vector<ValueId> outputs = kernel_.outputs();
+  std::vector<llvm::Value*> values;
+  for (std::size_t i : positions) {
+    const Shape& shape = g_.type(outputs[i]).shape;
+    values.push_back(compute(outputs[i], shape == idx_shape ? idx : delinearize(flat, shape)));
+  }
+  for (std::size_t k = 0; k < positions.size(); ++k) {
+    DType t = g_.type(outputs[positions[k]]).dtype;
+    b_.CreateStore(to_storage(values[k], t),
+                   b_.CreateGEP(storage_type(t), outputs_[positions[k]], flat));
   }
 }
 
@@ -354,6 +367,7 @@ void KernelEmitter::emit_if(llvm::Value* condition, llvm::function_ref<void()> b
   b_.SetInsertPoint(done);
 }
 llvm::Value* KernelEmitter::compute(ValueId v, const Index& idx) {
+  if (auto row = row_values_.find(v); row != row_values_.end()) return row->second;
   auto key = std::make_pair(v, idx);
   if (auto it = memo_.find(key); it != memo_.end()) return it->second;
   llvm::Value* result = compute_uncached(v, idx);

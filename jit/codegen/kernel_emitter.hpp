@@ -80,6 +80,16 @@ public:
   /// buffers at that index reuse its offset; null `flat` clears it.
   void set_current_element(Index idx, llvm::Value* flat);
 
+  /// Row kernels: the value of a reduction for the row being emitted. compute() returns it at
+  /// any index (fusion checked that every use of it keeps to the row).
+  void set_row_value(ValueId reduction, llvm::Value* value) { row_values_[reduction] = value; }
+  void clear_row_values() { row_values_.clear(); }
+  /// Row kernels: the outputs at `positions` (of kernel().outputs()) at element `flat` of their
+  /// own buffers. Each is computed at `idx` when its shape is `idx_shape`, else at `flat`
+  /// delinearised in its shape (same flat order); all values first, then the stores.
+  void compute_and_store_at(std::span<const std::size_t> positions, const Index& idx,
+                            const Shape& idx_shape, llvm::Value* flat);
+
   Index delinearize(llvm::Value* flat, const Shape& shape);
   llvm::Value* linear(const Index& idx, const Shape& shape);
   void store_out(llvm::Value* v, llvm::Value* flat, DType t);
@@ -150,6 +160,7 @@ private:
   std::vector<llvm::Value*> outputs_; ///< every output's buffer, root first
   std::map<ValueId, llvm::Value*> buffers_;
   std::map<std::pair<ValueId, Index>, llvm::Value*> memo_;
+  std::map<ValueId, llvm::Value*> row_values_;
   Index current_index_;                 ///< the element being written, when declared...
   llvm::Value* current_flat_ = nullptr; ///< ...and its flat offset
 };

@@ -47,6 +47,7 @@ const char* kind_name(KernelKind k) {
   case KernelKind::reduce: return "reduce";
   case KernelKind::gemm: return "gemm";
   case KernelKind::scatter_add: return "scatter_add";
+  case KernelKind::row: return "row";
   case KernelKind::attention: return "attention";
   }
   return "?";
@@ -71,7 +72,7 @@ std::vector<ValueId> aligned_reads(const FusionPlan& plan, const Kernel& k) {
     auto [v, at_root_index] = stack.back();
     stack.pop_back();
     if (!seen.insert({v, at_root_index}).second) continue;
-    bool in_memory = !k.writes(v) && (plan.materialized[v] || plan.view_of[v] != v);
+    bool in_memory = plan.loads(k, v);
     if (in_memory) {
       bool ok = at_root_index && g.type(v).shape == root_shape;
       auto [it, inserted] = aligned.emplace(plan.view_of[v], ok);
@@ -194,6 +195,196 @@ void merge_attention_kernels(FusionPlan& plan) {
   kernels = std::move(kept);
 }
 
+/// A row kernel's shape: `rows` rows of `length` elements along the last axis.
+struct RowGeometry {
+  int64_t rows = 0, length = 0;
+  bool full_row(const Shape& s) const {
+    return !s.empty() && s.back() == length && numel(s) == rows * length;
+  }
+  bool per_row(const Shape& s) const { return numel(s) == rows; }
+};
+
+bool is_row_reduction(const Graph& g, ValueId v) {
+  const Node& n = g.node(v);
+  if (n.op != OpId::reduce_sum && n.op != OpId::reduce_max) return false;
+  std::size_t rank = g.type(n.inputs[0]).shape.size();
+  return rank >= 1 && n.attrs.ints.size() == 1 && n.attrs.ints[0] == static_cast<int64_t>(rank) - 1;
+}
+
+/// Whether computing `kernel` row by row is sound: every reduction in its body is reached from
+/// the outputs (and from later reductions' operands) only through ops that keep the row, so
+/// the one value computed per row is the one every use asks for.
+bool rows_stay_aligned(const FusionPlan& plan, const Kernel& kernel, const RowGeometry& geo) {
+  const Graph& g = *plan.graph;
+  std::vector<std::pair<ValueId, bool>> stack;
+  for (ValueId out : kernel.outputs())
+    stack.push_back({out, true});
+  std::set<std::pair<ValueId, bool>> seen;
+  while (!stack.empty()) {
+    auto [v, aligned] = stack.back();
+    stack.pop_back();
+    if (!seen.insert({v, aligned}).second) continue;
+    const Node& n = g.node(v);
+    if (plan.loads(kernel, v)) continue;
+    if (n.op == OpId::input) continue;
+    if (is_row_reduction(g, v)) {
+      if (!aligned || !geo.full_row(g.type(n.inputs[0]).shape)) return false;
+      stack.push_back({n.inputs[0], true}); // its operand is read along this row
+      continue;
+    }
+    if (always_root(n.op)) return false; // another kind of reduction, a GEMM, ...
+    const Shape& shape = g.type(v).shape;
+    bool keeps_row = aligned && (geo.full_row(shape) || geo.per_row(shape));
+    if (keeps_row && n.op == OpId::broadcast) {
+      const Shape& in = g.type(n.inputs[0]).shape;
+      // Only the last axis may be broadcast ([rows..., 1] -> [rows..., N]).
+      keeps_row = in.size() == shape.size() && geo.per_row(in) &&
+                  std::equal(in.begin(), in.end() - 1, shape.begin());
+    } else if (keeps_row && n.op == OpId::reshape) {
+      const Shape& in = g.type(n.inputs[0]).shape;
+      keeps_row =
+          (geo.full_row(in) && geo.full_row(shape)) || (geo.per_row(in) && geo.per_row(shape));
+    } else if (keeps_row) {
+      keeps_row = !index_only(n.op);
+    }
+    for (ValueId in : n.inputs)
+      stack.push_back({in, keeps_row});
+  }
+  return true;
+}
+
+/// Turns loop kernels into row kernels: a loop over rows of `length` elements takes in the
+/// last-axis reductions it reads (layernorm's mean and variance, softmax's max and sum) and the
+/// kernels between them, when they can move down to it and every use keeps to its row. A value
+/// nothing else reads stops being stored; one still read elsewhere becomes another output.
+void merge_into_row_kernels(FusionPlan& plan) {
+  const Graph& g = *plan.graph;
+  auto& kernels = plan.kernels;
+  constexpr std::size_t none = static_cast<std::size_t>(-1);
+  std::vector<bool> is_output(g.size(), false);
+  for (const NamedValue& out : g.outputs())
+    is_output[out.id] = true;
+  std::vector<bool> merged(kernels.size(), false);
+  auto writer_of = [&](ValueId buffer) {
+    for (std::size_t k = 0; k < kernels.size(); ++k)
+      if (!merged[k] && kernels[k].writes(buffer)) return k;
+    return none;
+  };
+  auto read_by_other = [&](ValueId buffer, std::size_t except_a, std::size_t except_b) {
+    if (is_output[buffer]) return true;
+    for (std::size_t k = 0; k < kernels.size(); ++k)
+      if (!merged[k] && k != except_a && k != except_b &&
+          std::find(kernels[k].reads.begin(), kernels[k].reads.end(), buffer) !=
+              kernels[k].reads.end())
+        return true;
+    return false;
+  };
+  // A loop that only reads per-row values can join once their producer became a row kernel:
+  // a few passes, latest kernels first in each.
+  bool changed = true;
+  for (int pass = 0; pass < 4 && changed; ++pass) {
+    changed = false;
+    for (std::size_t l = kernels.size(); l-- > 0;) {
+      if (merged[l] || kernels[l].kind != KernelKind::loop) continue;
+      // Undone at the end when no reduction joined (then it is no row kernel).
+      Kernel original = kernels[l];
+      std::vector<bool> original_merged = merged;
+      std::vector<bool> original_materialized = plan.materialized;
+      std::vector<ValueId> original_view_of = plan.view_of;
+      RowGeometry geo;
+      bool grew = true;
+      while (grew) {
+        grew = false;
+        Kernel& row = kernels[l];
+        for (ValueId buffer : std::vector<ValueId>(row.reads)) {
+          std::size_t p = writer_of(buffer);
+          if (p == none || p >= l) continue;
+          Kernel& producer = kernels[p];
+          RowGeometry trial = geo;
+          const Shape& root = g.type(row.root).shape;
+          if (trial.rows == 0 && producer.kind == KernelKind::reduce &&
+              is_row_reduction(g, producer.root)) { // rows of the reduction
+            const Shape& operand = g.type(g.node(producer.root).inputs[0]).shape;
+            trial = {numel(g.type(producer.root).shape), operand.back()};
+          } else if (trial.rows == 0 && producer.kind == KernelKind::row) { // rows of that kernel
+            ValueId first = row_reductions(g, producer).front();
+            trial = {numel(g.type(first).shape), g.type(g.node(first).inputs[0]).shape.back()};
+          } else if (trial.rows == 0 && !root.empty() && root.back() > 1) { // rows of the root
+            trial = {numel(root) / root.back(), root.back()};
+          }
+          if (trial.rows == 0 || (!trial.full_row(root) && !trial.per_row(root))) continue;
+          bool fits = false;
+          if (producer.kind == KernelKind::reduce)
+            fits = is_row_reduction(g, producer.root) &&
+                   trial.full_row(g.type(g.node(producer.root).inputs[0]).shape);
+          else if (producer.kind == KernelKind::row)
+            fits =
+                trial.full_row(g.type(g.node(row_reductions(g, producer).front()).inputs[0]).shape);
+          else
+            fits = producer.kind == KernelKind::loop;
+          for (ValueId out : producer.outputs())
+            fits = fits && (trial.full_row(g.type(out).shape) || trial.per_row(g.type(out).shape));
+          // It moves down to the row kernel: nothing in between may read what it writes.
+          for (std::size_t k = p + 1; fits && k < l; ++k)
+            if (!merged[k])
+              for (ValueId r : kernels[k].reads)
+                fits = fits && !producer.writes(r);
+          if (!fits) continue;
+          Kernel candidate = row;
+          std::vector<ValueId> internal;
+          for (ValueId out : producer.outputs()) {
+            if (read_by_other(out, p, l))
+              candidate.extra_outputs.push_back(out);
+            else
+              internal.push_back(out);
+          }
+          std::vector<bool> saved_materialized = plan.materialized;
+          std::vector<ValueId> saved_view_of = plan.view_of;
+          for (ValueId v : internal) {
+            plan.materialized[v] = false;
+            for (ValueId id = 0; id < g.size(); ++id)
+              if (plan.view_of[id] == v) plan.view_of[id] = id;
+          }
+          candidate.kind = KernelKind::row;
+          candidate.body.insert(candidate.body.end(), producer.body.begin(), producer.body.end());
+          std::sort(candidate.body.begin(), candidate.body.end());
+          candidate.body.erase(std::unique(candidate.body.begin(), candidate.body.end()),
+                               candidate.body.end());
+          for (ValueId r : producer.reads)
+            if (std::find(candidate.reads.begin(), candidate.reads.end(), r) ==
+                candidate.reads.end())
+              candidate.reads.push_back(r);
+          std::erase_if(candidate.reads, [&](ValueId r) {
+            return candidate.writes(r) ||
+                   std::find(internal.begin(), internal.end(), r) != internal.end();
+          });
+          if (!rows_stay_aligned(plan, candidate, trial)) {
+            plan.materialized = std::move(saved_materialized);
+            plan.view_of = std::move(saved_view_of);
+            continue;
+          }
+          row = std::move(candidate);
+          geo = trial;
+          merged[p] = true;
+          grew = true;
+          break;
+        }
+      }
+      if (kernels[l].kind == KernelKind::row && row_reductions(g, kernels[l]).empty()) {
+        kernels[l] = std::move(original);
+        merged = std::move(original_merged);
+        plan.materialized = std::move(original_materialized);
+        plan.view_of = std::move(original_view_of);
+      }
+      changed = changed || kernels[l].kind == KernelKind::row;
+    }
+  }
+  std::vector<Kernel> kept;
+  for (std::size_t k = 0; k < kernels.size(); ++k)
+    if (!merged[k]) kept.push_back(std::move(kernels[k]));
+  kernels = std::move(kept);
+}
+
 /// Lets each loop kernel write over a buffer that dies in it, when that is safe.
 void choose_in_place(FusionPlan& plan) {
   const Graph& g = *plan.graph;
@@ -228,7 +419,7 @@ void choose_in_place(FusionPlan& plan) {
 
 } // namespace
 
-FusionPlan fuse(const Graph& g) {
+FusionPlan fuse(const Graph& g, FusionOptions options) {
   std::size_t n = g.size();
   FusionPlan plan;
   plan.graph = &g;
@@ -370,6 +561,7 @@ FusionPlan fuse(const Graph& g) {
     plan.kernels.push_back(std::move(k));
   }
   merge_attention_kernels(plan);
+  if (options.row_kernels) merge_into_row_kernels(plan);
   merge_sibling_loops(plan);
   choose_in_place(plan);
   return plan;
@@ -397,6 +589,14 @@ std::string FusionPlan::print() const {
     os << "\n";
   }
   return os.str();
+}
+
+std::vector<ValueId> row_reductions(const Graph& g, const Kernel& kernel) {
+  std::vector<ValueId> out;
+  if (kernel.kind != KernelKind::row) return out;
+  for (ValueId v : kernel.body) // body is in graph order: a reduction after those it uses
+    if (is_row_reduction(g, v)) out.push_back(v);
+  return out;
 }
 
 bool reduces_last_axis(const Graph& g, const Kernel& k) {

@@ -13,6 +13,9 @@ enum class KernelKind {
   reduce,      ///< reduce_sum / reduce_max over axes; the operand chain inlined
   gemm,        ///< matmul through the BLAS bridge, operands read from buffers
   scatter_add, ///< accumulating rows at indices (inlined index and update chains)
+  row,         ///< per row of the last axis: reductions over the row (layernorm's mean and
+               ///< variance, softmax's max and sum) one after another, then the elementwise
+               ///< outputs of the row (and per-row values) from them
   attention,   ///< fused attention (forward with its row log-sum-exp, or the three gradients):
                ///< a hand-written kernel reading its operands from buffers
 };
@@ -64,7 +67,19 @@ struct FusionPlan {
   /// view_of[id] != id: node `id` is a reshape of a buffer and shares its memory.
   std::vector<ValueId> view_of;
 
+  /// Whether `kernel` loads `v` from memory (a buffer or a view of one it does not write) rather
+  /// than computing it.
+  bool loads(const Kernel& kernel, ValueId v) const {
+    return !kernel.writes(v) && !kernel.writes(view_of[v]) && (materialized[v] || view_of[v] != v);
+  }
+
   std::string print() const;
+};
+
+struct FusionOptions {
+  /// Fuse last-axis reductions with the elementwise work before and after them into row
+  /// kernels (KernelKind::row). Backends whose schedule emits row kernels ask for it.
+  bool row_kernels = false;
 };
 
 /// Decides what to materialise: graph outputs, reductions, GEMMs and their operands, scatters,
@@ -72,7 +87,12 @@ struct FusionPlan {
 /// consumers (index-only ops such as broadcast, permute and slice are never materialised).
 /// Then merges loop kernels over the same shape into one pass with several outputs where one
 /// reads what the other reads or writes, at the element being written.
-FusionPlan fuse(const Graph& graph);
+/// With `options.row_kernels`, a loop kernel then takes in the reductions over its rows and the
+/// kernels that feed them (see KernelKind::row).
+FusionPlan fuse(const Graph& graph, FusionOptions options = {});
+
+/// Row kernels: the reductions computed once per row, in the order they run.
+std::vector<ValueId> row_reductions(const Graph& graph, const Kernel& kernel);
 
 /// Whether a reduce kernel reduces its operand's last axis (each output folds a contiguous
 /// run), as opposed to keeping it (outputs are whole rows, accumulated across rows). Every

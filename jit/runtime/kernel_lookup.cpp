@@ -41,7 +41,7 @@ CacheKey kernel_key(const FusionPlan& plan, const Kernel& kernel, const std::str
   for (std::size_t i = 0; i < kernel.body.size(); ++i) {
     ValueId v = kernel.body[i];
     const Node& n = g.node(v);
-    bool in_memory = !kernel.writes(v) && (plan.materialized[v] || plan.view_of[v] != v);
+    bool in_memory = plan.loads(kernel, v);
     // Which output (1: the root, 2...: extra outputs in order) or none (0).
     auto extra = std::find(kernel.extra_outputs.begin(), kernel.extra_outputs.end(), v);
     h.add(v == kernel.root ? 1
@@ -83,6 +83,7 @@ const char* kind_role(KernelKind kind) {
   case KernelKind::reduce: return "reduce";
   case KernelKind::gemm: return "gemm";
   case KernelKind::scatter_add: return "scatter";
+  case KernelKind::row: return "row";
   case KernelKind::attention: return "attention";
   }
   return "kernel";

@@ -131,7 +131,7 @@ void run_attention(const FusionPlan& plan, const Kernel& kernel, const std::vect
 } // namespace
 
 CpuExecutable::CpuExecutable(Graph graph, KernelLibrary& library, ThreadPool& pool)
-    : graph_(std::make_unique<Graph>(small_matmuls_as_reductions(graph))), fusion_(fuse(*graph_)),
+    : graph_(std::make_unique<Graph>(small_matmuls_as_reductions(graph))), fusion_(fuse(*graph_, FusionOptions{.row_kernels = true})),
       memory_(fusion_), pool_(pool) {
   auto start = std::chrono::steady_clock::now();
   kernels::set_gemm_threads(1);

@@ -82,6 +82,59 @@ public:
     });
   }
 
+  /// Row kernels: per row, each reduction folds the row in turn (later ones may use earlier
+  /// ones), then the row's elements and its per-row values are written.
+  void row(llvm::Value* begin, llvm::Value* end) {
+    const Graph& g = e_.graph();
+    const Kernel& k = e_.kernel();
+    std::vector<ValueId> reductions = row_reductions(g, k);
+    int64_t length = g.type(g.node(reductions.front()).inputs[0]).shape.back();
+    int64_t rows = numel(g.type(reductions.front()).shape);
+    std::vector<ValueId> outputs = k.outputs();
+    std::vector<std::size_t> full, per_row;
+    for (std::size_t i = 0; i < outputs.size(); ++i) {
+      const Shape& s = g.type(outputs[i]).shape;
+      (!s.empty() && s.back() == length && numel(s) == rows * length ? full : per_row).push_back(i);
+    }
+    std::vector<llvm::AllocaInst*> accs;
+    for (ValueId r : reductions)
+      accs.push_back(e_.entry_alloca(e_.compute_type(g.type(r).dtype)));
+    e_.emit_for(begin, end, [&](llvm::Value* row) {
+      e_.clear_row_values();
+      for (std::size_t p = 0; p < reductions.size(); ++p) {
+        const Node& reduction = g.node(reductions[p]);
+        const Shape& operand = g.type(reduction.inputs[0]).shape;
+        Index row_idx = e_.delinearize(row, Shape(operand.begin(), operand.end() - 1));
+        b_.CreateStore(e_.reduce_init(reduction), accs[p]);
+        e_.emit_for(e_.i64(0), e_.i64(length), [&](llvm::Value* j) {
+          e_.clear_memo();
+          Index idx = row_idx;
+          idx.push_back(j);
+          llvm::Value* x = e_.compute(reduction.inputs[0], idx);
+          llvm::Value* acc = b_.CreateLoad(accs[p]->getAllocatedType(), accs[p]);
+          b_.CreateStore(e_.combine(reduction, acc, x), accs[p]);
+        });
+        e_.set_row_value(reductions[p], b_.CreateLoad(accs[p]->getAllocatedType(), accs[p]));
+      }
+      if (!full.empty()) {
+        const Shape& s = g.type(outputs[full.front()]).shape;
+        Index row_idx = e_.delinearize(row, Shape(s.begin(), s.end() - 1));
+        llvm::Value* base = b_.CreateMul(row, e_.i64(length));
+        e_.emit_for(e_.i64(0), e_.i64(length), [&](llvm::Value* j) {
+          e_.clear_memo();
+          Index idx = row_idx;
+          idx.push_back(j);
+          e_.compute_and_store_at(full, idx, s, b_.CreateAdd(base, j));
+        });
+      }
+      if (!per_row.empty()) {
+        e_.clear_memo();
+        const Shape& s = g.type(outputs[per_row.front()]).shape;
+        e_.compute_and_store_at(per_row, e_.delinearize(row, s), s, row);
+      }
+    });
+  }
+
 private:
   KernelEmitter& e_;
   llvm::IRBuilder<>& b_;
@@ -174,6 +227,7 @@ void CpuSchedule::emit(KernelEmitter& e, const std::string& name) {
   switch (kernel.kind) {
   case KernelKind::loop: emit_body.loop(begin, end); break;
   case KernelKind::reduce: emit_body.reduce(begin, end); break;
+  case KernelKind::row: emit_body.row(begin, end); break;
   // Serial over the parallel range (1): rows may repeat, so updates must not race.
   case KernelKind::scatter_add: e.emit_serial_scatter(begin, end); break;
   case KernelKind::gemm:
@@ -200,6 +254,7 @@ int64_t parallel_range(const Graph& g, const Kernel& k) {
   switch (k.kind) {
   case KernelKind::loop: return s.empty() ? 1 : product(s, 0, s.size() - 1);
   case KernelKind::reduce: return reduces_last_axis(g, k) ? numel(s) : product(s, 0, s.size() - 1);
+  case KernelKind::row: return numel(g.type(row_reductions(g, k).front()).shape);
   case KernelKind::scatter_add: return 1;
   case KernelKind::gemm:
   case KernelKind::attention: return 1;
@@ -211,6 +266,9 @@ int64_t work_per_step(const Graph& g, const Kernel& k) {
   int64_t range = std::max<int64_t>(1, parallel_range(g, k));
   int64_t elements = numel(g.type(k.root).shape);
   if (k.kind == KernelKind::reduce) elements = numel(g.type(g.node(k.root).inputs[0]).shape);
+  if (k.kind == KernelKind::row) // each reduction, then the writes, pass over the rows
+    elements = numel(g.type(g.node(row_reductions(g, k).front()).inputs[0]).shape) *
+               static_cast<int64_t>(row_reductions(g, k).size() + 1);
   return std::max<int64_t>(1, elements / range);
 }
 

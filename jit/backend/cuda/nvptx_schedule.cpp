@@ -310,7 +310,9 @@ void NvptxSchedule::emit(KernelEmitter& e, const std::string& name) {
   case KernelKind::reduce: body.reduce(); break;
   case KernelKind::scatter_add: body.scatter(); break;
   case KernelKind::gemm:
-  case KernelKind::attention: break; // decomposed before fusion on the GPU (for_nvptx)
+  case KernelKind::attention: // decomposed before fusion on the GPU (for_nvptx)
+  case KernelKind::row:       // not asked for: the GPU fuses without row kernels
+    throw std::logic_error("sinter: no NVPTX schedule for this kernel kind");
   }
   b.CreateRetVoid();
 }
@@ -389,7 +391,9 @@ GpuLaunch gpu_launch(const Graph& g, const Kernel& k) {
     return launch;
   }
   case KernelKind::gemm:
-  case KernelKind::attention: break; // decomposed before fusion on the GPU (for_nvptx)
+  case KernelKind::attention: // decomposed before fusion on the GPU (for_nvptx)
+  case KernelKind::row:       // not asked for: the GPU fuses without row kernels
+    throw std::logic_error("sinter: no NVPTX schedule for this kernel kind");
   }
   throw std::logic_error("sinter: gemm kernels are library calls, not GPU launches");
 }
