@@ -54,12 +54,6 @@ Graph differentiated_decomposed(const Graph& g, const std::vector<std::string>& 
   return differentiated(decompose(g, is_fused_attention), wrt);
 }
 
-bool has_fused_attention(const Graph& g) {
-  for (ValueId id = 0; id < g.size(); ++id)
-    if (is_fused_attention(g.node(id).op)) return true;
-  return false;
-}
-
 TEST_CASE("attention: the fused backward matches autodiff through the decomposed forward",
           "[attention]") {
   auto cases = op_def(OpId::attention).test_cases();

@@ -57,7 +57,21 @@ const char* kind_name(KernelKind k) {
 
 bool is_fused_attention(OpId op) { return kind_of(op) == KernelKind::attention; }
 
+bool has_fused_attention(const Graph& g) {
+  for (ValueId id = 0; id < g.size(); ++id)
+    if (is_fused_attention(g.node(id).op)) return true;
+  return false;
+}
+
 namespace {
+
+/// Removes the kernels marked as merged into others, keeping the order of the rest.
+void drop_merged(std::vector<Kernel>& kernels, const std::vector<bool>& merged) {
+  std::vector<Kernel> kept;
+  for (std::size_t k = 0; k < kernels.size(); ++k)
+    if (!merged[k]) kept.push_back(std::move(kernels[k]));
+  kernels = std::move(kept);
+}
 
 /// Buffers a loop kernel reads only at the index it writes (through elementwise ops alone).
 std::vector<ValueId> aligned_reads(const FusionPlan& plan, const Kernel& k) {
@@ -158,10 +172,7 @@ void merge_sibling_loops(FusionPlan& plan) {
       break;
     }
   }
-  std::vector<Kernel> kept;
-  for (std::size_t k = 0; k < kernels.size(); ++k)
-    if (!merged[k]) kept.push_back(std::move(kernels[k]));
-  kernels = std::move(kept);
+  drop_merged(kernels, merged);
 }
 
 /// The fused attention ops over the same operands become one kernel: the forward takes its
@@ -189,10 +200,7 @@ void merge_attention_kernels(FusionPlan& plan) {
       break;
     }
   }
-  std::vector<Kernel> kept;
-  for (std::size_t k = 0; k < kernels.size(); ++k)
-    if (!merged[k]) kept.push_back(std::move(kernels[k]));
-  kernels = std::move(kept);
+  drop_merged(kernels, merged);
 }
 
 /// A row kernel's shape: `rows` rows of `length` elements along the last axis.
@@ -379,10 +387,7 @@ void merge_into_row_kernels(FusionPlan& plan) {
       changed = changed || kernels[l].kind == KernelKind::row;
     }
   }
-  std::vector<Kernel> kept;
-  for (std::size_t k = 0; k < kernels.size(); ++k)
-    if (!merged[k]) kept.push_back(std::move(kernels[k]));
-  kernels = std::move(kept);
+  drop_merged(kernels, merged);
 }
 
 /// Lets each loop kernel write over a buffer that dies in it, when that is safe.

@@ -22,6 +22,8 @@ enum class KernelKind {
 
 /// Whether `op` is one of the fused attention primitives (KernelKind::attention roots).
 bool is_fused_attention(OpId op);
+/// Whether any node of `graph` is one of them.
+bool has_fused_attention(const Graph& graph);
 
 /// How a GEMM operand is read: `logical` (a matrix or batch of matrices, row-major in the memory
 /// of `buffer`), used as is or transposed in its last two dims.

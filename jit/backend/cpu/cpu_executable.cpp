@@ -131,8 +131,8 @@ void run_attention(const FusionPlan& plan, const Kernel& kernel, const std::vect
 } // namespace
 
 CpuExecutable::CpuExecutable(Graph graph, KernelLibrary& library, ThreadPool& pool)
-    : graph_(std::make_unique<Graph>(small_matmuls_as_reductions(graph))), fusion_(fuse(*graph_, FusionOptions{.row_kernels = true})),
-      memory_(fusion_), pool_(pool) {
+    : graph_(std::make_unique<Graph>(small_matmuls_as_reductions(graph))),
+      fusion_(fuse(*graph_, FusionOptions{.row_kernels = true})), memory_(fusion_), pool_(pool) {
   auto start = std::chrono::steady_clock::now();
   kernels::set_gemm_threads(1);
   report_.kernels = fusion_.kernels.size();
@@ -247,10 +247,7 @@ void CpuExecutable::run_into(std::span<const HostTensor* const> inputs,
 }
 
 std::unique_ptr<Executable> compile_for_cpu(const Graph& graph, const Device&, Context& context) {
-  bool decompose_attention = false;
-  for (ValueId id = 0; id < graph.size() && !decompose_attention; ++id)
-    decompose_attention = is_fused_attention(graph.node(id).op);
-  decompose_attention = decompose_attention && attention_decomposition_requested();
+  bool decompose_attention = has_fused_attention(graph) && attention_decomposition_requested();
   if (decompose_attention) {
     static std::once_flag said;
     std::call_once(said, [] {

@@ -266,9 +266,11 @@ int64_t work_per_step(const Graph& g, const Kernel& k) {
   int64_t range = std::max<int64_t>(1, parallel_range(g, k));
   int64_t elements = numel(g.type(k.root).shape);
   if (k.kind == KernelKind::reduce) elements = numel(g.type(g.node(k.root).inputs[0]).shape);
-  if (k.kind == KernelKind::row) // each reduction, then the writes, pass over the rows
-    elements = numel(g.type(g.node(row_reductions(g, k).front()).inputs[0]).shape) *
-               static_cast<int64_t>(row_reductions(g, k).size() + 1);
+  if (k.kind == KernelKind::row) { // each reduction, then the writes, pass over the rows
+    std::vector<ValueId> reductions = row_reductions(g, k);
+    elements = numel(g.type(g.node(reductions.front()).inputs[0]).shape) *
+               static_cast<int64_t>(reductions.size() + 1);
+  }
   return std::max<int64_t>(1, elements / range);
 }
 

@@ -176,9 +176,7 @@ std::optional<std::filesystem::path> NvptxTarget::find_libdevice() {
 }
 
 Graph for_nvptx(const Graph& optimized, bool* decomposed) {
-  bool any = false;
-  for (ValueId id = 0; id < optimized.size() && !any; ++id)
-    any = is_fused_attention(optimized.node(id).op);
+  bool any = has_fused_attention(optimized);
   if (decomposed) *decomposed = any;
   return any ? decompose(optimized, is_fused_attention) : optimized;
 }
