@@ -1,18 +1,51 @@
 // kernels/cpu_attention.cpp — the CPU's fused attention: online over one query row at a time,
 // keys held transposed so every inner loop is a vectorisable axpy
+//
+// Built once per x86-64 level (meson.build: baseline, v3 = AVX2+FMA, v4 = AVX-512) into the
+// namespace SINTER_ATTENTION_ISA; kernels/cpu_attention_dispatch.cpp picks one at run time.
 #include "kernels/cpu_attention.hpp"
 
 #include "jit/ir/half.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
 
-namespace sinter::kernels {
+#ifndef SINTER_ATTENTION_ISA
+#define SINTER_ATTENTION_ISA isa_baseline
+#endif
+
+namespace sinter::kernels::SINTER_ATTENTION_ISA {
 namespace {
 
 constexpr double masked_score = -1e9; // the op's definition (ops/attention.cpp)
+
+/// e^x in f32 without a library call, so the loops over keys vectorise: x = n·ln2 + r with
+/// |r| ≤ ln2/2, e^r from Cephes' degree-6 polynomial (within 2 ulp), 2^n built in the
+/// exponent bits. Below -87.3 (masked scores among them) the result is exactly 0, as with
+/// std::exp in f32; the arguments here are scores minus their maximum or log-sum-exp, ≤ 0 up
+/// to rounding, so the clamp at 88 (keeping 2^n finite) never bites. f64 keeps std::exp: its
+/// tests compare at 1e-12.
+inline float exp_in_loop(float x) {
+  const float clamped = std::min(std::max(x, -87.3f), 88.0f);
+  const float scaled = clamped * 1.44269504088896341f;
+  const auto n = static_cast<int32_t>(scaled + (scaled >= 0 ? 0.5f : -0.5f));
+  const auto nf = static_cast<float>(n);
+  const float r = (clamped - nf * 0.693359375f) - nf * -2.12194440e-4f;
+  float poly = 1.9875691500e-4f;
+  poly = poly * r + 1.3981999507e-3f;
+  poly = poly * r + 8.3334519073e-3f;
+  poly = poly * r + 4.1665795894e-2f;
+  poly = poly * r + 1.6666665459e-1f;
+  poly = poly * r + 5.0000001201e-1f;
+  const float e_r = poly * r * r + r + 1.0f;
+  const float two_n = std::bit_cast<float>(static_cast<uint32_t>(n + 127) << 23);
+  // A multiply by the condition, not a branch or select: GCC vectorises this form.
+  return e_r * two_n * static_cast<float>(x >= -87.3f);
+}
+inline double exp_in_loop(double x) { return std::exp(x); }
 
 template <class Acc> void load(DType t, const void* base, int64_t offset, int64_t n, Acc* out) {
   switch (t) {
@@ -77,29 +110,91 @@ template <class Acc> void store(DType t, void* base, int64_t offset, int64_t n, 
   throw std::invalid_argument("sinter: fused attention cannot store " + std::string(dtype_name(t)));
 }
 
-/// One slice's operands in the accumulation type; k (and v, for the backward) also transposed
-/// so that a row of scores is a sum of axpys over the keys.
+/// Register tiles: `block_rows` query rows by `lanes` columns, held in GCC vector registers
+/// (two xmm on the baseline build, a ymm on AVX2, half a zmm on AVX-512).
+constexpr int64_t block_rows = 4, lanes = 8;
+
+/// Vectors travel by reference only: GCC warns that passing them by value changes the ABI
+/// between the builds.
+template <class Acc> struct Tile {
+  typedef Acc Vec __attribute__((vector_size(lanes * sizeof(Acc))));
+  static void load(Vec& v, const Acc* p) { std::memcpy(&v, p, sizeof v); }
+  static void store(Acc* p, const Vec& v) { std::memcpy(p, &v, sizeof v); }
+};
+
+int64_t padded(int64_t n) { return (n + lanes - 1) / lanes * lanes; }
+std::size_t count(int64_t n) { return static_cast<std::size_t>(n); }
+
+/// out[r][c] = Σ_n w[r][n]·b[n][c] for n < inner and c < cols_pad (b's columns padded): the
+/// scores (b = kᵀ), do·vᵀ (b = vᵀ), p·v and ds·k.
+template <class Acc>
+void rows_by(const Acc* w, int64_t ldw, int64_t inner, const Acc* b, int64_t ldb, int64_t cols_pad,
+             Acc* out, int64_t ldo) {
+  using T = Tile<Acc>;
+  for (int64_t c0 = 0; c0 < cols_pad; c0 += lanes) {
+    typename T::Vec acc[block_rows] = {};
+    for (int64_t n = 0; n < inner; ++n) {
+      typename T::Vec row;
+      T::load(row, b + n * ldb + c0);
+      for (int64_t r = 0; r < block_rows; ++r)
+        acc[r] += w[r * ldw + n] * row;
+    }
+    for (int64_t r = 0; r < block_rows; ++r)
+      T::store(out + r * ldo + c0, acc[r]);
+  }
+}
+
+/// out[n][c] += Σ_r a[r][n]·b[r][c] for n < inner and c < cols_pad: dk and dv over a block.
+template <class Acc>
+void accumulate_transposed(const Acc* a, int64_t lda, int64_t inner, const Acc* b, int64_t ldb,
+                           int64_t cols_pad, Acc* out, int64_t ldo) {
+  using T = Tile<Acc>;
+  for (int64_t n = 0; n < inner; ++n)
+    for (int64_t c0 = 0; c0 < cols_pad; c0 += lanes) {
+      typename T::Vec acc, row;
+      T::load(acc, out + n * ldo + c0);
+      for (int64_t r = 0; r < block_rows; ++r) {
+        T::load(row, b + r * ldb + c0);
+        acc += a[r * lda + n] * row;
+      }
+      T::store(out + n * ldo + c0, acc);
+    }
+}
+
+/// Loads `rows` rows of `cols` elements into a [block_rows, ld] buffer, zero elsewhere.
+template <class Acc>
+void load_block(DType t, const void* base, int64_t first_row, int64_t rows, int64_t cols,
+                int64_t ld, Acc* out) {
+  std::fill(out, out + block_rows * ld, Acc(0));
+  for (int64_t r = 0; r < rows; ++r)
+    load(t, base, (first_row + r) * cols, cols, out + r * ld);
+}
+
+/// One slice's keys and values in the accumulation type, zero-padded to whole tiles: k and v
+/// row-major with padded columns, k and v transposed with padded keys.
 template <class Acc> struct Slice {
   std::vector<Acc> k, k_t, v, v_t;
+  int64_t tk_pad = 0, d_pad = 0, dv_pad = 0;
   int64_t loaded = -1;
 
-  void load_slice(const AttentionProblem& p, const void* kp, const void* vp, int64_t b,
-                  bool transposed_v) {
+  void load_slice(const AttentionProblem& p, const void* kp, const void* vp, int64_t b) {
     if (loaded == b) return;
     loaded = b;
-    k.resize(static_cast<std::size_t>(p.tk * p.d));
-    v.resize(static_cast<std::size_t>(p.tk * p.dv));
-    load(p.dtype, kp, b * p.tk * p.d, p.tk * p.d, k.data());
-    load(p.dtype, vp, b * p.tk * p.dv, p.tk * p.dv, v.data());
-    k_t.resize(k.size());
-    for (int64_t j = 0; j < p.tk; ++j)
+    tk_pad = padded(p.tk), d_pad = padded(p.d), dv_pad = padded(p.dv);
+    k.assign(count(p.tk * d_pad), Acc(0));
+    v.assign(count(p.tk * dv_pad), Acc(0));
+    for (int64_t j = 0; j < p.tk; ++j) {
+      load(p.dtype, kp, (b * p.tk + j) * p.d, p.d, k.data() + j * d_pad);
+      load(p.dtype, vp, (b * p.tk + j) * p.dv, p.dv, v.data() + j * dv_pad);
+    }
+    k_t.assign(count(p.d * tk_pad), Acc(0));
+    v_t.assign(count(p.dv * tk_pad), Acc(0));
+    for (int64_t j = 0; j < p.tk; ++j) {
       for (int64_t c = 0; c < p.d; ++c)
-        k_t[c * p.tk + j] = k[j * p.d + c];
-    if (!transposed_v) return;
-    v_t.resize(v.size());
-    for (int64_t j = 0; j < p.tk; ++j)
+        k_t[count(c * tk_pad + j)] = k[count(j * d_pad + c)];
       for (int64_t c = 0; c < p.dv; ++c)
-        v_t[c * p.tk + j] = v[j * p.dv + c];
+        v_t[count(c * tk_pad + j)] = v[count(j * dv_pad + c)];
+    }
   }
 };
 
@@ -115,23 +210,14 @@ bool kept(const AttentionProblem& p, int64_t b, int64_t i, int64_t j) {
   return !p.mask || p.mask[p.mask_offset[b] + i * p.mask_row_stride + j * p.mask_col_stride] != 0;
 }
 
-/// s[0, keys) = scale · q · kⱼ, masked keys at -1e9.
+/// s[0, keys) = scale · s, masked keys at -1e9; a fully masked row scores 0 everywhere (uniform
+/// weights, as with -1e9, but with an exact log-sum-exp; see ops/attention.cpp).
 template <class Acc>
-void row_scores(const AttentionProblem& p, const Slice<Acc>& slice, const Acc* q, int64_t b,
-                int64_t i, int64_t keys, Acc* s) {
-  std::fill(s, s + keys, Acc(0));
-  for (int64_t c = 0; c < p.d; ++c) {
-    const Acc qc = q[c];
-    const Acc* kc = slice.k_t.data() + c * p.tk;
-    for (int64_t j = 0; j < keys; ++j)
-      s[j] += qc * kc[j];
-  }
+void finish_scores(const AttentionProblem& p, int64_t b, int64_t i, int64_t keys, Acc* s) {
   const auto scale = static_cast<Acc>(p.scale);
   for (int64_t j = 0; j < keys; ++j)
     s[j] *= scale;
   if (!p.causal && !p.mask) return;
-  // A fully masked row scores 0 everywhere (uniform weights, as with -1e9, but with an exact
-  // log-sum-exp; see ops/attention.cpp).
   bool any_kept = false;
   for (int64_t j = 0; j < keys; ++j)
     any_kept = any_kept || kept(p, b, i, j);
@@ -140,34 +226,63 @@ void row_scores(const AttentionProblem& p, const Slice<Acc>& slice, const Acc* q
     if (!kept(p, b, i, j)) s[j] = fill;
 }
 
+/// A block of up to block_rows query rows of one slice, starting at query row `first`.
+struct RowBlock {
+  int64_t slice, first, rows, keys_max;
+};
+
+RowBlock block_at(const AttentionProblem& p, int64_t row, int64_t end) {
+  RowBlock blk{row / p.tq, row % p.tq, 0, 0};
+  blk.rows = std::min({block_rows, end - row, p.tq - blk.first});
+  blk.keys_max = keys_for_row(p, blk.first + blk.rows - 1); // grows with the row
+  return blk;
+}
+
 template <class Acc>
 void forward_rows(const AttentionProblem& p, const AttentionForwardArgs& a, int64_t begin,
                   int64_t end) {
   Slice<Acc> slice;
-  std::vector<Acc> q(static_cast<std::size_t>(p.d)), s(static_cast<std::size_t>(p.tk)),
-      o(static_cast<std::size_t>(p.dv));
-  for (int64_t row = begin; row < end; ++row) {
-    int64_t b = row / p.tq, i = row % p.tq;
-    slice.load_slice(p, a.k, a.v, b, false);
-    load(p.dtype, a.q, row * p.d, p.d, q.data());
-    int64_t keys = keys_for_row(p, i);
-    row_scores(p, slice, q.data(), b, i, keys, s.data());
-    Acc top = *std::max_element(s.begin(), s.begin() + keys), total = 0;
-    for (int64_t j = 0; j < keys; ++j)
-      total += (s[j] = std::exp(s[j] - top));
-    if (a.lse) {
-      Acc lse = top + std::log(total);
-      store(p.lse_dtype, a.lse, row, 1, &lse);
+  const int64_t tk_pad = padded(p.tk), dv_pad = padded(p.dv);
+  std::vector<Acc> q(count(block_rows * p.d)), s(count(block_rows * tk_pad)),
+      o(count(block_rows * dv_pad));
+  Acc total[block_rows];
+  for (int64_t row = begin; row < end;) {
+    const RowBlock blk = block_at(p, row, end);
+    slice.load_slice(p, a.k, a.v, blk.slice);
+    load_block(p.dtype, a.q, row, blk.rows, p.d, p.d, q.data());
+    const int64_t n_pad = padded(blk.keys_max);
+    rows_by(q.data(), p.d, p.d, slice.k_t.data(), tk_pad, n_pad, s.data(), tk_pad);
+    for (int64_t r = 0; r < block_rows; ++r) {
+      Acc* sr = s.data() + r * tk_pad;
+      if (r >= blk.rows) {
+        std::fill(sr, sr + n_pad, Acc(0));
+        continue;
+      }
+      const int64_t keys = keys_for_row(p, blk.first + r);
+      finish_scores(p, blk.slice, blk.first + r, keys, sr);
+      const Acc top = *std::max_element(sr, sr + keys);
+      for (int64_t j = 0; j < keys; ++j)
+        sr[j] = exp_in_loop(sr[j] - top);
+      std::fill(sr + keys, sr + n_pad, Acc(0));
+      total[r] = 0;
+      for (int64_t j = 0; j < keys; ++j)
+        total[r] += sr[j];
+      if (a.lse) {
+        const Acc lse = top + std::log(total[r]);
+        store(p.lse_dtype, a.lse, row + r, 1, &lse);
+      }
     }
-    if (!a.o) continue;
-    std::fill(o.begin(), o.end(), Acc(0));
-    for (int64_t j = 0; j < keys; ++j) {
-      const Acc weight = s[j] / total;
-      const Acc* vj = slice.v.data() + j * p.dv;
-      for (int64_t c = 0; c < p.dv; ++c)
-        o[c] += weight * vj[c];
+    if (a.o) {
+      rows_by(s.data(), tk_pad, blk.keys_max, slice.v.data(), dv_pad, dv_pad, o.data(), dv_pad);
+      for (int64_t r = 0; r < blk.rows; ++r) {
+        Acc* o_r = o.data() + r * dv_pad;
+        const Acc inverse = Acc(1) / total[r];
+        for (int64_t c = 0; c < p.dv; ++c)
+          o_r[c] *= inverse;
+        store(p.dtype, a.o, (row + r) * p.dv, p.dv, o_r);
+      }
     }
-    store(p.dtype, a.o, row * p.dv, p.dv, o.data());
+    row += blk.rows;
   }
 }
 
@@ -175,69 +290,73 @@ template <class Acc>
 void backward_slices(const AttentionProblem& p, const AttentionBackwardArgs& a, int64_t begin,
                      int64_t end) {
   Slice<Acc> slice;
-  auto n = [](int64_t x) { return static_cast<std::size_t>(x); };
-  std::vector<Acc> q(n(p.tq * p.d)), o(n(p.dv)), d_o(n(p.dv)), s(n(p.tk)), dp(n(p.tk)), dq(n(p.d)),
-      dk(n(p.tk * p.d)), dv(n(p.tk * p.dv));
+  const int64_t tk_pad = padded(p.tk), d_pad = padded(p.d), dv_pad = padded(p.dv);
+  std::vector<Acc> q(count(block_rows * d_pad)), o(count(block_rows * dv_pad)),
+      d_o(count(block_rows * dv_pad)), s(count(block_rows * tk_pad)),
+      dp(count(block_rows * tk_pad)), dq(count(block_rows * d_pad)), dk(count(p.tk * d_pad)),
+      dv(count(p.tk * dv_pad));
   const auto scale = static_cast<Acc>(p.scale);
   for (int64_t b = begin; b < end; ++b) {
-    slice.load_slice(p, a.k, a.v, b, true);
-    load(p.dtype, a.q, b * p.tq * p.d, p.tq * p.d, q.data());
+    slice.load_slice(p, a.k, a.v, b);
     std::fill(dk.begin(), dk.end(), Acc(0));
     std::fill(dv.begin(), dv.end(), Acc(0));
-    for (int64_t i = 0; i < p.tq; ++i) {
-      int64_t row = b * p.tq + i, keys = keys_for_row(p, i);
-      const Acc* qi = q.data() + i * p.d;
-      load(p.dtype, a.o, row * p.dv, p.dv, o.data());
-      load(p.dtype, a.d_o, row * p.dv, p.dv, d_o.data());
-      Acc lse;
-      load(p.lse_dtype, a.lse, row, 1, &lse);
-      Acc row_dot = 0;
-      for (int64_t c = 0; c < p.dv; ++c)
-        row_dot += d_o[c] * o[c];
-      row_scores(p, slice, qi, b, i, keys, s.data());
-      for (int64_t j = 0; j < keys; ++j)
-        s[j] = std::exp(s[j] - lse); // now p
-      // dv += pᵀ · do; dp = do · vᵀ.
-      std::fill(dp.begin(), dp.begin() + keys, Acc(0));
-      for (int64_t c = 0; c < p.dv; ++c) {
-        const Acc g = d_o[c];
-        const Acc* vc = slice.v_t.data() + c * p.tk;
-        for (int64_t j = 0; j < keys; ++j)
-          dp[j] += g * vc[j];
-      }
-      for (int64_t j = 0; j < keys; ++j) {
-        const Acc pj = s[j];
-        Acc* dvj = dv.data() + j * p.dv;
-        for (int64_t c = 0; c < p.dv; ++c)
-          dvj[c] += pj * d_o[c];
-      }
-      // ds = p ∘ (dp - rowsum(do ∘ o)) · scale, zero where masked (a masked score is constant).
-      for (int64_t j = 0; j < keys; ++j)
-        dp[j] = s[j] * (dp[j] - row_dot) * scale;
-      if (p.causal || p.mask)
-        for (int64_t j = 0; j < keys; ++j)
-          if (!kept(p, b, i, j)) dp[j] = 0;
-      std::fill(dq.begin(), dq.end(), Acc(0));
-      for (int64_t j = 0; j < keys; ++j) {
-        const Acc ds = dp[j];
-        const Acc* kj = slice.k.data() + j * p.d;
-        Acc* dkj = dk.data() + j * p.d;
-        for (int64_t c = 0; c < p.d; ++c) {
-          dq[c] += ds * kj[c];
-          dkj[c] += ds * qi[c];
+    for (int64_t row = b * p.tq; row < (b + 1) * p.tq;) {
+      const RowBlock blk = block_at(p, row, (b + 1) * p.tq);
+      const int64_t n_pad = padded(blk.keys_max);
+      load_block(p.dtype, a.q, row, blk.rows, p.d, d_pad, q.data());
+      load_block(p.dtype, a.o, row, blk.rows, p.dv, dv_pad, o.data());
+      load_block(p.dtype, a.d_o, row, blk.rows, p.dv, dv_pad, d_o.data());
+      rows_by(q.data(), d_pad, p.d, slice.k_t.data(), tk_pad, n_pad, s.data(), tk_pad);
+      // dp = do · vᵀ
+      rows_by(d_o.data(), dv_pad, p.dv, slice.v_t.data(), tk_pad, n_pad, dp.data(), tk_pad);
+      for (int64_t r = 0; r < block_rows; ++r) {
+        Acc *sr = s.data() + r * tk_pad, *dpr = dp.data() + r * tk_pad;
+        if (r >= blk.rows) { // padding rows add nothing to dk and dv
+          std::fill(sr, sr + n_pad, Acc(0));
+          std::fill(dpr, dpr + n_pad, Acc(0));
+          continue;
         }
+        const int64_t i = blk.first + r, keys = keys_for_row(p, i);
+        Acc lse, row_dot = 0;
+        load(p.lse_dtype, a.lse, row + r, 1, &lse);
+        for (int64_t c = 0; c < p.dv; ++c)
+          row_dot += d_o[count(r * dv_pad + c)] * o[count(r * dv_pad + c)];
+        finish_scores(p, b, i, keys, sr);
+        for (int64_t j = 0; j < keys; ++j)
+          sr[j] = exp_in_loop(sr[j] - lse); // now p
+        std::fill(sr + keys, sr + n_pad, Acc(0));
+        // ds = p ∘ (dp - rowsum(do ∘ o)) · scale, zero where masked (a masked score is
+        // constant); dp then holds ds.
+        for (int64_t j = 0; j < keys; ++j)
+          dpr[j] = sr[j] * (dpr[j] - row_dot) * scale;
+        std::fill(dpr + keys, dpr + n_pad, Acc(0));
+        if (p.causal || p.mask)
+          for (int64_t j = 0; j < keys; ++j)
+            if (!kept(p, b, i, j)) dpr[j] = 0;
       }
-      if (a.dq) store(p.dtype, a.dq, row * p.d, p.d, dq.data());
+      // dv += pᵀ · do; dk += dsᵀ · q; dq = ds · k.
+      accumulate_transposed(s.data(), tk_pad, blk.keys_max, d_o.data(), dv_pad, dv_pad, dv.data(),
+                            dv_pad);
+      accumulate_transposed(dp.data(), tk_pad, blk.keys_max, q.data(), d_pad, d_pad, dk.data(),
+                            d_pad);
+      if (a.dq) {
+        rows_by(dp.data(), tk_pad, blk.keys_max, slice.k.data(), d_pad, d_pad, dq.data(), d_pad);
+        for (int64_t r = 0; r < blk.rows; ++r)
+          store(p.dtype, a.dq, (row + r) * p.d, p.d, dq.data() + r * d_pad);
+      }
+      row += blk.rows;
     }
-    if (a.dk) store(p.dtype, a.dk, b * p.tk * p.d, p.tk * p.d, dk.data());
-    if (a.dv) store(p.dtype, a.dv, b * p.tk * p.dv, p.tk * p.dv, dv.data());
+    for (int64_t j = 0; j < p.tk; ++j) {
+      if (a.dk) store(p.dtype, a.dk, (b * p.tk + j) * p.d, p.d, dk.data() + j * d_pad);
+      if (a.dv) store(p.dtype, a.dv, (b * p.tk + j) * p.dv, p.dv, dv.data() + j * dv_pad);
+    }
   }
 }
 
 } // namespace
 
-void attention_forward(const AttentionProblem& p, const AttentionForwardArgs& args, int64_t begin,
-                       int64_t end) {
+void forward(const AttentionProblem& p, const AttentionForwardArgs& args, int64_t begin,
+             int64_t end) {
   if (p.tk == 0) throw std::invalid_argument("sinter: attention over zero keys");
   if (p.dtype == DType::f64)
     forward_rows<double>(p, args, begin, end);
@@ -245,8 +364,8 @@ void attention_forward(const AttentionProblem& p, const AttentionForwardArgs& ar
     forward_rows<float>(p, args, begin, end);
 }
 
-void attention_backward(const AttentionProblem& p, const AttentionBackwardArgs& args, int64_t begin,
-                        int64_t end) {
+void backward(const AttentionProblem& p, const AttentionBackwardArgs& args, int64_t begin,
+              int64_t end) {
   if (p.tk == 0) throw std::invalid_argument("sinter: attention over zero keys");
   if (p.dtype == DType::f64)
     backward_slices<double>(p, args, begin, end);
@@ -254,4 +373,4 @@ void attention_backward(const AttentionProblem& p, const AttentionBackwardArgs& 
     backward_slices<float>(p, args, begin, end);
 }
 
-} // namespace sinter::kernels
+} // namespace sinter::kernels::SINTER_ATTENTION_ISA

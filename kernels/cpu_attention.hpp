@@ -44,4 +44,8 @@ struct AttentionBackwardArgs {
 void attention_backward(const AttentionProblem& p, const AttentionBackwardArgs& args, int64_t begin,
                         int64_t end);
 
+/// Which build of these kernels runs here: "x86-64-v4 (AVX-512)", "x86-64-v3 (AVX2, FMA)" or
+/// "baseline" (chosen once per process from the processor's features).
+const char* attention_kernel_build();
+
 } // namespace sinter::kernels
