@@ -4,6 +4,7 @@
 #include "jit/ir/dtype.hpp"
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace sinter::kernels {
@@ -44,8 +45,13 @@ struct AttentionBackwardArgs {
 void attention_backward(const AttentionProblem& p, const AttentionBackwardArgs& args, int64_t begin,
                         int64_t end);
 
-/// Which build of these kernels runs here: "x86-64-v4 (AVX-512)", "x86-64-v3 (AVX2, FMA)" or
-/// "baseline" (chosen once per process from the processor's features).
+/// Which build of these kernels runs: "x86-64-v4" (AVX-512), "x86-64-v3" (AVX2 and FMA) or
+/// "baseline", by default the best the processor supports (chosen once per process).
 const char* attention_kernel_build();
+/// The builds this processor can run, best first.
+std::vector<std::string> attention_kernel_builds();
+/// Runs the kernels through the named build from now on (the tests compare the builds); an
+/// unknown or unsupported name throws std::invalid_argument naming the ones that run.
+void use_attention_kernel_build(const std::string& name);
 
 } // namespace sinter::kernels

@@ -5,8 +5,11 @@
 #include "env_override.hpp"
 
 #include "jit/backend/cuda/nvptx_target.hpp"
+#include "kernels/cpu_attention.hpp"
 
 #include <catch2/catch.hpp>
+
+#include <random>
 
 namespace sinter::testing {
 namespace {
@@ -135,6 +138,52 @@ TEST_CASE("attention: one forward and one backward kernel, and no [T, T] buffer"
   // The same step as the GPU runs it today: decomposed, the scores back in memory.
   Graph gpu = for_nvptx(step);
   CHECK_FALSE(has_fused_attention(gpu));
+}
+
+/// What one build of the CPU kernel computes for a causal f32 problem: o, lse, dq, dk, dv.
+std::vector<std::vector<float>> attention_kernel_results(const std::string& build) {
+  kernels::use_attention_kernel_build(build);
+  kernels::AttentionProblem p;
+  p.batches = 3, p.tq = 11, p.tk = 11, p.d = 20, p.dv = 9, p.scale = 0.3, p.causal = true;
+  auto n = [](int64_t x) { return static_cast<std::size_t>(x); };
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  auto random = [&](int64_t count) {
+    std::vector<float> x(n(count));
+    for (float& e : x)
+      e = normal(rng);
+    return x;
+  };
+  std::vector<float> q = random(p.batches * p.tq * p.d), k = random(p.batches * p.tk * p.d),
+                     v = random(p.batches * p.tk * p.dv), d_o = random(p.batches * p.tq * p.dv);
+  std::vector<float> o(d_o.size()), lse(n(p.batches * p.tq)), dq(q.size()), dk(k.size()),
+      dv(v.size());
+  kernels::attention_forward(p, {q.data(), k.data(), v.data(), o.data(), lse.data()}, 0,
+                             p.batches * p.tq);
+  kernels::attention_backward(p,
+                              {q.data(), k.data(), v.data(), o.data(), d_o.data(), lse.data(),
+                               dq.data(), dk.data(), dv.data()},
+                              0, p.batches);
+  return {o, lse, dq, dk, dv};
+}
+
+TEST_CASE("attention: every CPU build of the kernel this processor runs agrees", "[attention]") {
+  const std::string chosen = kernels::attention_kernel_build();
+  std::vector<std::string> builds = kernels::attention_kernel_builds();
+  REQUIRE(builds.front() == chosen); // the best one runs by default
+  REQUIRE(builds.back() == "baseline");
+  auto want = attention_kernel_results(builds.back());
+  for (const std::string& build : builds) {
+    INFO("build " << build);
+    auto got = attention_kernel_results(build);
+    for (std::size_t i = 0; i < want.size(); ++i)
+      for (std::size_t e = 0; e < want[i].size(); ++e)
+        REQUIRE_THAT(got[i][e], Catch::Matchers::WithinAbs(want[i][e], 1e-4));
+  }
+  CHECK_THROWS_WITH(kernels::use_attention_kernel_build("sse9"),
+                    Catch::Contains("no CPU attention build 'sse9'") &&
+                        Catch::Contains("baseline"));
+  kernels::use_attention_kernel_build(chosen);
 }
 
 TEST_CASE("attention: the op lowers to the fused primitive", "[attention]") {
