@@ -392,3 +392,48 @@ TEST_CASE("row kernels: a reduction read across rows stays a kernel of its own",
   std::vector<F64Tensor> want = interpret(opt, std::vector<F64Tensor>{to_f64(inputs[0])});
   CHECK(max_relative_difference(to_f64(exe.run(inputs)[0]), want[0]) < 1e-5);
 }
+
+TEST_CASE("sibling reductions: reductions over the same axes share one kernel and its pass",
+          "[cpu][fusion]") {
+  // Column sums as in a layernorm's γ and β gradients (dy and dy·x̂ over the rows), a column
+  // max beside them, and two row sums; one more column sum reads a column sum's result, so it
+  // cannot join it.
+  Graph g;
+  Value x = input(g, "x", {DType::f32, {6, 5, 7}});
+  Value dy = input(g, "dy", {DType::f32, {6, 5, 7}});
+  Value beta_grad = sum(dy, {0, 1});
+  g.add_output("beta_grad", beta_grad.id);
+  g.add_output("gamma_grad", sum(dy * x, {0, 1}).id);
+  g.add_output("column_max", max(x * 3.0, {0, 1}).id);
+  g.add_output("row_sum", sum(x, {-1}).id);
+  g.add_output("row_square_sum", sum(x * x, {-1}).id);
+  g.add_output("dependent", sum(dy * broadcast_to(beta_grad, {6, 5, 7}), {0, 1}).id);
+  // Same operand and result shapes, different axes: two passes.
+  Value square = input(g, "square", {DType::f32, {4, 4}});
+  g.add_output("square_columns", sum(square, {0}).id);
+  g.add_output("square_rows", sum(square * 2.0, {1}).id);
+  Graph opt = optimized(g);
+  FusionPlan plan = fuse(opt, FusionOptions{.sibling_reductions = true});
+  INFO(plan.print());
+  std::size_t outputs = 0;
+  for (const Kernel& k : plan.kernels) {
+    CHECK(k.kind == KernelKind::reduce);
+    outputs += k.outputs().size();
+  }
+  CHECK(outputs == 8);
+  // 3 column reductions, 2 row sums, the dependent one, the square's columns, its rows.
+  CHECK(plan.kernels.size() == 5);
+  CHECK(fuse(opt).kernels.size() == 8);
+
+  TestBackend backend("sinter-sibling-reductions");
+  CpuExecutable exe(opt, *backend.library, backend.pool);
+  std::vector<HostTensor> inputs = random_inputs(opt, 11);
+  std::vector<HostTensor> got = exe.run(inputs);
+  std::vector<F64Tensor> want = interpret(
+      opt, std::vector<F64Tensor>{to_f64(inputs[0]), to_f64(inputs[1]), to_f64(inputs[2])});
+  REQUIRE(got.size() == 8);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    INFO("output " << i);
+    CHECK(max_relative_difference(to_f64(got[i]), want[i]) < 1e-5);
+  }
+}

@@ -257,6 +257,18 @@ void KernelEmitter::store_out(llvm::Value* v, llvm::Value* flat, DType t) {
 llvm::Value* KernelEmitter::load_out(llvm::Value* flat, DType t) {
   return from_storage(b_.CreateLoad(storage_type(t), output_address(flat, t)), t);
 }
+
+void KernelEmitter::store_output(std::size_t position, llvm::Value* v, llvm::Value* flat) {
+  DType t = g_.type(kernel_.outputs()[position]).dtype;
+  b_.CreateStore(to_storage(v, t), b_.CreateGEP(storage_type(t), outputs_.at(position), flat));
+}
+
+llvm::Value* KernelEmitter::load_output(std::size_t position, llvm::Value* flat) {
+  DType t = g_.type(kernel_.outputs()[position]).dtype;
+  return from_storage(
+      b_.CreateLoad(storage_type(t), b_.CreateGEP(storage_type(t), outputs_.at(position), flat)),
+      t);
+}
 llvm::Value* KernelEmitter::reduce_init(const Node& root) {
   llvm::Type* t = compute_type(root.type.dtype);
   if (root.op == OpId::reduce_sum)

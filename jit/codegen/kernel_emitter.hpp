@@ -99,6 +99,9 @@ public:
   /// Loads element `flat` of the output buffer / stores to it (reductions that accumulate).
   llvm::Value* load_out(llvm::Value* flat, DType t);
   llvm::Value* output_address(llvm::Value* flat, DType t);
+  /// The same for output `position` of kernel().outputs() (reductions with several outputs).
+  void store_output(std::size_t position, llvm::Value* v, llvm::Value* flat);
+  llvm::Value* load_output(std::size_t position, llvm::Value* flat);
 
   // Reductions
   llvm::Value* reduce_init(const Node& root);

@@ -108,13 +108,26 @@ std::vector<ValueId> aligned_reads(const FusionPlan& plan, const Kernel& k) {
 /// earlier a merged kernel's outputs come to life.
 constexpr std::size_t merge_window = 32;
 
+/// Whether two kernels walk the same iteration space, so one pass can compute both: loops over
+/// one shape, or (with `reductions`) reductions over the same axes of same-shaped operands.
+bool same_pass(const Graph& g, const Kernel& a, const Kernel& b, bool reductions) {
+  if (a.kind != b.kind) return false;
+  if (a.kind == KernelKind::loop) return g.type(a.root).shape == g.type(b.root).shape;
+  if (a.kind != KernelKind::reduce || !reductions) return false;
+  const Node &x = g.node(a.root), &y = g.node(b.root);
+  return x.type.shape == y.type.shape && x.attrs.ints == y.attrs.ints &&
+         g.type(x.inputs[0]).shape == g.type(y.inputs[0]).shape;
+}
+
 /// Merges loop kernels over one shape into a single pass with several outputs: kernel j joins
 /// an earlier kernel i when everything j reads exists by the time i runs (written before i, or
 /// by i itself and then read only at the element being written), and the two share a read
 /// buffer or j reads what i writes; or i moves down into j when no kernel in between reads
 /// what i writes. Saves a pass over shared inputs and a round trip through
 /// memory: AdamW's m, v and parameter updates become one kernel, a cast joins its producer.
-void merge_sibling_loops(FusionPlan& plan) {
+/// With `reductions`, sibling reductions (a bias's and a layernorm's γ and β gradients, column
+/// sums over the same rows) merge the same way, except that one never reads the other.
+void merge_sibling_kernels(FusionPlan& plan, bool reductions) {
   const Graph& g = *plan.graph;
   auto& kernels = plan.kernels;
   constexpr std::size_t none = static_cast<std::size_t>(-1);
@@ -125,15 +138,16 @@ void merge_sibling_loops(FusionPlan& plan) {
   std::vector<bool> merged(kernels.size(), false);
   for (std::size_t j = 0; j < kernels.size(); ++j) {
     const Kernel& late = kernels[j];
-    if (late.kind != KernelKind::loop) continue;
-    std::vector<ValueId> aligned = aligned_reads(plan, late);
+    if (late.kind != KernelKind::loop && !(reductions && late.kind == KernelKind::reduce)) continue;
+    // A reduction's outputs are complete only at its end: nothing reads them during the pass.
+    std::vector<ValueId> aligned;
+    if (late.kind == KernelKind::loop) aligned = aligned_reads(plan, late);
     std::size_t looked_at = 0; // kernels that still exist, counted towards the window
     for (std::size_t i = j; i-- > 0 && looked_at < merge_window;) {
       if (merged[i]) continue;
       ++looked_at;
       Kernel& early = kernels[i];
-      if (early.kind != KernelKind::loop || g.type(early.root).shape != g.type(late.root).shape)
-        continue;
+      if (!same_pass(g, early, late, reductions)) continue;
       bool aligned_ok = true, ready_at_early = true, related = false;
       for (ValueId r : late.reads) {
         if (early.writes(r)) {
@@ -567,7 +581,7 @@ FusionPlan fuse(const Graph& g, FusionOptions options) {
   }
   merge_attention_kernels(plan);
   if (options.row_kernels) merge_into_row_kernels(plan);
-  merge_sibling_loops(plan);
+  merge_sibling_kernels(plan, options.sibling_reductions);
   choose_in_place(plan);
   return plan;
 }

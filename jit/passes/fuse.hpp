@@ -82,13 +82,18 @@ struct FusionOptions {
   /// Fuse last-axis reductions with the elementwise work before and after them into row
   /// kernels (KernelKind::row). Backends whose schedule emits row kernels ask for it.
   bool row_kernels = false;
+  /// Merge reductions over the same axes of same-shaped operands into one kernel with several
+  /// outputs (KernelKind::reduce with extra_outputs). Backends whose schedule folds several
+  /// reductions in one pass ask for it.
+  bool sibling_reductions = false;
 };
 
 /// Decides what to materialise: graph outputs, reductions, GEMMs and their operands, scatters,
 /// and arithmetic values used by more than one kernel; everything else is inlined into its
 /// consumers (index-only ops such as broadcast, permute and slice are never materialised).
 /// Then merges loop kernels over the same shape into one pass with several outputs where one
-/// reads what the other reads or writes, at the element being written.
+/// reads what the other reads or writes, at the element being written (and, with
+/// `options.sibling_reductions`, reductions over the same axes that share a read).
 /// With `options.row_kernels`, a loop kernel then takes in the reductions over its rows and the
 /// kernels that feed them (see KernelKind::row).
 FusionPlan fuse(const Graph& graph, FusionOptions options = {});

@@ -132,7 +132,8 @@ void run_attention(const FusionPlan& plan, const Kernel& kernel, const std::vect
 
 CpuExecutable::CpuExecutable(Graph graph, KernelLibrary& library, ThreadPool& pool)
     : graph_(std::make_unique<Graph>(small_matmuls_as_reductions(graph))),
-      fusion_(fuse(*graph_, FusionOptions{.row_kernels = true})), memory_(fusion_), pool_(pool) {
+      fusion_(fuse(*graph_, FusionOptions{.row_kernels = true, .sibling_reductions = true})),
+      memory_(fusion_), pool_(pool) {
   auto start = std::chrono::steady_clock::now();
   kernels::set_gemm_threads(1);
   report_.kernels = fusion_.kernels.size();

@@ -38,25 +38,44 @@ public:
     });
   }
 
+  /// Reductions: every output is a reduction over the same axes of an operand of the same
+  /// shape (siblings merged by fusion), folded in the same pass with one accumulator each.
   void reduce(llvm::Value* begin, llvm::Value* end) {
-    ValueId operand = root_.inputs[0];
+    const Graph& g = e_.graph();
+    std::vector<ValueId> outputs = e_.kernel().outputs();
+    std::vector<const Node*> reductions;
+    for (ValueId out : outputs)
+      reductions.push_back(&g.node(out));
     Shape out_shape = root_.type.shape;
     Shape reduced_dims = e_.reduced_dims();
-    DType t = root_.type.dtype;
-    llvm::AllocaInst* acc = e_.entry_alloca(e_.compute_type(t));
-    auto load_acc = [&] { return b_.CreateLoad(acc->getAllocatedType(), acc); };
+    // Every operand first, then every fold: the operands may share inlined work.
+    auto fold = [&](const Index& operand_idx, auto&& current, auto&& update) {
+      e_.clear_memo();
+      std::vector<llvm::Value*> xs;
+      for (const Node* r : reductions)
+        xs.push_back(e_.compute(r->inputs[0], operand_idx));
+      for (std::size_t p = 0; p < reductions.size(); ++p)
+        update(p, e_.combine(*reductions[p], current(p), xs[p]));
+    };
 
     if (e_.reduces_last_axis()) {
       // Contiguous reduction: each output element folds its lanes, innermost loop contiguous.
+      std::vector<llvm::AllocaInst*> accs;
+      for (const Node* r : reductions)
+        accs.push_back(e_.entry_alloca(e_.compute_type(r->type.dtype)));
+      auto load_acc = [&](std::size_t p) {
+        return b_.CreateLoad(accs[p]->getAllocatedType(), accs[p]);
+      };
       e_.emit_for(begin, end, [&](llvm::Value* flat_out) {
         Index out_idx = e_.delinearize(flat_out, out_shape);
-        b_.CreateStore(e_.reduce_init(root_), acc);
+        for (std::size_t p = 0; p < reductions.size(); ++p)
+          b_.CreateStore(e_.reduce_init(*reductions[p]), accs[p]);
         e_.emit_nest(reduced_dims, [&](const Index& red_idx) {
-          e_.clear_memo();
-          llvm::Value* x = e_.compute(operand, e_.operand_index(out_idx, red_idx));
-          b_.CreateStore(e_.combine(root_, load_acc(), x), acc);
+          fold(e_.operand_index(out_idx, red_idx), load_acc,
+               [&](std::size_t p, llvm::Value* v) { b_.CreateStore(v, accs[p]); });
         });
-        e_.store_out(load_acc(), flat_out, t);
+        for (std::size_t p = 0; p < reductions.size(); ++p)
+          e_.store_output(p, load_acc(p), flat_out);
       });
       return;
     }
@@ -67,16 +86,18 @@ public:
       Index row_idx = e_.delinearize(row, rows_shape);
       llvm::Value* base = b_.CreateMul(row, e_.i64(inner));
       e_.emit_for(e_.i64(0), e_.i64(inner), [&](llvm::Value* j) {
-        e_.store_out(e_.reduce_init(root_), b_.CreateAdd(base, j), t);
+        for (std::size_t p = 0; p < reductions.size(); ++p)
+          e_.store_output(p, e_.reduce_init(*reductions[p]), b_.CreateAdd(base, j));
       });
       e_.emit_nest(reduced_dims, [&](const Index& red_idx) {
         e_.emit_for(e_.i64(0), e_.i64(inner), [&](llvm::Value* j) {
-          e_.clear_memo();
           Index out_idx = row_idx;
           out_idx.push_back(j);
-          llvm::Value* x = e_.compute(operand, e_.operand_index(out_idx, red_idx));
           llvm::Value* slot = b_.CreateAdd(base, j);
-          e_.store_out(e_.combine(root_, e_.load_out(slot, t), x), slot, t);
+          fold(
+              e_.operand_index(out_idx, red_idx),
+              [&](std::size_t p) { return e_.load_output(p, slot); },
+              [&](std::size_t p, llvm::Value* v) { e_.store_output(p, v, slot); });
         });
       });
     });

@@ -307,7 +307,12 @@ void NvptxSchedule::emit(KernelEmitter& e, const std::string& name) {
   NvptxBody body(e, launch);
   switch (kernel.kind) {
   case KernelKind::loop: body.loop(); break;
-  case KernelKind::reduce: body.reduce(); break;
+  case KernelKind::reduce:
+    // Sibling reductions in one kernel are not asked for: the GPU fuses without them.
+    if (!kernel.extra_outputs.empty())
+      throw std::logic_error("sinter: no NVPTX schedule for a reduction with several outputs");
+    body.reduce();
+    break;
   case KernelKind::scatter_add: body.scatter(); break;
   case KernelKind::gemm:
   case KernelKind::attention: // decomposed before fusion on the GPU (for_nvptx)
