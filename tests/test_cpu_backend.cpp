@@ -1,5 +1,6 @@
 // tests/test_cpu_backend.cpp — fusion, memory planning, vector code and the persistent cache
 #include "backend_check.hpp"
+#include "jit/backend/cpu/cpu_target.hpp"
 #include "jit/runtime/kernel_lookup.hpp"
 #include "jit/train/optimizer.hpp"
 
@@ -436,4 +437,29 @@ TEST_CASE("sibling reductions: reductions over the same axes share one kernel an
     INFO("output " << i);
     CHECK(max_relative_difference(to_f64(got[i]), want[i]) < 1e-5);
   }
+}
+
+TEST_CASE("bf16 stores round with vcvtneps2bf16 where the CPU has AVX-512 BF16", "[cpu][amp]") {
+  Graph g;
+  Value x = input(g, "x", {DType::f32, {256}});
+  g.add_output("y", cast(x * 2.0, DType::bf16).id);
+  Graph opt = optimized(g);
+  FusionPlan plan = fuse(opt);
+  REQUIRE(plan.kernels.size() == 1);
+  auto assembly_for = [&](CpuTarget& target) {
+    std::string assembly;
+    target.compile(plan, plan.kernels[0], "sinter_bf16_store", &assembly);
+    return assembly;
+  };
+  CpuTarget sapphire_rapids("sapphirerapids"), zen3("znver3");
+  CHECK(sapphire_rapids.native_bf16());
+  CHECK(assembly_for(sapphire_rapids).find("vcvtneps2bf16") != std::string::npos);
+  // Without the instruction: rounding on the bits, and no call to a runtime library routine.
+  CHECK_FALSE(zen3.native_bf16());
+  std::string zen3_assembly = assembly_for(zen3);
+  CHECK(zen3_assembly.find("vcvtneps2bf16") == std::string::npos);
+  CHECK(zen3_assembly.find("truncsfbf2") == std::string::npos);
+  // The host decides for itself (AVX-NE-CONVERT, which GCC cannot ask about, also counts).
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512bf16")) CHECK(CpuTarget().native_bf16());
 }

@@ -71,6 +71,8 @@ llvm::Type* KernelEmitter::storage_type(DType t) {
 
 // ---- bf16 / f16 conversions (compute in f32) -------------------------------------------
 llvm::Value* KernelEmitter::round_to_bf16(llvm::Value* f) {
+  if (schedule_.native_bf16_rounding())
+    return b_.CreateFPExt(b_.CreateFPTrunc(f, b_.getBFloatTy()), b_.getFloatTy());
   llvm::Value* bits = b_.CreateBitCast(f, b_.getInt32Ty());
   llvm::Value* lsb = b_.CreateAnd(b_.CreateLShr(bits, 16), b_.getInt32(1));
   llvm::Value* rounded = b_.CreateAdd(bits, b_.CreateAdd(b_.getInt32(0x7fff), lsb));
@@ -83,6 +85,8 @@ llvm::Value* KernelEmitter::round_to_f16(llvm::Value* f) {
 llvm::Value* KernelEmitter::to_storage(llvm::Value* v, DType t) {
   switch (t) {
   case DType::bf16:
+    if (schedule_.native_bf16_rounding())
+      return b_.CreateBitCast(b_.CreateFPTrunc(v, b_.getBFloatTy()), b_.getInt16Ty());
     return b_.CreateTrunc(b_.CreateLShr(b_.CreateBitCast(round_to_bf16(v), b_.getInt32Ty()), 16),
                           b_.getInt16Ty());
   case DType::f16: return b_.CreateBitCast(b_.CreateFPTrunc(v, b_.getHalfTy()), b_.getInt16Ty());

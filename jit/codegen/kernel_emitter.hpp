@@ -38,6 +38,9 @@ public:
   /// `function` applied to `args` (all of one floating-point type).
   virtual llvm::Value* math(KernelEmitter& emitter, MathFunction function,
                             std::span<llvm::Value* const> args) = 0;
+  /// Whether f32 → bf16 rounds with the target's own instruction (LLVM's fptrunc to bfloat:
+  /// AVX-512 BF16's vcvtneps2bf16); otherwise the emitter rounds to nearest even on the bits.
+  virtual bool native_bf16_rounding() const { return false; }
 };
 
 using Index = std::vector<llvm::Value*>;

@@ -11,11 +11,17 @@ namespace sinter {
 /// buffers[1 + i] the kernel's i-th read; [begin, end) is a slice of its parallel range (rows
 /// for loops and row-reductions, output elements for contiguous reductions, 1 for scatters).
 /// Math: LLVM intrinsics (vectorised through libmvec), libm, and a vectorisable f32 tanh.
+/// bf16 stores round with vcvtneps2bf16 where the CPU has AVX-512 BF16 (or AVX-NE-CONVERT).
 class CpuSchedule final : public KernelSchedule {
 public:
+  explicit CpuSchedule(bool native_bf16 = false) : native_bf16_(native_bf16) {}
   void emit(KernelEmitter& emitter, const std::string& name) override;
   llvm::Value* math(KernelEmitter& emitter, MathFunction function,
                     std::span<llvm::Value* const> args) override;
+  bool native_bf16_rounding() const override { return native_bf16_; }
+
+private:
+  bool native_bf16_;
 };
 
 /// Size of the parallel range the kernel's entry point splits.

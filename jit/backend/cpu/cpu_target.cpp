@@ -11,6 +11,7 @@
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
+#include <llvm/MC/MCSubtargetInfo.h>
 #include <llvm/Support/DynamicLibrary.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
@@ -53,9 +54,15 @@ struct CpuTarget::Impl {
   bool has_libmvec = false;
   std::mutex mutex; // LLVM compilation state is per call; the JIT's symbol table is shared
 
-  Impl() : machine_builder(check(llvm::orc::JITTargetMachineBuilder::detectHost(), "detect host")) {
+  bool native_bf16 = false;
+
+  explicit Impl(llvm::orc::JITTargetMachineBuilder builder) : machine_builder(std::move(builder)) {
     machine_builder.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
     machine = check(machine_builder.createTargetMachine(), "create target machine");
+    // The subtarget's features: the host's detected ones, or what a named CPU implies.
+    const llvm::MCSubtargetInfo& subtarget = *machine->getMCSubtargetInfo();
+    native_bf16 =
+        subtarget.checkFeatures("+avx512bf16") || subtarget.checkFeatures("+avxneconvert");
     jit = check(llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(machine_builder).create(),
                 "create LLJIT");
     auto prefix = jit->getDataLayout().getGlobalPrefix();
@@ -86,8 +93,18 @@ struct CpuTarget::Impl {
 
 CpuTarget::CpuTarget() {
   initialize_llvm();
-  impl_ = std::make_unique<Impl>();
+  impl_ = std::make_unique<Impl>(
+      check(llvm::orc::JITTargetMachineBuilder::detectHost(), "detect host"));
 }
+
+CpuTarget::CpuTarget(const std::string& cpu) {
+  initialize_llvm();
+  llvm::orc::JITTargetMachineBuilder builder{llvm::Triple("x86_64-unknown-linux-gnu")};
+  builder.setCPU(cpu); // its features are the ones the name implies, as with clang's -march=
+  impl_ = std::make_unique<Impl>(std::move(builder));
+}
+
+bool CpuTarget::native_bf16() const { return impl_->native_bf16; }
 
 CpuTarget::~CpuTarget() = default;
 
@@ -98,7 +115,7 @@ std::vector<char> CpuTarget::compile(const FusionPlan& plan, const Kernel& kerne
   llvm::LLVMContext context;
   llvm::Module module(symbol, context);
   target_module(module, *impl_->machine);
-  CpuSchedule schedule;
+  CpuSchedule schedule(impl_->native_bf16);
   emit_kernel(module, plan, kernel, symbol, schedule);
   std::lock_guard lock(impl_->mutex);
   impl_->optimize(module);

@@ -16,6 +16,9 @@ using KernelEntry = void (*)(void* const* buffers, int64_t begin, int64_t end);
 class CpuTarget {
 public:
   CpuTarget();
+  /// Code for another x86-64 CPU (an LLVM CPU name such as "sapphirerapids"): compile() with
+  /// `assembly` shows what that CPU would run; load() is for the host's own target only.
+  explicit CpuTarget(const std::string& cpu);
   ~CpuTarget();
   CpuTarget(const CpuTarget&) = delete;
   CpuTarget& operator=(const CpuTarget&) = delete;
@@ -28,6 +31,10 @@ public:
   /// When `assembly` is given it receives the optimised machine code as text.
   std::vector<char> compile(const FusionPlan& plan, const Kernel& kernel, const std::string& symbol,
                             std::string* assembly = nullptr);
+
+  /// Whether bf16 stores round with the CPU's own instruction (AVX-512 BF16 or AVX-NE-CONVERT:
+  /// vcvtneps2bf16) rather than on the bits in f32 arithmetic.
+  bool native_bf16() const;
 
   /// Links an object produced by compile() into the JIT and returns its entry point.
   KernelEntry load(std::span<const char> object, const std::string& symbol);
