@@ -1,5 +1,5 @@
-// kernels/cpu_attention.cpp — the CPU's fused attention: online over one query row at a time,
-// keys held transposed so every inner loop is a vectorisable axpy
+// kernels/cpu_attention.cpp — the CPU's fused attention: blocks of query rows against tiles of
+// keys in vector registers, the scores of a block kept in cache, never a [Tq, Tk] matrix
 //
 // Built once per x86-64 level (meson.build: baseline, v3 = AVX2+FMA, v4 = AVX-512) into the
 // namespace SINTER_ATTENTION_ISA; kernels/cpu_attention_dispatch.cpp picks one at run time.
@@ -170,17 +170,21 @@ void load_block(DType t, const void* base, int64_t first_row, int64_t rows, int6
     load(t, base, (first_row + r) * cols, cols, out + r * ld);
 }
 
-/// One slice's keys and values in the accumulation type, zero-padded to whole tiles: k and v
-/// row-major with padded columns, k and v transposed with padded keys.
+/// One slice's keys and values in the accumulation type, zero-padded to whole tiles: k
+/// row-major with padded columns and transposed with padded keys; v row-major for the forward
+/// (p·v), transposed for the backward (do·vᵀ).
 template <class Acc> struct Slice {
+  const int64_t tk_pad, d_pad, dv_pad;
+  const bool backward;
   std::vector<Acc> k, k_t, v, v_t;
-  int64_t tk_pad = 0, d_pad = 0, dv_pad = 0;
   int64_t loaded = -1;
+
+  Slice(const AttentionProblem& p, bool for_backward)
+      : tk_pad(padded(p.tk)), d_pad(padded(p.d)), dv_pad(padded(p.dv)), backward(for_backward) {}
 
   void load_slice(const AttentionProblem& p, const void* kp, const void* vp, int64_t b) {
     if (loaded == b) return;
     loaded = b;
-    tk_pad = padded(p.tk), d_pad = padded(p.d), dv_pad = padded(p.dv);
     k.assign(count(p.tk * d_pad), Acc(0));
     v.assign(count(p.tk * dv_pad), Acc(0));
     for (int64_t j = 0; j < p.tk; ++j) {
@@ -188,13 +192,14 @@ template <class Acc> struct Slice {
       load(p.dtype, vp, (b * p.tk + j) * p.dv, p.dv, v.data() + j * dv_pad);
     }
     k_t.assign(count(p.d * tk_pad), Acc(0));
-    v_t.assign(count(p.dv * tk_pad), Acc(0));
-    for (int64_t j = 0; j < p.tk; ++j) {
+    for (int64_t j = 0; j < p.tk; ++j)
       for (int64_t c = 0; c < p.d; ++c)
         k_t[count(c * tk_pad + j)] = k[count(j * d_pad + c)];
+    if (!backward) return;
+    v_t.assign(count(p.dv * tk_pad), Acc(0));
+    for (int64_t j = 0; j < p.tk; ++j)
       for (int64_t c = 0; c < p.dv; ++c)
         v_t[count(c * tk_pad + j)] = v[count(j * dv_pad + c)];
-    }
   }
 };
 
@@ -241,8 +246,8 @@ RowBlock block_at(const AttentionProblem& p, int64_t row, int64_t end) {
 template <class Acc>
 void forward_rows(const AttentionProblem& p, const AttentionForwardArgs& a, int64_t begin,
                   int64_t end) {
-  Slice<Acc> slice;
-  const int64_t tk_pad = padded(p.tk), dv_pad = padded(p.dv);
+  Slice<Acc> slice(p, false);
+  const int64_t tk_pad = slice.tk_pad, dv_pad = slice.dv_pad;
   std::vector<Acc> q(count(block_rows * p.d)), s(count(block_rows * tk_pad)),
       o(count(block_rows * dv_pad));
   Acc total[block_rows];
@@ -289,8 +294,8 @@ void forward_rows(const AttentionProblem& p, const AttentionForwardArgs& a, int6
 template <class Acc>
 void backward_slices(const AttentionProblem& p, const AttentionBackwardArgs& a, int64_t begin,
                      int64_t end) {
-  Slice<Acc> slice;
-  const int64_t tk_pad = padded(p.tk), d_pad = padded(p.d), dv_pad = padded(p.dv);
+  Slice<Acc> slice(p, true);
+  const int64_t tk_pad = slice.tk_pad, d_pad = slice.d_pad, dv_pad = slice.dv_pad;
   std::vector<Acc> q(count(block_rows * d_pad)), o(count(block_rows * dv_pad)),
       d_o(count(block_rows * dv_pad)), s(count(block_rows * tk_pad)),
       dp(count(block_rows * tk_pad)), dq(count(block_rows * d_pad)), dk(count(p.tk * d_pad)),

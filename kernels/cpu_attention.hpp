@@ -1,5 +1,5 @@
 // kernels/cpu_attention.hpp — fused attention on the CPU: forward (with the row log-sum-exp)
-// and backward, one query row at a time, never storing a [Tq, Tk] matrix
+// and backward, in blocks of query rows, never storing a [Tq, Tk] matrix
 #pragma once
 #include "jit/ir/dtype.hpp"
 

@@ -29,7 +29,6 @@ void KernelEmitter::begin_function(llvm::Function* function, std::span<llvm::Val
                                    std::span<llvm::Value* const> reads) {
   fn_ = function;
   outputs_.assign(outputs.begin(), outputs.end());
-  out_ = outputs_.at(0);
   buffers_.clear();
   for (std::size_t i = 0; i < kernel_.reads.size(); ++i)
     buffers_[kernel_.reads[i]] = reads[i];
@@ -192,7 +191,7 @@ void KernelEmitter::compute_and_store_outputs(const Index& idx, llvm::Value* fla
     values.push_back(compute(out, idx));
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     DType t = g_.type(outputs[i]).dtype;
-    b_.CreateStore(to_storage(values[i], t), b_.CreateGEP(storage_type(t), outputs_[i], flat));
+    b_.CreateStore(to_storage(values[i], t), output_address(flat, t, i));
   }
 }
 
@@ -206,8 +205,7 @@ void KernelEmitter::compute_and_store_at(std::span<const std::size_t> positions,
   }
   for (std::size_t k = 0; k < positions.size(); ++k) {
     DType t = g_.type(outputs[positions[k]]).dtype;
-    b_.CreateStore(to_storage(values[k], t),
-                   b_.CreateGEP(storage_type(t), outputs_[positions[k]], flat));
+    b_.CreateStore(to_storage(values[k], t), output_address(flat, t, positions[k]));
   }
 }
 
@@ -250,28 +248,22 @@ void KernelEmitter::emit_nest_from(const Shape& dims, std::size_t d, Index& ivs,
   });
 }
 
-llvm::Value* KernelEmitter::output_address(llvm::Value* flat, DType t) {
-  return b_.CreateGEP(storage_type(t), out_, flat);
+llvm::Value* KernelEmitter::output_address(llvm::Value* flat, DType t, std::size_t position) {
+  return b_.CreateGEP(storage_type(t), outputs_.at(position), flat);
 }
 
 void KernelEmitter::store_out(llvm::Value* v, llvm::Value* flat, DType t) {
   b_.CreateStore(to_storage(v, t), output_address(flat, t));
 }
 
-llvm::Value* KernelEmitter::load_out(llvm::Value* flat, DType t) {
-  return from_storage(b_.CreateLoad(storage_type(t), output_address(flat, t)), t);
-}
-
 void KernelEmitter::store_output(std::size_t position, llvm::Value* v, llvm::Value* flat) {
   DType t = g_.type(kernel_.outputs()[position]).dtype;
-  b_.CreateStore(to_storage(v, t), b_.CreateGEP(storage_type(t), outputs_.at(position), flat));
+  b_.CreateStore(to_storage(v, t), output_address(flat, t, position));
 }
 
 llvm::Value* KernelEmitter::load_output(std::size_t position, llvm::Value* flat) {
   DType t = g_.type(kernel_.outputs()[position]).dtype;
-  return from_storage(
-      b_.CreateLoad(storage_type(t), b_.CreateGEP(storage_type(t), outputs_.at(position), flat)),
-      t);
+  return from_storage(b_.CreateLoad(storage_type(t), output_address(flat, t, position)), t);
 }
 llvm::Value* KernelEmitter::reduce_init(const Node& root) {
   llvm::Type* t = compute_type(root.type.dtype);

@@ -99,10 +99,10 @@ public:
   /// Loop kernels: every output's value at `idx`, then every store at `flat` (all values
   /// first, so an output written over a buffer in place never changes what the others read).
   void compute_and_store_outputs(const Index& idx, llvm::Value* flat);
-  /// Loads element `flat` of the output buffer / stores to it (reductions that accumulate).
-  llvm::Value* load_out(llvm::Value* flat, DType t);
-  llvm::Value* output_address(llvm::Value* flat, DType t);
-  /// The same for output `position` of kernel().outputs() (reductions with several outputs).
+  /// Address of element `flat` of output `position` of kernel().outputs() (stored as `t`).
+  llvm::Value* output_address(llvm::Value* flat, DType t, std::size_t position = 0);
+  /// Stores / loads element `flat` of output `position` in its own dtype (reductions that
+  /// accumulate in their outputs).
   void store_output(std::size_t position, llvm::Value* v, llvm::Value* flat);
   llvm::Value* load_output(std::size_t position, llvm::Value* flat);
 
@@ -162,7 +162,6 @@ private:
   const Kernel& kernel_;
   KernelSchedule& schedule_;
   llvm::Function* fn_ = nullptr;
-  llvm::Value* out_ = nullptr;        ///< the root's buffer
   std::vector<llvm::Value*> outputs_; ///< every output's buffer, root first
   std::map<ValueId, llvm::Value*> buffers_;
   std::map<std::pair<ValueId, Index>, llvm::Value*> memo_;
