@@ -18,7 +18,7 @@ bench_program() {
   if [[ -n ${!var:-} ]]; then
     [[ -x ${!var} ]] || die "$var=${!var} is not an executable"
   elif [[ -f "$BUILD_DIR/build.ninja" ]] &&
-       ninja -C "$BUILD_DIR" -t targets all 2>/dev/null | grep -q "^tests/bench/$target:"; then
+       grep -q "^tests/bench/$target:" <<<"$(ninja -C "$BUILD_DIR" -t targets all 2>/dev/null)"; then
     echo "$NAME: building tests/bench/$target in $BUILD_DIR"
     ninja -C "$BUILD_DIR" -j1 "tests/bench/$target" || die "building $target failed"
     printf -v "$var" '%s' "$BUILD_DIR/tests/bench/$target"

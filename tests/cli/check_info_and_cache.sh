@@ -7,19 +7,19 @@ trap 'rm -rf "$tmp"' EXIT
 
 info=$(SINTER_NUM_THREADS=3 SINTER_CACHE_DIR="$tmp/cache" "$sinter" info)
 echo "$info"
-printf '%s\n' "$info" | grep -Eq '^llvm: [0-9]+\.[0-9]+' || { echo "no LLVM version line"; exit 1; }
-printf '%s\n' "$info" | grep -q '^threads: 3$' || { echo "thread count missing or wrong"; exit 1; }
-printf '%s\n' "$info" | grep -q "^cache dir: $tmp/cache\$" || { echo "cache dir missing"; exit 1; }
-printf '%s\n' "$info" | grep -Eq '^cuda driver: ([0-9]+\.[0-9]+|none \(.+\))$' \
+grep -Eq '^llvm: [0-9]+\.[0-9]+' <<<"$info" || { echo "no LLVM version line"; exit 1; }
+grep -q '^threads: 3$' <<<"$info" || { echo "thread count missing or wrong"; exit 1; }
+grep -q "^cache dir: $tmp/cache\$" <<<"$info" || { echo "cache dir missing"; exit 1; }
+grep -Eq '^cuda driver: ([0-9]+\.[0-9]+|none \(.+\))$' <<<"$info" \
   || { echo "no cuda driver line"; exit 1; }
-printf '%s\n' "$info" | grep -Eq '^gpus: [0-9]+$' || { echo "no gpu count"; exit 1; }
-printf '%s\n' "$info" | grep -q '^libdevice: ' || { echo "no libdevice line"; exit 1; }
+grep -Eq '^gpus: [0-9]+$' <<<"$info" || { echo "no gpu count"; exit 1; }
+grep -q '^libdevice: ' <<<"$info" || { echo "no libdevice line"; exit 1; }
 # A driver path that is wrong is named, with what to do.
 nodrv=$(SINTER_LIBCUDA="$tmp/no-such-libcuda.so" "$sinter" info)
-printf '%s\n' "$nodrv" | grep -q "^cuda driver: none (cannot load $tmp/no-such-libcuda.so" \
+grep -q "^cuda driver: none (cannot load $tmp/no-such-libcuda.so" <<<"$nodrv" \
   || { echo "bad SINTER_LIBCUDA not reported"; exit 1; }
-printf '%s\n' "$nodrv" | grep -q '^gpus: 0$' || { echo "gpus without a driver"; exit 1; }
-printf '%s\n' "$info" | grep -q '^cpu: ' || { echo "no cpu line"; exit 1; }
+grep -q '^gpus: 0$' <<<"$nodrv" || { echo "gpus without a driver"; exit 1; }
+grep -q '^cpu: ' <<<"$info" || { echo "no cpu line"; exit 1; }
 if SINTER_NUM_THREADS=zero "$sinter" info >/dev/null 2>"$tmp/err"; then
   echo "bad SINTER_NUM_THREADS accepted"; exit 1
 fi
@@ -33,16 +33,16 @@ head -c 5 /dev/zero > "$tmp/cache/fedcba9876543210fedcba9876543210.sko.tmp-1-abc
 echo "hits=1 misses=2 corrupt=0 compiled=2" > "$tmp/cache/last-run.txt"
 stats=$(SINTER_CACHE_DIR="$tmp/cache" "$sinter" cache stats)
 echo "$stats"
-printf '%s\n' "$stats" | grep -q "^dir: $tmp/cache\$" || { echo "stats: no dir"; exit 1; }
-printf '%s\n' "$stats" | grep -q '^entries: 2$' || { echo "stats: wrong entries"; exit 1; }
-printf '%s\n' "$stats" | grep -q '^bytes: 128$' || { echo "stats: wrong bytes"; exit 1; }
-printf '%s\n' "$stats" | grep -q '^last run: hits=1 misses=2 corrupt=0 compiled=2$' \
+grep -q "^dir: $tmp/cache\$" <<<"$stats" || { echo "stats: no dir"; exit 1; }
+grep -q '^entries: 2$' <<<"$stats" || { echo "stats: wrong entries"; exit 1; }
+grep -q '^bytes: 128$' <<<"$stats" || { echo "stats: wrong bytes"; exit 1; }
+grep -q '^last run: hits=1 misses=2 corrupt=0 compiled=2$' <<<"$stats" \
   || { echo "stats: no last run"; exit 1; }
 cleared=$(SINTER_CACHE_DIR="$tmp/cache" "$sinter" cache clear)
 echo "$cleared"
 [ "$cleared" = "removed 2 entries from $tmp/cache" ] || { echo "clear: wrong message"; exit 1; }
 [ -z "$(ls "$tmp/cache" | grep -v '^last-run.txt$' || true)" ] || { echo "clear left files"; exit 1; }
-SINTER_CACHE_DIR="$tmp/cache" "$sinter" cache stats | grep -q '^entries: 0$' \
+grep -q '^entries: 0$' <<<"$(SINTER_CACHE_DIR="$tmp/cache" "$sinter" cache stats)" \
   || { echo "entries remain after clear"; exit 1; }
 
 for bad in "cache" "cache nope" "cache stats extra"; do

@@ -7,7 +7,7 @@ ckpt=$(mktemp -d)
 trap 'rm -rf "$ckpt"' EXIT
 
 for r in "$mlp" "$vit" "$gpt"; do
-  "$r" --help | grep -q -- "--seed" || { echo "$r --help lists no --seed"; exit 1; }
+  grep -q -- "--seed" <<<"$("$r" --help)" || { echo "$r --help lists no --seed"; exit 1; }
   if "$r" --no-such-flag 2>/dev/null; then echo "$r accepted an unknown flag"; exit 1; fi
 done
 
@@ -36,7 +36,7 @@ grep -q "dataset-fashion-mnist" "$ckpt/err" || { echo "missing-data error names 
 # Devices: a misspelt one exits 2 naming the choices; CUDA without a usable GPU fails with why.
 if "$mlp" --device gpu --steps 1 2>"$ckpt/err"; then echo "--device gpu accepted"; exit 1; fi
 grep -q "use cpu, cuda, cuda:N" "$ckpt/err" || { echo "bad --device not explained:"; cat "$ckpt/err"; exit 1; }
-if ! "$(dirname "$mlp")/../sinter" info | grep -q '^gpus: [1-9]'; then
+if ! grep -q '^gpus: [1-9]' <<<"$("$(dirname "$mlp")/../sinter" info)"; then
   if "$mlp" --device cuda --steps 1 >/dev/null 2>"$ckpt/err"; then echo "cuda without a GPU ran"; exit 1; fi
   grep -q "cannot use CUDA" "$ckpt/err" || { echo "no reason for CUDA failing:"; cat "$ckpt/err"; exit 1; }
 fi

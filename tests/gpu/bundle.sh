@@ -42,7 +42,7 @@ if [[ ! -f $BUILD/build.ninja ]]; then
 fi
 ninja -C "$BUILD" sinter tests/sinter_tests recipes/mlp recipes/vit recipes/gpt \
   tests/bench/train_step
-if ldd "$BUILD/libsinter.so" | grep -q libLLVM; then
+if grep -q libLLVM <<<"$(ldd "$BUILD/libsinter.so")"; then
   die "libsinter.so still needs libLLVM.so: the static LLVM link did not take"
 fi
 
