@@ -4,11 +4,16 @@
 #include "capture_stderr.hpp"
 #include "env_override.hpp"
 
+#include "jit/backend/cuda/gpu_launch.hpp"
 #include "jit/backend/cuda/nvptx_target.hpp"
 #include "kernels/cpu_attention.hpp"
+#include "nvptx_emulator.hpp"
+#include "ptx_check.hpp"
 
 #include <catch2/catch.hpp>
 
+#include <cstring>
+#include <map>
 #include <random>
 
 namespace sinter::testing {
@@ -109,9 +114,9 @@ TEST_CASE("attention: the CPU's fused kernels match the decomposition in f32, bf
 }
 
 /// A causal self-attention step over [B, H, T, D] (q, k and v inputs), differentiated.
-Graph causal_step(int64_t t) {
+Graph causal_step(int64_t t, DType dtype = DType::f32) {
   Graph g;
-  TensorType type{DType::f32, {2, 2, t, 16}};
+  TensorType type{dtype, {2, 2, t, 16}};
   Value q = input(g, "q", type), k = input(g, "k", type), v = input(g, "v", type);
   Value r = input(g, "r", type);
   g.add_output("loss", sum(attention(q, k, v, {.causal = true}) * r).id);
@@ -135,9 +140,188 @@ TEST_CASE("attention: one forward and one backward kernel, and no [T, T] buffer"
     INFO("%" << id << " " << to_string(step.type(id)));
     CHECK_FALSE((plan.materialized[id] && square));
   }
-  // The same step as the GPU runs it today: decomposed, the scores back in memory.
-  Graph gpu = for_nvptx(step);
+  // On a GPU, f32 attention is decomposed (the fused CUDA kernels run on bf16/f16 tensor
+  // cores), and says why.
+  NvptxAttentionChoice choice;
+  Graph gpu = for_nvptx(step, 90, &choice);
   CHECK_FALSE(has_fused_attention(gpu));
+  CHECK(choice.fused == 0);
+  CHECK(choice.decomposed == 4); // the forward and the gradients of q, k and v
+  CHECK_THAT(choice.why, Catch::Contains("bf16 or f16"));
+}
+
+/// A masked attention step with dims that are no multiple of the mma tiles, differentiated.
+Graph masked_step(DType dtype) {
+  Graph g;
+  Value q = input(g, "q", {dtype, {3, 70, 20}}), k = input(g, "k", {dtype, {3, 75, 20}});
+  Value v = input(g, "v", {dtype, {3, 75, 9}}), r = input(g, "r", {dtype, {3, 70, 9}});
+  Value mask = input(g, "mask", {DType::boolean, {70, 75}});
+  g.add_output("loss", sum(attention(q, k, v, {.scale = 0.3, .mask = mask}) * r).id);
+  return differentiated(g, {"q", "k", "v"});
+}
+
+TEST_CASE("attention: bf16 and f16 run as one fused forward and one backward kernel on CUDA "
+          "tensor cores (sm_80, sm_90)",
+          "[attention][ptx]") {
+  static std::optional<std::filesystem::path> ptxas = find_ptxas();
+  REQUIRE(ptxas);
+  TempDir dir("sinter-attention-ptx");
+  for (DType t : {DType::bf16, DType::f16})
+    for (bool masked : {false, true}) {
+      INFO(dtype_name(t) << (masked ? " masked" : " causal"));
+      Graph step = masked ? masked_step(t) : causal_step(64, t);
+      NvptxAttentionChoice choice;
+      Graph gpu = for_nvptx(step, 80, &choice);
+      CHECK(choice.fused == 4);
+      CHECK(choice.decomposed == 0);
+      FusionPlan plan = fuse(gpu);
+      std::vector<std::size_t> attention_kernels;
+      for (std::size_t i = 0; i < plan.kernels.size(); ++i)
+        if (plan.kernels[i].kind == KernelKind::attention) attention_kernels.push_back(i);
+      REQUIRE(attention_kernels.size() == 2);
+      for (std::size_t i : attention_kernels) {
+        GpuLaunch launch = gpu_launch(gpu, plan.kernels[i]);
+        CHECK(launch.strategy == GpuStrategy::attention);
+        CHECK(launch.threads == 128);
+        for (int capability : {80, 90}) {
+          NvptxTarget& target = nvptx_target(capability);
+          std::string ptx = target.compile(plan, plan.kernels[i], "attention");
+          INFO(target.arch() << ":\n" << ptx);
+          std::string mma = std::string("mma.sync.aligned.m16n8k16.row.col.f32.") +
+                            (t == DType::bf16 ? "bf16.bf16" : "f16.f16") + ".f32";
+          CHECK(ptx.find(mma) != std::string::npos);
+          CHECK(ptx.find("bar.sync") != std::string::npos);
+          CHECK(ptx.find(".local") == std::string::npos); // accumulators stay in registers
+          PtxasResult assembled = run_ptxas(*ptxas, ptx, target.arch(), dir.path);
+          INFO("ptxas: " << assembled.log);
+          CHECK(assembled.ok);
+        }
+      }
+      // The forward kernel covers every query block of every slice; the backward every key
+      // block (dK, dV) and every query block (dQ).
+      const Shape& q = gpu.type(gpu.inputs()[0].id).shape;
+      const Shape& k = gpu.type(gpu.inputs()[1].id).shape;
+      int64_t slices = numel(Shape(q.begin(), q.end() - 2));
+      int64_t query_blocks = (q[q.size() - 2] + 63) / 64, key_blocks = (k[k.size() - 2] + 63) / 64;
+      CHECK(gpu_launch(gpu, plan.kernels[attention_kernels[0]]).items == slices * query_blocks);
+      CHECK(gpu_launch(gpu, plan.kernels[attention_kernels[1]]).items ==
+            slices * (query_blocks + key_blocks));
+      // Older GPUs (no bf16 mma.sync) decompose, and say why.
+      NvptxAttentionChoice turing;
+      CHECK_FALSE(has_fused_attention(for_nvptx(step, 75, &turing)));
+      CHECK(turing.decomposed == 4);
+      CHECK_THAT(turing.why, Catch::Contains("sm_80"));
+    }
+}
+
+/// Runs `optimized` as a GPU of sm_80 would, in the NVPTX emulator: every kernel of its plan
+/// must be a fused attention kernel.
+std::vector<HostTensor> run_emulated(const Graph& optimized, const std::vector<F64Tensor>& values) {
+  Graph gpu = for_nvptx(optimized, 80);
+  REQUIRE(has_fused_attention(gpu));
+  FusionPlan plan = fuse(gpu);
+  std::vector<HostTensor> inputs = as_host(gpu, values);
+  std::map<ValueId, void*> buffer;
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    buffer[gpu.inputs()[i].id] = inputs[i].bytes().data();
+  std::vector<std::vector<std::byte>> owned;
+  for (const Kernel& kernel : plan.kernels) {
+    INFO(plan.print());
+    REQUIRE(kernel.kind == KernelKind::attention);
+    std::vector<void*> arguments;
+    for (ValueId out : kernel.outputs()) {
+      owned.emplace_back(byte_size(gpu.type(out)));
+      arguments.push_back(buffer[out] = owned.back().data());
+    }
+    for (ValueId read : kernel.reads)
+      arguments.push_back(buffer.at(read));
+    emulate_nvptx_kernel(plan, kernel, arguments);
+  }
+  std::vector<HostTensor> outputs;
+  for (const NamedValue& out : gpu.outputs()) {
+    const TensorType& t = gpu.type(out.id);
+    outputs.emplace_back(t.dtype, t.shape);
+    std::memcpy(outputs.back().bytes().data(), buffer.at(plan.view_of[out.id]), byte_size(t));
+  }
+  return outputs;
+}
+
+/// The emulated CUDA kernels against the interpreter. P and dS go through the tensor cores in
+/// bf16/f16 (as in flash attention), so the gradient tolerance applies to every output.
+void check_emulated(const Graph& g, const std::vector<F64Tensor>& values, DType t) {
+  check_outputs_match(g, run_emulated(g, values), interpret(g, values), backend_tolerance(t, true));
+}
+
+TEST_CASE("attention: the CUDA kernels, emulated on the CPU, match the interpreter on every "
+          "registry case (bf16, f16)",
+          "[attention][emulated]") {
+  for (OpId op : {OpId::fused_attention, OpId::fused_attention_lse, OpId::fused_attention_grad})
+    for_each_forward_case(op, [](const Graph& g, const std::vector<F64Tensor>& values, DType t) {
+      if (t == DType::bf16 || t == DType::f16) check_emulated(g, values, t);
+    });
+}
+
+TEST_CASE("attention: the CUDA kernels, emulated, span query blocks, key tiles and padding "
+          "(causal; masked with odd dims)",
+          "[attention][emulated]") {
+  struct Problem {
+    int64_t batch, tq, tk, d, dv;
+    bool causal, masked;
+    double scale;
+  };
+  for (Problem p : {Problem{2, 130, 130, 16, 24, true, false, 0.0},
+                    Problem{3, 70, 75, 20, 9, false, true, 0.3}})
+    for (DType t : {DType::bf16, DType::f16}) {
+      INFO(dtype_name(t) << " tq " << p.tq << " tk " << p.tk << (p.causal ? " causal" : " masked"));
+      std::mt19937_64 rng(11);
+      Shape q_shape{p.batch, p.tq, p.d}, k_shape{p.batch, p.tk, p.d}, v_shape{p.batch, p.tk, p.dv},
+          o_shape{p.batch, p.tq, p.dv}, rows{p.batch, p.tq}, mask_shape{p.tq, p.tk};
+      Attrs attrs{.real = p.scale, .flag = p.causal};
+      // Forward: o and the row log-sum-exp, one kernel.
+      Graph forward;
+      std::vector<Value> in{input(forward, "q", {t, q_shape}), input(forward, "k", {t, k_shape}),
+                            input(forward, "v", {t, v_shape})};
+      std::vector<F64Tensor> values{random_operand({DType::f64, q_shape}, rng),
+                                    random_operand({DType::f64, k_shape}, rng),
+                                    random_operand({DType::f64, v_shape}, rng)};
+      if (p.masked) {
+        in.push_back(input(forward, "mask", {DType::boolean, mask_shape}));
+        values.push_back(random_operand({DType::boolean, mask_shape, 0, 2}, rng));
+        for (int64_t j = 0; j < p.tk; ++j) // a row that attends to nothing averages v
+          values.back().data[static_cast<std::size_t>(5 * p.tk + j)] = 0.0;
+      }
+      forward.add_output("o", emit(OpId::fused_attention, in, attrs).id);
+      forward.add_output("lse", emit(OpId::fused_attention_lse, in, attrs).id);
+      check_emulated(forward, values, t);
+      // Backward: dq, dk and dv, one kernel, from o, the log-sum-exp and do.
+      std::vector<F64Tensor> saved = interpret(forward, values);
+      Graph backward;
+      std::vector<Value> operands{
+          input(backward, "q", {t, q_shape}),         input(backward, "k", {t, k_shape}),
+          input(backward, "v", {t, v_shape}),         input(backward, "o", {t, o_shape}),
+          input(backward, "lse", {DType::f32, rows}), input(backward, "do", {t, o_shape})};
+      std::vector<F64Tensor> grad_values{values[0], values[1],
+                                         values[2], saved[0],
+                                         saved[1],  random_operand({DType::f64, o_shape}, rng)};
+      if (p.masked) {
+        operands.push_back(input(backward, "mask", {DType::boolean, mask_shape}));
+        grad_values.push_back(values[3]);
+      }
+      for (int64_t which = 0; which < 3; ++which) {
+        Attrs grad_attrs = attrs;
+        grad_attrs.ints = {which};
+        backward.add_output("d" + std::to_string(which),
+                            emit(OpId::fused_attention_grad, operands, grad_attrs).id);
+      }
+      check_emulated(backward, grad_values, t);
+    }
+}
+
+TEST_CASE("attention: SINTER_ATTENTION=decomposed decomposes on CUDA too", "[attention]") {
+  EnvOverride env("SINTER_ATTENTION", "decomposed");
+  NvptxAttentionChoice choice;
+  CHECK_FALSE(has_fused_attention(for_nvptx(causal_step(32, DType::bf16), 90, &choice)));
+  CHECK(choice.why == "SINTER_ATTENTION=decomposed");
 }
 
 /// What one build of the CPU kernel computes for a causal f32 problem: o, lse, dq, dk, dv.

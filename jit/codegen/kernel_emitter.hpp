@@ -63,6 +63,7 @@ public:
   llvm::IRBuilder<>& builder() { return b_; }
   const Graph& graph() const { return g_; }
   const Kernel& kernel() const { return kernel_; }
+  const FusionPlan& plan() const { return plan_; }
   const Node& root() const { return g_.node(kernel_.root); }
 
   /// Starts emitting into `function`: `outputs[i]` is the buffer of kernel().outputs()[i]

@@ -42,6 +42,15 @@ Graph decompose(const Graph& graph, const std::function<bool(OpId)>& selected) {
   return cse(simplify(expanded));
 }
 
+Graph decompose_nodes(const Graph& graph, const NodeSelector& selected) {
+  Graph expanded = rebuild(graph, [&](const Node& n, std::span<const Value> operands) -> Value {
+    if (!op_def(n.op).lower || !selected(n, operands)) return {};
+    ScopeGuard named(*operands[0].graph, op_name(n.op));
+    return op_def(n.op).lower(operands, n.attrs);
+  });
+  return cse(simplify(lower_until_none(expanded, [](OpId op) { return !is_primitive(op); })));
+}
+
 Graph lower(const Graph& graph) {
   return lower_until_none(graph,
                           [](OpId op) { return !is_primitive(op) || op == OpId::stop_gradient; });

@@ -43,6 +43,11 @@ Graph lower_selected(const Graph& graph, const std::function<bool(OpId)>& select
 /// as GEMMs and a softmax), then any composites those use; simplify and cse after. For a
 /// backend without a native kernel for some primitive.
 Graph decompose(const Graph& graph, const std::function<bool(OpId)>& selected);
+/// Picks nodes by what they are and what they take (the node, its operands in the new graph).
+using NodeSelector = std::function<bool(const Node&, std::span<const Value>)>;
+/// decompose() for the nodes `selected` accepts, whatever their op (a backend whose kernel
+/// takes some shapes or types of an op and not others).
+Graph decompose_nodes(const Graph& graph, const NodeSelector& selected);
 /// Algebraic simplification and constant folding (x*1, x+0, -(-x), permute∘permute, ...).
 Graph simplify(const Graph& graph);
 /// Common-subexpression and dead-code elimination.

@@ -3,6 +3,7 @@
 #include "jit/backend/cpu/cpu_executable.hpp"
 
 #include "jit/api.hpp"
+#include "jit/backend/attention_layout.hpp"
 #include "jit/backend/backends.hpp"
 #include "jit/backend/context.hpp"
 #include "jit/backend/cpu/cpu_schedule.hpp"
@@ -58,46 +59,25 @@ void run_attention(const FusionPlan& plan, const Kernel& kernel, const std::vect
                    ThreadPool& pool) {
   const Graph& g = *plan.graph;
   const Node& root = g.node(kernel.root);
-  bool backward = root.op == OpId::fused_attention_grad;
+  AttentionLayout layout = attention_layout(g, root);
+  bool backward = layout.backward;
   auto operand = [&](std::size_t i) { return pointer[plan.view_of[root.inputs[i]]]; };
-  std::size_t mask_at = backward ? 6 : 3;
-  const Shape& q = g.type(root.inputs[0]).shape;
-  const Shape& v = g.type(root.inputs[2]).shape;
-  std::size_t r = q.size();
   kernels::AttentionProblem p;
   p.dtype = g.type(root.inputs[0]).dtype;
-  p.tq = q[r - 2];
-  p.d = q[r - 1];
-  p.tk = v[r - 2];
-  p.dv = v[r - 1];
-  p.batches = numel(Shape(q.begin(), q.end() - 2));
-  p.scale = root.attrs.real != 0.0 ? root.attrs.real : 1.0 / std::sqrt(static_cast<double>(p.d));
-  p.causal = root.attrs.flag;
-  if (root.inputs.size() > mask_at) {
-    // Strides of the mask over the scores [batch..., Tq, Tk] it broadcasts to (0 where it is 1).
-    const Shape& m = g.type(root.inputs[mask_at]).shape;
-    Shape scores = q;
-    scores.back() = p.tk;
-    std::vector<int64_t> stride(r, 0);
-    int64_t step = 1;
-    for (std::size_t i = r; i-- > 0;) {
-      std::size_t lead = r - m.size();
-      if (i < lead) break;
-      if (m[i - lead] != 1) stride[i] = step;
-      step *= m[i - lead];
-    }
-    p.mask = static_cast<const uint8_t*>(operand(mask_at));
-    p.mask_row_stride = stride[r - 2];
-    p.mask_col_stride = stride[r - 1];
+  p.tq = layout.tq;
+  p.d = layout.d;
+  p.tk = layout.tk;
+  p.dv = layout.dv;
+  p.batches = layout.batches;
+  p.scale = layout.scale;
+  p.causal = layout.causal;
+  if (layout.has_mask) {
+    p.mask = static_cast<const uint8_t*>(operand(layout.mask_operand));
+    p.mask_row_stride = layout.mask_row_stride;
+    p.mask_col_stride = layout.mask_col_stride;
     p.mask_offset.resize(static_cast<std::size_t>(p.batches));
-    for (int64_t b = 0; b < p.batches; ++b) {
-      int64_t rest = b, offset = 0;
-      for (std::size_t i = r - 2; i-- > 0;) {
-        offset += (rest % scores[i]) * stride[i];
-        rest /= scores[i];
-      }
-      p.mask_offset[static_cast<std::size_t>(b)] = offset;
-    }
+    for (int64_t b = 0; b < p.batches; ++b)
+      p.mask_offset[static_cast<std::size_t>(b)] = layout.mask_offset(b);
   }
   if (!backward) {
     kernels::AttentionForwardArgs a{operand(0), operand(1), operand(2)};

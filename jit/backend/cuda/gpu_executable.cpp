@@ -139,24 +139,27 @@ struct GpuExecutable::Carried {
 };
 
 namespace {
-/// The graph the GPU runs, saying once per process when attention is decomposed.
-Graph gpu_graph(const Graph& optimized) {
-  bool decomposed = false;
-  (void)attention_decomposition_requested(); // a bad SINTER_ATTENTION is refused here too
-  Graph g = for_nvptx(optimized, &decomposed);
-  static std::once_flag said;
-  if (decomposed)
-    std::call_once(said, [] {
-      log_line("sinter: attention on cuda: decomposed (scores and softmax in memory) — this "
-               "build has no fused CUDA attention kernel");
+/// The graph the GPU runs, saying once per process how attention runs on it.
+Graph gpu_graph(const Graph& optimized, const CudaDevice& device) {
+  NvptxAttentionChoice choice;
+  Graph g = for_nvptx(optimized, device.info().compute_capability, &choice);
+  static std::once_flag said_fused, said_decomposed;
+  if (choice.fused)
+    std::call_once(said_fused, [] {
+      log_line("sinter: attention on cuda: fused (NVPTX flash-attention kernels on tensor cores)");
+    });
+  if (choice.decomposed)
+    std::call_once(said_decomposed, [&] {
+      log_line("sinter: attention on cuda: decomposed (scores and softmax in memory): " +
+               choice.why);
     });
   return g;
 }
 } // namespace
 
 GpuExecutable::GpuExecutable(Graph graph, CudaDevice& device, KernelCache& cache)
-    : graph_(std::make_unique<Graph>(gpu_graph(graph))), fusion_(fuse(*graph_)), memory_(fusion_),
-      device_(device), fp32_(kernels::fp32_math_from_environment()) {
+    : graph_(std::make_unique<Graph>(gpu_graph(graph, device))), fusion_(fuse(*graph_)),
+      memory_(fusion_), device_(device), fp32_(kernels::fp32_math_from_environment()) {
   auto start = std::chrono::steady_clock::now();
   device_.make_current();
   const Graph& g = *graph_;

@@ -17,6 +17,7 @@ enum class GpuStrategy {
   block_per_output,  ///< long reductions: warp shuffles, then shared memory across warps
   atomic_scatter,    ///< scatter_add: one thread per update element, atomic adds
   serial_scatter,    ///< scatter_add on 16-bit or boolean storage (no atomics): one thread
+  attention,         ///< fused attention: 4 warps per block of 64 query rows or 64 keys
 };
 
 /// A GPU kernel's launch: `blocks` × `threads` on a 1-D grid. Every buffer passed to a GPU

@@ -2,6 +2,8 @@
 // access, warp/block/column-split reductions, atomic scatter, libdevice math; launch heuristics
 #include "jit/backend/cuda/nvptx_schedule.hpp"
 
+#include "jit/backend/cuda/nvptx_attention.hpp"
+
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
 #include <llvm/IR/Module.h>
@@ -314,9 +316,9 @@ void NvptxSchedule::emit(KernelEmitter& e, const std::string& name) {
     body.reduce();
     break;
   case KernelKind::scatter_add: body.scatter(); break;
+  case KernelKind::attention: emit_nvptx_attention(e, launch); break;
   case KernelKind::gemm:
-  case KernelKind::attention: // decomposed before fusion on the GPU (for_nvptx)
-  case KernelKind::row:       // not asked for: the GPU fuses without row kernels
+  case KernelKind::row: // not asked for: the GPU fuses without row kernels
     throw std::logic_error("sinter: no NVPTX schedule for this kernel kind");
   }
   b.CreateRetVoid();
@@ -395,9 +397,9 @@ GpuLaunch gpu_launch(const Graph& g, const Kernel& k) {
     launch.zero_output_first = true;
     return launch;
   }
+  case KernelKind::attention: return nvptx_attention_launch(g, k);
   case KernelKind::gemm:
-  case KernelKind::attention: // decomposed before fusion on the GPU (for_nvptx)
-  case KernelKind::row:       // not asked for: the GPU fuses without row kernels
+  case KernelKind::row: // not asked for: the GPU fuses without row kernels
     throw std::logic_error("sinter: no NVPTX schedule for this kernel kind");
   }
   throw std::logic_error("sinter: gemm kernels are library calls, not GPU launches");

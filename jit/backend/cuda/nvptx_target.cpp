@@ -1,6 +1,8 @@
 // jit/backend/cuda/nvptx_target.cpp — LLVM NVPTX: target machine, libdevice linking, O3, PTX text
 #include "jit/backend/cuda/nvptx_target.hpp"
 
+#include "jit/backend/backends.hpp"
+#include "jit/backend/cuda/nvptx_attention.hpp"
 #include "jit/backend/cuda/nvptx_schedule.hpp"
 #include "jit/codegen/llvm_pipeline.hpp"
 #include "jit/passes/passes.hpp"
@@ -175,10 +177,34 @@ std::optional<std::filesystem::path> NvptxTarget::find_libdevice() {
   return std::nullopt;
 }
 
-Graph for_nvptx(const Graph& optimized, bool* decomposed) {
-  bool any = has_fused_attention(optimized);
-  if (decomposed) *decomposed = any;
-  return any ? decompose(optimized, is_fused_attention) : optimized;
+Graph for_nvptx(const Graph& optimized, int compute_capability, NvptxAttentionChoice* choice) {
+  NvptxAttentionChoice seen;
+  if (has_fused_attention(optimized)) {
+    bool requested = attention_decomposition_requested();
+    std::vector<TensorType> types;
+    auto decompose_this = [&](const Node& n, std::span<const Value> operands) {
+      // The forward's log-sum-exp runs in the forward's kernel: count the forward only.
+      if (!is_fused_attention(n.op)) return false;
+      types.clear();
+      for (const Value& v : operands)
+        types.push_back(v.type());
+      std::string why = requested ? "SINTER_ATTENTION=decomposed"
+                                  : nvptx_attention_unsupported(n, types, compute_capability);
+      bool counted = n.op != OpId::fused_attention_lse;
+      if (why.empty()) {
+        seen.fused += counted;
+        return false;
+      }
+      seen.decomposed += counted;
+      if (seen.why.empty()) seen.why = why;
+      return true;
+    };
+    Graph g = decompose_nodes(optimized, decompose_this);
+    if (choice) *choice = seen;
+    return seen.decomposed ? g : optimized;
+  }
+  if (choice) *choice = seen;
+  return optimized;
 }
 
 } // namespace sinter

@@ -9,10 +9,20 @@
 
 namespace sinter {
 
-/// The optimised graph as the GPU runs it: primitives without a CUDA kernel yet (the fused
-/// attention ops) decomposed into ones that have one (GEMMs, a softmax, elementwise work).
-/// `decomposed`, when given, says whether there were any.
-Graph for_nvptx(const Graph& optimized, bool* decomposed = nullptr);
+/// What for_nvptx did with the graph's fused attention nodes.
+struct NvptxAttentionChoice {
+  // Nodes: each forward, and each gradient (of q, k or v); not the log-sum-exp.
+  int fused = 0;      ///< nodes the NVPTX attention kernels run
+  int decomposed = 0; ///< nodes expanded into GEMMs, a softmax and elementwise kernels
+  std::string why;    ///< why the first decomposed node was
+};
+
+/// The optimised graph as a GPU of `compute_capability` runs it: fused attention nodes the
+/// NVPTX attention kernels cannot take (see nvptx_attention_unsupported), or all of them under
+/// SINTER_ATTENTION=decomposed, decomposed into primitives that have a kernel. `choice`, when
+/// given, says what happened.
+Graph for_nvptx(const Graph& optimized, int compute_capability,
+                NvptxAttentionChoice* choice = nullptr);
 
 /// Compiles fused kernels to PTX for one compute capability. Needs no GPU and no driver.
 class NvptxTarget {

@@ -1,0 +1,49 @@
+// jit/backend/attention_layout.cpp — a fused attention node's slice sizes and mask strides
+#include "jit/backend/attention_layout.hpp"
+
+#include <cmath>
+
+namespace sinter {
+
+AttentionLayout attention_layout(const Graph& g, const Node& root) {
+  AttentionLayout l;
+  l.backward = root.op == OpId::fused_attention_grad;
+  const Shape& q = g.type(root.inputs[0]).shape;
+  const Shape& v = g.type(root.inputs[2]).shape;
+  std::size_t r = q.size();
+  l.tq = q[r - 2];
+  l.d = q[r - 1];
+  l.tk = v[r - 2];
+  l.dv = v[r - 1];
+  l.batch_dims = Shape(q.begin(), q.end() - 2);
+  l.batches = numel(l.batch_dims);
+  l.scale = root.attrs.real != 0.0 ? root.attrs.real : 1.0 / std::sqrt(static_cast<double>(l.d));
+  l.causal = root.attrs.flag;
+  l.mask_operand = l.backward ? 6 : 3;
+  l.has_mask = root.inputs.size() > l.mask_operand;
+  if (!l.has_mask) return l;
+  // Strides of the mask over the scores it broadcasts to (0 along dims where it is 1).
+  const Shape& m = g.type(root.inputs[l.mask_operand]).shape;
+  std::vector<int64_t> stride(r, 0);
+  int64_t step = 1;
+  std::size_t lead = r - m.size();
+  for (std::size_t i = r; i-- > lead;) {
+    if (m[i - lead] != 1) stride[i] = step;
+    step *= m[i - lead];
+  }
+  l.mask_batch_stride.assign(stride.begin(), stride.end() - 2);
+  l.mask_row_stride = stride[r - 2];
+  l.mask_col_stride = stride[r - 1];
+  return l;
+}
+
+int64_t AttentionLayout::mask_offset(int64_t batch) const {
+  int64_t offset = 0;
+  for (std::size_t i = batch_dims.size(); i-- > 0;) {
+    offset += (batch % batch_dims[i]) * mask_batch_stride[i];
+    batch /= batch_dims[i];
+  }
+  return offset;
+}
+
+} // namespace sinter

@@ -1,0 +1,34 @@
+// jit/backend/attention_layout.hpp — how a fused attention node's operands lie in memory, for
+// the backends' kernels: slice sizes, scale, causality and the mask's strides over the scores
+#pragma once
+#include "jit/ir/graph.hpp"
+
+#include <cstdint>
+#include <vector>
+
+namespace sinter {
+
+/// A fused attention node (forward, log-sum-exp or gradient) as its kernel sees it: `batches`
+/// independent slices of q [tq, d], k [tk, d], v [tk, dv], contiguous and row-major.
+struct AttentionLayout {
+  bool backward = false; ///< fused_attention_grad (operands q, k, v, o, lse, do[, mask])
+  int64_t batches = 0, tq = 0, tk = 0, d = 0, dv = 0;
+  double scale = 1.0;  ///< the attribute, or 1/sqrt(d) when it is 0
+  bool causal = false; ///< query i attends to keys j <= i
+  bool has_mask = false;
+  std::size_t mask_operand = 0; ///< the mask's operand position (3 forward, 6 backward)
+  Shape batch_dims;             ///< the scores' leading dims: q's shape without its last two
+  /// The mask broadcasts to the scores [batch_dims..., tq, tk]: element (b..., i, j) is at
+  /// sum(b_n * mask_batch_stride[n]) + i * mask_row_stride + j * mask_col_stride (a stride
+  /// is 0 along a dim the mask broadcasts over).
+  std::vector<int64_t> mask_batch_stride;
+  int64_t mask_row_stride = 0, mask_col_stride = 0;
+
+  /// Offset of slice `batch`'s [tq, tk] block in the mask.
+  int64_t mask_offset(int64_t batch) const;
+};
+
+/// The layout of fused attention node `root` of `graph`.
+AttentionLayout attention_layout(const Graph& graph, const Node& root);
+
+} // namespace sinter

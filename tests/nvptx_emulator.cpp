@@ -1,0 +1,297 @@
+// tests/nvptx_emulator.cpp — runs a generated NVPTX kernel's LLVM IR on the CPU, one OS thread
+// per GPU thread, so kernels written for tensor cores are checked on machines without a GPU
+#include "nvptx_emulator.hpp"
+
+#include "jit/backend/cuda/gpu_launch.hpp"
+#include "jit/backend/cuda/nvptx_schedule.hpp"
+#include "jit/codegen/kernel_emitter.hpp"
+#include "jit/ir/half.hpp"
+
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/IR/Instructions.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/raw_ostream.h>
+
+#include <array>
+#include <barrier>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+namespace sinter::testing {
+namespace {
+
+constexpr int warp_size = 32;
+
+/// What the threads of one warp exchange at shfl.sync and mma.sync: each lane deposits its
+/// part, all meet, each reads what it needs, all meet again before the slots are reused.
+struct Warp {
+  std::barrier<> meet{warp_size};
+  std::array<float, warp_size> values{};
+  std::array<std::array<uint32_t, 4>, warp_size> a{};
+  std::array<std::array<uint32_t, 2>, warp_size> b{};
+};
+
+/// The block being run.
+struct Block {
+  explicit Block(int threads)
+      : meet(threads), warps(static_cast<std::size_t>(threads / warp_size)) {}
+  std::barrier<> meet;
+  std::vector<Warp> warps;
+  int32_t index = 0, count = 1;
+  bool f16 = false; ///< mma operands are f16 (else bf16)
+};
+
+Block* block = nullptr;
+thread_local int32_t thread_index = 0;
+
+Warp& my_warp() { return block->warps[static_cast<std::size_t>(thread_index / warp_size)]; }
+int my_lane() { return thread_index % warp_size; }
+
+int32_t tid_x() { return thread_index; }
+int32_t ctaid_x() { return block->index; }
+int32_t nctaid_x() { return block->count; }
+void barrier0() { block->meet.arrive_and_wait(); }
+float shfl_bfly(int32_t, float value, int32_t lane_mask, int32_t) {
+  Warp& w = my_warp();
+  int lane = my_lane();
+  w.values[static_cast<std::size_t>(lane)] = value;
+  w.meet.arrive_and_wait();
+  float other = w.values[static_cast<std::size_t>(lane ^ lane_mask)];
+  w.meet.arrive_and_wait();
+  return other;
+}
+float ex2(float x) { return std::exp2(x); }
+// 16-bit conversions (cvt.rn on the GPU), so the host code needs no compiler runtime for them.
+uint16_t round_bf16(float x) { return bf16_bits(x); }
+uint16_t round_f16(float x) { return f16_bits(x); }
+float widen_f16(uint16_t bits) { return f16_value(bits); }
+float lg2(float x) { return std::log2(x); }
+
+float element(uint32_t word, int k) {
+  auto bits = static_cast<uint16_t>(k % 2 ? word >> 16 : word & 0xffffu);
+  return block->f16 ? f16_value(bits) : bf16_value(bits);
+}
+
+/// mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}: the warp's A (16×16) and B (16×8) from
+/// every lane's fragments, this lane's four results (PTX ISA fragment layouts).
+void mma(uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1, float c0,
+         float c1, float c2, float c3, float* d) {
+  Warp& w = my_warp();
+  auto lane = static_cast<std::size_t>(my_lane());
+  w.a[lane] = {a0, a1, a2, a3};
+  w.b[lane] = {b0, b1};
+  w.meet.arrive_and_wait();
+  auto a_at = [&](int row, int k) { // a0,a1: (g, 2t+{0,1}); a2,a3: row+8; a4..a7: k+8
+    std::size_t from = static_cast<std::size_t>((row % 8) * 4 + (k % 8) / 2);
+    int reg = (row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
+    return element(w.a[from][static_cast<std::size_t>(reg)], k);
+  };
+  auto b_at = [&](int k, int col) { // b0,b1: (2t+{0,1}, g); b2,b3: k+8
+    std::size_t from = static_cast<std::size_t>(col * 4 + (k % 8) / 2);
+    return element(w.b[from][k >= 8 ? 1 : 0], k);
+  };
+  int group = static_cast<int>(lane) / 4, pair = 2 * (static_cast<int>(lane) % 4);
+  std::array<float, 4> c{c0, c1, c2, c3};
+  for (int i = 0; i < 4; ++i) {
+    int row = group + (i >= 2 ? 8 : 0), col = pair + (i & 1);
+    float sum = c[static_cast<std::size_t>(i)];
+    for (int k = 0; k < 16; ++k)
+      sum += a_at(row, k) * b_at(k, col);
+    d[i] = sum;
+  }
+  w.meet.arrive_and_wait();
+}
+
+template <class F> void throw_on(llvm::Expected<F>& e, const char* what) {
+  if (!e)
+    throw std::runtime_error(std::string("emulator: ") + what + ": " +
+                             llvm::toString(e.takeError()));
+}
+
+/// Replaces each call of an NVPTX intrinsic with a call of its emulation.
+void replace_intrinsics(llvm::Module& module) {
+  llvm::LLVMContext& ctx = module.getContext();
+  auto* i32 = llvm::Type::getInt32Ty(ctx);
+  auto* f32 = llvm::Type::getFloatTy(ctx);
+  auto* ptr = llvm::PointerType::get(ctx, 0);
+  std::vector<llvm::CallInst*> calls;
+  for (llvm::Function& f : module)
+    for (llvm::BasicBlock& bb : f)
+      for (llvm::Instruction& inst : bb)
+        if (auto* call = llvm::dyn_cast<llvm::CallInst>(&inst))
+          if (call->getCalledFunction() &&
+              call->getCalledFunction()->getName().starts_with("llvm.nvvm."))
+            calls.push_back(call);
+  // Conversions to and from bf16/f16 become calls too.
+  std::vector<llvm::Instruction*> conversions;
+  for (llvm::Function& f : module)
+    for (llvm::BasicBlock& bb : f)
+      for (llvm::Instruction& inst : bb)
+        if ((llvm::isa<llvm::FPTruncInst>(inst) && inst.getType()->is16bitFPTy()) ||
+            (llvm::isa<llvm::FPExtInst>(inst) && inst.getOperand(0)->getType()->isHalfTy()))
+          conversions.push_back(&inst);
+  auto* i16 = llvm::Type::getInt16Ty(ctx);
+  for (llvm::Instruction* inst : conversions) {
+    llvm::IRBuilder<> b(inst);
+    llvm::Value* replacement = nullptr;
+    if (llvm::isa<llvm::FPTruncInst>(inst)) {
+      const char* name = inst->getType()->isBFloatTy() ? "emu_round_bf16" : "emu_round_f16";
+      auto callee = module.getOrInsertFunction(name, llvm::FunctionType::get(i16, {f32}, false));
+      replacement = b.CreateBitCast(b.CreateCall(callee, {inst->getOperand(0)}), inst->getType());
+    } else {
+      auto callee =
+          module.getOrInsertFunction("emu_widen_f16", llvm::FunctionType::get(f32, {i16}, false));
+      replacement = b.CreateCall(callee, {b.CreateBitCast(inst->getOperand(0), i16)});
+    }
+    inst->replaceAllUsesWith(replacement);
+    inst->eraseFromParent();
+  }
+  for (llvm::CallInst* call : calls) {
+    std::string name = call->getCalledFunction()->getName().str();
+    llvm::IRBuilder<> b(call);
+    std::vector<llvm::Value*> args(call->arg_begin(), call->arg_end());
+    auto simple = [&](const char* emulation) {
+      std::vector<llvm::Type*> types;
+      for (llvm::Value* a : args)
+        types.push_back(a->getType());
+      auto callee = module.getOrInsertFunction(
+          emulation, llvm::FunctionType::get(call->getType(), types, false));
+      return b.CreateCall(callee, args);
+    };
+    llvm::Value* replacement = nullptr;
+    if (name == "llvm.nvvm.read.ptx.sreg.tid.x")
+      replacement = simple("emu_tid_x");
+    else if (name == "llvm.nvvm.read.ptx.sreg.ctaid.x")
+      replacement = simple("emu_ctaid_x");
+    else if (name == "llvm.nvvm.read.ptx.sreg.nctaid.x")
+      replacement = simple("emu_nctaid_x");
+    else if (name == "llvm.nvvm.barrier0")
+      replacement = simple("emu_barrier0");
+    else if (name == "llvm.nvvm.shfl.sync.bfly.f32")
+      replacement = simple("emu_shfl_bfly");
+    else if (name == "llvm.nvvm.ex2.approx.f")
+      replacement = simple("emu_ex2");
+    else if (name == "llvm.nvvm.lg2.approx.f")
+      replacement = simple("emu_lg2");
+    else if (name.starts_with("llvm.nvvm.mma.m16n8k16.row.col.")) {
+      std::vector<llvm::Value*> words;
+      for (std::size_t i = 0; i < 6; ++i)
+        words.push_back(b.CreateBitCast(args[i], i32));
+      for (std::size_t i = 6; i < 10; ++i)
+        words.push_back(args[i]);
+      llvm::IRBuilder<> entry(&*call->getFunction()->getEntryBlock().getFirstInsertionPt());
+      llvm::Value* out = entry.CreateAlloca(llvm::ArrayType::get(f32, 4));
+      words.push_back(out);
+      std::vector<llvm::Type*> types(6, i32);
+      types.insert(types.end(), 4, f32);
+      types.push_back(ptr);
+      b.CreateCall(module.getOrInsertFunction("emu_mma",
+                                              llvm::FunctionType::get(b.getVoidTy(), types, false)),
+                   words);
+      llvm::Value* result = llvm::PoisonValue::get(call->getType());
+      for (unsigned i = 0; i < 4; ++i)
+        result =
+            b.CreateInsertValue(result, b.CreateLoad(f32, b.CreateConstGEP1_32(f32, out, i)), {i});
+      replacement = result;
+    } else
+      throw std::runtime_error("emulator: no emulation of " + name);
+    call->replaceAllUsesWith(replacement);
+    call->eraseFromParent();
+  }
+}
+
+} // namespace
+
+void emulate_nvptx_kernel(const FusionPlan& plan, const Kernel& kernel,
+                          std::span<void* const> arguments) {
+  static std::once_flag native;
+  std::call_once(native, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+  });
+  auto context = std::make_unique<llvm::LLVMContext>();
+  auto module = std::make_unique<llvm::Module>("emulated", *context);
+  NvptxSchedule schedule;
+  emit_kernel(*module, plan, kernel, "kernel", schedule);
+  replace_intrinsics(*module);
+  // The entry the host calls: void emulated(void** arguments).
+  llvm::Function* fn = module->getFunction("kernel");
+  if (arguments.size() != fn->arg_size())
+    throw std::invalid_argument("emulator: the kernel takes " + std::to_string(fn->arg_size()) +
+                                " buffers, got " + std::to_string(arguments.size()));
+  {
+    auto* ptr = llvm::PointerType::get(*context, 0);
+    auto* entry = llvm::Function::Create(
+        llvm::FunctionType::get(llvm::Type::getVoidTy(*context), {ptr}, false),
+        llvm::Function::ExternalLinkage, "emulated", *module);
+    llvm::IRBuilder<> b(llvm::BasicBlock::Create(*context, "entry", entry));
+    std::vector<llvm::Value*> args;
+    for (unsigned i = 0; i < fn->arg_size(); ++i) {
+      llvm::Value* p = b.CreateLoad(ptr, b.CreateConstGEP1_32(ptr, entry->getArg(0), i));
+      args.push_back(b.CreateAddrSpaceCast(p, fn->getArg(i)->getType()));
+    }
+    b.CreateCall(fn, args);
+    b.CreateRetVoid();
+  }
+  std::string errors;
+  llvm::raw_string_ostream err(errors);
+  if (llvm::verifyModule(*module, &err)) throw std::logic_error("emulator: invalid IR: " + errors);
+
+  auto jit = llvm::orc::LLJITBuilder().create();
+  throw_on(jit, "create LLJIT");
+  module->setDataLayout((*jit)->getDataLayout());
+  module->setTargetTriple((*jit)->getTargetTriple().str());
+  llvm::orc::MangleAndInterner mangle((*jit)->getExecutionSession(), (*jit)->getDataLayout());
+  llvm::orc::SymbolMap symbols;
+  auto define = [&](const char* name, auto* address) {
+    symbols[mangle(name)] = {llvm::orc::ExecutorAddr::fromPtr(reinterpret_cast<void*>(address)),
+                             llvm::JITSymbolFlags::Exported};
+  };
+  define("emu_tid_x", &tid_x);
+  define("emu_ctaid_x", &ctaid_x);
+  define("emu_nctaid_x", &nctaid_x);
+  define("emu_barrier0", &barrier0);
+  define("emu_shfl_bfly", &shfl_bfly);
+  define("emu_ex2", &ex2);
+  define("emu_lg2", &lg2);
+  define("emu_mma", &mma);
+  define("emu_round_bf16", &round_bf16);
+  define("emu_round_f16", &round_f16);
+  define("emu_widen_f16", &widen_f16);
+  if (auto e = (*jit)->getMainJITDylib().define(llvm::orc::absoluteSymbols(std::move(symbols))))
+    throw std::runtime_error("emulator: " + llvm::toString(std::move(e)));
+  if (auto e =
+          (*jit)->addIRModule(llvm::orc::ThreadSafeModule(std::move(module), std::move(context))))
+    throw std::runtime_error("emulator: " + llvm::toString(std::move(e)));
+  auto address = (*jit)->lookup("emulated");
+  throw_on(address, "lookup");
+  auto run = address->toPtr<void (*)(void* const*)>();
+
+  GpuLaunch launch = gpu_launch(*plan.graph, kernel);
+  int threads = static_cast<int>(launch.threads);
+  Block state(threads);
+  state.count = static_cast<int32_t>(launch.blocks);
+  state.f16 = plan.graph->type(plan.graph->node(kernel.root).inputs[0]).dtype == DType::f16;
+  block = &state;
+  for (int32_t index = 0; index < state.count; ++index) {
+    state.index = index;
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t)
+      pool.emplace_back([&, t] {
+        thread_index = t;
+        run(arguments.data());
+      });
+    for (std::thread& t : pool)
+      t.join();
+  }
+  block = nullptr;
+}
+
+} // namespace sinter::testing
