@@ -5,9 +5,9 @@
 #include "env_override.hpp"
 
 #include "jit/backend/cuda/gpu_launch.hpp"
+#include "jit/backend/cuda/nvptx_emulator.hpp"
 #include "jit/backend/cuda/nvptx_target.hpp"
 #include "kernels/cpu_attention.hpp"
-#include "nvptx_emulator.hpp"
 #include "ptx_check.hpp"
 
 #include <catch2/catch.hpp>

@@ -1,11 +1,11 @@
-// tests/nvptx_emulator.hpp — runs a generated NVPTX kernel's LLVM IR on the CPU, one OS thread
-// per GPU thread, so kernels written for tensor cores are checked on machines without a GPU
+// jit/backend/cuda/nvptx_emulator.hpp — runs a generated NVPTX kernel's LLVM IR on the CPU, one OS
+// thread per GPU thread, so kernels written for tensor cores are checked on machines without a GPU
 #pragma once
 #include "jit/passes/fuse.hpp"
 
 #include <span>
 
-namespace sinter::testing {
+namespace sinter {
 
 /// Emits `kernel` of `plan` with the NVPTX schedule, replaces the GPU's intrinsics with CPU
 /// emulations (thread and block ids, bar.sync, shfl.sync, mma.sync m16n8k16 on bf16/f16 with
@@ -16,4 +16,4 @@ namespace sinter::testing {
 void emulate_nvptx_kernel(const FusionPlan& plan, const Kernel& kernel,
                           std::span<void* const> arguments);
 
-} // namespace sinter::testing
+} // namespace sinter

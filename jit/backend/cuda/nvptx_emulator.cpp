@@ -1,6 +1,6 @@
-// tests/nvptx_emulator.cpp — runs a generated NVPTX kernel's LLVM IR on the CPU, one OS thread
-// per GPU thread, so kernels written for tensor cores are checked on machines without a GPU
-#include "nvptx_emulator.hpp"
+// jit/backend/cuda/nvptx_emulator.cpp — runs a generated NVPTX kernel's LLVM IR on the CPU, one OS
+// thread per GPU thread, so kernels written for tensor cores are checked on machines without a GPU
+#include "jit/backend/cuda/nvptx_emulator.hpp"
 
 #include "jit/backend/cuda/gpu_launch.hpp"
 #include "jit/backend/cuda/nvptx_schedule.hpp"
@@ -24,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-namespace sinter::testing {
+namespace sinter {
 namespace {
 
 constexpr int warp_size = 32;
@@ -294,4 +294,4 @@ void emulate_nvptx_kernel(const FusionPlan& plan, const Kernel& kernel,
   block = nullptr;
 }
 
-} // namespace sinter::testing
+} // namespace sinter
