@@ -57,6 +57,18 @@ OutputPositions output_positions(const Graph& g, const Kernel& kernel) {
   return out;
 }
 
+/// A kernel's work items per launch: dK/dV blocks (backward, when dK or dV is an output), then
+/// blocks of query rows (the forward, or dQ when it is an output).
+struct WorkItems {
+  int64_t key_side = 0, query_side = 0;
+};
+WorkItems work_items(const AttentionLayout& l, const OutputPositions& out) {
+  int64_t query_blocks = l.batches * ceil_div(l.tq, block_rows);
+  if (!l.backward) return {0, query_blocks};
+  return {out.key_side() ? l.batches * ceil_div(l.tk, block_rows) : 0,
+          out.dq >= 0 ? query_blocks : 0};
+}
+
 /// Queries per tile of the dK/dV pass: 64, or 32 when feature dims above 64 leave fewer
 /// registers for the scores.
 int64_t backward_query_tile(const AttentionLayout& l) { return std::max(l.d, l.dv) > 64 ? 16 : 32; }
@@ -117,7 +129,7 @@ public:
         block, ix(launch.items),
         [&](llvm::Value* work) {
           if (!l_.backward) return forward(work);
-          int64_t key_items = out_.key_side() ? l_.batches * ceil_div(l_.tk, block_rows) : 0;
+          int64_t key_items = work_items(l_, out_).key_side;
           if (key_items) e_.emit_if(b_.CreateICmpSLT(work, ix(key_items)), [&] { key_pass(work); });
           if (out_.dq >= 0)
             e_.emit_if(b_.CreateICmpSGE(work, ix(key_items)),
@@ -790,9 +802,7 @@ private:
 
 } // namespace
 
-std::string nvptx_attention_unsupported(const Node& node, std::span<const TensorType> operands,
-                                        int capability) {
-  (void)node;
+std::string nvptx_attention_unsupported(std::span<const TensorType> operands, int capability) {
   DType t = operands[0].dtype;
   if (t != DType::bf16 && t != DType::f16)
     return "the fused CUDA kernels run on tensor cores in bf16 or f16, and these operands are " +
@@ -808,15 +818,12 @@ std::string nvptx_attention_unsupported(const Node& node, std::span<const Tensor
 }
 
 GpuLaunch nvptx_attention_launch(const Graph& g, const Kernel& kernel) {
-  AttentionLayout l = attention_layout(g, g.node(kernel.root));
-  OutputPositions out = output_positions(g, kernel);
-  int64_t query_blocks = ceil_div(l.tq, block_rows), key_blocks = ceil_div(l.tk, block_rows);
+  WorkItems items =
+      work_items(attention_layout(g, g.node(kernel.root)), output_positions(g, kernel));
   GpuLaunch launch;
   launch.strategy = GpuStrategy::attention;
   launch.threads = threads_per_block;
-  launch.items =
-      l.batches * (l.backward ? (out.key_side() ? key_blocks : 0) + (out.dq >= 0 ? query_blocks : 0)
-                              : query_blocks);
+  launch.items = items.key_side + items.query_side;
   launch.blocks = std::clamp<int64_t>(launch.items, 1, max_grid);
   return launch;
 }

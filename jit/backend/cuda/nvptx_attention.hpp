@@ -9,12 +9,11 @@
 
 namespace sinter {
 
-/// Why the fused NVPTX attention kernels cannot run fused attention node `node`, whose operands
-/// have types `operands`, on an sm_<capability> GPU; empty when they can. They take bf16 or
+/// Why the fused NVPTX attention kernels cannot run a fused attention node whose operands have
+/// types `operands` on an sm_<capability> GPU; empty when they can. They take bf16 or
 /// f16 operands (mma.sync m16n8k16, f32 accumulators) on sm_80 or newer, with q/k and v feature
 /// dims up to 128; any sequence lengths, scale, causality and boolean mask.
-std::string nvptx_attention_unsupported(const Node& node, std::span<const TensorType> operands,
-                                        int capability);
+std::string nvptx_attention_unsupported(std::span<const TensorType> operands, int capability);
 
 /// The launch of an attention kernel: 128 threads (4 warps of 16 rows) per block of 64 query
 /// rows (forward, dQ) or 64 keys (dK and dV); the backward kernel's grid holds both kinds.

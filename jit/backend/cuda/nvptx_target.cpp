@@ -179,32 +179,32 @@ std::optional<std::filesystem::path> NvptxTarget::find_libdevice() {
 
 Graph for_nvptx(const Graph& optimized, int compute_capability, NvptxAttentionChoice* choice) {
   NvptxAttentionChoice seen;
-  if (has_fused_attention(optimized)) {
-    bool requested = attention_decomposition_requested();
+  bool requested = has_fused_attention(optimized) && attention_decomposition_requested();
+  // Why this GPU decomposes a fused attention node with these operands; empty: it fuses it.
+  auto why = [&](std::span<const TensorType> operands) {
+    return requested ? std::string("SINTER_ATTENTION=decomposed")
+                     : nvptx_attention_unsupported(operands, compute_capability);
+  };
+  for (ValueId id = 0; id < optimized.size(); ++id) {
+    const Node& n = optimized.node(id);
+    // Forwards and gradients count; a log-sum-exp runs in its forward's kernel.
+    if (!is_fused_attention(n.op) || n.op == OpId::fused_attention_lse) continue;
     std::vector<TensorType> types;
-    auto decompose_this = [&](const Node& n, std::span<const Value> operands) {
-      // The forward's log-sum-exp runs in the forward's kernel: count the forward only.
-      if (!is_fused_attention(n.op)) return false;
-      types.clear();
-      for (const Value& v : operands)
-        types.push_back(v.type());
-      std::string why = requested ? "SINTER_ATTENTION=decomposed"
-                                  : nvptx_attention_unsupported(n, types, compute_capability);
-      bool counted = n.op != OpId::fused_attention_lse;
-      if (why.empty()) {
-        seen.fused += counted;
-        return false;
-      }
-      seen.decomposed += counted;
-      if (seen.why.empty()) seen.why = why;
-      return true;
-    };
-    Graph g = decompose_nodes(optimized, decompose_this);
-    if (choice) *choice = seen;
-    return seen.decomposed ? g : optimized;
+    for (ValueId in : n.inputs)
+      types.push_back(optimized.type(in));
+    std::string reason = why(types);
+    ++(reason.empty() ? seen.fused : seen.decomposed);
+    if (!reason.empty() && seen.why.empty()) seen.why = reason;
   }
   if (choice) *choice = seen;
-  return optimized;
+  if (!seen.decomposed) return optimized; // no rebuild of the whole step for nothing
+  return decompose_nodes(optimized, [&](const Node& n, std::span<const Value> operands) {
+    if (!is_fused_attention(n.op)) return false;
+    std::vector<TensorType> types;
+    for (const Value& v : operands)
+      types.push_back(v.type());
+    return !why(types).empty();
+  });
 }
 
 } // namespace sinter
