@@ -1,5 +1,6 @@
 // tests/ptx_check.hpp — compiles a graph's kernels to PTX and validates them with ptxas
 #pragma once
+#include "jit/backend/cuda/gpu_launch.hpp"
 #include "jit/backend/cuda/nvptx_target.hpp"
 #include "jit/runtime/kernel_cache.hpp"
 #include "temp_dir.hpp"
@@ -78,7 +79,7 @@ inline std::size_t check_ptx(const Graph& graph) {
   static std::optional<std::filesystem::path> ptxas = find_ptxas();
   REQUIRE(ptxas);                   // assembling nothing must not pass
   Graph gpu = for_nvptx(graph, 80); // sm_80 and sm_90 take the same fused kernels
-  FusionPlan plan = fuse(gpu);
+  FusionPlan plan = fuse(gpu, gpu_fusion_options);
   std::size_t checked = 0;
   for (std::size_t i = 0; i < plan.kernels.size(); ++i) {
     const Kernel& kernel = plan.kernels[i];

@@ -41,6 +41,39 @@ std::string only_kernel_ptx(const Graph& g, int capability = 90) {
   return {};
 }
 
+TEST_CASE("gpu: a layernorm row kernel reads and writes 16 bytes at a time and combines the row "
+          "in warp shuffles (f32, bf16)",
+          "[ptx]") {
+  static TempDir dir("sinter-ptx-rows");
+  std::optional<std::filesystem::path> ptxas = find_ptxas();
+  REQUIRE(ptxas);
+  for (DType t : {DType::f32, DType::bf16}) {
+    INFO(dtype_name(t));
+    Graph g;
+    Value x = input(g, "x", {t, {64, 768}});
+    Value gamma = input(g, "gamma", {t, {768}});
+    Value beta = input(g, "beta", {t, {768}});
+    g.add_output("y", layernorm(x, gamma, beta).id);
+    Graph o = optimized(g);
+    FusionPlan plan = fuse(o, gpu_fusion_options);
+    REQUIRE(plan.kernels.size() == 1);
+    REQUIRE(plan.kernels[0].kind == KernelKind::row);
+    GpuLaunch launch = gpu_launch(o, plan.kernels[0]);
+    CHECK(launch.strategy == GpuStrategy::warp_per_output);
+    CHECK(launch.vector_width == (t == DType::f32 ? 4 : 8));
+    std::string ptx = nvptx_target(90).compile(plan, plan.kernels[0], "row");
+    INFO(ptx);
+    CHECK(ptx.find("shfl.sync.bfly") != std::string::npos);
+    CHECK(ptx.find(t == DType::f32 ? "ld.global.nc.v4.f32" : "ld.global.nc.v4") !=
+          std::string::npos);
+    CHECK(ptx.find("st.global.v4") != std::string::npos);
+    CHECK(ptx.find(".local") == std::string::npos);
+    PtxasResult assembled = run_ptxas(*ptxas, ptx, "sm_90", dir.path);
+    INFO(assembled.log);
+    CHECK(assembled.ok);
+  }
+}
+
 TEST_CASE("gpu: elementwise f32 kernels use 16-byte loads and stores", "[ptx]") {
   Graph g;
   Value a = input(g, "a", {DType::f32, {64, 256}});

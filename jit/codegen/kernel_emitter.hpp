@@ -110,6 +110,10 @@ public:
   // Reductions
   llvm::Value* reduce_init(const Node& root);
   llvm::Value* combine(const Node& root, llvm::Value* acc, llvm::Value* x);
+  /// *acc = combine(reduction, *acc, x), `acc` an alloca of the reduction's compute type.
+  void accumulate(const Node& reduction, llvm::AllocaInst* acc, llvm::Value* x) {
+    b_.CreateStore(combine(reduction, b_.CreateLoad(acc->getAllocatedType(), acc), x), acc);
+  }
   /// The reduced dims of the reduction's operand, outermost first.
   Shape reduced_dims() const;
   /// Whether the reduction reduces its operand's last axis (rows are contiguous).

@@ -618,6 +618,23 @@ std::vector<ValueId> row_reductions(const Graph& g, const Kernel& kernel) {
   return out;
 }
 
+RowLayout row_layout(const Graph& g, const Kernel& kernel) {
+  RowLayout layout;
+  layout.reductions = row_reductions(g, kernel);
+  if (layout.reductions.empty()) return layout;
+  ValueId first = layout.reductions.front();
+  layout.length = g.type(g.node(first).inputs[0]).shape.back();
+  layout.rows = numel(g.type(first).shape);
+  std::vector<ValueId> outputs = kernel.outputs();
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    const Shape& s = g.type(outputs[i]).shape;
+    bool whole_rows =
+        !s.empty() && s.back() == layout.length && numel(s) == layout.rows * layout.length;
+    (whole_rows ? layout.full : layout.per_row).push_back(i);
+  }
+  return layout;
+}
+
 bool reduces_last_axis(const Graph& g, const Kernel& k) {
   const Node& root = g.node(k.root);
   std::size_t rank = g.type(root.inputs[0]).shape.size();

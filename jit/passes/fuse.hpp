@@ -101,6 +101,15 @@ FusionPlan fuse(const Graph& graph, FusionOptions options = {});
 /// Row kernels: the reductions computed once per row, in the order they run.
 std::vector<ValueId> row_reductions(const Graph& graph, const Kernel& kernel);
 
+/// A row kernel's rows, and which of its outputs (positions in kernel.outputs()) are whole
+/// rows and which hold one value per row.
+struct RowLayout {
+  std::vector<ValueId> reductions; ///< row_reductions()
+  int64_t rows = 0, length = 0;    ///< rows of `length` elements along the last axis
+  std::vector<std::size_t> full, per_row;
+};
+RowLayout row_layout(const Graph& graph, const Kernel& kernel);
+
 /// Whether a reduce kernel reduces its operand's last axis (each output folds a contiguous
 /// run), as opposed to keeping it (outputs are whole rows, accumulated across rows). Every
 /// schedule and launch decision that depends on the reduction's layout asks this.

@@ -108,15 +108,11 @@ public:
   void row(llvm::Value* begin, llvm::Value* end) {
     const Graph& g = e_.graph();
     const Kernel& k = e_.kernel();
-    std::vector<ValueId> reductions = row_reductions(g, k);
-    int64_t length = g.type(g.node(reductions.front()).inputs[0]).shape.back();
-    int64_t rows = numel(g.type(reductions.front()).shape);
+    RowLayout layout = row_layout(g, k);
+    const std::vector<ValueId>& reductions = layout.reductions;
+    const std::vector<std::size_t>&full = layout.full, &per_row = layout.per_row;
+    int64_t length = layout.length;
     std::vector<ValueId> outputs = k.outputs();
-    std::vector<std::size_t> full, per_row;
-    for (std::size_t i = 0; i < outputs.size(); ++i) {
-      const Shape& s = g.type(outputs[i]).shape;
-      (!s.empty() && s.back() == length && numel(s) == rows * length ? full : per_row).push_back(i);
-    }
     std::vector<llvm::AllocaInst*> accs;
     for (ValueId r : reductions)
       accs.push_back(e_.entry_alloca(e_.compute_type(g.type(r).dtype)));
@@ -131,9 +127,7 @@ public:
           e_.clear_memo();
           Index idx = row_idx;
           idx.push_back(j);
-          llvm::Value* x = e_.compute(reduction.inputs[0], idx);
-          llvm::Value* acc = b_.CreateLoad(accs[p]->getAllocatedType(), accs[p]);
-          b_.CreateStore(e_.combine(reduction, acc, x), accs[p]);
+          e_.accumulate(reduction, accs[p], e_.compute(reduction.inputs[0], idx));
         });
         e_.set_row_value(reductions[p], b_.CreateLoad(accs[p]->getAllocatedType(), accs[p]));
       }

@@ -158,8 +158,9 @@ Graph gpu_graph(const Graph& optimized, const CudaDevice& device) {
 } // namespace
 
 GpuExecutable::GpuExecutable(Graph graph, CudaDevice& device, KernelCache& cache)
-    : graph_(std::make_unique<Graph>(gpu_graph(graph, device))), fusion_(fuse(*graph_)),
-      memory_(fusion_), device_(device), fp32_(kernels::fp32_math_from_environment()) {
+    : graph_(std::make_unique<Graph>(gpu_graph(graph, device))),
+      fusion_(fuse(*graph_, gpu_fusion_options)), memory_(fusion_), device_(device),
+      fp32_(kernels::fp32_math_from_environment()) {
   auto start = std::chrono::steady_clock::now();
   device_.make_current();
   const Graph& g = *graph_;

@@ -13,8 +13,10 @@ enum class GpuStrategy {
   thread_per_output, ///< short reductions (< 32 contiguous or < 64 strided elements)
   column_split,      ///< reductions keeping the last axis (bias gradients): 32 neighbouring
                      ///< outputs per block, 32 row groups each, combined in shared memory
-  warp_per_output,   ///< reductions over 32..1023 contiguous elements: warp shuffles
-  block_per_output,  ///< long reductions: warp shuffles, then shared memory across warps
+  warp_per_output,   ///< reductions over 32..1023 contiguous elements, and row kernels over
+                     ///< rows up to gpu_warp_row_limit: a warp each, warp shuffles
+  block_per_output,  ///< long reductions and rows: a block each, warp shuffles, then shared
+                     ///< memory across warps
   atomic_scatter,    ///< scatter_add: one thread per update element, atomic adds
   serial_scatter,    ///< scatter_add on 16-bit or boolean storage (no atomics): one thread
   attention,         ///< fused attention: 4 warps per block of 64 query rows or 64 keys
@@ -24,12 +26,19 @@ enum class GpuStrategy {
 /// kernel must be 16-byte aligned (the schedule assumes it for vector loads and stores).
 struct GpuLaunch {
   GpuStrategy strategy = GpuStrategy::elementwise;
-  int64_t items = 0;              ///< work items: element groups, outputs or updates
+  int64_t items = 0;              ///< work items: element groups, outputs, rows or updates
   int64_t threads = 256;          ///< per block
   int64_t blocks = 1;             ///< grid size (capped; kernels loop grid-stride)
-  int64_t vector_width = 1;       ///< elementwise: consecutive elements per thread
+  int64_t vector_width = 1;       ///< elementwise and rows: consecutive elements per thread
   bool zero_output_first = false; ///< the runtime clears the output before the launch
 };
 GpuLaunch gpu_launch(const Graph& graph, const Kernel& kernel);
+
+/// Row kernels over rows up to this long take a warp per row; longer rows a block.
+inline constexpr int64_t gpu_warp_row_limit = 2048;
+
+/// How the GPU backend fuses: layernorm, softmax and loss rows in one kernel each (row
+/// kernels), sibling reductions (a layernorm backward's two sums) in one pass.
+inline constexpr FusionOptions gpu_fusion_options{.row_kernels = true, .sibling_reductions = true};
 
 } // namespace sinter

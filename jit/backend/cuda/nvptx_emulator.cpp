@@ -4,8 +4,10 @@
 
 #include "jit/backend/cuda/gpu_launch.hpp"
 #include "jit/backend/cuda/nvptx_schedule.hpp"
+#include "jit/backend/cuda/nvptx_target.hpp"
 #include "jit/codegen/kernel_emitter.hpp"
 #include "jit/ir/half.hpp"
+#include "jit/runtime/memory_plan.hpp"
 
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/IR/Instructions.h>
@@ -16,6 +18,7 @@
 
 #include <array>
 #include <barrier>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -67,7 +70,21 @@ float shfl_bfly(int32_t, float value, int32_t lane_mask, int32_t) {
   w.meet.arrive_and_wait();
   return other;
 }
+int32_t shfl_bfly_i32(int32_t mask, int32_t value, int32_t lane_mask, int32_t clamp) {
+  return std::bit_cast<int32_t>(shfl_bfly(mask, std::bit_cast<float>(value), lane_mask, clamp));
+}
 float ex2(float x) { return std::exp2(x); }
+// libdevice's functions, which the NVPTX target links, on the host.
+float nv_expf(float x) { return std::exp(x); }
+double nv_exp(double x) { return std::exp(x); }
+float nv_logf(float x) { return std::log(x); }
+double nv_log(double x) { return std::log(x); }
+float nv_tanhf(float x) { return std::tanh(x); }
+double nv_tanh(double x) { return std::tanh(x); }
+float nv_erff(float x) { return std::erf(x); }
+double nv_erf(double x) { return std::erf(x); }
+float nv_powf(float x, float y) { return std::pow(x, y); }
+double nv_pow(double x, double y) { return std::pow(x, y); }
 // 16-bit conversions (cvt.rn on the GPU), so the host code needs no compiler runtime for them.
 uint16_t round_bf16(float x) { return bf16_bits(x); }
 uint16_t round_f16(float x) { return f16_bits(x); }
@@ -176,6 +193,8 @@ void replace_intrinsics(llvm::Module& module) {
       replacement = simple("emu_barrier0");
     else if (name == "llvm.nvvm.shfl.sync.bfly.f32")
       replacement = simple("emu_shfl_bfly");
+    else if (name == "llvm.nvvm.shfl.sync.bfly.i32")
+      replacement = simple("emu_shfl_bfly_i32");
     else if (name == "llvm.nvvm.ex2.approx.f")
       replacement = simple("emu_ex2");
     else if (name == "llvm.nvvm.lg2.approx.f")
@@ -207,10 +226,13 @@ void replace_intrinsics(llvm::Module& module) {
   }
 }
 
-} // namespace
+/// Generated kernels compiled for the host, with the emulations bound.
+struct HostKernels {
+  std::unique_ptr<llvm::orc::LLJIT> jit;
+  std::vector<void (*)(void* const*)> entries; ///< `entry(arguments)` runs one GPU thread
+};
 
-void emulate_nvptx_kernel(const FusionPlan& plan, const Kernel& kernel,
-                          std::span<void* const> arguments) {
+HostKernels compile_for_host(const FusionPlan& plan, std::span<const Kernel* const> kernels) {
   static std::once_flag native;
   std::call_once(native, [] {
     llvm::InitializeNativeTarget();
@@ -219,23 +241,21 @@ void emulate_nvptx_kernel(const FusionPlan& plan, const Kernel& kernel,
   auto context = std::make_unique<llvm::LLVMContext>();
   auto module = std::make_unique<llvm::Module>("emulated", *context);
   NvptxSchedule schedule;
-  emit_kernel(*module, plan, kernel, "kernel", schedule);
+  for (std::size_t i = 0; i < kernels.size(); ++i)
+    emit_kernel(*module, plan, *kernels[i], "kernel" + std::to_string(i), schedule);
   replace_intrinsics(*module);
-  // The entry the host calls: void emulated(void** arguments).
-  llvm::Function* fn = module->getFunction("kernel");
-  if (arguments.size() != fn->arg_size())
-    throw std::invalid_argument("emulator: the kernel takes " + std::to_string(fn->arg_size()) +
-                                " buffers, got " + std::to_string(arguments.size()));
-  {
-    auto* ptr = llvm::PointerType::get(*context, 0);
+  // The entries the host calls: void emulatedN(void** arguments).
+  auto* ptr = llvm::PointerType::get(*context, 0);
+  for (std::size_t i = 0; i < kernels.size(); ++i) {
+    llvm::Function* fn = module->getFunction("kernel" + std::to_string(i));
     auto* entry = llvm::Function::Create(
         llvm::FunctionType::get(llvm::Type::getVoidTy(*context), {ptr}, false),
-        llvm::Function::ExternalLinkage, "emulated", *module);
+        llvm::Function::ExternalLinkage, "emulated" + std::to_string(i), *module);
     llvm::IRBuilder<> b(llvm::BasicBlock::Create(*context, "entry", entry));
     std::vector<llvm::Value*> args;
-    for (unsigned i = 0; i < fn->arg_size(); ++i) {
-      llvm::Value* p = b.CreateLoad(ptr, b.CreateConstGEP1_32(ptr, entry->getArg(0), i));
-      args.push_back(b.CreateAddrSpaceCast(p, fn->getArg(i)->getType()));
+    for (unsigned a = 0; a < fn->arg_size(); ++a) {
+      llvm::Value* p = b.CreateLoad(ptr, b.CreateConstGEP1_32(ptr, entry->getArg(0), a));
+      args.push_back(b.CreateAddrSpaceCast(p, fn->getArg(a)->getType()));
     }
     b.CreateCall(fn, args);
     b.CreateRetVoid();
@@ -259,26 +279,50 @@ void emulate_nvptx_kernel(const FusionPlan& plan, const Kernel& kernel,
   define("emu_nctaid_x", &nctaid_x);
   define("emu_barrier0", &barrier0);
   define("emu_shfl_bfly", &shfl_bfly);
+  define("emu_shfl_bfly_i32", &shfl_bfly_i32);
   define("emu_ex2", &ex2);
   define("emu_lg2", &lg2);
   define("emu_mma", &mma);
   define("emu_round_bf16", &round_bf16);
   define("emu_round_f16", &round_f16);
   define("emu_widen_f16", &widen_f16);
+  define("__nv_expf", &nv_expf);
+  define("__nv_exp", &nv_exp);
+  define("__nv_logf", &nv_logf);
+  define("__nv_log", &nv_log);
+  define("__nv_tanhf", &nv_tanhf);
+  define("__nv_tanh", &nv_tanh);
+  define("__nv_erff", &nv_erff);
+  define("__nv_erf", &nv_erf);
+  define("__nv_powf", &nv_powf);
+  define("__nv_pow", &nv_pow);
   if (auto e = (*jit)->getMainJITDylib().define(llvm::orc::absoluteSymbols(std::move(symbols))))
     throw std::runtime_error("emulator: " + llvm::toString(std::move(e)));
   if (auto e =
           (*jit)->addIRModule(llvm::orc::ThreadSafeModule(std::move(module), std::move(context))))
     throw std::runtime_error("emulator: " + llvm::toString(std::move(e)));
-  auto address = (*jit)->lookup("emulated");
-  throw_on(address, "lookup");
-  auto run = address->toPtr<void (*)(void* const*)>();
+  HostKernels compiled;
+  for (std::size_t i = 0; i < kernels.size(); ++i) {
+    auto address = (*jit)->lookup("emulated" + std::to_string(i));
+    throw_on(address, "lookup");
+    compiled.entries.push_back(address->toPtr<void (*)(void* const*)>());
+  }
+  compiled.jit = std::move(*jit);
+  return compiled;
+}
 
-  GpuLaunch launch = gpu_launch(*plan.graph, kernel);
+/// Runs the whole grid of one kernel, block after block, each block's threads at once.
+void run_grid(const FusionPlan& plan, const Kernel& kernel, void (*entry)(void* const*),
+              std::span<void* const> arguments) {
+  const Graph& g = *plan.graph;
+  GpuLaunch launch = gpu_launch(g, kernel);
+  if (launch.items == 0) return; // the runtime launches nothing
+  if (launch.zero_output_first) std::memset(arguments[0], 0, byte_size(g.type(kernel.root)));
   int threads = static_cast<int>(launch.threads);
   Block state(threads);
   state.count = static_cast<int32_t>(launch.blocks);
-  state.f16 = plan.graph->type(plan.graph->node(kernel.root).inputs[0]).dtype == DType::f16;
+  state.f16 = kernel.kind == KernelKind::attention &&
+              g.type(g.node(kernel.root).inputs[0]).dtype == DType::f16;
   block = &state;
   for (int32_t index = 0; index < state.count; ++index) {
     state.index = index;
@@ -286,12 +330,133 @@ void emulate_nvptx_kernel(const FusionPlan& plan, const Kernel& kernel,
     for (int t = 0; t < threads; ++t)
       pool.emplace_back([&, t] {
         thread_index = t;
-        run(arguments.data());
+        entry(arguments.data());
       });
     for (std::thread& t : pool)
       t.join();
   }
   block = nullptr;
+}
+
+/// Element `i` of a buffer of type `t`, as a double.
+double element_at(const std::byte* data, DType t, int64_t i) {
+  auto read = [&]<class T>(T) {
+    T v;
+    std::memcpy(&v, data + i * static_cast<int64_t>(sizeof(T)), sizeof(T));
+    return v;
+  };
+  switch (t) {
+  case DType::f64: return read(double{});
+  case DType::f32: return read(float{});
+  case DType::bf16: return bf16_value(read(uint16_t{}));
+  case DType::f16: return f16_value(read(uint16_t{}));
+  default: throw std::logic_error("emulator: a GEMM on " + std::string(dtype_name(t)));
+  }
+}
+
+void set_element(std::byte* data, DType t, int64_t i, double value) {
+  auto write = [&]<class T>(T v) {
+    std::memcpy(data + i * static_cast<int64_t>(sizeof(T)), &v, sizeof(T));
+  };
+  switch (t) {
+  case DType::f64: write(value); break;
+  case DType::f32: write(static_cast<float>(value)); break;
+  case DType::bf16: write(bf16_bits(static_cast<float>(value))); break;
+  case DType::f16: write(f16_bits(static_cast<float>(value))); break;
+  default: throw std::logic_error("emulator: a GEMM on " + std::string(dtype_name(t)));
+  }
+}
+
+/// A GEMM kernel as cuBLASLt runs it (strided batches, operands transposed as planned), on the
+/// host with float64 accumulation.
+void host_gemm(const Graph& g, const Kernel& kernel, std::byte* c, const std::byte* a,
+               const std::byte* b) {
+  Shape as = g.type(kernel.gemm_a.logical).shape, cs = g.type(kernel.root).shape;
+  int64_t m = cs[cs.size() - 2], n = cs.back();
+  int64_t k = kernel.gemm_a.transposed ? as[as.size() - 2] : as.back();
+  int64_t batches = numel(cs) / std::max<int64_t>(1, m * n);
+  DType t = g.type(kernel.root).dtype;
+  for (int64_t batch = 0; batch < batches; ++batch)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double sum = 0;
+        for (int64_t p = 0; p < k; ++p) {
+          int64_t ai = kernel.gemm_a.transposed ? p * m + i : i * k + p;
+          int64_t bi = kernel.gemm_b.transposed ? j * k + p : p * n + j;
+          sum += element_at(a, t, batch * m * k + ai) * element_at(b, t, batch * k * n + bi);
+        }
+        set_element(c, t, batch * m * n + i * n + j, sum);
+      }
+}
+
+} // namespace
+
+void emulate_nvptx_kernel(const FusionPlan& plan, const Kernel& kernel,
+                          std::span<void* const> arguments) {
+  const Kernel* kernels[] = {&kernel};
+  HostKernels compiled = compile_for_host(plan, kernels);
+  std::size_t expected = kernel.outputs().size() + kernel.reads.size();
+  if (arguments.size() != expected)
+    throw std::invalid_argument("emulator: the kernel takes " + std::to_string(expected) +
+                                " buffers, got " + std::to_string(arguments.size()));
+  run_grid(plan, kernel, compiled.entries[0], arguments);
+}
+
+std::vector<HostTensor> emulate_nvptx_step(const Graph& optimized,
+                                           std::span<const HostTensor> inputs, int capability) {
+  Graph g = for_nvptx(optimized, capability);
+  if (inputs.size() != g.inputs().size())
+    throw std::invalid_argument("emulator: the step takes " + std::to_string(g.inputs().size()) +
+                                " inputs, got " + std::to_string(inputs.size()));
+  FusionPlan plan = fuse(g, gpu_fusion_options);
+  MemoryPlan memory(plan);
+  // Buffers as the CUDA executable lays them out: inputs in their own buffers, intermediates
+  // in one arena (shared where lifetimes allow), outputs the arena does not hold on their own.
+  std::vector<std::byte> arena(
+      static_cast<std::size_t>(std::max<int64_t>(memory.arena_bytes(), 0)));
+  std::vector<std::byte*> pointer(g.size(), nullptr);
+  std::vector<std::vector<std::byte>> owned;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const TensorType& t = g.type(g.inputs()[i].id);
+    if (!(inputs[i].dtype() == t.dtype && inputs[i].shape() == t.shape))
+      throw std::invalid_argument("emulator: input " + g.inputs()[i].name + " must be " +
+                                  to_string(t));
+    owned.emplace_back(inputs[i].bytes().begin(), inputs[i].bytes().end());
+    pointer[g.inputs()[i].id] = owned.back().data();
+  }
+  for (const BufferSlot& slot : memory.slots())
+    pointer[slot.node] = arena.data() + slot.offset;
+  for (const NamedValue& out : g.outputs())
+    if (!pointer[out.id]) {
+      owned.emplace_back(std::max<std::size_t>(byte_size(g.type(out.id)), 16));
+      pointer[out.id] = owned.back().data();
+    }
+  std::vector<const Kernel*> generated;
+  for (const Kernel& kernel : plan.kernels)
+    if (kernel.kind != KernelKind::gemm) generated.push_back(&kernel);
+  HostKernels compiled = compile_for_host(plan, generated);
+  std::size_t next = 0;
+  for (const Kernel& kernel : plan.kernels) {
+    if (kernel.kind == KernelKind::gemm) {
+      host_gemm(g, kernel, pointer[kernel.root], pointer[kernel.gemm_a.buffer],
+                pointer[kernel.gemm_b.buffer]);
+      continue;
+    }
+    std::vector<void*> arguments;
+    for (ValueId out : kernel.outputs())
+      arguments.push_back(pointer[out]);
+    for (ValueId read : kernel.reads)
+      arguments.push_back(pointer[read]);
+    run_grid(plan, kernel, compiled.entries[next++], arguments);
+  }
+  std::vector<HostTensor> outputs;
+  for (const NamedValue& out : g.outputs()) {
+    const TensorType& t = g.type(out.id);
+    outputs.emplace_back(t.dtype, t.shape);
+    if (std::size_t n = byte_size(t))
+      std::memcpy(outputs.back().bytes().data(), pointer[out.id], n);
+  }
+  return outputs;
 }
 
 } // namespace sinter

@@ -2,6 +2,7 @@
 // thread per GPU thread, so kernels written for tensor cores are checked on machines without a GPU
 #pragma once
 #include "jit/passes/fuse.hpp"
+#include "jit/runtime/host_tensor.hpp"
 
 #include <span>
 
@@ -12,8 +13,16 @@ namespace sinter {
 /// the PTX ISA's fragment layouts, ex2/lg2), JIT-compiles it for the host and runs the whole
 /// grid: each block as 128 threads that meet at barriers, warps exchanging values like the
 /// hardware. `arguments` are the kernel's buffers: its outputs (root first), then its reads.
-/// Covers what the attention kernels use; any other NVPTX intrinsic throws naming it.
+/// libdevice's functions run as the host's. Any NVPTX intrinsic it does not emulate throws,
+/// naming it.
 void emulate_nvptx_kernel(const FusionPlan& plan, const Kernel& kernel,
                           std::span<void* const> arguments);
+
+/// Runs an optimised step as the CUDA backend would on a GPU of compute capability
+/// `capability`: for_nvptx, the GPU's fusion (gpu_fusion_options), buffers laid out by the
+/// memory plan (intermediates sharing one arena), every generated kernel in the emulator and
+/// every GEMM on the host (float64 accumulation, rounded to its type). Returns the outputs.
+std::vector<HostTensor> emulate_nvptx_step(const Graph& optimized,
+                                           std::span<const HostTensor> inputs, int capability = 80);
 
 } // namespace sinter

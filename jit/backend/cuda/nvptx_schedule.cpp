@@ -97,7 +97,8 @@ public:
   }
 
   /// Warp shuffles, then one partial per warp through shared memory, then one more warp
-  /// reduction. Every thread of the block must call it; thread 0 gets the result.
+  /// reduction in every warp. Every thread of the block must call it; every thread gets the
+  /// result (row kernels use it in the row's later work).
   llvm::Value* block_reduce(const Node& root, llvm::Value* v) {
     if (!partials_) {
       auto* slots = llvm::ArrayType::get(b_.getInt64Ty(), 32); // 8 bytes hold any compute type
@@ -115,27 +116,49 @@ public:
                [&] { b_.CreateStore(v, b_.CreateGEP(b_.getInt64Ty(), partials_, warp)); });
     b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
     int64_t warps = launch_.threads / 32;
-    llvm::Value* slot = b_.CreateSelect(b_.CreateICmpULT(tid, e_.i64(warps)), tid, e_.i64(0));
+    llvm::Value* has_partial = b_.CreateICmpULT(lane, e_.i64(warps));
+    llvm::Value* slot = b_.CreateSelect(has_partial, lane, e_.i64(0));
     llvm::Value* partial =
         b_.CreateLoad(v->getType(), b_.CreateGEP(b_.getInt64Ty(), partials_, slot));
-    v = b_.CreateSelect(b_.CreateICmpULT(tid, e_.i64(warps)), partial, e_.reduce_init(root));
+    v = b_.CreateSelect(has_partial, partial, e_.reduce_init(root));
     v = warp_reduce(root, v);
     // The next output's partials must not overwrite these before every warp has read them.
     b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
     return v;
   }
 
+  /// Every output is a reduction over the same axes of a same-shaped operand (siblings merged
+  /// by fusion): one pass folds them all, one accumulator each.
   void reduce() {
+    const Graph& g = e_.graph();
+    std::vector<const Node*> reductions;
+    for (ValueId out : e_.kernel().outputs())
+      reductions.push_back(&g.node(out));
     const Node& root = e_.root();
-    ValueId operand = root.inputs[0];
     Shape out_shape = root.type.shape, dims = e_.reduced_dims();
-    DType t = root.type.dtype;
-    llvm::AllocaInst* acc = e_.entry_alloca(e_.compute_type(t));
-    auto load_acc = [&] { return b_.CreateLoad(acc->getAllocatedType(), acc); };
+    std::vector<llvm::AllocaInst*> accs;
+    for (const Node* r : reductions)
+      accs.push_back(e_.entry_alloca(e_.compute_type(r->type.dtype)));
+    auto load_acc = [&](std::size_t p) {
+      return b_.CreateLoad(accs[p]->getAllocatedType(), accs[p]);
+    };
+    auto init = [&] {
+      for (std::size_t p = 0; p < reductions.size(); ++p)
+        b_.CreateStore(e_.reduce_init(*reductions[p]), accs[p]);
+    };
+    // Every operand first, then every fold: the operands may share inlined work.
     auto fold = [&](const Index& out_idx, const Index& red_idx) {
       e_.clear_memo();
-      llvm::Value* x = e_.compute(operand, e_.operand_index(out_idx, red_idx));
-      b_.CreateStore(e_.combine(root, load_acc(), x), acc);
+      Index at = e_.operand_index(out_idx, red_idx);
+      std::vector<llvm::Value*> xs;
+      for (const Node* r : reductions)
+        xs.push_back(e_.compute(r->inputs[0], at));
+      for (std::size_t p = 0; p < reductions.size(); ++p)
+        b_.CreateStore(e_.combine(*reductions[p], load_acc(p), xs[p]), accs[p]);
+    };
+    auto store_all = [&](const std::vector<llvm::Value*>& totals, llvm::Value* o) {
+      for (std::size_t p = 0; p < reductions.size(); ++p)
+        e_.store_output(p, totals[p], o);
     };
     auto outputs = e_.i64(launch_.items);
     if (launch_.strategy == GpuStrategy::thread_per_output) {
@@ -143,15 +166,18 @@ public:
           global_thread(), outputs,
           [&](llvm::Value* o) {
             Index out_idx = e_.delinearize(o, out_shape);
-            b_.CreateStore(e_.reduce_init(root), acc);
+            init();
             e_.emit_nest(dims, [&](const Index& red_idx) { fold(out_idx, red_idx); });
-            e_.store_out(load_acc(), o, t);
+            std::vector<llvm::Value*> totals;
+            for (std::size_t p = 0; p < reductions.size(); ++p)
+              totals.push_back(load_acc(p));
+            store_all(totals, o);
           },
           threads_in_grid());
       return;
     }
     if (launch_.strategy == GpuStrategy::column_split) {
-      emit_column_split(root, acc);
+      emit_column_split(reductions, accs, fold, init);
       return;
     }
     // Cooperative: lanes (or the block's threads) stride over the reduced elements, which are
@@ -166,67 +192,144 @@ public:
         first, outputs,
         [&](llvm::Value* o) {
           Index out_idx = e_.delinearize(o, out_shape);
-          b_.CreateStore(e_.reduce_init(root), acc);
+          init();
           e_.emit_for(
               lane, e_.i64(numel(dims)),
               [&](llvm::Value* r) { fold(out_idx, e_.delinearize(r, dims)); }, e_.i64(helpers));
-          llvm::Value* total =
-              per_warp ? warp_reduce(root, load_acc()) : block_reduce(root, load_acc());
-          e_.emit_if(b_.CreateICmpEQ(lane, e_.i64(0)), [&] { e_.store_out(total, o, t); });
+          std::vector<llvm::Value*> totals;
+          for (std::size_t p = 0; p < reductions.size(); ++p)
+            totals.push_back(per_warp ? warp_reduce(*reductions[p], load_acc(p))
+                                      : block_reduce(*reductions[p], load_acc(p)));
+          e_.emit_if(b_.CreateICmpEQ(lane, e_.i64(0)), [&] { store_all(totals, o); });
+        },
+        step);
+  }
+
+  /// Row kernels: a warp (rows up to warp_row_limit long) or a block per row. Each reduction
+  /// folds the row in turn, every thread a strided share of `vector_width` consecutive
+  /// elements, and is combined so that every thread holds it (later reductions and the writes
+  /// use it); then the threads write the row's elements, and lane 0 its per-row outputs.
+  void row() {
+    const Graph& g = e_.graph();
+    const Kernel& k = e_.kernel();
+    RowLayout layout = row_layout(g, k);
+    const std::vector<ValueId>& reductions = layout.reductions;
+    const std::vector<std::size_t>&full = layout.full, &per_row = layout.per_row;
+    int64_t length = layout.length, rows = layout.rows;
+    std::vector<ValueId> outputs = k.outputs();
+    std::vector<llvm::AllocaInst*> accs;
+    for (ValueId r : reductions)
+      accs.push_back(e_.entry_alloca(e_.compute_type(g.type(r).dtype)));
+    bool per_warp = launch_.strategy == GpuStrategy::warp_per_output;
+    llvm::Value* tid = thread_in_block();
+    llvm::Value* lane = per_warp ? b_.CreateAnd(tid, e_.i64(31)) : tid;
+    llvm::Value* first = per_warp ? b_.CreateLShr(global_thread(), 5) : block_in_grid();
+    llvm::Value* step = per_warp ? b_.CreateLShr(threads_in_grid(), 5) : blocks_in_grid();
+    llvm::Value* helpers = e_.i64(per_warp ? 32 : launch_.threads);
+    int64_t width = launch_.vector_width, groups = length / width;
+    // Element k of the `width` consecutive ones of group `group`, in row `row` (idx's prefix).
+    auto for_elements = [&](const Index& row_idx, auto&& body) {
+      e_.emit_for(
+          lane, e_.i64(groups),
+          [&](llvm::Value* group) {
+            llvm::Value* group_first = b_.CreateMul(group, e_.i64(width), "", true, true);
+            for (int64_t j = 0; j < width; ++j) {
+              e_.clear_memo();
+              llvm::Value* column = b_.CreateAdd(group_first, e_.i64(j), "", true, true);
+              Index idx = row_idx;
+              idx.push_back(column);
+              body(idx, column);
+            }
+          },
+          helpers);
+    };
+    e_.emit_for(
+        first, e_.i64(rows),
+        [&](llvm::Value* row) {
+          e_.clear_row_values();
+          for (std::size_t p = 0; p < reductions.size(); ++p) {
+            const Node& reduction = g.node(reductions[p]);
+            const Shape& operand = g.type(reduction.inputs[0]).shape;
+            Index row_idx = e_.delinearize(row, Shape(operand.begin(), operand.end() - 1));
+            b_.CreateStore(e_.reduce_init(reduction), accs[p]);
+            for_elements(row_idx, [&](const Index& idx, llvm::Value*) {
+              e_.accumulate(reduction, accs[p], e_.compute(reduction.inputs[0], idx));
+            });
+            llvm::Value* partial = b_.CreateLoad(accs[p]->getAllocatedType(), accs[p]);
+            e_.set_row_value(reductions[p], per_warp ? warp_reduce(reduction, partial)
+                                                     : block_reduce(reduction, partial));
+          }
+          if (!full.empty()) {
+            const Shape& s = g.type(outputs[full.front()]).shape;
+            Index row_idx = e_.delinearize(row, Shape(s.begin(), s.end() - 1));
+            llvm::Value* base = b_.CreateMul(row, e_.i64(length), "", true, true);
+            for_elements(row_idx, [&](const Index& idx, llvm::Value* column) {
+              e_.compute_and_store_at(full, idx, s, b_.CreateAdd(base, column, "", true, true));
+            });
+          }
+          if (!per_row.empty())
+            e_.emit_if(b_.CreateICmpEQ(lane, e_.i64(0)), [&] {
+              e_.clear_memo();
+              const Shape& s = g.type(outputs[per_row.front()]).shape;
+              e_.compute_and_store_at(per_row, e_.delinearize(row, s), s, row);
+            });
         },
         step);
   }
 
   /// Reductions that keep the last axis: a block takes 32 consecutive outputs (neighbouring
   /// columns, so each row's reads are coalesced); its 32 row groups stride over the reduced
-  /// rows, and group 0 combines the 32 partials from shared memory.
-  void emit_column_split(const Node& root, llvm::AllocaInst* acc) {
+  /// rows, and group 0 combines the 32 partials of each output from shared memory.
+  template <class Fold, class Init>
+  void emit_column_split(const std::vector<const Node*>& reductions,
+                         const std::vector<llvm::AllocaInst*>& accs, Fold& fold, Init& init) {
     constexpr int64_t lanes = 32;
     int64_t groups = launch_.threads / lanes;
+    auto count = static_cast<int64_t>(reductions.size());
     if (!column_partials_) {
-      auto* slots = llvm::ArrayType::get(b_.getInt64Ty(), static_cast<uint64_t>(launch_.threads));
+      auto* slots =
+          llvm::ArrayType::get(b_.getInt64Ty(), static_cast<uint64_t>(launch_.threads * count));
       column_partials_ = new llvm::GlobalVariable(
           e_.module(), slots, false, llvm::GlobalValue::InternalLinkage,
           llvm::UndefValue::get(slots), e_.function()->getName() + ".columns", nullptr,
           llvm::GlobalValue::NotThreadLocal, 3);
       column_partials_->setAlignment(llvm::Align(8));
     }
-    ValueId operand = root.inputs[0];
-    Shape out_shape = root.type.shape, dims = e_.reduced_dims();
-    DType t = root.type.dtype;
-    llvm::Type* value_type = acc->getAllocatedType();
+    Shape out_shape = e_.root().type.shape, dims = e_.reduced_dims();
     llvm::Value* tid = thread_in_block();
     llvm::Value* lane = b_.CreateAnd(tid, e_.i64(lanes - 1));
     llvm::Value* group = b_.CreateLShr(tid, 5);
-    auto slot = [&](llvm::Value* g) {
+    auto slot = [&](int64_t p, llvm::Value* g) {
+      llvm::Value* within = b_.CreateAdd(b_.CreateMul(g, e_.i64(lanes)), lane);
       return b_.CreateGEP(b_.getInt64Ty(), column_partials_,
-                          b_.CreateAdd(b_.CreateMul(g, e_.i64(lanes)), lane));
+                          b_.CreateAdd(e_.i64(p * launch_.threads), within));
     };
     e_.emit_for(
         b_.CreateMul(block_in_grid(), e_.i64(lanes)), e_.i64(launch_.items),
         [&](llvm::Value* tile) {
           llvm::Value* o = b_.CreateAdd(tile, lane);
           llvm::Value* valid = b_.CreateICmpULT(o, e_.i64(launch_.items));
-          b_.CreateStore(e_.reduce_init(root), acc);
+          init();
           e_.emit_if(valid, [&] {
             Index out_idx = e_.delinearize(o, out_shape);
             e_.emit_for(
                 group, e_.i64(numel(dims)),
-                [&](llvm::Value* r) {
-                  e_.clear_memo();
-                  llvm::Value* x =
-                      e_.compute(operand, e_.operand_index(out_idx, e_.delinearize(r, dims)));
-                  b_.CreateStore(e_.combine(root, b_.CreateLoad(value_type, acc), x), acc);
-                },
-                e_.i64(groups));
+                [&](llvm::Value* r) { fold(out_idx, e_.delinearize(r, dims)); }, e_.i64(groups));
           });
-          b_.CreateStore(b_.CreateLoad(value_type, acc), slot(group));
+          for (int64_t p = 0; p < count; ++p) {
+            auto* acc = accs[static_cast<std::size_t>(p)];
+            b_.CreateStore(b_.CreateLoad(acc->getAllocatedType(), acc), slot(p, group));
+          }
           b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
           e_.emit_if(b_.CreateAnd(valid, b_.CreateICmpEQ(group, e_.i64(0))), [&] {
-            llvm::Value* total = b_.CreateLoad(value_type, slot(e_.i64(0)));
-            for (int64_t g = 1; g < groups; ++g)
-              total = e_.combine(root, total, b_.CreateLoad(value_type, slot(e_.i64(g))));
-            e_.store_out(total, o, t);
+            for (int64_t p = 0; p < count; ++p) {
+              const Node& reduction = *reductions[static_cast<std::size_t>(p)];
+              llvm::Type* value_type = accs[static_cast<std::size_t>(p)]->getAllocatedType();
+              llvm::Value* total = b_.CreateLoad(value_type, slot(p, e_.i64(0)));
+              for (int64_t g = 1; g < groups; ++g)
+                total = e_.combine(reduction, total, b_.CreateLoad(value_type, slot(p, e_.i64(g))));
+              e_.store_output(static_cast<std::size_t>(p), total, o);
+            }
           });
           // The next tile's partials must wait until group 0 has read these.
           b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
@@ -309,17 +412,11 @@ void NvptxSchedule::emit(KernelEmitter& e, const std::string& name) {
   NvptxBody body(e, launch);
   switch (kernel.kind) {
   case KernelKind::loop: body.loop(); break;
-  case KernelKind::reduce:
-    // Sibling reductions in one kernel are not asked for: the GPU fuses without them.
-    if (!kernel.extra_outputs.empty())
-      throw std::logic_error("sinter: no NVPTX schedule for a reduction with several outputs");
-    body.reduce();
-    break;
+  case KernelKind::reduce: body.reduce(); break;
+  case KernelKind::row: body.row(); break;
   case KernelKind::scatter_add: body.scatter(); break;
   case KernelKind::attention: emit_nvptx_attention(e, launch); break;
-  case KernelKind::gemm:
-  case KernelKind::row: // not asked for: the GPU fuses without row kernels
-    throw std::logic_error("sinter: no NVPTX schedule for this kernel kind");
+  case KernelKind::gemm: throw std::logic_error("sinter: GEMMs are cuBLASLt calls, not kernels");
   }
   b.CreateRetVoid();
 }
@@ -397,10 +494,34 @@ GpuLaunch gpu_launch(const Graph& g, const Kernel& k) {
     launch.zero_output_first = true;
     return launch;
   }
+  case KernelKind::row: {
+    RowLayout layout = row_layout(g, k);
+    int64_t length = layout.length, rows = layout.rows;
+    // Consecutive elements per thread, as wide as the narrowest buffer allows 16 bytes.
+    std::size_t narrowest = 8;
+    for (ValueId v : k.outputs())
+      narrowest = std::min(narrowest, dtype_bytes(g.type(v).dtype));
+    for (ValueId v : k.reads)
+      if (g.type(v).shape.size() && g.type(v).shape.back() == length)
+        narrowest = std::min(narrowest, dtype_bytes(g.type(v).dtype));
+    int64_t width =
+        std::min<int64_t>(8, 16 / static_cast<int64_t>(std::max<std::size_t>(1, narrowest)));
+    while (width > 1 && length % width != 0)
+      width /= 2;
+    launch.vector_width = width;
+    launch.items = rows;
+    if (length <= gpu_warp_row_limit) {
+      launch.strategy = GpuStrategy::warp_per_output;
+      launch.blocks = blocks_for(rows * 32);
+    } else {
+      launch.strategy = GpuStrategy::block_per_output;
+      launch.threads = 512;
+      launch.blocks = std::clamp<int64_t>(rows, 1, max_blocks);
+    }
+    return launch;
+  }
   case KernelKind::attention: return nvptx_attention_launch(g, k);
-  case KernelKind::gemm:
-  case KernelKind::row: // not asked for: the GPU fuses without row kernels
-    throw std::logic_error("sinter: no NVPTX schedule for this kernel kind");
+  case KernelKind::gemm: break;
   }
   throw std::logic_error("sinter: gemm kernels are library calls, not GPU launches");
 }

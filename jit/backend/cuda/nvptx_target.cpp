@@ -185,19 +185,23 @@ Graph for_nvptx(const Graph& optimized, int compute_capability, NvptxAttentionCh
     return requested ? std::string("SINTER_ATTENTION=decomposed")
                      : nvptx_attention_unsupported(operands, compute_capability);
   };
+  bool rebuild = false;
   for (ValueId id = 0; id < optimized.size(); ++id) {
     const Node& n = optimized.node(id);
-    // Forwards and gradients count; a log-sum-exp runs in its forward's kernel.
-    if (!is_fused_attention(n.op) || n.op == OpId::fused_attention_lse) continue;
+    if (!is_fused_attention(n.op)) continue;
     std::vector<TensorType> types;
     for (ValueId in : n.inputs)
       types.push_back(optimized.type(in));
     std::string reason = why(types);
+    rebuild = rebuild || !reason.empty();
+    // Forwards and gradients count; a log-sum-exp runs in its forward's kernel (a graph may
+    // still hold one alone, which is decomposed like the others).
+    if (n.op == OpId::fused_attention_lse) continue;
     ++(reason.empty() ? seen.fused : seen.decomposed);
     if (!reason.empty() && seen.why.empty()) seen.why = reason;
   }
   if (choice) *choice = seen;
-  if (!seen.decomposed) return optimized; // no rebuild of the whole step for nothing
+  if (!rebuild) return optimized; // no rebuild of the whole step for nothing
   return decompose_nodes(optimized, [&](const Node& n, std::span<const Value> operands) {
     if (!is_fused_attention(n.op)) return false;
     std::vector<TensorType> types;

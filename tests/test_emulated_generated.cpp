@@ -1,0 +1,211 @@
+// tests/test_emulated_generated.cpp — the CUDA backend's generated kernels run in the NVPTX
+// emulator against the interpreter: every registered op (forward and gradients), a transformer
+// layer's gradients, and the GPU plan's kernel counts (row kernels, sibling reductions)
+#include "dsl/sinter.hpp"
+
+#include "backend_check.hpp"
+#include "op_test_registry.hpp"
+
+#include "jit/backend/cuda/gpu_launch.hpp"
+#include "jit/backend/cuda/nvptx_emulator.hpp"
+#include "jit/backend/cuda/nvptx_target.hpp"
+
+#include <catch2/catch.hpp>
+
+namespace sinter::testing {
+namespace {
+
+void compare_emulated(const Graph& optimized, const std::vector<F64Tensor>& values,
+                      double tolerance) {
+  std::vector<F64Tensor> want = interpret(optimized, values);
+  std::vector<HostTensor> got = emulate_nvptx_step(optimized, as_host(optimized, values));
+  check_outputs_match(optimized, got, want, tolerance);
+}
+
+void forward_emulated(OpId op) {
+  for_each_forward_case(op, [](const Graph& g, const std::vector<F64Tensor>& values, DType t) {
+    compare_emulated(g, values, t == DType::f64 ? 1e-11 : backend_tolerance(t, false));
+  });
+}
+
+void gradient_emulated(OpId op) {
+  for_each_gradient_case(op, [](const Graph& g, const std::vector<F64Tensor>& values, DType t) {
+    compare_emulated(g, values, t == DType::f64 ? 1e-9 : backend_tolerance(t, true));
+  });
+}
+
+const bool forward_registered = register_op_tests<forward_emulated>(
+    "CUDA kernels, emulated, match the interpreter (f64, f32, bf16, f16)",
+    "[emulated][emulated-forward]");
+const bool gradient_registered =
+    register_op_tests<gradient_emulated>("CUDA gradient kernels, emulated, match the interpreter",
+                                         "[emulated][emulated-gradient]", true);
+
+/// The GPU's plan for an optimised graph (what GpuExecutable fuses on an sm_90 device).
+struct GpuPlan {
+  Graph graph;
+  FusionPlan plan;
+  explicit GpuPlan(const Graph& optimized)
+      : graph(for_nvptx(optimized, 90)), plan(fuse(graph, gpu_fusion_options)) {}
+  std::size_t count(KernelKind kind) const {
+    return static_cast<std::size_t>(std::count_if(plan.kernels.begin(), plan.kernels.end(),
+                                                  [&](const Kernel& k) { return k.kind == kind; }));
+  }
+};
+
+/// loss = cross_entropy(LN(x + W2·gelu(W1·LN(x) + b1) + b2) · Wo, labels), differentiated with
+/// respect to every weight and x: layernorm rows forward and backward, a softmax-loss row, bias
+/// and γ/β column sums, GEMMs.
+Graph transformer_layer_gradients(DType t, int64_t rows, int64_t width, int64_t classes) {
+  Graph g;
+  Value x = input(g, "x", {t, {rows, width}});
+  Value g1 = input(g, "g1", {t, {width}});
+  Value c1 = input(g, "c1", {t, {width}});
+  Value w1 = input(g, "w1", {t, {width, 2 * width}});
+  Value b1 = input(g, "b1", {t, {2 * width}});
+  Value w2 = input(g, "w2", {t, {2 * width, width}});
+  Value b2 = input(g, "b2", {t, {width}});
+  Value g2 = input(g, "g2", {t, {width}});
+  Value c2 = input(g, "c2", {t, {width}});
+  Value wo = input(g, "wo", {t, {width, classes}});
+  Value labels = input(g, "labels", {DType::i32, {rows}});
+  Value h = x + matmul(gelu_tanh(matmul(layernorm(x, g1, c1), w1) + b1), w2) + b2;
+  g.add_output("loss", cross_entropy_mean(matmul(layernorm(h, g2, c2), wo), labels).id);
+  return Pipeline::standard(
+             AutodiffOptions{{"x", "g1", "c1", "w1", "b1", "w2", "b2", "g2", "c2", "wo"}, 0})
+      .run(g, DumpSelection(""), std::cerr);
+}
+
+std::vector<F64Tensor> layer_values(const Graph& g, int64_t classes) {
+  std::mt19937_64 rng(21);
+  std::vector<F64Tensor> values;
+  for (const NamedValue& in : g.inputs()) {
+    TensorType t = g.type(in.id);
+    TestOperand spec{DType::f64, t.shape};
+    if (in.name == "labels")
+      spec = TestOperand{DType::i32, t.shape, 0, static_cast<double>(classes)};
+    values.push_back(random_operand(spec, rng));
+    if (is_float(t.dtype)) round_all(values.back(), t.dtype);
+  }
+  return values;
+}
+
+} // namespace
+
+TEST_CASE("emulated CUDA: a transformer layer's gradients match the interpreter (GEMMs, row "
+          "kernels, sibling reductions)",
+          "[emulated]") {
+  for (DType t : {DType::f32, DType::bf16}) {
+    INFO(dtype_name(t));
+    // 96 rows: the bias, γ and β sums (over rows) take the column-split schedule.
+    Graph g = transformer_layer_gradients(t, 96, 48, 10);
+    GpuPlan gpu(g);
+    INFO(gpu.plan.print());
+    CHECK(gpu.count(KernelKind::row) >= 4); // two layernorms, forward and backward
+    std::size_t sibling_column_passes = 0;
+    for (const Kernel& k : gpu.plan.kernels)
+      sibling_column_passes += k.kind == KernelKind::reduce && !k.extra_outputs.empty() &&
+                               gpu_launch(gpu.graph, k).strategy == GpuStrategy::column_split;
+    CHECK(sibling_column_passes >= 2); // the γ and β sums of each layernorm
+    compare_emulated(g, layer_values(g, 10), backend_tolerance(t, true));
+  }
+}
+
+TEST_CASE("emulated CUDA: rows longer than a warp takes run a block per row (layernorm and "
+          "softmax, forward and backward)",
+          "[emulated]") {
+  for (int64_t width : {int64_t{40}, int64_t{3000}}) {
+    INFO("width " << width);
+    Graph g = build_graph({{"x", {DType::f32, {5, width}}, {}},
+                           {"gamma", {DType::f32, {width}}, {}},
+                           {"beta", {DType::f32, {width}}, {}},
+                           {"r", {DType::f32, {5, width}}, {}}},
+                          [](Graph&, std::vector<Value>& in) {
+                            Value y = softmax(layernorm(in[0], in[1], in[2]) * 3.0, -1);
+                            return std::vector<Value>{sum(y * in[3])};
+                          });
+    Graph step = Pipeline::standard(AutodiffOptions{{"x", "gamma", "beta"}, 0})
+                     .run(g, DumpSelection(""), std::cerr);
+    GpuPlan gpu(step);
+    INFO(gpu.plan.print());
+    std::size_t rows = 0, block_rows = 0;
+    for (const Kernel& k : gpu.plan.kernels)
+      if (k.kind == KernelKind::row) {
+        ++rows;
+        GpuLaunch launch = gpu_launch(gpu.graph, k);
+        block_rows += launch.strategy == GpuStrategy::block_per_output;
+        CHECK(launch.vector_width == (width % 4 == 0 ? 4 : 1));
+      }
+    CHECK(rows >= 2);
+    CHECK(block_rows == (width > gpu_warp_row_limit ? rows : 0));
+    std::mt19937_64 rng(5);
+    std::vector<F64Tensor> values;
+    for (const NamedValue& in : step.inputs())
+      values.push_back(random_operand({DType::f64, step.type(in.id).shape}, rng));
+    compare_emulated(step, values, backend_tolerance(DType::f32, true));
+  }
+}
+
+TEST_CASE("GPU plan: a layernorm forward is one kernel and its backward one row kernel plus one "
+          "pass for the γ and β sums",
+          "[emulated][fusion]") {
+  Graph g;
+  Value x = input(g, "x", {DType::f32, {64, 768}});
+  Value gamma = input(g, "gamma", {DType::f32, {768}});
+  Value beta = input(g, "beta", {DType::f32, {768}});
+  g.add_output("y", layernorm(x, gamma, beta).id);
+  GpuPlan forward(Pipeline::standard(std::nullopt).run(g, DumpSelection(""), std::cerr));
+  INFO(forward.plan.print());
+  REQUIRE(forward.plan.kernels.size() == 1);
+  CHECK(forward.count(KernelKind::row) == 1);
+  CHECK(gpu_launch(forward.graph, forward.plan.kernels[0]).strategy ==
+        GpuStrategy::warp_per_output);
+
+  Graph dx = build_graph({{"x", {DType::f32, {64, 768}}, {}},
+                          {"gamma", {DType::f32, {768}}, {}},
+                          {"beta", {DType::f32, {768}}, {}},
+                          {"r", {DType::f32, {64, 768}}, {}}},
+                         [](Graph&, std::vector<Value>& in) {
+                           return std::vector<Value>{sum(layernorm(in[0], in[1], in[2]) * in[3])};
+                         });
+  GpuPlan step(Pipeline::standard(AutodiffOptions{{"x", "gamma", "beta"}, 0})
+                   .run(dx, DumpSelection(""), std::cerr));
+  INFO(step.plan.print());
+  CHECK(step.count(KernelKind::row) == 2); // forward (saving its statistics), backward
+  std::size_t sibling_passes = 0;
+  for (const Kernel& k : step.plan.kernels)
+    sibling_passes += k.kind == KernelKind::reduce && !k.extra_outputs.empty();
+  CHECK(sibling_passes == 1); // dγ and dβ folded in one pass
+}
+
+TEST_CASE("GPU plan: a GPT step's transformer block is at most 30 kernels, forward, backward and "
+          "AdamW (bf16 autocast, fused attention)",
+          "[emulated][fusion]") {
+  // The gpt recipe's step (clipping, AdamW, warm-up schedule) at depth 1 and 2: the difference
+  // is one block. The GPU plan is the one GpuExecutable would run on an sm_90 device.
+  auto kernels_at_depth = [](int64_t depth, KernelKind* only = nullptr) {
+    Init init(3);
+    GPT model(GPTConfig{.vocab = 64, .context = 16, .dim = 32, .depth = depth, .heads = 2}, init);
+    auto step = compile_step(
+        model, [](GPT& m, Var ids, Var next) { return cross_entropy_mean(m(ids), next); },
+        adamw{.lr = 1e-3, .weight_decay = 0.1},
+        {.schedule = warmup_cosine(1e-3, 10, 100), .clip_grad_norm = 1.0, .amp = amp::bf16});
+    std::vector<double> ids(4 * 16);
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      ids[i] = static_cast<double>((i * 7) % 64);
+    HostTensor x = HostTensor::from_doubles(DType::i64, {4, 16}, ids);
+    step(x, x);
+    GpuPlan gpu(step.runtime().program().graph());
+    INFO("depth " << depth << "\n" << gpu.plan.print());
+    CHECK(gpu.count(KernelKind::attention) == static_cast<std::size_t>(2 * depth));
+    return only ? gpu.count(*only) : gpu.plan.kernels.size();
+  };
+  std::size_t one = kernels_at_depth(1), two = kernels_at_depth(2);
+  INFO("kernels at depth 1: " << one << ", at depth 2: " << two);
+  CHECK(two - one <= 30);
+  KernelKind row = KernelKind::row;
+  // Two layernorms per block, forward and backward.
+  CHECK(kernels_at_depth(2, &row) - kernels_at_depth(1, &row) == 4);
+}
+
+} // namespace sinter::testing
