@@ -441,3 +441,82 @@ TEST_CASE("a model trains with label smoothing through compile_step", "[training
   CHECK(last < 0.5 * first);
   CHECK(last > 0.1); // smoothing keeps the loss away from zero
 }
+
+TEST_CASE("kd_loss is alpha·T²·KL(teacher ‖ student) + (1 − alpha)·CE, with no gradient into the "
+          "teacher",
+          "[training][losses]") {
+  HostTensor s = tensor(DType::f64, {2, 3}, {1, 2, 0.5, -1, 0, 2});
+  HostTensor t = tensor(DType::f64, {2, 3}, {2, 1, 0, 0, 0, 3});
+  HostTensor y = tensor(DType::i32, {2}, {0, 2});
+  const KdOptions options{.temperature = 2.0, .alpha = 0.3};
+  const double T = 2.0, alpha = 0.3;
+  auto softmax_row = [](std::vector<double> z, double scale) {
+    double total = 0;
+    for (double& v : z)
+      total += (v = std::exp(v / scale));
+    for (double& v : z)
+      v /= total;
+    return z;
+  };
+  std::vector<double> by_hand, expected_ds;
+  for (int64_t i = 0; i < 2; ++i) {
+    std::vector<double> si{s.at(3 * i), s.at(3 * i + 1), s.at(3 * i + 2)};
+    std::vector<double> ti{t.at(3 * i), t.at(3 * i + 1), t.at(3 * i + 2)};
+    std::vector<double> ps = softmax_row(si, T), pt = softmax_row(ti, T), p1 = softmax_row(si, 1);
+    double kl = 0;
+    for (int c = 0; c < 3; ++c)
+      kl += pt[c] * (std::log(pt[c]) - std::log(ps[c]));
+    auto label = static_cast<int>(y.at(i));
+    by_hand.push_back(alpha * T * T * kl + (1 - alpha) * -std::log(p1[label]));
+    // d/ds: alpha·T·(ps − pt) + (1 − alpha)·(softmax(s) − onehot), over the batch mean.
+    for (int c = 0; c < 3; ++c)
+      expected_ds.push_back(
+          (alpha * T * (ps[c] - pt[c]) + (1 - alpha) * (p1[c] - (c == label ? 1.0 : 0.0))) / 2.0);
+  }
+  auto per_sample =
+      jit([options](Var a, Var b, Var l) { return kd_loss(a, b, l, options, Reduction::none); });
+  HostTensor per = per_sample(s, t, y);
+  REQUIRE(per.shape() == Shape{2});
+  CHECK(per.at(0) == Approx(by_hand[0]).epsilon(1e-12));
+  CHECK(per.at(1) == Approx(by_hand[1]).epsilon(1e-12));
+  auto mean_loss = jit([options](Var a, Var b, Var l) { return kd_loss(a, b, l, options); });
+  CHECK(mean_loss(s, t, y).at(0) == Approx((by_hand[0] + by_hand[1]) / 2).epsilon(1e-12));
+
+  auto gradients = grad([options](Var a, Var b, Var l) { return kd_loss(a, b, l, options); });
+  Gradients g = gradients(s, t, y);
+  for (int64_t k = 0; k < 6; ++k) {
+    CHECK(g["arg0"].at(k) == Approx(expected_ds[static_cast<std::size_t>(k)]).margin(1e-12));
+    CHECK(g["arg1"].at(k) == 0.0); // the teacher is frozen
+  }
+  // alpha = 1: distillation alone; the labels do not matter.
+  auto soft_only =
+      jit([](Var a, Var b, Var l) { return kd_loss(a, b, l, {.temperature = 2.0, .alpha = 1.0}); });
+  HostTensor other_labels = tensor(DType::i32, {2}, {1, 1});
+  CHECK(soft_only(s, t, y).at(0) == soft_only(s, t, other_labels).at(0));
+
+  // Bad input is named.
+  auto wide = tensor(DType::f64, {2, 4}, {0, 0, 0, 0, 0, 0, 0, 0});
+  CHECK_THROWS_WITH(mean_loss(s, wide, y), Catch::Contains("one shape") &&
+                                               Catch::Contains("f64[2,3]") &&
+                                               Catch::Contains("f64[2,4]"));
+  auto cold = jit([](Var a, Var b, Var l) { return kd_loss(a, b, l, {.temperature = 0.0}); });
+  CHECK_THROWS_WITH(cold(s, t, y), Catch::Contains("temperature"));
+  auto over = jit([](Var a, Var b, Var l) { return kd_loss(a, b, l, {.alpha = 1.5}); });
+  CHECK_THROWS_WITH(over(s, t, y), Catch::Contains("alpha must be in [0, 1]"));
+}
+
+TEST_CASE("feature distillation is the MSE to the teacher's hidden state, frozen",
+          "[training][losses]") {
+  HostTensor student = tensor(DType::f64, {2, 2}, {1, 2, 3, 4}),
+             teacher = tensor(DType::f64, {2, 2}, {1, 0, 0, 4});
+  auto loss = jit([](Var a, Var b) { return feature_distillation_loss(a, b); });
+  CHECK(loss(student, teacher).at(0) == Approx(3.25));
+  auto per = jit([](Var a, Var b) { return feature_distillation_loss(a, b, Reduction::none); });
+  CHECK(per(student, teacher).at(1) == Approx(4.5));
+  Gradients g =
+      grad([](Var a, Var b) { return feature_distillation_loss(a, b); })(student, teacher);
+  CHECK(g["arg0"].to_doubles() == std::vector<double>{0.0, 1.0, 1.5, 0.0}); // 2·diff / 4
+  CHECK(g["arg1"].to_doubles() == std::vector<double>{0.0, 0.0, 0.0, 0.0});
+  HostTensor narrow = tensor(DType::f64, {2, 3}, {0, 0, 0, 0, 0, 0});
+  CHECK_THROWS_WITH(loss(student, narrow), Catch::Contains("Linear"));
+}

@@ -1,7 +1,9 @@
 // dsl/nn/losses.hpp — losses with per-sample (unreduced) and mean forms: cross-entropy with
-// label smoothing and ignore_index, mean squared error
+// label smoothing and ignore_index, mean squared error, knowledge and feature distillation
 #pragma once
 #include "dsl/tensor.hpp"
+
+#include <cmath>
 
 namespace sinter {
 
@@ -52,6 +54,67 @@ inline Var mse_loss(const Var& prediction, const Var& target,
   for (int64_t d = 1; d < squared.rank(); ++d)
     feature_axes.push_back(d);
   return Var(feature_axes.empty() ? squared : mean(squared, feature_axes));
+}
+
+struct KdOptions {
+  /// Softens both distributions: softmax(logits / temperature). Hinton et al. use 1–4.
+  double temperature = 1.0;
+  /// Weight of the distillation term; 1 − alpha weighs the label cross-entropy.
+  double alpha = 0.5;
+  /// Label smoothing and ignore_index of the cross-entropy term.
+  CrossEntropyOptions cross_entropy = {};
+};
+
+/// Knowledge distillation (Hinton et al. 2015):
+///   alpha · T² · KL(softmax(teacher / T) ‖ softmax(student / T)) + (1 − alpha) · CE(student,
+///   labels)
+/// with logits [N..., C] and labels [N...]. No gradient flows into the teacher's logits. Per
+/// sample [N...] with Reduction::none (a sample with ignore_index keeps its KL term); else the
+/// KL term's mean over all samples (PyTorch's `batchmean`) plus the cross-entropy's mean over the
+/// samples that count. T² keeps the gradient's scale independent of T.
+inline Var kd_loss(const Var& student_logits, const Var& teacher_logits, const Var& labels,
+                   KdOptions options = {}, Reduction reduction = Reduction::mean) {
+  Value s = student_logits.value(), t = teacher_logits.value();
+  if (s.type().shape != t.type().shape)
+    throw std::invalid_argument("sinter: kd_loss needs student and teacher logits of one shape, "
+                                "got " +
+                                to_string(s.type()) + " and " + to_string(t.type()) +
+                                " — both models must predict the same classes");
+  if (s.rank() < 1)
+    throw std::invalid_argument("sinter: kd_loss needs logits [N..., C], got a scalar");
+  if (!(options.temperature > 0.0) || !std::isfinite(options.temperature))
+    throw std::invalid_argument("sinter: kd_loss temperature must be a positive number, got " +
+                                std::to_string(options.temperature));
+  if (!(options.alpha >= 0.0 && options.alpha <= 1.0))
+    throw std::invalid_argument("sinter: kd_loss alpha must be in [0, 1], got " +
+                                std::to_string(options.alpha));
+  // The teacher's type may differ (a bf16 teacher under AMP): compare in the student's.
+  if (t.type().dtype != s.type().dtype) t = cast(t, s.type().dtype);
+  double temperature = options.temperature;
+  Value log_student = log_softmax(s / temperature, -1);
+  Value log_teacher = log_softmax(stop_gradient(t) / temperature, -1);
+  Value kl = sum(exp(log_teacher) * (log_teacher - log_student), {-1}); // [N...]
+  double distill = options.alpha * temperature * temperature, hard = 1.0 - options.alpha;
+  Var ce = cross_entropy_loss(student_logits, labels, options.cross_entropy, reduction);
+  if (reduction == Reduction::none) return Var(kl * distill + ce.value() * hard);
+  return Var(mean(kl) * distill + ce.value() * hard);
+}
+
+/// Feature distillation: the mean squared error between a student's hidden state and the
+/// teacher's (no gradient into the teacher's). When their widths differ, pass the student's
+/// state through a learned projection first, e.g. a `Linear(student_dim, teacher_dim)` trained
+/// with the student. Per sample [N] with Reduction::none.
+inline Var feature_distillation_loss(const Var& student_hidden, const Var& teacher_hidden,
+                                     Reduction reduction = Reduction::mean) {
+  Value s = student_hidden.value(), t = teacher_hidden.value();
+  if (s.type().shape != t.type().shape)
+    throw std::invalid_argument(
+        "sinter: feature_distillation_loss needs hidden states of one shape, got " +
+        to_string(s.type()) + " (student) and " + to_string(t.type()) +
+        " (teacher) — project the student's state to the teacher's width first, e.g. with a "
+        "Linear layer");
+  if (t.type().dtype != s.type().dtype) t = cast(t, s.type().dtype);
+  return mse_loss(student_hidden, Var(stop_gradient(t)), reduction);
 }
 
 } // namespace sinter
