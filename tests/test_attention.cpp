@@ -12,8 +12,6 @@
 
 #include <catch2/catch.hpp>
 
-#include <cstring>
-#include <map>
 #include <random>
 
 namespace sinter::testing {
@@ -174,7 +172,7 @@ TEST_CASE("attention: bf16 and f16 run as one fused forward and one backward ker
       Graph gpu = for_nvptx(step, 80, &choice);
       CHECK(choice.fused == 4);
       CHECK(choice.decomposed == 0);
-      FusionPlan plan = fuse(gpu);
+      FusionPlan plan = fuse(gpu, gpu_fusion_options);
       std::vector<std::size_t> attention_kernels;
       for (std::size_t i = 0; i < plan.kernels.size(); ++i)
         if (plan.kernels[i].kind == KernelKind::attention) attention_kernels.push_back(i);
@@ -219,31 +217,11 @@ TEST_CASE("attention: bf16 and f16 run as one fused forward and one backward ker
 std::vector<HostTensor> run_emulated(const Graph& optimized, const std::vector<F64Tensor>& values) {
   Graph gpu = for_nvptx(optimized, 80);
   REQUIRE(has_fused_attention(gpu));
-  FusionPlan plan = fuse(gpu);
-  std::vector<HostTensor> inputs = as_host(gpu, values);
-  std::map<ValueId, void*> buffer;
-  for (std::size_t i = 0; i < inputs.size(); ++i)
-    buffer[gpu.inputs()[i].id] = inputs[i].bytes().data();
-  std::vector<std::vector<std::byte>> owned;
-  for (const Kernel& kernel : plan.kernels) {
-    INFO(plan.print());
+  FusionPlan plan = fuse(gpu, gpu_fusion_options);
+  INFO(plan.print());
+  for (const Kernel& kernel : plan.kernels)
     REQUIRE(kernel.kind == KernelKind::attention);
-    std::vector<void*> arguments;
-    for (ValueId out : kernel.outputs()) {
-      owned.emplace_back(byte_size(gpu.type(out)));
-      arguments.push_back(buffer[out] = owned.back().data());
-    }
-    for (ValueId read : kernel.reads)
-      arguments.push_back(buffer.at(read));
-    emulate_nvptx_kernel(plan, kernel, arguments);
-  }
-  std::vector<HostTensor> outputs;
-  for (const NamedValue& out : gpu.outputs()) {
-    const TensorType& t = gpu.type(out.id);
-    outputs.emplace_back(t.dtype, t.shape);
-    std::memcpy(outputs.back().bytes().data(), buffer.at(plan.view_of[out.id]), byte_size(t));
-  }
-  return outputs;
+  return emulate_nvptx_step(optimized, as_host(optimized, values));
 }
 
 /// The emulated CUDA kernels against the interpreter. P and dS go through the tensor cores in

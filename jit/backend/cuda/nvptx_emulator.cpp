@@ -132,6 +132,44 @@ template <class F> void throw_on(llvm::Expected<F>& e, const char* what) {
                              llvm::toString(e.takeError()));
 }
 
+/// A host function the emulated module calls: the emulation of an NVPTX intrinsic that maps
+/// one to one (`intrinsic`), a helper of the other rewrites, or a libdevice function.
+struct HostFunction {
+  const char* intrinsic; ///< null: called by its symbol
+  const char* symbol;
+  void* address;
+};
+
+template <class F> void* address_of(F* function) { return reinterpret_cast<void*>(function); }
+
+const std::vector<HostFunction>& host_functions() {
+  static const std::vector<HostFunction> table = {
+      {"llvm.nvvm.read.ptx.sreg.tid.x", "emu_tid_x", address_of(&tid_x)},
+      {"llvm.nvvm.read.ptx.sreg.ctaid.x", "emu_ctaid_x", address_of(&ctaid_x)},
+      {"llvm.nvvm.read.ptx.sreg.nctaid.x", "emu_nctaid_x", address_of(&nctaid_x)},
+      {"llvm.nvvm.barrier0", "emu_barrier0", address_of(&barrier0)},
+      {"llvm.nvvm.shfl.sync.bfly.f32", "emu_shfl_bfly", address_of(&shfl_bfly)},
+      {"llvm.nvvm.shfl.sync.bfly.i32", "emu_shfl_bfly_i32", address_of(&shfl_bfly_i32)},
+      {"llvm.nvvm.ex2.approx.f", "emu_ex2", address_of(&ex2)},
+      {"llvm.nvvm.lg2.approx.f", "emu_lg2", address_of(&lg2)},
+      {nullptr, "emu_mma", address_of(&mma)},
+      {nullptr, "emu_round_bf16", address_of(&round_bf16)},
+      {nullptr, "emu_round_f16", address_of(&round_f16)},
+      {nullptr, "emu_widen_f16", address_of(&widen_f16)},
+      {nullptr, "__nv_expf", address_of(&nv_expf)},
+      {nullptr, "__nv_exp", address_of(&nv_exp)},
+      {nullptr, "__nv_logf", address_of(&nv_logf)},
+      {nullptr, "__nv_log", address_of(&nv_log)},
+      {nullptr, "__nv_tanhf", address_of(&nv_tanhf)},
+      {nullptr, "__nv_tanh", address_of(&nv_tanh)},
+      {nullptr, "__nv_erff", address_of(&nv_erff)},
+      {nullptr, "__nv_erf", address_of(&nv_erf)},
+      {nullptr, "__nv_powf", address_of(&nv_powf)},
+      {nullptr, "__nv_pow", address_of(&nv_pow)},
+  };
+  return table;
+}
+
 /// Replaces each call of an NVPTX intrinsic with a call of its emulation.
 void replace_intrinsics(llvm::Module& module) {
   llvm::LLVMContext& ctx = module.getContext();
@@ -183,23 +221,9 @@ void replace_intrinsics(llvm::Module& module) {
       return b.CreateCall(callee, args);
     };
     llvm::Value* replacement = nullptr;
-    if (name == "llvm.nvvm.read.ptx.sreg.tid.x")
-      replacement = simple("emu_tid_x");
-    else if (name == "llvm.nvvm.read.ptx.sreg.ctaid.x")
-      replacement = simple("emu_ctaid_x");
-    else if (name == "llvm.nvvm.read.ptx.sreg.nctaid.x")
-      replacement = simple("emu_nctaid_x");
-    else if (name == "llvm.nvvm.barrier0")
-      replacement = simple("emu_barrier0");
-    else if (name == "llvm.nvvm.shfl.sync.bfly.f32")
-      replacement = simple("emu_shfl_bfly");
-    else if (name == "llvm.nvvm.shfl.sync.bfly.i32")
-      replacement = simple("emu_shfl_bfly_i32");
-    else if (name == "llvm.nvvm.ex2.approx.f")
-      replacement = simple("emu_ex2");
-    else if (name == "llvm.nvvm.lg2.approx.f")
-      replacement = simple("emu_lg2");
-    else if (name.starts_with("llvm.nvvm.mma.m16n8k16.row.col.")) {
+    for (const HostFunction& f : host_functions())
+      if (f.intrinsic && name == f.intrinsic) replacement = simple(f.symbol);
+    if (!replacement && name.starts_with("llvm.nvvm.mma.m16n8k16.row.col.")) {
       std::vector<llvm::Value*> words;
       for (std::size_t i = 0; i < 6; ++i)
         words.push_back(b.CreateBitCast(args[i], i32));
@@ -219,8 +243,8 @@ void replace_intrinsics(llvm::Module& module) {
         result =
             b.CreateInsertValue(result, b.CreateLoad(f32, b.CreateConstGEP1_32(f32, out, i)), {i});
       replacement = result;
-    } else
-      throw std::runtime_error("emulator: no emulation of " + name);
+    }
+    if (!replacement) throw std::runtime_error("emulator: no emulation of " + name);
     call->replaceAllUsesWith(replacement);
     call->eraseFromParent();
   }
@@ -270,32 +294,9 @@ HostKernels compile_for_host(const FusionPlan& plan, std::span<const Kernel* con
   module->setTargetTriple((*jit)->getTargetTriple().str());
   llvm::orc::MangleAndInterner mangle((*jit)->getExecutionSession(), (*jit)->getDataLayout());
   llvm::orc::SymbolMap symbols;
-  auto define = [&](const char* name, auto* address) {
-    symbols[mangle(name)] = {llvm::orc::ExecutorAddr::fromPtr(reinterpret_cast<void*>(address)),
-                             llvm::JITSymbolFlags::Exported};
-  };
-  define("emu_tid_x", &tid_x);
-  define("emu_ctaid_x", &ctaid_x);
-  define("emu_nctaid_x", &nctaid_x);
-  define("emu_barrier0", &barrier0);
-  define("emu_shfl_bfly", &shfl_bfly);
-  define("emu_shfl_bfly_i32", &shfl_bfly_i32);
-  define("emu_ex2", &ex2);
-  define("emu_lg2", &lg2);
-  define("emu_mma", &mma);
-  define("emu_round_bf16", &round_bf16);
-  define("emu_round_f16", &round_f16);
-  define("emu_widen_f16", &widen_f16);
-  define("__nv_expf", &nv_expf);
-  define("__nv_exp", &nv_exp);
-  define("__nv_logf", &nv_logf);
-  define("__nv_log", &nv_log);
-  define("__nv_tanhf", &nv_tanhf);
-  define("__nv_tanh", &nv_tanh);
-  define("__nv_erff", &nv_erff);
-  define("__nv_erf", &nv_erf);
-  define("__nv_powf", &nv_powf);
-  define("__nv_pow", &nv_pow);
+  for (const HostFunction& f : host_functions())
+    symbols[mangle(f.symbol)] = {llvm::orc::ExecutorAddr::fromPtr(f.address),
+                                 llvm::JITSymbolFlags::Exported};
   if (auto e = (*jit)->getMainJITDylib().define(llvm::orc::absoluteSymbols(std::move(symbols))))
     throw std::runtime_error("emulator: " + llvm::toString(std::move(e)));
   if (auto e =
