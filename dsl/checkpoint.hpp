@@ -60,4 +60,46 @@ std::map<std::string, std::string> load_checkpoint(const std::filesystem::path& 
   return ckpt.metadata;
 }
 
+/// Writes `model.<param>` for every parameter of `model` (no optimizer state), atomically:
+/// what load_weights reads, e.g. a teacher for distillation.
+template <class Model>
+void save_weights(const std::filesystem::path& file, Model& model,
+                  std::map<std::string, std::string> extra = {}) {
+  std::vector<std::pair<std::string, const HostTensor*>> tensors;
+  for_each_parameter(model, [&](const std::string& name, Parameter& p) {
+    tensors.emplace_back("model." + name, &p.value);
+  });
+  extra["format"] = "sinter-weights-v1";
+  save_safetensors(file, tensors, extra);
+}
+
+/// Loads every parameter of `model` from a safetensors file: `model.<param>` as save_checkpoint
+/// and save_weights write them, or plain `<param>` names. Other tensors (optimizer state) are
+/// ignored. Throws std::runtime_error naming the file and the first missing tensor, or the
+/// tensor whose dtype or shape differs with both types; a corrupt file is refused by
+/// load_safetensors. Nothing in `model` changes unless every tensor matches.
+template <class Model>
+std::map<std::string, std::string> load_weights(const std::filesystem::path& file, Model& model) {
+  Checkpoint ckpt = load_safetensors(file);
+  std::vector<std::pair<Parameter*, HostTensor*>> matched;
+  for_each_parameter(model, [&](const std::string& name, Parameter& p) {
+    auto it = ckpt.tensors.find("model." + name);
+    if (it == ckpt.tensors.end()) it = ckpt.tensors.find(name);
+    if (it == ckpt.tensors.end())
+      throw std::runtime_error("sinter: " + file.string() + " has no tensor 'model." + name +
+                               "' (nor '" + name +
+                               "') — it holds weights of a different model or configuration");
+    if (it->second.dtype() != p.value.dtype() || it->second.shape() != p.value.shape())
+      throw std::runtime_error("sinter: " + file.string() + ": tensor '" + it->first + "' is " +
+                               to_string(TensorType{it->second.dtype(), it->second.shape()}) +
+                               " but the model's '" + name + "' is " +
+                               to_string(TensorType{p.value.dtype(), p.value.shape()}) +
+                               " — build the model with the configuration that wrote the file");
+    matched.emplace_back(&p, &it->second);
+  });
+  for (auto [parameter, tensor] : matched)
+    parameter->value = std::move(*tensor);
+  return ckpt.metadata;
+}
+
 } // namespace sinter

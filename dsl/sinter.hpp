@@ -3,6 +3,7 @@
 #pragma once
 #include "dsl/checkpoint.hpp"
 #include "dsl/dims.hpp"
+#include "dsl/distill.hpp"
 #include "dsl/expr.hpp"
 #include "dsl/nn/layers.hpp"
 #include "dsl/nn/losses.hpp"

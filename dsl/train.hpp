@@ -151,8 +151,13 @@ template <class Model, class LossFn> class CompiledStep {
   static constexpr std::size_t arity = detail::batch_arity<LossFn>();
 
 public:
-  CompiledStep(Model& model, LossFn fn, Optimizer optimizer, double lr, StepOptions options)
-      : schedule_(options.schedule ? options.schedule : constant_schedule(lr)),
+  /// `frozen`: further graph inputs the step reads but never trains (a teacher's weights),
+  /// by name; `before_call` runs before every call (refreshing them).
+  CompiledStep(Model& model, LossFn fn, Optimizer optimizer, double lr, StepOptions options,
+               std::vector<std::pair<std::string, const HostTensor*>> frozen = {},
+               std::function<void()> before_call = {})
+      : before_call_(std::move(before_call)),
+        schedule_(options.schedule ? options.schedule : constant_schedule(lr)),
         batch_names_(detail::default_batch_names(options.batch_names, arity)) {
     const std::vector<std::string>& batch_names = batch_names_;
     std::vector<std::string> names;
@@ -173,6 +178,7 @@ public:
     step_options.update = UpdateOptions{optimizer, options.clip_grad_norm, options.loss_scaling};
     step_options.accumulate = options.accumulate;
     step_options.amp = options.amp;
+    step_options.frozen = std::move(frozen);
     runtime_ = std::make_unique<TrainStep>(trace, names, values, step_options);
   }
 
@@ -187,6 +193,7 @@ public:
   /// The same, with the batch in a span. The first call with new batch types compiles (and
   /// logs the compile line); later calls with types seen before reuse that program.
   StepOutput call(std::span<const HostTensor> batch) {
+    if (before_call_) before_call_();
     double lr = schedule_(runtime_->steps());
     LossHandle loss = (*runtime_)(batch, lr);
     if (std::size_t n = runtime_->compilations(); n != logged_) {
@@ -199,7 +206,21 @@ public:
   int64_t steps() const { return runtime_->steps(); }
   TrainStep& runtime() { return *runtime_; }
 
+  /// The memory a call with a batch of these types would need (planned, nothing compiled;
+  /// only the batch's dtypes and shapes are read).
+  StepMemory plan_memory(std::span<const HostTensor> batch) {
+    if (before_call_) before_call_();
+    return runtime_->plan_memory(batch);
+  }
+  /// The largest batch whose planned peak fits `budget_bytes` (dim 0 of every batch input is
+  /// the batch size; `example` gives the other dims and the dtypes): see MaxBatch.
+  MaxBatch max_batch(std::span<const HostTensor> example, int64_t budget_bytes) {
+    if (before_call_) before_call_();
+    return runtime_->max_batch(example, budget_bytes);
+  }
+
 private:
+  std::function<void()> before_call_;
   Schedule schedule_;
   std::vector<std::string> batch_names_;
   std::unique_ptr<TrainStep> runtime_;

@@ -85,6 +85,10 @@ void CompiledGraph::set_carried(
   executable_->set_carried(input_from_output);
 }
 
+void CompiledGraph::set_resident(std::span<const std::size_t> inputs) {
+  executable_->set_resident(inputs);
+}
+
 const MemoryPlan& CompiledGraph::memory_plan() const { return executable_->memory_plan(); }
 
 const CompileReport& CompiledGraph::compile_report() const { return executable_->report(); }

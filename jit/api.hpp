@@ -53,6 +53,10 @@ public:
   /// between runs: those outputs come back deferred (fetched from the device on first access,
   /// see HostTensor::defer) and are not uploaded again while unwritten. No effect elsewhere.
   void set_carried(std::span<const std::pair<std::size_t, std::size_t>> input_from_output);
+  /// Declares inputs that every run reads and none writes, such as a distillation teacher's
+  /// weights. On CUDA each keeps one device copy, uploaded again only when the host tensor
+  /// changed (HostTensor::stamp). No effect elsewhere.
+  void set_resident(std::span<const std::size_t> inputs);
 
   /// Memory the step needs (CPU and CUDA): `memory_plan().peak_bytes()`.
   const MemoryPlan& memory_plan() const;

@@ -8,10 +8,12 @@
 #include "jit/pipeline/pipeline.hpp"
 
 #include <cstdlib>
+#include <fstream>
 #include <ostream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <unistd.h>
 
 namespace sinter {
 
@@ -54,10 +56,19 @@ std::unique_ptr<Executable> compile_for_interpreter(const Graph& graph, const De
 
 // NOTE: a new backend is a folder under jit/backend/ with a compile function, a Backend value
 // and one line here.
+StepMemory plan_memory_for_interpreter(const Graph& graph, const Device&, std::span<const bool>) {
+  StepMemory memory;
+  memory.inputs = input_bytes(graph);
+  return memory; // values live in float64 vectors the interpreter makes as it goes
+}
+
+int64_t host_free_memory(const Device&) { return host_available_memory(); }
+
 constexpr BackendEntry table[] = {
-    {Backend::cpu, "cpu", false, compile_for_cpu},
-    {Backend::cuda, "cuda", true, compile_for_cuda},
-    {Backend::interpreter, "interpreter", false, compile_for_interpreter},
+    {Backend::cpu, "cpu", false, compile_for_cpu, plan_memory_for_cpu, host_free_memory},
+    {Backend::cuda, "cuda", true, compile_for_cuda, plan_memory_for_cuda, cuda_free_memory},
+    {Backend::interpreter, "interpreter", false, compile_for_interpreter,
+     plan_memory_for_interpreter, host_free_memory},
 };
 
 std::string accepted_names() {
@@ -71,6 +82,24 @@ std::string accepted_names() {
 }
 
 } // namespace
+
+int64_t host_available_memory() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
+}
+
+int64_t input_bytes(const Graph& graph) {
+  int64_t bytes = 0;
+  for (const NamedValue& in : graph.inputs())
+    bytes += static_cast<int64_t>(byte_size(graph.type(in.id)));
+  return bytes;
+}
 
 void Executable::dump(const DumpSelection& dump, std::ostream& out) const {
   const FusionPlan* fusion = fusion_plan();

@@ -20,6 +20,13 @@ struct BackendEntry {
   /// Compiles an optimised graph (the pass pipeline already ran) for `device`.
   std::unique_ptr<Executable> (*compile)(const Graph& optimized, const Device& device,
                                          Context& context);
+  /// The memory compiling and running `optimized` would take on `device`, planned without
+  /// generating code. `single_copy[i]`: input i keeps one device copy (carried or resident).
+  StepMemory (*plan_memory)(const Graph& optimized, const Device& device,
+                            std::span<const bool> single_copy);
+  /// Memory free for a new step on `device` now: the GPU's free memory, or on the CPU the
+  /// host's available memory (MemAvailable).
+  int64_t (*free_memory)(const Device& device);
 };
 
 /// SINTER_ATTENTION: `fused` (the default: each backend's fused attention kernels where it has
@@ -29,6 +36,11 @@ bool attention_decomposition_requested();
 
 /// Every backend, in the order `sinter info` and error messages list them.
 std::span<const BackendEntry> backends();
+/// The host's available memory (MemAvailable in /proc/meminfo, else physical memory).
+int64_t host_available_memory();
+/// The bytes of `optimized`'s inputs (each once), for backends whose inputs are the caller's.
+int64_t input_bytes(const Graph& optimized);
+
 /// The entry of `backend`; std::logic_error if it has none.
 const BackendEntry& backend_entry(Backend backend);
 

@@ -28,6 +28,9 @@ public:
   /// (input index, output index) pairs whose output is the next run's input. Backends that
   /// keep state on a device use it to leave those values there; others ignore it.
   virtual void set_carried(std::span<const std::pair<std::size_t, std::size_t>>) {}
+  /// Inputs every run reads and none writes. Device backends keep one copy of each and
+  /// upload it again only when the host tensor's stamp changed; others ignore it.
+  virtual void set_resident(std::span<const std::size_t>) {}
   /// The kernels the step runs; null where there are none (the interpreter).
   virtual const FusionPlan* fusion_plan() const { return nullptr; }
   /// Writes the dumps `dump` asks for (SINTER_DUMP=fuse, memory) to `out`.

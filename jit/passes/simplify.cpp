@@ -8,6 +8,16 @@
 namespace sinter {
 namespace {
 
+/// Whether every value of `from` is exactly a value of `to`.
+bool widens_exactly(DType from, DType to) {
+  switch (from) {
+  case DType::bf16:
+  case DType::f16: return to == DType::f32 || to == DType::f64;
+  case DType::f32: return to == DType::f64;
+  default: return false;
+  }
+}
+
 /// The value of a splat constant (a constant, possibly broadcast or reshaped), if `v` is one.
 std::optional<double> splat_value(Value v) {
   const Node& n = v.node();
@@ -99,6 +109,13 @@ Value simplify_node(const Node& n, std::span<const Value> in) {
   }
   case OpId::cast:
     if (in[0].dtype() == n.type.dtype) return in[0];
+    // Narrowing back what an exact widening made (a bf16 weight stored low, raised to f32,
+    // then cast to bf16 by autocast) gives the original.
+    if (in[0].node().op == OpId::cast) {
+      Value source{in[0].graph, in[0].node().inputs[0]};
+      if (source.dtype() == n.type.dtype && widens_exactly(source.dtype(), in[0].dtype()))
+        return source;
+    }
     break;
   case OpId::where:
     if (in[1].id == in[2].id) return in[1];

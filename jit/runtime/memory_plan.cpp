@@ -2,6 +2,9 @@
 #include "jit/runtime/memory_plan.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <sstream>
 
@@ -126,6 +129,80 @@ std::string MemoryPlan::print() const {
     os << "  %" << s.node << " @" << s.offset << " +" << s.bytes << " kernels " << s.first << ".."
        << s.last << "\n";
   return os.str();
+}
+
+std::vector<PlannedBuffer> largest_buffers(std::vector<PlannedBuffer> buffers, std::size_t count) {
+  std::stable_sort(
+      buffers.begin(), buffers.end(),
+      [](const PlannedBuffer& a, const PlannedBuffer& b) { return a.bytes > b.bytes; });
+  if (buffers.size() > count) buffers.resize(count);
+  return buffers;
+}
+
+std::vector<PlannedBuffer> arena_buffers(const Graph& graph, const MemoryPlan& memory) {
+  std::vector<PlannedBuffer> out;
+  for (const BufferSlot& slot : memory.slots()) {
+    const Node& n = graph.node(slot.node);
+    const std::string& path = graph.scope_path(n.scope);
+    out.push_back({"arena: " + (path.empty() ? std::string("(top level)") : path) + " " +
+                       std::string(op_name(n.op)) + " " + to_string(n.type),
+                   slot.bytes});
+  }
+  return out;
+}
+
+std::string format_bytes(int64_t bytes) {
+  static constexpr const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  std::size_t unit = 0;
+  while (std::abs(value) >= 1024 && unit + 1 < std::size(units)) {
+    value /= 1024;
+    ++unit;
+  }
+  char text[48];
+  std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : "%.2f %s", value, units[unit]);
+  return text;
+}
+
+int64_t parse_bytes(const std::string& text) {
+  auto fail = [&] {
+    return std::invalid_argument("'" + text +
+                                 "' is not a size: give bytes, optionally with a suffix K, M, G "
+                                 "or T (powers of 1024; KiB, MiB, GiB, TiB also accepted)");
+  };
+  std::size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (...) {
+    throw fail();
+  }
+  std::string suffix = text.substr(used);
+  if (!suffix.empty() && suffix.back() == 'B' && suffix.size() > 1) suffix.pop_back(); // "GB"
+  if (suffix.size() == 2 && suffix[1] == 'i') suffix.pop_back();                       // "Gi"
+  double scale = 1;
+  if (suffix == "K" || suffix == "k")
+    scale = 1024.0;
+  else if (suffix == "M")
+    scale = 1024.0 * 1024;
+  else if (suffix == "G")
+    scale = 1024.0 * 1024 * 1024;
+  else if (suffix == "T")
+    scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (!suffix.empty() && suffix != "B")
+    throw fail();
+  if (!(value > 0) || !std::isfinite(value * scale) || value * scale > 9.0e18) throw fail();
+  return static_cast<int64_t>(value * scale);
+}
+
+std::optional<int64_t> memory_limit_from_environment() {
+  const char* value = std::getenv("SINTER_MEMORY_LIMIT");
+  if (!value || !*value) return std::nullopt;
+  try {
+    return parse_bytes(value);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("sinter: SINTER_MEMORY_LIMIT: ") + e.what());
+  }
 }
 
 } // namespace sinter

@@ -3,7 +3,9 @@
 
 #include "jit/api.hpp"
 
+#include "jit/backend/backends.hpp"
 #include "jit/backend/context.hpp"
+#include "jit/pipeline/pipeline.hpp"
 #include "jit/runtime/phase_timer.hpp"
 
 #include <algorithm>
@@ -14,7 +16,7 @@
 namespace sinter {
 namespace {
 
-enum class Source { parameter, batch, scalar, state, grad_sum };
+enum class Source { parameter, batch, scalar, state, grad_sum, frozen };
 
 struct Slot {
   Source source;
@@ -198,10 +200,7 @@ std::string TrainStep::batch_key(std::span<const HostTensor> batch) {
   return key;
 }
 
-const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> batch) {
-  std::string key = batch_key(batch);
-  if (auto it = by_batch_types_.find(key); it != by_batch_types_.end()) return *it->second;
-
+TrainStep::Built TrainStep::build(std::span<const HostTensor> batch) {
   std::optional<PhaseTimer> phase;
   phase.emplace("trace");
   Graph forward_ = trace_(batch);
@@ -219,28 +218,44 @@ const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> b
           to_string(TensorType{parameters_[i]->dtype(), parameters_[i]->shape()}) +
           " but the model uses it as " + to_string(t));
   }
-  // Batch inputs: every input that is not a parameter, in graph order (= call order).
-  std::vector<std::string> batch_names;
+  auto is_frozen = [&](const std::string& name) {
+    return std::any_of(options_.frozen.begin(), options_.frozen.end(),
+                       [&](const auto& f) { return f.first == name; });
+  };
+  for (const auto& [name, tensor] : options_.frozen) {
+    auto in = std::find_if(forward_.inputs().begin(), forward_.inputs().end(),
+                           [&](const NamedValue& v) { return v.name == name; });
+    if (in == forward_.inputs().end()) continue; // traced but unused: nothing to feed
+    const TensorType& t = forward_.type(in->id);
+    if (t.dtype != tensor->dtype() || t.shape != tensor->shape())
+      throw std::invalid_argument("sinter: frozen input '" + name + "' holds " +
+                                  to_string(TensorType{tensor->dtype(), tensor->shape()}) +
+                                  " but the step uses it as " + to_string(t));
+  }
+  Built built;
+  // Batch inputs: every input that is neither a parameter nor frozen, in graph order (= call
+  // order).
   for (const NamedValue& in : forward_.inputs())
-    if (std::find(names_.begin(), names_.end(), in.name) == names_.end())
-      batch_names.push_back(in.name);
-  if (batch.size() != batch_names.size())
-    throw std::invalid_argument("sinter: the step takes " + std::to_string(batch_names.size()) +
-                                " batch inputs, got " + std::to_string(batch.size()));
+    if (std::find(names_.begin(), names_.end(), in.name) == names_.end() && !is_frozen(in.name))
+      built.batch_names.push_back(in.name);
+  if (batch.size() != built.batch_names.size())
+    throw std::invalid_argument("sinter: the step takes " +
+                                std::to_string(built.batch_names.size()) + " batch inputs, got " +
+                                std::to_string(batch.size()));
   for (std::size_t j = 0; j < batch.size(); ++j) {
-    const TensorType& want = forward_.type(input_named(forward_, batch_names[j]));
+    const TensorType& want = forward_.type(input_named(forward_, built.batch_names[j]));
     if (batch[j].dtype() != want.dtype || batch[j].shape() != want.shape)
-      throw std::invalid_argument("sinter: batch input '" + batch_names[j] + "' expects " +
+      throw std::invalid_argument("sinter: batch input '" + built.batch_names[j] + "' expects " +
                                   to_string(want) + ", got " +
                                   to_string(TensorType{batch[j].dtype(), batch[j].shape()}));
   }
 
-  auto compiled = std::make_unique<Compiled>();
-  Device backend = default_device();
   phase.emplace("autocast");
   std::size_t differentiated = apply_amp(forward_, options_);
   if (options_.amp != AmpMode::off) forward_ = read_low_copies(forward_);
   phase.emplace("autodiff and update");
+  // Only the parameters (and their working copies) are differentiated: frozen inputs get no
+  // gradient, so nothing computed from them alone is kept for the backward pass.
   std::vector<std::string> wrt = names_;
   for (const LowCopy& copy : low_copies_)
     if (std::any_of(forward_.inputs().begin(), forward_.inputs().end(),
@@ -285,25 +300,198 @@ const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> b
     auto updates = append_update(grads, names_, params, gs, options_.update);
     set_update_outputs(grads, names_, updates, options_.update.optimizer, true);
     add_low_copy_outputs(grads, updates);
-    phase.reset(); // the passes and the backend time themselves
+    built.step = std::move(grads);
+    return built;
+  }
+  built.step = std::move(grads);
+  Graph& apply = built.apply;
+  std::vector<Value> params, gs;
+  for (std::size_t i = 0; i < names_.size(); ++i)
+    params.push_back(
+        input(apply, names_[i], TensorType{parameters_[i]->dtype(), parameters_[i]->shape()}));
+  for (std::size_t i = 0; i < names_.size(); ++i)
+    gs.push_back(input(apply, "grad." + names_[i], params[i].type()));
+  auto updates = append_update(apply, names_, params, gs, options_.update);
+  set_update_outputs(apply, names_, updates, options_.update.optimizer, false);
+  add_low_copy_outputs(apply, updates);
+  return built;
+}
+
+Graph TrainStep::plan_graph(std::span<const HostTensor> batch) {
+  return Pipeline::standard(std::nullopt).run(build(batch).step);
+}
+
+TrainStep::ResidentBytes TrainStep::resident_bytes() const {
+  ResidentBytes bytes;
+  for (const HostTensor* p : parameters_)
+    bytes.parameters += static_cast<int64_t>(p->byte_size());
+  for (const auto& [name, tensor] : state_)
+    bytes.optimizer_state += static_cast<int64_t>(tensor.byte_size());
+  for (const auto& [name, tensor] : options_.frozen)
+    bytes.frozen += static_cast<int64_t>(tensor->byte_size());
+  return bytes;
+}
+
+std::vector<HostTensor> resized_batch(std::span<const HostTensor> example, int64_t batch) {
+  std::vector<HostTensor> out;
+  for (const HostTensor& t : example) {
+    if (t.shape().empty())
+      throw std::invalid_argument("sinter: a batch input is a scalar; the batch size is dim 0 of "
+                                  "every batch input, so each must have at least one dim");
+    Shape shape = t.shape();
+    shape[0] = batch;
+    out.emplace_back(t.dtype(), shape); // never written: planning reads only types
+  }
+  return out;
+}
+
+std::string MaxBatch::line() const {
+  return "max_batch=" + std::to_string(batch) + " peak_bytes=" + std::to_string(peak_bytes) +
+         " next_peak_bytes=" + std::to_string(next_peak_bytes) +
+         " budget_bytes=" + std::to_string(budget_bytes);
+}
+
+StepMemory TrainStep::plan_memory(std::span<const HostTensor> batch) {
+  return plan_for(plan_graph(batch));
+}
+
+StepMemory TrainStep::plan_for(const Graph& optimized) const {
+  const auto& inputs = optimized.inputs();
+  // Parameters and optimizer state are carried, frozen inputs resident: one copy each.
+  auto single = std::make_unique<bool[]>(inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const std::string& n = inputs[i].name;
+    single[i] = std::find(names_.begin(), names_.end(), n) != names_.end() ||
+                n.starts_with("state.") ||
+                std::any_of(options_.frozen.begin(), options_.frozen.end(),
+                            [&](const auto& f) { return f.first == n; });
+  }
+  Device device = default_device();
+  return backend_entry(device.backend)
+      .plan_memory(optimized, device, std::span<const bool>(single.get(), inputs.size()));
+}
+
+MaxBatch TrainStep::max_batch(std::span<const HostTensor> example, int64_t budget_bytes) {
+  if (example.empty())
+    throw std::invalid_argument("sinter: max_batch needs an example batch (one tensor per batch "
+                                "input; dim 0 is the batch size)");
+  MaxBatch r;
+  r.budget_bytes = budget_bytes;
+  std::map<int64_t, int64_t> peaks;
+  auto peak = [&](int64_t b) {
+    if (auto it = peaks.find(b); it != peaks.end()) return it->second;
+    ++r.plans;
+    return peaks[b] = plan_memory(resized_batch(example, b)).total();
+  };
+  constexpr int64_t most = int64_t{1} << 24;
+  int64_t lo = 1, plo = peak(1), hi = 0, phi = 0; // peak(lo) fits; peak(hi) does not (0: unknown)
+  if (plo > budget_bytes) {
+    r.next_peak_bytes = plo;
+    return r;
+  }
+  auto probe = [&](int64_t b) {
+    int64_t p = peak(b);
+    if (p <= budget_bytes) {
+      lo = b;
+      plo = p;
+    } else {
+      hi = b;
+      phi = p;
+    }
+  };
+  probe(8);
+  const int64_t p1 = peaks.at(1);
+  // The peak grows almost linearly with the batch: extrapolate to the budget, then settle the
+  // bracket by interpolation, probing either side of each estimate (bisection if that stalls).
+  for (int rounds = 0; hi == 0 || hi - lo > 1; ++rounds) {
+    if (hi == 0) {
+      double slope = lo > 1 ? static_cast<double>(plo - p1) / static_cast<double>(lo - 1) : 0;
+      double estimate =
+          slope > 0 ? static_cast<double>(lo) + static_cast<double>(budget_bytes - plo) / slope
+                    : 2.0 * static_cast<double>(lo);
+      int64_t next = std::max(lo + 1, static_cast<int64_t>(estimate * 1.01) + 1);
+      if (lo >= most)
+        throw std::invalid_argument("sinter: max_batch: even a batch of " + std::to_string(most) +
+                                    " fits the budget; the budget is too large to search");
+      probe(std::min(next, most));
+      continue;
+    }
+    int64_t next;
+    if (rounds < 12) {
+      double t = static_cast<double>(budget_bytes - plo) / static_cast<double>(phi - plo);
+      next = lo + static_cast<int64_t>(t * static_cast<double>(hi - lo));
+    } else {
+      next = lo + (hi - lo) / 2;
+    }
+    next = std::clamp(next, lo + 1, hi - 1);
+    probe(next);
+    if (lo == next && next + 1 < hi)
+      probe(next + 1);
+    else if (hi == next && next - 1 > lo)
+      probe(next - 1);
+  }
+  r.batch = lo;
+  r.peak_bytes = plo;
+  r.next_peak_bytes = phi;
+  return r;
+}
+
+[[noreturn]] void TrainStep::explain_out_of_memory(std::span<const HostTensor> batch,
+                                                   const StepMemory& planned, int64_t available,
+                                                   const std::string& cause) {
+  Device device = default_device();
+  std::string types;
+  for (const HostTensor& t : batch)
+    types += (types.empty() ? "" : ", ") + to_string(TensorType{t.dtype(), t.shape()});
+  std::string message =
+      "sinter: out of memory on " + device.name() + " for the step on batch " + types + ": " +
+      cause + "\n  planned peak " + format_bytes(planned.total()) + " (arena " +
+      format_bytes(planned.arena) + ", inputs " + format_bytes(planned.inputs) + ", outputs " +
+      format_bytes(planned.outputs) + ", workspace " + format_bytes(planned.workspace) +
+      "); free " + format_bytes(available) + "\n  largest buffers:";
+  for (const PlannedBuffer& b : planned.largest)
+    message += "\n    " + format_bytes(b.bytes) + "  " + b.what;
+  try {
+    MaxBatch fit = max_batch(batch, available);
+    message +=
+        "\n  largest batch that fits: " + std::to_string(fit.batch) + " (" + fit.line() + ")" +
+        (fit.batch > 0
+             ? " — pass a batch of at most " + std::to_string(fit.batch) +
+                   " (recipes: --batch-size " + std::to_string(fit.batch) + " or --batch-size max)"
+             : " — not even one example fits: use a smaller model or AMP");
+  } catch (const std::exception& e) {
+    message += std::string("\n  (no batch size could be planned: ") + e.what() + ")";
+  }
+  throw OutOfMemory(message, planned.total(), available);
+}
+
+const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> batch) {
+  std::string key = batch_key(batch);
+  if (auto it = by_batch_types_.find(key); it != by_batch_types_.end()) return *it->second;
+
+  Built built = build(batch);
+  const std::vector<std::string>& batch_names = built.batch_names;
+  auto compiled = std::make_unique<Compiled>();
+  Device backend = default_device();
+  if (std::optional<int64_t> limit = memory_limit_from_environment()) {
+    StepMemory planned = plan_for(Pipeline::standard(std::nullopt).run(Graph(built.step)));
+    if (planned.total() > *limit)
+      explain_out_of_memory(batch, planned, *limit,
+                            "the planned peak is over SINTER_MEMORY_LIMIT=" +
+                                std::to_string(*limit));
+  }
+  try {
     compiled->step =
-        std::make_unique<CompiledGraph>(std::move(grads), std::nullopt, backend, context_);
-  } else {
-    phase.reset(); // the passes and the backend time themselves
-    compiled->step =
-        std::make_unique<CompiledGraph>(std::move(grads), std::nullopt, backend, context_);
-    Graph apply;
-    std::vector<Value> params, gs;
-    for (std::size_t i = 0; i < names_.size(); ++i)
-      params.push_back(
-          input(apply, names_[i], TensorType{parameters_[i]->dtype(), parameters_[i]->shape()}));
-    for (std::size_t i = 0; i < names_.size(); ++i)
-      gs.push_back(input(apply, "grad." + names_[i], params[i].type()));
-    auto updates = append_update(apply, names_, params, gs, options_.update);
-    set_update_outputs(apply, names_, updates, options_.update.optimizer, false);
-    add_low_copy_outputs(apply, updates);
-    compiled->apply =
-        std::make_unique<CompiledGraph>(std::move(apply), std::nullopt, backend, context_);
+        std::make_unique<CompiledGraph>(std::move(built.step), std::nullopt, backend, context_);
+    if (options_.accumulate > 1)
+      compiled->apply =
+          std::make_unique<CompiledGraph>(std::move(built.apply), std::nullopt, backend, context_);
+  } catch (const OutOfMemory& e) {
+    explain_out_of_memory(batch, plan_memory(batch), e.available_bytes(), e.what());
+  } catch (const std::bad_alloc&) {
+    explain_out_of_memory(batch, plan_memory(batch),
+                          backend_entry(backend.backend).free_memory(backend),
+                          "a host allocation failed");
   }
 
   auto wire = [&](const CompiledGraph& c, std::vector<Slot>& slots, std::vector<HostTensor>& outs) {
@@ -319,6 +507,11 @@ const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> b
         slots.push_back({Source::scalar, static_cast<std::size_t>(s - scalars.begin()), ""});
       else if (n.starts_with("state."))
         slots.push_back({Source::state, 0, n});
+      else if (auto f = std::find_if(options_.frozen.begin(), options_.frozen.end(),
+                                     [&](const auto& fz) { return fz.first == n; });
+               f != options_.frozen.end())
+        slots.push_back(
+            {Source::frozen, static_cast<std::size_t>(f - options_.frozen.begin()), ""});
       else if (n.starts_with("grad."))
         slots.push_back({Source::grad_sum,
                          static_cast<std::size_t>(
@@ -344,6 +537,11 @@ const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> b
     }
     program.set_carried(pairs);
   };
+  // Frozen inputs (a teacher) are read by every step and never written: on a GPU they stay.
+  std::vector<std::size_t> resident;
+  for (std::size_t in = 0; in < compiled->step->graph().inputs().size(); ++in)
+    if (compiled->step_inputs[in].source == Source::frozen) resident.push_back(in);
+  compiled->step->set_resident(resident);
   carry(compiled->apply ? *compiled->apply : *compiled->step);
   return *by_batch_types_.emplace(key, std::move(compiled)).first->second;
 }
@@ -366,6 +564,7 @@ LossHandle TrainStep::operator()(std::span<const HostTensor> batch, double lr) {
       case Source::scalar: ptrs.push_back(&scalars[s.index]); break;
       case Source::state: ptrs.push_back(&state_.at(s.state)); break;
       case Source::grad_sum: ptrs.push_back(&grad_sums_[s.index]); break;
+      case Source::frozen: ptrs.push_back(options_.frozen[s.index].second); break;
       }
     }
     return ptrs;
@@ -392,7 +591,13 @@ LossHandle TrainStep::operator()(std::span<const HostTensor> batch, double lr) {
       for (std::size_t i = 0; i < parameters_.size(); ++i)
         parameter_stamps_[i] = parameters_[i]->stamp();
   };
-  run(*c.step, c.step_inputs, c.step_outputs);
+  try {
+    run(*c.step, c.step_inputs, c.step_outputs);
+  } catch (const OutOfMemory& e) {
+    // The first run allocates what compiling left (workspace, graph capture): explain it once.
+    if (!first_run || e.planned_bytes() != 0) throw;
+    explain_out_of_memory(batch, plan_memory(batch), e.available_bytes(), e.what());
+  }
   // Moved, not copied: on a GPU the loss is still deferred, so the step runs on while the
   // caller prepares the next batch; reading it waits for the step.
   auto loss = std::make_shared<HostTensor>(std::move(c.step_outputs[0]));

@@ -1,6 +1,7 @@
 // jit/train/train_step.hpp — a whole training step (forward, backward, update) as one program
 #pragma once
 #include "jit/runtime/host_tensor.hpp"
+#include "jit/runtime/memory_plan.hpp"
 #include "jit/train/optimizer.hpp"
 
 #include <functional>
@@ -29,6 +30,10 @@ struct TrainStepOptions {
   /// Micro-batches whose gradients are summed before one update (1: update every call).
   int64_t accumulate = 1;
   AmpMode amp = AmpMode::off;
+  /// Inputs the step reads but never differentiates or updates, by graph input name: a
+  /// distillation teacher's weights. They must outlive the step; on a GPU they stay resident
+  /// and go up again only when the host changes them.
+  std::vector<std::pair<std::string, const HostTensor*>> frozen;
 };
 
 /// The loss of one step. It is computed by the step itself: reading it costs nothing more and
@@ -43,6 +48,20 @@ public:
 private:
   std::shared_ptr<const HostTensor> loss_;
 };
+
+/// The answer of TrainStep::max_batch.
+struct MaxBatch {
+  int64_t batch = 0;           ///< the largest batch that fits (0: not even one)
+  int64_t peak_bytes = 0;      ///< the planned peak at `batch` (at 1 when batch is 0)
+  int64_t next_peak_bytes = 0; ///< the planned peak at batch + 1
+  int64_t budget_bytes = 0;
+  int64_t plans = 0; ///< memory plans the search made
+  /// `max_batch=N peak_bytes=P next_peak_bytes=Q budget_bytes=M`
+  std::string line() const;
+};
+
+/// `example` with dim 0 of every tensor set to `batch` (uninitialised: for planning).
+std::vector<HostTensor> resized_batch(std::span<const HostTensor> example, int64_t batch);
 
 class TrainStep {
 public:
@@ -80,6 +99,26 @@ public:
   /// Distinct batch types compiled so far (learning-rate changes never add one).
   std::size_t compilations() const { return by_batch_types_.size(); }
 
+  /// The whole step for a batch of these types (dtypes and shapes; the values are not read),
+  /// built and optimised as it would be compiled but without generating code: what
+  /// plan_memory() and max-batch searches use.
+  Graph plan_graph(std::span<const HostTensor> batch);
+  /// Bytes of the tensors the step keeps between calls, by kind (host memory on the CPU,
+  /// device memory on a GPU): parameters, optimizer state (AMP working copies included) and
+  /// frozen inputs.
+  struct ResidentBytes {
+    int64_t parameters = 0, optimizer_state = 0, frozen = 0;
+  };
+  ResidentBytes resident_bytes() const;
+  /// The memory the step needs for a batch of these types on the default device (arena,
+  /// outputs, parameters, optimizer state, frozen inputs, batch staging), planned without
+  /// compiling.
+  StepMemory plan_memory(std::span<const HostTensor> batch);
+  /// The largest batch whose planned peak fits `budget_bytes`: `example` is one batch, and
+  /// dim 0 of every batch input is the batch size. peak_bytes <= budget_bytes < next_peak_bytes
+  /// always holds (batch 0 when even one example does not fit).
+  MaxBatch max_batch(std::span<const HostTensor> example, int64_t budget_bytes);
+
 private:
   struct Compiled;
   /// A parameter's low-precision working copy under AMP (`state.low.<name>`): what its GEMMs
@@ -91,6 +130,19 @@ private:
     std::string state;
   };
   const Compiled& compiled_for(std::span<const HostTensor> batch);
+  /// The step graphs for a batch (traced, autocast, differentiated, with the update): `step`,
+  /// and with accumulation `apply`. Checks the batch against the trace.
+  struct Built {
+    Graph step, apply;
+    std::vector<std::string> batch_names;
+  };
+  Built build(std::span<const HostTensor> batch);
+  StepMemory plan_for(const Graph& optimized) const;
+  /// Throws OutOfMemory saying what the step planned, what was free, its largest buffers and
+  /// the largest batch that fits `available`.
+  [[noreturn]] void explain_out_of_memory(std::span<const HostTensor> batch,
+                                          const StepMemory& planned, int64_t available,
+                                          const std::string& cause);
   static std::string batch_key(std::span<const HostTensor> batch);
   Graph read_low_copies(const Graph& forward);
   void refresh_low_copies();

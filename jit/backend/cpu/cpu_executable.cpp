@@ -242,4 +242,21 @@ std::unique_ptr<Executable> compile_for_cpu(const Graph& graph, const Device&, C
   return executable;
 }
 
+StepMemory plan_memory_for_cpu(const Graph& optimized, const Device&, std::span<const bool>) {
+  // The executable's own graph and fusion: the plan is the one it would allocate.
+  Graph graph = small_matmuls_as_reductions(optimized);
+  FusionPlan fusion = fuse(graph, FusionOptions{.row_kernels = true, .sibling_reductions = true});
+  MemoryPlan memory(fusion);
+  StepMemory out;
+  out.arena = memory.arena_bytes();
+  out.outputs = memory.peak_bytes() - memory.arena_bytes();
+  out.inputs = input_bytes(graph);
+  std::vector<PlannedBuffer> buffers = arena_buffers(graph, memory);
+  for (const NamedValue& in : graph.inputs())
+    buffers.push_back({"input: " + in.name + " " + to_string(graph.type(in.id)),
+                       static_cast<int64_t>(byte_size(graph.type(in.id)))});
+  out.largest = largest_buffers(std::move(buffers));
+  return out;
+}
+
 } // namespace sinter

@@ -48,5 +48,8 @@ class Context;
 /// The CPU's entry in the backend table: kernels from the context's library, its thread pool.
 std::unique_ptr<Executable> compile_for_cpu(const Graph& optimized, const Device& device,
                                             Context& context);
+/// The CPU's memory plan for `optimized` (arena, outputs, the caller's inputs), without code.
+StepMemory plan_memory_for_cpu(const Graph& optimized, const Device& device,
+                               std::span<const bool> single_copy);
 
 } // namespace sinter

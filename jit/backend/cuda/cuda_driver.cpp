@@ -1,5 +1,6 @@
 // jit/backend/cuda/cuda_driver.cpp — dlopen("libcuda.so.1"), symbol resolution, errors, device list
 #include "jit/backend/cuda/cuda_driver.hpp"
+#include "jit/runtime/memory_plan.hpp"
 
 #include <dlfcn.h>
 
@@ -135,7 +136,14 @@ void Driver::check(Result result, const char* call) const {
   std::string message = std::string("sinter: CUDA ") + call +
                         " failed: " + (name ? name : "error " + std::to_string(result)) + " (" +
                         (text ? text : "no description") + ")";
-  if (result == 2) message += "; the GPU is out of memory: use a smaller batch or model";
+  if (result == 2) { // CUDA_ERROR_OUT_OF_MEMORY: a training step explains it (plan, batch)
+    std::size_t free = 0, total = 0;
+    if (cuMemGetInfo && cuMemGetInfo(&free, &total) != 0) free = 0;
+    throw sinter::OutOfMemory(message + "; the GPU is out of memory (" +
+                                  sinter::format_bytes(static_cast<int64_t>(free)) +
+                                  " free): use a smaller batch or model",
+                              0, static_cast<int64_t>(free));
+  }
   throw std::runtime_error(message);
 }
 

@@ -186,6 +186,7 @@ GpuExecutable::GpuExecutable(Graph graph, CudaDevice& device, KernelCache& cache
     staged_out += aligned(byte_size(g.type(out.id)));
   }
   input_carried_.assign(g.inputs().size(), false);
+  input_resident_.assign(g.inputs().size(), false);
   output_carried_.assign(g.outputs().size(), false);
   for (auto& set : sets_) { // bound to the launches below, once they exist
     set = std::make_unique<InputSet>();
@@ -346,6 +347,26 @@ void GpuExecutable::set_carried(
   runs_ = 0;
 }
 
+void GpuExecutable::set_resident(std::span<const std::size_t> inputs) {
+  std::lock_guard lock(run_mutex_);
+  device_.make_current();
+  const Graph& g = *graph_;
+  for (auto& set : sets_)
+    settle(*set);
+  for (std::size_t in : inputs) {
+    if (in >= g.inputs().size() || input_carried_[in] || input_resident_[in])
+      throw std::invalid_argument("sinter: resident input " + std::to_string(in) +
+                                  " is not an input of the step, or is carried or resident "
+                                  "already");
+    sets_[1]->inputs[in] = sets_[0]->inputs[in]; // one device copy, whichever set runs
+    resident_.emplace_back(in, 0);
+    input_resident_[in] = true;
+  }
+  for (auto& set : sets_)
+    bind(*set);
+  runs_ = 0;
+}
+
 double GpuExecutable::last_step_device_ms() const {
   std::lock_guard lock(run_mutex_);
   if (last_set_ < 0) return 0;
@@ -377,7 +398,7 @@ void GpuExecutable::run_into(std::span<const HostTensor* const> inputs,
   // Batch inputs go up on the copy stream, overlapping the step still running.
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     std::size_t n = byte_size(g.type(g.inputs()[i].id));
-    if (input_carried_[i] || n == 0) continue;
+    if (input_carried_[i] || input_resident_[i] || n == 0) continue;
     stage(i);
     d.check(d.cuMemcpyHtoDAsync(set.inputs[i]->get(), set.staging_in.data() + input_offsets_[i], n,
                                 copy),
@@ -393,6 +414,16 @@ void GpuExecutable::run_into(std::span<const HostTensor* const> inputs,
     d.check(d.cuMemcpyHtoDAsync(c.buffer->get(), set.staging_in.data() + input_offsets_[c.input],
                                 c.bytes, compute),
             "cuMemcpyHtoDAsync");
+  }
+  // Resident inputs go up only when the host value changed, in step order like carried ones.
+  for (auto& [in, uploaded] : resident_) {
+    std::size_t n = byte_size(g.type(g.inputs()[in].id));
+    if (n == 0 || inputs[in]->stamp() == uploaded) continue;
+    stage(in);
+    d.check(d.cuMemcpyHtoDAsync(set.inputs[in]->get(), set.staging_in.data() + input_offsets_[in],
+                                n, compute),
+            "cuMemcpyHtoDAsync");
+    uploaded = inputs[in]->stamp();
   }
   d.check(d.cuEventRecord(set.events->started, compute), "cuEventRecord");
   bool direct = runs_ < direct_runs_before_graph || !graphs_enabled();
@@ -433,6 +464,49 @@ std::unique_ptr<Executable> compile_for_cuda(const Graph& graph, const Device& d
       std::make_unique<GpuExecutable>(graph, CudaDevice::get(device.ordinal), context.cache());
   context.cache().record_run_stats();
   return executable;
+}
+
+StepMemory plan_memory_for_cuda(const Graph& optimized, const Device& device,
+                                std::span<const bool> single_copy) {
+  int capability = 90; // an H100 where no GPU can be asked (planning on a build machine)
+  if (cuda::driver()) capability = CudaDevice::get(device.ordinal).info().compute_capability;
+  Graph g = for_nvptx(optimized, capability);
+  FusionPlan fusion = fuse(g, gpu_fusion_options);
+  MemoryPlan memory(fusion);
+  // As the constructor allocates: the arena, a buffer per output outside it, each input's
+  // buffer in both sets (one shared where carried or resident), and the GEMM workspace.
+  StepMemory out;
+  out.arena = memory.arena_bytes();
+  std::vector<bool> is_input(g.size(), false);
+  for (const NamedValue& in : g.inputs())
+    is_input[in.id] = true;
+  std::vector<bool> counted(g.size(), false);
+  for (const NamedValue& o : g.outputs())
+    if (!memory.offset_of(o.id) && !is_input[o.id] && !counted[o.id]) {
+      counted[o.id] = true;
+      out.outputs += static_cast<int64_t>(std::max<std::size_t>(byte_size(g.type(o.id)), 16));
+    }
+  std::vector<PlannedBuffer> buffers = arena_buffers(g, memory);
+  for (std::size_t i = 0; i < g.inputs().size(); ++i) {
+    const NamedValue& in = g.inputs()[i];
+    int64_t bytes = static_cast<int64_t>(std::max<std::size_t>(byte_size(g.type(in.id)), 16));
+    bool once = i < single_copy.size() && single_copy[i];
+    out.inputs += once ? bytes : 2 * bytes;
+    buffers.push_back({"input: " + in.name + " " + to_string(g.type(in.id)), bytes});
+  }
+  bool has_gemm = std::any_of(fusion.kernels.begin(), fusion.kernels.end(),
+                              [](const Kernel& k) { return k.kind == KernelKind::gemm; });
+  out.workspace = has_gemm ? static_cast<int64_t>(kernels::CublasLt::workspace_bytes) : 0;
+  out.largest = largest_buffers(std::move(buffers));
+  return out;
+}
+
+int64_t cuda_free_memory(const Device& device) {
+  CudaDevice& gpu = CudaDevice::get(device.ordinal);
+  gpu.make_current();
+  std::size_t free = 0, total = 0;
+  gpu.driver().check(gpu.driver().cuMemGetInfo(&free, &total), "cuMemGetInfo");
+  return static_cast<int64_t>(free);
 }
 
 } // namespace sinter

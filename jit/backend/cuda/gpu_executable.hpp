@@ -41,6 +41,7 @@ public:
   /// access), and skips the upload of an input whose tensor still holds the latest such
   /// deferred value unwritten.
   void set_carried(std::span<const std::pair<std::size_t, std::size_t>> input_from_output) override;
+  void set_resident(std::span<const std::size_t> inputs) override;
 
   const Graph& graph() const { return *graph_; }
   const FusionPlan& fusion() const { return fusion_; }
@@ -77,6 +78,10 @@ private:
   mutable std::array<std::unique_ptr<InputSet>, 2> sets_;
   mutable std::vector<Carried> carried_;
   std::vector<bool> input_carried_, output_carried_;
+  /// Resident inputs (set_resident): one buffer in both sets, and the stamp of the host value
+  /// last uploaded into it (0: none yet).
+  mutable std::vector<std::pair<std::size_t, uint64_t>> resident_;
+  std::vector<bool> input_resident_;
   CompileReport report_;
   mutable std::mutex run_mutex_;
   mutable int runs_ = 0;
@@ -88,5 +93,12 @@ class Context;
 /// CUDA's entry in the backend table: GPU `device.ordinal`, kernels cached in the context's cache.
 std::unique_ptr<Executable> compile_for_cuda(const Graph& optimized, const Device& device,
                                              Context& context);
+/// What GpuExecutable would allocate for `optimized` on `device`: the arena, outputs, input
+/// buffers (two sets; one copy where `single_copy`) and the cuBLASLt workspace. Planned for
+/// the GPU's compute capability, or sm_90 where no driver is loadable.
+StepMemory plan_memory_for_cuda(const Graph& optimized, const Device& device,
+                                std::span<const bool> single_copy);
+/// The GPU's free memory (cuMemGetInfo); std::runtime_error saying why without a driver.
+int64_t cuda_free_memory(const Device& device);
 
 } // namespace sinter
