@@ -54,6 +54,10 @@ Device default_device() {
 
 Backend backend_from_environment() { return default_device().backend; }
 
+int64_t free_memory(const Device& device) {
+  return backend_entry(device.backend).free_memory(device);
+}
+
 void log_line(const std::string& line) {
   const char* setting = std::getenv("SINTER_LOG");
   if (setting && std::string_view(setting) == "0") return;

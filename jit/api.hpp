@@ -77,6 +77,10 @@ private:
   double compile_seconds_ = 0;
 };
 
+/// Memory free for new steps on `device` now, in bytes: the GPU's free memory (cuMemGetInfo),
+/// or on the CPU and the interpreter the host's available memory (MemAvailable).
+int64_t free_memory(const Device& device = default_device());
+
 /// One line on stderr unless SINTER_LOG=0: compile and recompile reports.
 void log_line(const std::string& line);
 

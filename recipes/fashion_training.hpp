@@ -13,7 +13,7 @@ inline std::vector<Flag> fashion_flags(const std::map<std::string, std::string>&
   std::vector<Flag> flags{
       {"epochs", "10", "passes over the 60000 training images"},
       {"steps", "0", "stop after this many steps (0: run all epochs)"},
-      {"batch-size", "128", "examples per step"},
+      {"batch-size", "128", "examples per step, or max: the largest that fits (see --memory)"},
       {"lr", "0.002", "peak AdamW learning rate (warm-up, then cosine decay)"},
       {"weight-decay", "0.0001", "AdamW decoupled weight decay"},
       {"seed", "0", "initialisation and shuffling seed"},
@@ -26,6 +26,8 @@ inline std::vector<Flag> fashion_flags(const std::map<std::string, std::string>&
   for (Flag& f : flags)
     if (auto it = defaults.find(f.name); it != defaults.end()) f.default_value = it->second;
   flags.insert(flags.end(), extra.begin(), extra.end());
+  for (Flag& f : memory_flags())
+    flags.push_back(f);
   return flags;
 }
 
@@ -58,18 +60,24 @@ int train_fashion(const std::string& name, const Flags& flags, Model& model) {
                                   : std::filesystem::path(flags.str("data-dir"));
   auto train = data::fashion_mnist(data::Split::train, dir);
   auto test = data::fashion_mnist(data::Split::test, dir);
-  int64_t batch = flags.integer("batch-size"), epochs = flags.integer("epochs");
-  if (batch <= 0) flags.fail("--batch-size must be positive");
+  int64_t epochs = flags.integer("epochs");
+  auto make_step = [&](int64_t total) {
+    return compile_step(
+        model,
+        [](Model& m, Var images, Var labels) { return cross_entropy_mean(m(images), labels); },
+        adamw{.lr = flags.real("lr"), .weight_decay = flags.real("weight-decay")},
+        {.batch_names = {"images", "labels"},
+         .schedule = warmup_cosine(flags.real("lr"), std::min<int64_t>(200, total / 10 + 1), total),
+         .amp = amp_flag(flags)});
+  };
+  int64_t batch = batch_size(
+      flags, [&](int64_t budget) { return make_step(1).max_batch(example_batch(*train), budget); });
+  if (batch == 0) return 0; // --max-batch printed its line
   auto seed = static_cast<uint64_t>(flags.integer("seed"));
   data::DataLoader loader(*train, {.batch_size = batch, .shuffle = true, .seed = seed});
   int64_t per_epoch = loader.batches_per_epoch();
   int64_t total = flags.integer("steps") > 0 ? flags.integer("steps") : epochs * per_epoch;
-  auto step = compile_step(
-      model, [](Model& m, Var images, Var labels) { return cross_entropy_mean(m(images), labels); },
-      adamw{.lr = flags.real("lr"), .weight_decay = flags.real("weight-decay")},
-      {.batch_names = {"images", "labels"},
-       .schedule = warmup_cosine(flags.real("lr"), std::min<int64_t>(200, total / 10 + 1), total),
-       .amp = amp_flag(flags)});
+  auto step = make_step(total);
   auto logits = compile_eval(model, [](Model& m, Var images) { return m(images); }, {"images"});
 
   std::fprintf(stderr, "%s: %lld parameters, %lld steps of batch %lld\n", name.c_str(),

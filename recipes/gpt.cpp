@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
       "Trains a byte-level GPT on a text corpus (CPU or GPU), reports held-out loss and a sample.",
       {{"steps", "800", "optimizer steps"},
        {"epochs", "0", "passes over the corpus instead of --steps (0: use --steps)"},
-       {"batch-size", "32", "sequences per step"},
+       {"batch-size", "32", "sequences per step, or max: the largest that fits (see --memory)"},
        {"context", "64", "tokens (bytes) per sequence"},
        {"dim", "128", "model width"},
        {"depth", "4", "transformer blocks"},
@@ -97,13 +97,15 @@ int main(int argc, char** argv) {
        {"checkpoint-dir", "", "save a checkpoint here every 500 steps and at the end"},
        {"resume", "0", "switch: continue from the checkpoint in --checkpoint-dir"},
        {"prompt", "The ", "text the sample starts from"},
-       {"sample-bytes", "200", "bytes to generate at the end"}},
+       {"sample-bytes", "200", "bytes to generate at the end"},
+       recipe::memory_flags()[0],
+       recipe::memory_flags()[1]},
       argc, argv);
   recipe::apply_runtime_flags(flags);
   return [&]() -> int {
     try {
-      int64_t context = flags.integer("context"), batch = flags.integer("batch-size");
-      if (context <= 1 || batch <= 0) flags.fail("--context must be > 1 and --batch-size > 0");
+      int64_t context = flags.integer("context");
+      if (context <= 1) flags.fail("--context must be > 1");
       auto corpus = flags.str("text").empty() ? data::fortunes_corpus(context)
                                               : data::text_windows(flags.str("text"), context);
       auto [train, holdout] = data::split_holdout(std::move(corpus), 0.05);
@@ -115,18 +117,26 @@ int main(int argc, char** argv) {
                           .depth = flags.integer("depth"),
                           .heads = flags.integer("heads")},
                 init);
+      auto loss_fn = [](GPT& m, Var ids, Var next) { return cross_entropy_mean(m(ids), next); };
+      auto make_step = [&](int64_t total) {
+        return compile_step(
+            model, loss_fn,
+            adamw{.lr = flags.real("lr"), .weight_decay = flags.real("weight-decay")},
+            {.batch_names = {"ids", "next"},
+             .schedule =
+                 warmup_cosine(flags.real("lr"), std::min<int64_t>(100, total / 10 + 1), total),
+             .clip_grad_norm = flags.real("clip"),
+             .amp = amp_flag(flags)});
+      };
+      int64_t batch = recipe::batch_size(flags, [&](int64_t budget) {
+        return make_step(1).max_batch(recipe::example_batch(*train), budget);
+      });
+      if (batch == 0) return 0; // --max-batch printed its line
       data::DataLoader loader(*train, {.batch_size = batch, .shuffle = true, .seed = seed});
       int64_t total = flags.integer("epochs") > 0
                           ? flags.integer("epochs") * loader.batches_per_epoch()
                           : flags.integer("steps");
-      auto loss_fn = [](GPT& m, Var ids, Var next) { return cross_entropy_mean(m(ids), next); };
-      auto step = compile_step(
-          model, loss_fn, adamw{.lr = flags.real("lr"), .weight_decay = flags.real("weight-decay")},
-          {.batch_names = {"ids", "next"},
-           .schedule =
-               warmup_cosine(flags.real("lr"), std::min<int64_t>(100, total / 10 + 1), total),
-           .clip_grad_norm = flags.real("clip"),
-           .amp = amp_flag(flags)});
+      auto step = make_step(total);
       auto eval_loss = compile_eval(model, loss_fn, {"ids", "next"});
       auto logits = compile_eval(model, [](GPT& m, Var ids) { return m(ids); }, {"ids"});
 

@@ -28,6 +28,63 @@ inline sinter::AmpMode amp_flag(const Flags& flags) {
   return sinter::AmpMode::off;
 }
 
+/// `--max-batch` and `--memory`: every recipe takes them (with `--batch-size max`).
+inline std::vector<Flag> memory_flags() {
+  return {{"max-batch", "0",
+           "switch: print the largest batch that fits (max_batch=N peak_bytes=P "
+           "next_peak_bytes=Q budget_bytes=M, from the memory plan) and exit"},
+          {"memory", "",
+           "memory budget of --max-batch and --batch-size max: bytes, or with a K/M/G suffix "
+           "(default: the device's free memory; on the CPU the host's available memory)"}};
+}
+
+/// The batch size to train at: `--batch-size N`, or `max`, the largest whose planned peak fits
+/// the budget. `fit(budget)` plans it (a step's max_batch). With `--max-batch` it prints the
+/// max_batch line on stdout and returns 0: the recipe then exits without training.
+template <class Fit> int64_t batch_size(const Flags& flags, Fit fit) {
+  bool want_max = flags.str("batch-size") == "max";
+  if (!want_max && flags.integer("batch-size") <= 0)
+    flags.fail("--batch-size must be positive or max");
+  if (!want_max && !flags.on("max-batch")) {
+    if (!flags.str("memory").empty()) flags.fail("--memory needs --max-batch or --batch-size max");
+    return flags.integer("batch-size");
+  }
+  int64_t budget = 0;
+  if (!flags.str("memory").empty()) {
+    try {
+      budget = sinter::parse_bytes(flags.str("memory"));
+    } catch (const std::invalid_argument& e) {
+      flags.fail(std::string("--memory: ") + e.what());
+    }
+  } else {
+    budget = sinter::free_memory();
+  }
+  sinter::MaxBatch m = fit(budget);
+  if (flags.on("max-batch")) {
+    std::printf("%s\n", m.line().c_str());
+    std::fflush(stdout);
+    return 0;
+  }
+  if (m.batch == 0)
+    throw std::runtime_error("--batch-size max: not even a batch of 1 fits " +
+                             sinter::format_bytes(budget) + " (a batch of 1 plans " +
+                             sinter::format_bytes(m.next_peak_bytes) +
+                             "): give a larger --memory, a smaller model, or --amp bf16");
+  std::fprintf(stderr, "batch size max: %lld (planned peak %s of %s; %s)\n",
+               static_cast<long long>(m.batch), sinter::format_bytes(m.peak_bytes).c_str(),
+               sinter::format_bytes(budget).c_str(), m.line().c_str());
+  return m.batch;
+}
+
+/// One example and its label as a batch of 1: what max_batch scales.
+inline std::vector<sinter::HostTensor> example_batch(const sinter::data::Dataset& data) {
+  auto one = [](sinter::TensorType t) {
+    t.shape.insert(t.shape.begin(), 1);
+    return sinter::HostTensor(t.dtype, t.shape);
+  };
+  return {one(data.example_type()), one(data.label_type())};
+}
+
 struct LoopResult {
   double last_loss = 0;
   int64_t steps_run = 0; ///< steps taken by this process (after any resume)
@@ -36,14 +93,22 @@ struct LoopResult {
 
 /// Resumes from `--checkpoint-dir` when `--resume` is given, then steps until `total` optimizer
 /// steps, cycling epochs, showing progress, and saving `<dir>/<name>.safetensors` (with the
-/// loader position) whenever `save_now(step, loader)` says so.
+/// loader position) whenever `save_now(step, loader)` says so. With `resume_if_present`, a
+/// missing checkpoint starts the run afresh (a later phase of a recipe interrupted earlier).
 template <class Model, class Step, class SaveNow>
 LoopResult run_training(const std::string& name, const Flags& flags, Model& model, Step& step,
-                        sinter::data::DataLoader& loader, int64_t total, SaveNow save_now) {
+                        sinter::data::DataLoader& loader, int64_t total, SaveNow save_now,
+                        bool resume_if_present = false) {
   using namespace sinter;
   std::filesystem::path ckpt_dir = flags.str("checkpoint-dir");
   std::filesystem::path ckpt = ckpt_dir / (name + ".safetensors");
-  if (flags.on("resume")) {
+  bool resume = flags.on("resume");
+  if (resume && resume_if_present && !ckpt_dir.empty() && !std::filesystem::exists(ckpt)) {
+    std::fprintf(stderr, "%s: no checkpoint %s yet: starting this phase\n", name.c_str(),
+                 ckpt.c_str());
+    resume = false;
+  }
+  if (resume) {
     if (ckpt_dir.empty()) flags.fail("--resume needs --checkpoint-dir");
     auto meta = load_checkpoint(ckpt, model, step);
     loader.seek({std::stoll(meta.at("epoch")), std::stoll(meta.at("batch"))});

@@ -1,21 +1,9 @@
 // recipes/vit.cpp — a small vision transformer trained on Fashion-MNIST
 #include "fashion_training.hpp"
+#include "fashion_vit.hpp"
 
 using namespace sinter;
-
-namespace {
-
-/// Standardised images [B, 28, 28] → ViT → 10 logits.
-struct FashionViT {
-  BOOST_HANA_DEFINE_STRUCT(FashionViT, (ViT, vit));
-
-  FashionViT(const ViTConfig& config, Init& init) : vit(config, init) {}
-  Var operator()(const Var& images) const {
-    return vit(Var((images.value() - 0.2860) * (1.0 / 0.3530)));
-  }
-};
-
-} // namespace
+using recipe::FashionViT;
 
 int main(int argc, char** argv) {
   recipe::Flags flags(

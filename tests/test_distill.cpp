@@ -301,3 +301,36 @@ TEST_CASE("running out of memory explains the plan, the largest buffers and the 
   CHECK_THROWS_WITH(step(images, labels),
                     Catch::Contains("SINTER_MEMORY_LIMIT") && Catch::Contains("suffix"));
 }
+
+TEST_CASE("a ViT takes channels-first images; patches flatten channel-major", "[distill]") {
+  Init init(3);
+  PatchEmbed embed(2, 12, init, 3);
+  REQUIRE(embed.proj.weight.value.shape() == Shape{12, 12});
+  std::vector<double> identity(144, 0.0), ramp;
+  for (int i = 0; i < 12; ++i)
+    identity[static_cast<std::size_t>(i * 13)] = 1.0;
+  embed.proj.weight.value = HostTensor::from_doubles(DType::f32, {12, 12}, identity);
+  embed.proj.bias.value = HostTensor::from_doubles(DType::f32, {12}, std::vector<double>(12, 0.0));
+  for (int i = 0; i < 2 * 3 * 4 * 4; ++i)
+    ramp.push_back(i);
+  HostTensor images = HostTensor::from_doubles(DType::f32, {2, 3, 4, 4}, ramp);
+  auto patches = compile_eval(embed, [](PatchEmbed& e, Var x) { return e(x); });
+  HostTensor out = patches(images);
+  REQUIRE(out.shape() == Shape{2, 4, 12});
+  // Image 1, patch (row 1, col 0), element (channel c, y, x) = 48 + c·16 + (2 + y)·4 + x.
+  for (int c = 0; c < 3; ++c)
+    for (int y = 0; y < 2; ++y)
+      for (int x = 0; x < 2; ++x)
+        CHECK(out.at((1 * 4 + 2) * 12 + c * 4 + y * 2 + x) == 48 + c * 16 + (2 + y) * 4 + x);
+
+  ViT vit(
+      ViTConfig{
+          .image = 8, .patch = 4, .dim = 8, .depth = 1, .heads = 2, .classes = 5, .channels = 3},
+      init);
+  auto logits = compile_eval(vit, [](ViT& m, Var x) { return m(x); });
+  std::vector<double> pixels(2 * 3 * 64, 0.25);
+  CHECK(logits(HostTensor::from_doubles(DType::f32, {2, 3, 8, 8}, pixels)).shape() == Shape{2, 5});
+  CHECK_THROWS_WITH(
+      logits(HostTensor::from_doubles(DType::f32, {2, 8, 8}, std::vector<double>(128, 0.0))),
+      Catch::Contains("[batch, 3, H, W]"));
+}

@@ -86,25 +86,37 @@ struct TransformerBlock {
 struct PatchEmbed {
   BOOST_HANA_DEFINE_STRUCT(PatchEmbed, (Linear, proj));
   int64_t patch = 1;
+  int64_t channels = 1;
 
   PatchEmbed() = default;
-  PatchEmbed(int64_t patch_size, int64_t dim, Init& init)
-      : proj(patch_size * patch_size, dim, init), patch(patch_size) {}
+  PatchEmbed(int64_t patch_size, int64_t dim, Init& init, int64_t image_channels = 1)
+      : proj(image_channels * patch_size * patch_size, dim, init), patch(patch_size),
+        channels(image_channels) {}
 
   Var operator()(const Var& images) const {
     Shape s = images.value().shape();
-    if (s.size() != 3 || s[1] % patch != 0 || s[2] % patch != 0)
-      throw ShapeError("sinter: PatchEmbed expects [batch, H, W] with H and W multiples of " +
-                       std::to_string(patch) + ", got " + to_string(s));
-    int64_t b = s[0], gh = s[1] / patch, gw = s[2] / patch;
-    Value grid = reshape(images.value(), {b, gh, patch, gw, patch});
-    Value patches = reshape(permute(grid, {0, 1, 3, 2, 4}), {b, gh * gw, patch * patch});
+    // One channel: [B, H, W]; several: [B, C, H, W] (channels first, as PyTorch's images).
+    bool planar = channels > 1;
+    std::size_t h = planar ? 2 : 1;
+    if (s.size() != h + 2 || (planar && s[1] != channels) || s[h] % patch != 0 ||
+        s[h + 1] % patch != 0)
+      throw ShapeError("sinter: PatchEmbed expects " +
+                       std::string(planar ? "[batch, " + std::to_string(channels) + ", H, W]"
+                                          : "[batch, H, W]") +
+                       " with H and W multiples of " + std::to_string(patch) + ", got " +
+                       to_string(s));
+    int64_t b = s[0], gh = s[h] / patch, gw = s[h + 1] / patch;
+    Value grid = reshape(images.value(), {b, channels, gh, patch, gw, patch});
+    // [B, gh, gw, C, P, P]: each patch flattened channel-major, then row-major.
+    Value patches =
+        reshape(permute(grid, {0, 2, 4, 1, 3, 5}), {b, gh * gw, channels * patch * patch});
     return proj(Var(patches));
   }
 };
 
 struct ViTConfig {
   int64_t image = 28, patch = 7, dim = 64, depth = 4, heads = 4, classes = 10;
+  int64_t channels = 1; ///< 1: images [B, image, image]; C > 1: [B, C, image, image]
 };
 
 /// Vision transformer: patches + learned positions → blocks → LayerNorm → mean over tokens →
@@ -116,7 +128,7 @@ struct ViT {
 
   ViT() = default;
   ViT(const ViTConfig& c, Init& init)
-      : embed(c.patch, c.dim, init),
+      : embed(c.patch, c.dim, init, c.channels),
         position(init.normal({(c.image / c.patch) * (c.image / c.patch), c.dim}, 0.02)),
         norm(c.dim, init), head(c.dim, c.classes, init) {
     for (int64_t i = 0; i < c.depth; ++i)

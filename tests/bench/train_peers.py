@@ -13,6 +13,15 @@ y = x @ W + b):
        [3, B, H, T, Dh], softmax(Q K^T / 4) V, heads merged, Linear(64, 64) -> residual;
        LayerNorm -> Linear(64, 256) -> GELU (tanh) -> Linear(256, 64) -> residual)
        -> LayerNorm -> mean over tokens -> Linear(64, 10)
+  distill  the distill recipe's pair (tests/bench/train_step.cpp --model distill): the vit above
+       as a frozen teacher (its parameters follow the student's in the pattern phases, 1001 + k)
+       and a student ViT 28/7, dim 32, depth 2, 2 heads; loss 0.5·T²·KL(softmax(t/T) ‖
+       softmax(s/T)) (batchmean) + 0.5·CE(s), T = 2; the teacher's forward under no_grad and the
+       optimizer over the student only (PyTorch peers only)
+  distill-vit-b-s  the same with ViT-B/16 (224x224x3, width 768, 12 blocks, 12 heads, 1000
+       classes) as the teacher and ViT-S/16 (width 384, 12 blocks, 6 heads) as the student,
+       images [B, 3, 224, 224], batch 256 (--batch N overrides it); sinter's ViTs (no class
+       token, mean over tokens; patches flattened channel-major like a Conv2d's weight)
   gpt, gpt2-small  sinter::GPT in the configurations of GPT below: token embedding + positions
        -> pre-norm blocks as the ViT's with causal attention -> LayerNorm -> Linear(width, vocab),
        cross-entropy over the next token of each of the [B, T] ids; --batch N overrides B
@@ -70,7 +79,7 @@ from peers import (limit_threads, pattern, protocol_stream, run_each_in_child, s
                    timed)  # (shared with peers.py)
 
 PEERS = ("torch-eager", "torch-compile", "jax-jit")
-MODELS = ("mlp", "vit", "gpt", "gpt2-small")
+MODELS = ("mlp", "vit", "distill", "distill-vit-b-s", "gpt", "gpt2-small")
 # GPT configurations of train_step.cpp: vocabulary, context, width, layers, heads, batch.
 GPT = {"gpt": dict(vocab=256, context=64, dim=128, depth=4, heads=4, batch=32),
        "gpt2-small": dict(vocab=50304, context=1024, dim=768, depth=12, heads=12, batch=8)}
@@ -80,6 +89,18 @@ LR, BETA1, BETA2, EPS, WD = 1e-3, 0.9, 0.999, 1e-8, 1e-4
 PATCH, DIM, DEPTH, HEADS = 7, 64, 4, 4
 TOKENS = (SIDE // PATCH) ** 2
 DH = DIM // HEADS
+# The ViTs by model name: image side, patch, channels, width, depth, heads, classes, batch.
+# "distill" and "distill-vit-b-s" are students; TEACHER names each one's teacher.
+VIT = {name: dict(zip(("image", "patch", "channels", "dim", "depth", "heads", "classes",
+                       "batch"), c)) for name, c in {
+    "vit": (28, 7, 1, 64, 4, 4, 10, 128),
+    "teacher": (28, 7, 1, 64, 4, 4, 10, 128),
+    "distill": (28, 7, 1, 32, 2, 2, 10, 128),
+    "vit-b": (224, 16, 3, 768, 12, 12, 1000, 256),
+    "distill-vit-b-s": (224, 16, 3, 384, 12, 6, 1000, 256)}.items()}
+TEACHER = {"distill": "teacher", "distill-vit-b-s": "vit-b"}
+KD_T, KD_ALPHA = 2.0, 0.5
+TEACHER_PHASE = 1001.0
 
 
 def param_spec(model):
@@ -97,9 +118,10 @@ def param_spec(model):
         spec = [("tokens.weight", (c["vocab"], d)), ("position", (c["context"], d))]
         depth = c["depth"]
     else:
-        d, out, depth = DIM, CLASSES, DEPTH
-        spec = [("embed.proj.weight", (PATCH * PATCH, d)), ("embed.proj.bias", (d,)),
-                ("position", (TOKENS, d))]
+        c = VIT[model]
+        d, depth, out, p = c["dim"], c["depth"], c["classes"], c["patch"]
+        spec = [("embed.proj.weight", (c["channels"] * p * p, d)), ("embed.proj.bias", (d,)),
+                ("position", ((c["image"] // p) ** 2, d))]
     for i in range(depth):
         p = "blocks.%d." % i
         spec += [(p + "ln1.gamma", (d,)), (p + "ln1.beta", (d,)),
@@ -117,6 +139,8 @@ def batch_of(model, batch=None):
     """The batch a step of `model` takes: `batch` (--batch, GPT models only) or the model's."""
     if model in GPT:
         return batch or GPT[model]["batch"]
+    if model in VIT:
+        return batch or VIT[model]["batch"]
     return BATCH
 
 
@@ -130,19 +154,28 @@ def make_inputs(np, model, batch=None):
         flat = np.arange(b * c["context"], dtype=np.int64).reshape(b, c["context"])
         images = (flat * 7 + 3) % c["vocab"]
         labels = (flat * 7 + 10) % c["vocab"]
+    elif model in VIT and VIT[model]["channels"] > 1:
+        c, b = VIT[model], batch_of(model, batch)
+        images = pattern(np, (b, c["channels"], c["image"], c["image"]), 0.5, 0.0, 0.5)
+        labels = (np.arange(b, dtype=np.int64) * 7) % c["classes"]
     else:
         images = pattern(np, (BATCH, SIDE, SIDE), 0.5, 0.0, 0.5)
         labels = (np.arange(BATCH, dtype=np.int64) * 7) % CLASSES
+    return images, labels, init_params(np, model)
+
+
+def init_params(np, model, first_phase=1.0):
+    """{name: parameter} (ordered) of `model`: parameter k gets phase first_phase + k."""
     params = {}
     for k, (name, shape) in enumerate(param_spec(model)):
-        phase = 1.0 + k
+        phase = first_phase + k
         if name.endswith("weight"):
             params[name] = pattern(np, shape, 1.0 / math.sqrt(shape[0]), phase)
         elif name.endswith("gamma"):
             params[name] = pattern(np, shape, 0.1, phase, 1.0)
         else:
             params[name] = pattern(np, shape, 0.1, phase)
-    return images, labels, params
+    return params
 
 
 def maxrss_mb():
@@ -167,10 +200,12 @@ def torch_forward(torch, F, model, P, images, attention):
         dim, heads, depth, tokens = c["dim"], c["heads"], c["depth"], images.shape[1]
         x = P["tokens.weight"][images] + P["position"][:tokens]
     else:
-        dim, heads, depth, tokens = DIM, HEADS, DEPTH, TOKENS
-        g = SIDE // PATCH
-        patches = images.reshape(b, g, PATCH, g, PATCH).permute(0, 1, 3, 2, 4).reshape(
-            b, TOKENS, PATCH * PATCH)
+        c = VIT[model]
+        dim, depth, heads, p, ch = c["dim"], c["depth"], c["heads"], c["patch"], c["channels"]
+        g = c["image"] // p
+        tokens = g * g
+        patches = images.reshape(b, ch, g, p, g, p).permute(0, 2, 4, 1, 3, 5).reshape(
+            b, tokens, ch * p * p)
         x = patches @ P["embed.proj.weight"] + P["embed.proj.bias"] + P["position"]
     dh = dim // heads
     causal = None
@@ -217,6 +252,23 @@ def run_torch(args, compiled):
     def loss_fn(images, labels):
         logits = torch_forward(torch, F, args.model, P, images, args.torch_attention)
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+
+    if args.model in TEACHER:  # a frozen teacher: no grad, no optimizer state
+        teacher_model = TEACHER[args.model]
+        T = {k: torch.from_numpy(v).to(device)
+             for k, v in init_params(np, teacher_model, TEACHER_PHASE).items()}
+        if args.amp != "off":  # stored in the autocast precision, as sinter stores it
+            T = {k: v.to(torch.bfloat16 if args.amp == "bf16" else torch.float16)
+                 for k, v in T.items()}
+
+        def loss_fn(images, labels):  # noqa: F811 (the distillation loss replaces the one above)
+            with torch.no_grad():
+                teacher = torch_forward(torch, F, teacher_model, T, images, args.torch_attention)
+            student = torch_forward(torch, F, args.model, P, images, args.torch_attention)
+            kl = F.kl_div(F.log_softmax(student / KD_T, -1), F.log_softmax(teacher / KD_T, -1),
+                          reduction="batchmean", log_target=True)
+            return (KD_ALPHA * KD_T * KD_T * kl +
+                    (1 - KD_ALPHA) * F.cross_entropy(student, labels))
 
     adamw = dict(lr=LR, betas=(BETA1, BETA2), eps=EPS, weight_decay=WD)
     if compiled and args.amp == "off":
@@ -448,9 +500,10 @@ def main():
     args = ap.parse_args()
     if args.threads < 1 or args.iters < 1 or args.warmup < 0:
         ap.error("--threads and --iters must be at least 1, --warmup at least 0")
-    if args.batch is not None and (args.batch < 1 or args.model not in GPT):
-        ap.error("--batch takes a positive count, for the gpt models only (mlp and vit: %d)"
-                 % BATCH)
+    if args.batch is not None and (args.batch < 1 or
+                                   not (args.model in GPT or args.model == "distill-vit-b-s")):
+        ap.error("--batch takes a positive count, for the gpt and distill-vit-b-s models only "
+                 "(the others: %d)" % BATCH)
     if args.amp != "off" and args.torch_attention == "math":
         ap.error("--amp %s runs attention through F.scaled_dot_product_attention; leave "
                  "--torch-attention at sdpa" % args.amp)
@@ -463,8 +516,9 @@ def main():
             ap.error("unknown peer %r (known: %s)" % (peer, ", ".join(PEERS)))
         if args.device == "cuda" and peer == "jax-jit":
             ap.error("jax-jit runs on the CPU only; pick --peers torch-eager,torch-compile")
-        if args.model in GPT and peer == "jax-jit":
-            ap.error("the jax-jit peer has no GPT model; pick --peers torch-eager,torch-compile")
+        if (args.model in GPT or args.model in TEACHER) and peer == "jax-jit":
+            ap.error("the jax-jit peer has no %s model; pick --peers torch-eager,torch-compile"
+                     % args.model)
         if args.amp != "off" and peer == "jax-jit":
             ap.error("the jax-jit peer runs float32 only (no --amp %s); pick --peers "
                      "torch-eager,torch-compile" % args.amp)

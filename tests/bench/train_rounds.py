@@ -189,7 +189,9 @@ def parse_args():
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="\n\n".join(__doc__.split("\n\n")[2:]))
     ap.add_argument("--sinter", required=True, help="the train_step program")
-    ap.add_argument("--model", choices=("mlp", "vit", "gpt", "gpt2-small"), default="mlp")
+    ap.add_argument("--model",
+                    choices=("mlp", "vit", "distill", "distill-vit-b-s", "gpt", "gpt2-small"),
+                    default="mlp")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--peers", help="comma-separated subset of %s (default: all three on the "
@@ -232,21 +234,24 @@ def parse_args():
                  "--turn-warmup at least 0, --round-seconds positive")
     if args.steps != "auto" and (not args.steps.isdigit() or int(args.steps) < 1):
         ap.error("--steps takes a positive integer or auto")
-    if args.batch is not None and (args.batch < 1 or not args.model.startswith("gpt")):
-        ap.error("--batch takes a positive count, for the gpt models only")
+    if args.batch is not None and (args.batch < 1 or not (args.model.startswith("gpt") or
+                                                          args.model == "distill-vit-b-s")):
+        ap.error("--batch takes a positive count, for the gpt and distill-vit-b-s models only")
     if args.amp != "off" and args.torch_attention == "math":
         ap.error("--amp runs the peers' attention through F.scaled_dot_product_attention; leave "
                  "--torch-attention at sdpa")
     if args.peers is None:
-        gpu_or_gpt = args.device == "cuda" or args.model.startswith("gpt")
+        gpu_or_gpt = (args.device == "cuda" or args.model.startswith("gpt") or
+                      args.model.startswith("distill"))
         args.peers = "torch-eager,torch-compile" + ("" if gpu_or_gpt else ",jax-jit")
     args.peer_list = [p for p in args.peers.split(",") if p]
     args.stopped, args.other_load = None, math.nan
     for p in args.peer_list:
         if p not in PEERS:
             ap.error("unknown peer %r (known: %s)" % (p, ", ".join(PEERS)))
-        if p == "jax-jit" and (args.device == "cuda" or args.model.startswith("gpt")):
-            ap.error("jax-jit runs on the CPU only and has no GPT model")
+        if p == "jax-jit" and (args.device == "cuda" or args.model.startswith("gpt") or
+                               args.model.startswith("distill")):
+            ap.error("jax-jit runs on the CPU only and has no GPT or distill model")
         if p == "jax-jit" and args.amp != "off":
             ap.error("jax-jit runs float32 only (no --amp %s)" % args.amp)
     if not os.access(args.sinter, os.X_OK):

@@ -7,7 +7,8 @@
 # Usage: tests/bench/train_run.sh [--threads N] [--models mlp,vit] [--rounds R] [--steps K|auto]
 #                                 [--warmup N] [--peers torch-eager,torch-compile,jax-jit]
 #   --threads N  threads for every contender (default 2)
-#   --models     which models (default mlp,vit)
+#   --models     which models (default mlp,vit; distill: the distill recipe's teacher/student
+#                pair, against the PyTorch peers only)
 #   --rounds R   rounds (default 30); in each, every contender runs K timed steps in turn
 #   --steps K    timed steps per turn (default auto: the slowest contender's turn about 0.5 s)
 #   --warmup N   untimed steps after each contender's first call (default 5)
@@ -34,7 +35,8 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --threads) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || die "--threads needs a positive integer"
                THREADS=$2; shift 2 ;;
-    --models) [[ ${2:-} =~ ^(mlp|vit)(,(mlp|vit))*$ ]] || die "--models takes mlp,vit or one"
+    --models) [[ ${2:-} =~ ^(mlp|vit|distill)(,(mlp|vit|distill))*$ ]] \
+                || die "--models takes mlp,vit,distill or a subset"
               MODELS=$2; shift 2 ;;
     --rounds) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || die "--rounds needs a positive integer"
               ROUNDS=$2; shift 2 ;;
@@ -59,15 +61,18 @@ bench_results "train-"
 declare -A TITLE=(
   [mlp]="MLP 784-512-256-10 (recipes/mlp.cpp), batch 128, AdamW, float32"
   [vit]="ViT 28/7, dim 64, depth 4, 4 heads, batch 128, AdamW, float32"
+  [distill]="Distillation: ViT 28/7 dim 64 depth 4 (frozen) -> ViT 28/7 dim 32 depth 2, KD T=2 alpha=0.5, batch 128, AdamW, float32"
 )
 IFS=, read -r -a models <<<"$MODELS"
 status=0
 for model in "${models[@]}"; do
   rm -rf "${CACHE:?}"/* # sinter's first call is a cold compile; its warm start reuses the cache
+  peers=$PEERS
+  [[ $model == distill ]] && peers=$(tr , '\n' <<<"$PEERS" | grep -v '^jax-jit$' | paste -sd,)
   cmd=("$PY" "$BENCH/train_rounds.py" --sinter "$TRAIN_STEP" --model "$model"
-       --threads "$THREADS" --peers "$PEERS" --rounds "$ROUNDS" --steps "$STEPS"
+       --threads "$THREADS" --peers "$peers" --rounds "$ROUNDS" --steps "$STEPS"
        --warmup "$WARMUP" --out "$OUT" --title "${TITLE[$model]}")
-  echo "train_run.sh: $model: sinter and $PEERS, $ROUNDS rounds"
+  echo "train_run.sh: $model: sinter and $peers, $ROUNDS rounds"
   record "$OUT/commands.txt" env "SINTER_CACHE_DIR=$CACHE" "${cmd[@]}"
   SINTER_CACHE_DIR="$CACHE" "${cmd[@]}" >"$OUT/$model-report.txt" || {
     status=1

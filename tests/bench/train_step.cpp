@@ -5,6 +5,12 @@
 // 128, images [B, 28, 28] float32, integer labels; gpt: token ids [B, T] and next tokens):
 //   --model mlp  the recipes/mlp.cpp model: (x - 0.2860) / 0.3530, flatten, 784-512-256-10 ReLU
 //   --model vit  sinter::ViT with ViTConfig{28, 7, 64, 4, 4, 10} (dsl/nn/transformer.hpp)
+//   --model distill  the distill recipe's pair in one compile_distill_step: the vit above as a
+//                frozen teacher (pattern phases 1001 + k) and a student ViTConfig{28, 7, 32, 2,
+//                2, 10}; loss kd_loss(student, teacher, labels, {T = 2, alpha = 0.5})
+//   --model distill-vit-b-s  the same pair as ViT-B/16 → ViT-S/16: images [B, 3, 224, 224],
+//                1000 classes, teacher ViTConfig{224, 16, 768, 12, 12, 1000, 3}, student
+//                {224, 16, 384, 12, 6, 1000, 3}, batch 256 (--batch N)
 //   --model gpt  sinter::GPT, vocab 256, context 64, width 128, 4 layers, 4 heads, batch 32
 //   --model gpt2-small  sinter::GPT, vocab 50304, context 1024, width 768, 12 layers, 12 heads,
 //                batch 8; tokens_per_s and flops_per_step (6·params + attention per token)
@@ -25,6 +31,9 @@
 // planned_peak_mb is what the compiled step allocates besides its inputs (arena of
 // intermediates plus outputs); state_mb is the parameters and AdamW's m and v.
 // `--threads N` sets SINTER_NUM_THREADS. `--print-params` lists the parameters in order.
+// `--max-batch [--memory BYTES]` prints `max_batch=N peak_bytes=P next_peak_bytes=Q
+// budget_bytes=M` (the largest batch whose planned peak fits the budget, default the device's
+// free memory; docs/distillation.md) and exits without running.
 //
 // `--serve` (used by tests/bench/train_rounds.py): after the first call and --warmup steps it
 // prints `ready peer=sinter model=<m> compile_s=<s> loss=<first step> device=<d>`, then
@@ -66,11 +75,11 @@ bool ends_with(const std::string& s, std::string_view suffix) {
 /// Replaces the seeded initial values by deterministic patterns: parameter k (in
 /// for_each_parameter order) gets phase 1 + k; Linear weights [in, out] scale 1/√in, LayerNorm
 /// gamma 1 + 0.1·sin, everything else (biases, LayerNorm beta, positions) 0.1·sin.
-template <class Model> int64_t init_parameters(Model& model, bool print) {
+template <class Model> int64_t init_parameters(Model& model, bool print, double first_phase = 1.0) {
   int64_t k = 0, count = 0;
   for_each_parameter(model, [&](const std::string& name, Parameter& p) {
     Shape shape = p.value.shape();
-    double phase = 1.0 + static_cast<double>(k++);
+    double phase = first_phase + static_cast<double>(k++);
     if (ends_with(name, "weight"))
       p.value = pattern(shape, 1.0 / std::sqrt(static_cast<double>(shape.at(0))), phase);
     else if (ends_with(name, "gamma"))
@@ -90,6 +99,8 @@ struct Options : bench::StepFlags {
   std::string device = "cpu";
   std::string amp = "off";
   int64_t batch = 0; ///< gpt models: sequences per step (0: the model's own)
+  bool max_batch = false;
+  std::string memory; ///< --memory: the budget of --max-batch (default: free memory)
 };
 
 double maxrss_mb() {
@@ -118,7 +129,16 @@ HostTensor cyclic_ids(Shape shape, int64_t modulus, int64_t shift = 0) {
   return HostTensor::from_doubles(DType::i64, std::move(shape), v);
 }
 
-template <class Model> int run(const Options& opt, Model& model, double base_rss) {
+/// compile_step over `model` with the benchmark's AdamW and mean cross-entropy.
+template <class Model> auto cross_entropy_step(Model& model, const Options& opt) {
+  return compile_step(
+      model, [](Model& m, Var x, Var y) { return cross_entropy_mean(m(x), y); },
+      adamw{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 1e-4},
+      {.batch_names = {"images", "labels"}, .amp = amp_from_name(opt.amp)});
+}
+
+template <class Model, class MakeStep>
+int run(const Options& opt, Model& model, double base_rss, MakeStep make_step) {
   int64_t params = init_parameters(model, opt.print_params);
   bool gpt = opt.model.starts_with("gpt");
   HostTensor images, labels;
@@ -132,15 +152,22 @@ template <class Model> int run(const Options& opt, Model& model, double base_rss
     tokens_per_step = b.batch * t;
     // Training FLOPs per token: 6 per parameter, plus attention's 12 · layers · tokens · width.
     flops_per_step = tokens_per_step * (6 * params + 12 * b.config.depth * t * b.config.dim);
+  } else if (opt.model == "distill-vit-b-s") {
+    int64_t b = opt.batch > 0 ? opt.batch : 256;
+    images = pattern({b, 3, 224, 224}, 0.5, 0.0, 0.5);
+    labels = cyclic_ids({b}, 1000);
   } else {
     images = pattern({batch, side, side}, 0.5, 0.0, 0.5); // in [0, 1]
     labels = cyclic_ids({batch}, classes);
   }
 
-  auto step = compile_step(
-      model, [](Model& m, Var x, Var y) { return cross_entropy_mean(m(x), y); },
-      adamw{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 1e-4},
-      {.batch_names = {"images", "labels"}, .amp = amp_from_name(opt.amp)});
+  auto step = make_step();
+  if (opt.max_batch) {
+    HostTensor example[] = {images, labels};
+    int64_t budget = opt.memory.empty() ? free_memory() : parse_bytes(opt.memory);
+    std::printf("%s\n", step.max_batch(example, budget).line().c_str());
+    return 0;
+  }
 
   double first_loss = 0, loss = 0;
   bool first = true;
@@ -180,9 +207,10 @@ template <class Model> int run(const Options& opt, Model& model, double base_rss
 
 int usage(const char* argv0) {
   std::fprintf(stderr,
-               "usage: %s [--model mlp|vit|gpt|gpt2-small] [--device cpu|cuda[:N]] [--threads N] "
-               "[--warmup N] [--amp off|bf16|fp16] [--batch N (gpt models)] "
-               "[--iters N] [--print-params] [--serve]\n"
+               "usage: %s [--model mlp|vit|distill|distill-vit-b-s|gpt|gpt2-small] [--device "
+               "cpu|cuda[:N]] [--threads N] "
+               "[--warmup N] [--amp off|bf16|fp16] [--batch N (gpt, distill-vit-b-s)] "
+               "[--iters N] [--print-params] [--serve] [--max-batch [--memory BYTES]]\n"
                "  one full training step (forward, loss, backward, AdamW) via compile_step,\n"
                "  batch 128; prints first-call and median step time, losses and memory\n"
                "  --serve: after warm-up, answer 'run K [W]' / 'quit' on stdin (train_rounds.py)\n",
@@ -211,11 +239,15 @@ int main(int argc, char** argv) {
       opt.amp = argv[++i];
     else if (a == "--batch" && i + 1 < argc)
       ok = (opt.batch = std::atoll(argv[++i])) > 0;
+    else if (a == "--max-batch")
+      opt.max_batch = true;
+    else if (a == "--memory" && i + 1 < argc)
+      opt.memory = argv[++i];
     else
       ok = false;
     if (!ok ||
-        (opt.model != "mlp" && opt.model != "vit" && opt.model != "gpt" &&
-         opt.model != "gpt2-small") ||
+        (opt.model != "mlp" && opt.model != "vit" && opt.model != "distill" &&
+         opt.model != "distill-vit-b-s" && opt.model != "gpt" && opt.model != "gpt2-small") ||
         (opt.amp != "off" && opt.amp != "bf16" && opt.amp != "fp16"))
       return usage(argv[0]);
   }
@@ -227,15 +259,33 @@ int main(int argc, char** argv) {
     Init init(0);
     if (opt.model == "mlp") {
       recipe::FashionMLP model({784, 512, 256, 10}, init);
-      return run(opt, model, base_rss);
+      return run(opt, model, base_rss, [&] { return cross_entropy_step(model, opt); });
     }
     if (opt.model.starts_with("gpt")) {
       GPT model(gpt_bench(opt.model).config, init);
-      return run(opt, model, base_rss);
+      return run(opt, model, base_rss, [&] { return cross_entropy_step(model, opt); });
     }
-    ViT model(ViTConfig{.image = 28, .patch = 7, .dim = 64, .depth = 4, .heads = 4, .classes = 10},
-              init);
-    return run(opt, model, base_rss);
+    ViTConfig vit{.image = 28, .patch = 7, .dim = 64, .depth = 4, .heads = 4, .classes = 10};
+    if (opt.model.starts_with("distill")) {
+      bool base = opt.model == "distill-vit-b-s"; // ViT-B/16 → ViT-S/16
+      ViTConfig teacher_config = base ? ViTConfig{224, 16, 768, 12, 12, 1000, 3} : vit;
+      ViTConfig student_config =
+          base ? ViTConfig{224, 16, 384, 12, 6, 1000, 3} : ViTConfig{28, 7, 32, 2, 2, 10, 1};
+      ViT teacher(teacher_config, init);
+      init_parameters(teacher, false, 1001.0);
+      ViT student(student_config, init);
+      return run(opt, student, base_rss, [&] {
+        return compile_distill_step(
+            student, teacher,
+            [](ViT& s, const ViT& t, Var x, Var y) {
+              return kd_loss(s(x), t(x), y, {.temperature = 2.0, .alpha = 0.5});
+            },
+            adamw{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 1e-4},
+            {.step = {.batch_names = {"images", "labels"}, .amp = amp_from_name(opt.amp)}});
+      });
+    }
+    ViT model(vit, init);
+    return run(opt, model, base_rss, [&] { return cross_entropy_step(model, opt); });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_step: %s\n", e.what());
     return 1;

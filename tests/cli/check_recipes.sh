@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # tests/cli/check_recipes.sh — short runs of every recipe: flags, progress, the result line, and
-# an accuracy floor for a 300-step mlp (the full-length figures are in docs/perf.md)
+# an accuracy floor for a 300-step mlp, the distill recipe's phases and resume, and --max-batch /
+# --batch-size max on every recipe (the full-length figures are in docs/perf.md)
 set -euo pipefail
-mlp="$1" vit="$2" gpt="$3"
+mlp="$1" vit="$2" gpt="$3" distill="$4"
 ckpt=$(mktemp -d)
 trap 'rm -rf "$ckpt"' EXIT
 
-for r in "$mlp" "$vit" "$gpt"; do
+for r in "$mlp" "$vit" "$gpt" "$distill"; do
   grep -q -- "--seed" <<<"$("$r" --help)" || { echo "$r --help lists no --seed"; exit 1; }
   if "$r" --no-such-flag 2>/dev/null; then echo "$r accepted an unknown flag"; exit 1; fi
 done
@@ -40,3 +41,43 @@ if ! grep -q '^gpus: [1-9]' <<<"$("$(dirname "$mlp")/../sinter" info)"; then
   if "$mlp" --device cuda --steps 1 >/dev/null 2>"$ckpt/err"; then echo "cuda without a GPU ran"; exit 1; fi
   grep -q "cannot use CUDA" "$ckpt/err" || { echo "no reason for CUDA failing:"; cat "$ckpt/err"; exit 1; }
 fi
+
+# The largest batch that fits: one line whose peaks bracket the budget, and a run at it.
+for r in "$mlp" "$vit" "$gpt" "$distill"; do
+  line=$("$r" --max-batch --memory 256M 2>/dev/null)
+  python3 - "$line" <<'PY' || { echo "$r --max-batch: bad line '$line'"; exit 1; }
+import re, sys
+m = re.fullmatch(r"max_batch=(\d+) peak_bytes=(\d+) next_peak_bytes=(\d+) budget_bytes=(\d+)", sys.argv[1])
+n, p, q, b = map(int, m.groups())
+assert n > 0 and p <= b < q and b == 256 << 20, sys.argv[1]
+PY
+done
+if "$vit" --max-batch --memory lots 2>"$ckpt/err"; then echo "--memory lots accepted"; exit 1; fi
+grep -q "suffix" "$ckpt/err" || { echo "bad --memory not explained:"; cat "$ckpt/err"; exit 1; }
+n=$("$mlp" --max-batch --memory 64M 2>/dev/null | sed -n 's/^max_batch=\([0-9]*\) .*/\1/p')
+err=$("$mlp" --batch-size max --memory 64M --steps 2 2>&1 >/dev/null)
+grep -q "batch size max: $n " <<<"$err" || { echo "--batch-size max did not train at $n:"; echo "$err"; exit 1; }
+grep -q "steps of batch $n" <<<"$err" || { echo "--batch-size max: no steps of batch $n"; exit 1; }
+
+# Distillation: a teacher trained first (and said so), the three accuracies, then a teacher
+# from the vit recipe's checkpoint, resume of the student phase, and a mismatched teacher.
+out=$("$distill" --teacher-steps 30 --steps 20 --checkpoint-dir "$ckpt/d" 2>"$ckpt/err")
+echo "distill: $out"
+grep -q "no --teacher given: training a teacher first" "$ckpt/err" || { echo "distill did not say it trains a teacher"; exit 1; }
+grep -Eq "^result: teacher_accuracy=0\.[0-9]+ student_accuracy=0\.[0-9]+ student_alone_accuracy=0\.[0-9]+ " <<<"$out" \
+  || { echo "distill result line malformed"; exit 1; }
+for f in teacher student student_alone; do
+  [ -s "$ckpt/d/$f.safetensors" ] || { echo "distill wrote no $f checkpoint"; exit 1; }
+done
+"$vit" --steps 5 --checkpoint-dir "$ckpt/v" >/dev/null 2>&1
+out=$("$distill" --teacher "$ckpt/v/vit.safetensors" --steps 10 --no-baseline --checkpoint-dir "$ckpt/s" 2>"$ckpt/err")
+grep -q "loaded from $ckpt/v/vit.safetensors" "$ckpt/err" || { echo "teacher not loaded"; cat "$ckpt/err"; exit 1; }
+if grep -q "student_alone_accuracy" <<<"$out"; then echo "--no-baseline still trained the baseline"; exit 1; fi
+resumed=$("$distill" --teacher "$ckpt/v/vit.safetensors" --steps 14 --no-baseline --checkpoint-dir "$ckpt/s" --resume 2>&1)
+grep -q "student: resumed from .* at step 10" <<<"$resumed" || { echo "distill resume did not start at step 10"; echo "$resumed"; exit 1; }
+grep -q "steps=14" <<<"$resumed" || { echo "distill resume did not reach step 14"; exit 1; }
+if "$distill" --teacher "$ckpt/v/vit.safetensors" --teacher-dim 32 --steps 1 2>"$ckpt/err"; then
+  echo "a mismatched teacher was accepted"; exit 1
+fi
+grep -q "tensor 'model.vit.embed.proj.weight' is f32\[49,64\] but the model's 'vit.embed.proj.weight' is f32\[49,32\]" "$ckpt/err" \
+  || { echo "mismatched teacher not named:"; cat "$ckpt/err"; exit 1; }

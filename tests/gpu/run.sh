@@ -6,7 +6,7 @@
 # Usage: ./run.sh [STAGE...]     stages: info tests recipes bench (default: all, in that order)
 # Exits 1 when any step failed (the report lists which), 0 when all passed.
 # Environment: REPORT_DIR (default $OUT, else ./report), RECIPE_EPOCHS (default: each recipe's
-# own, as in docs/perf.md's CPU table), BENCH_MODELS (default: mlp vit gpt gpt2-small),
+# own, as in docs/perf.md's CPU table), BENCH_MODELS (default: mlp vit distill gpt gpt2-small),
 # BENCH_ROUNDS (default 20), BENCH_TIME_LIMIT (seconds of rounds per model, default 420),
 # BENCH_AMP_BATCHES (batches of the mixed-precision GPT-2 small rows, default "8 16"; empty: none),
 # BENCH_AMP_MODES (their precisions, default bf16; also fp16),
@@ -76,6 +76,15 @@ for stage in "${stages[@]}"; do
       step vit-cuda '^result|error|sinter:' "$HERE/bin/vit" --device cuda "${data[@]}"
       step gpt-cuda '^result|^sample|error|sinter:' "$HERE/bin/gpt" --device cuda --steps 500 \
         --text "$HERE/data/fortunes.txt"
+      # Distillation in bf16 (teacher trained first), then the largest batch the GPU fits,
+      # predicted from the memory plan, and a run at it (it must not run out of memory).
+      step distill-cuda '^result|error|sinter:|distill:' "$HERE/bin/distill" --device cuda \
+        --amp bf16 "${data[@]}"
+      step distill-max-batch '^max_batch=|error|sinter:' "$HERE/bin/distill" --device cuda \
+        --amp bf16 --max-batch "${data[@]}"
+      step distill-at-max-batch '^result|batch size max|error|sinter:|out of memory' \
+        "$HERE/bin/distill" --device cuda --amp bf16 --batch-size max --teacher-steps 5 \
+        --steps 5 --no-baseline "${data[@]}"
       ;;
     bench)
       # Interleaved rounds (tests/bench/train_rounds.py): sinter and the PyTorch peers stay
@@ -87,7 +96,7 @@ for stage in "${stages[@]}"; do
                     --device cuda --peers "torch-eager,torch-compile" --warmup 10
                     --rounds "${BENCH_ROUNDS:-20}" --time-limit "${BENCH_TIME_LIMIT:-420}")
       bench_pattern='^peer=|faster|inconclusive|WARNING|error|Error'
-      for model in ${BENCH_MODELS:-mlp vit gpt gpt2-small}; do
+      for model in ${BENCH_MODELS:-mlp vit distill gpt gpt2-small}; do
         # float32; GPT-2 small's f32 GEMMs use TF32 on both sides.
         tf32=()
         [[ $model == gpt2-small ]] && tf32=(--tf32)
@@ -95,6 +104,18 @@ for stage in "${stages[@]}"; do
         SINTER_TF32=${#tf32[@]} step "bench-$model" "$bench_pattern" "${bench_rounds[@]}" \
           --model "$model" --out "$REPORT_DIR/logs/bench-$model.d" "${tf32[@]}"
       done
+      # Distillation at the scale: ViT-B/16 -> ViT-S/16, 224x224, bf16, B = 256 against
+      # the PyTorch peers; then sinter's predicted largest batch and three steps at it.
+      bench_logs+=("$REPORT_DIR/logs/bench-distill-vit-b-s.log")
+      SINTER_TF32=0 step bench-distill-vit-b-s "$bench_pattern" "${bench_rounds[@]}" \
+        --model distill-vit-b-s --amp bf16 --out "$REPORT_DIR/logs/bench-distill-vit-b-s.d"
+      step distill-vit-b-s-max-batch '^max_batch=|error|sinter:' "$HERE/bin/train_step" \
+        --model distill-vit-b-s --device cuda --amp bf16 --max-batch
+      max_batch=$(sed -n 's/^max_batch=\([0-9]*\) .*/\1/p' "$REPORT_DIR/logs/distill-vit-b-s-max-batch.log")
+      [[ -n $max_batch && $max_batch -gt 0 ]] &&
+        step distill-vit-b-s-at-max-batch '^peer=|error|sinter:|out of memory' \
+          "$HERE/bin/train_step" --model distill-vit-b-s --device cuda --amp bf16 \
+          --batch "$max_batch" --warmup 1 --iters 3
       # Mixed precision: GPT-2 small (T = 1024) under autocast on both sides (train_step --amp,
       # torch.autocast + F.scaled_dot_product_attention + fused AdamW), per batch.
       for amp in ${BENCH_AMP_MODES-bf16}; do
