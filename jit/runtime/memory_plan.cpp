@@ -120,6 +120,35 @@ std::optional<int64_t> MemoryPlan::offset_of(ValueId node) const {
   return offset_by_node_[node];
 }
 
+std::size_t MemoryPlan::peak_kernel() const {
+  std::size_t kernels = 0;
+  for (const BufferSlot& s : slots_)
+    kernels = std::max(kernels, s.last + 1);
+  // Live bytes per kernel by a difference array over the slots' lifetimes.
+  std::vector<int64_t> delta(kernels + 1, 0);
+  for (const BufferSlot& s : slots_) {
+    delta[s.first] += s.bytes;
+    delta[s.last + 1] -= s.bytes;
+  }
+  std::size_t peak = 0;
+  int64_t live = 0, most = -1;
+  for (std::size_t k = 0; k < kernels; ++k) {
+    live += delta[k];
+    if (live > most) {
+      most = live;
+      peak = k;
+    }
+  }
+  return peak;
+}
+
+std::vector<const BufferSlot*> MemoryPlan::live_at(std::size_t kernel) const {
+  std::vector<const BufferSlot*> out;
+  for (const BufferSlot& s : slots_)
+    if (s.first <= kernel && kernel <= s.last) out.push_back(&s);
+  return out;
+}
+
 std::string MemoryPlan::print() const {
   std::ostringstream os;
   os << "memory plan: arena " << arena_bytes_ << " bytes (" << unshared_bytes_
@@ -141,7 +170,8 @@ std::vector<PlannedBuffer> largest_buffers(std::vector<PlannedBuffer> buffers, s
 
 std::vector<PlannedBuffer> arena_buffers(const Graph& graph, const MemoryPlan& memory) {
   std::vector<PlannedBuffer> out;
-  for (const BufferSlot& slot : memory.slots()) {
+  for (const BufferSlot* live : memory.live_at(memory.peak_kernel())) {
+    const BufferSlot& slot = *live;
     const Node& n = graph.node(slot.node);
     const std::string& path = graph.scope_path(n.scope);
     out.push_back({"arena: " + (path.empty() ? std::string("(top level)") : path) + " " +

@@ -33,6 +33,10 @@ public:
   /// Bytes the intermediates would take without reuse (what reuse saves is the difference).
   int64_t unshared_bytes() const { return unshared_bytes_; }
   std::optional<int64_t> offset_of(ValueId node) const;
+  /// The kernel while which the most intermediate bytes are alive, and the slots alive then
+  /// (what an out-of-memory report lists: the buffers that make the peak).
+  std::size_t peak_kernel() const;
+  std::vector<const BufferSlot*> live_at(std::size_t kernel) const;
   const std::vector<BufferSlot>& slots() const { return slots_; }
   std::string print() const;
 
@@ -65,7 +69,8 @@ struct StepMemory {
 /// The five largest of `buffers`, largest first (what out-of-memory reports list).
 std::vector<PlannedBuffer> largest_buffers(std::vector<PlannedBuffer> buffers,
                                            std::size_t count = 5);
-/// The arena buffers of `memory` as PlannedBuffers named by their node's model path.
+/// The arena buffers alive at `memory`'s peak, as PlannedBuffers named by their node's model
+/// path.
 std::vector<PlannedBuffer> arena_buffers(const Graph& graph, const MemoryPlan& memory);
 /// "1.50 GiB" style sizes for messages.
 std::string format_bytes(int64_t bytes);
