@@ -208,14 +208,10 @@ public:
 
   /// The memory a call with a batch of these types would need (planned, nothing compiled;
   /// only the batch's dtypes and shapes are read).
-  StepMemory plan_memory(std::span<const HostTensor> batch) {
-    if (before_call_) before_call_();
-    return runtime_->plan_memory(batch);
-  }
+  StepMemory plan_memory(std::span<const HostTensor> batch) { return runtime_->plan_memory(batch); }
   /// The largest batch whose planned peak fits `budget_bytes` (dim 0 of every batch input is
   /// the batch size; `example` gives the other dims and the dtypes): see MaxBatch.
   MaxBatch max_batch(std::span<const HostTensor> example, int64_t budget_bytes) {
-    if (before_call_) before_call_();
     return runtime_->max_batch(example, budget_bytes);
   }
 

@@ -8,21 +8,6 @@ using recipe::FashionViT;
 
 namespace {
 
-ViTConfig vit_config(const recipe::Flags& flags, const std::string& prefix) {
-  ViTConfig config{.image = 28,
-                   .patch = flags.integer(prefix + "patch"),
-                   .dim = flags.integer(prefix + "dim"),
-                   .depth = flags.integer(prefix + "depth"),
-                   .heads = flags.integer(prefix + "heads"),
-                   .classes = 10};
-  if (config.patch <= 0 || 28 % config.patch != 0)
-    flags.fail("--" + prefix + "patch must divide 28");
-  if (config.dim <= 0 || config.depth <= 0 || config.heads <= 0 || config.dim % config.heads != 0)
-    flags.fail("--" + prefix + "dim, --" + prefix + "depth and --" + prefix +
-               "heads must be positive, and the heads must divide the dim");
-  return config;
-}
-
 double test_accuracy(FashionViT& model, const data::Dataset& test) {
   auto logits =
       compile_eval(model, [](FashionViT& m, Var images) { return m(images); }, {"images"});
@@ -80,8 +65,8 @@ int main(int argc, char** argv) {
     if (!(kd.temperature > 0)) flags.fail("--temperature must be positive");
     if (!(kd.alpha >= 0 && kd.alpha <= 1)) flags.fail("--alpha must be in [0, 1]");
     Init teacher_init(seed + 1), student_init(seed);
-    FashionViT teacher(vit_config(flags, "teacher-"), teacher_init);
-    FashionViT student(vit_config(flags, ""), student_init);
+    FashionViT teacher(recipe::vit_config(flags, "teacher-"), teacher_init);
+    FashionViT student(recipe::vit_config(flags), student_init);
     FashionViT initial_student = student; // the baseline starts from the same weights
     auto distill_loss = [kd](FashionViT& s, const FashionViT& t, Var images, Var labels) {
       return kd_loss(s(images), t(images), labels, kd);

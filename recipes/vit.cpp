@@ -16,15 +16,8 @@ int main(int argc, char** argv) {
       argc, argv);
   recipe::apply_runtime_flags(flags);
   return recipe::run("vit", [&] {
-    ViTConfig config{.image = 28,
-                     .patch = flags.integer("patch"),
-                     .dim = flags.integer("dim"),
-                     .depth = flags.integer("depth"),
-                     .heads = flags.integer("heads"),
-                     .classes = 10};
-    if (config.patch <= 0 || 28 % config.patch != 0) flags.fail("--patch must divide 28");
     Init init(static_cast<uint64_t>(flags.integer("seed")));
-    FashionViT model(config, init);
+    FashionViT model(recipe::vit_config(flags), init);
     return recipe::train_fashion("vit", flags, model);
   });
 }
