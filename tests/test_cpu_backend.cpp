@@ -72,6 +72,32 @@ TEST_CASE("an MLP training step fuses into at most 24 kernels", "[cpu][fusion]")
   CHECK(plan.kernels.size() <= 24);
 }
 
+TEST_CASE("a residual stream is stored, not recomputed in each layer from every earlier GEMM",
+          "[cpu][fusion]") {
+  // Twelve pre-norm residual layers: h += W·LN(h) + b. The stream's additions are cheap, so fusion
+  // may recompute up to three of them where they are read (four GEMM outputs), never the whole
+  // chain.
+  Graph g;
+  Value h = input(g, "x", {DType::f32, {16, 32}});
+  Value gamma = input(g, "gamma", {DType::f32, {32}});
+  Value beta = input(g, "beta", {DType::f32, {32}});
+  for (int layer = 0; layer < 12; ++layer) {
+    Value w = input(g, "w" + std::to_string(layer), {DType::f32, {32, 32}});
+    Value b = input(g, "b" + std::to_string(layer), {DType::f32, {32}});
+    h = h + (matmul(layernorm(h, gamma, beta), w) + b);
+  }
+  g.add_output("y", sum(h).id);
+  Graph step = optimized(g);
+  FusionPlan plan = fuse(step, FusionOptions{.row_kernels = true});
+  INFO(plan.print());
+  for (const Kernel& k : plan.kernels) {
+    std::size_t gemm_outputs = 0;
+    for (ValueId r : k.reads)
+      gemm_outputs += plan.graph->node(r).op == OpId::matmul;
+    CHECK(gemm_outputs <= 4);
+  }
+}
+
 TEST_CASE("backward GEMMs read transposed operands in place", "[cpu][fusion]") {
   FusionPlan plan = fuse(mlp_step_graph(8, 32));
   std::size_t transposed = 0;

@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <iostream>
 #include <ostream>
 #include <stdexcept>
 #include <string>
@@ -106,6 +107,12 @@ void Executable::dump(const DumpSelection& dump, std::ostream& out) const {
   if (!fusion) return;
   if (dump.wants("fuse")) out << "// sinter " << fusion->print();
   if (dump.wants("memory")) out << "// sinter " << memory_plan().print();
+}
+
+void dump_planned(const FusionPlan& fusion, const MemoryPlan& memory) {
+  DumpSelection dump = DumpSelection::from_environment();
+  if (dump.wants("fuse")) std::cerr << "// sinter (planned) " << fusion.print();
+  if (dump.wants("memory")) std::cerr << "// sinter (planned) " << memory.print();
 }
 
 std::span<const BackendEntry> backends() { return table; }

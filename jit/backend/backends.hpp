@@ -11,6 +11,8 @@ namespace sinter {
 
 class Context;
 class Graph;
+class MemoryPlan;
+struct FusionPlan;
 
 /// One backend's registration.
 struct BackendEntry {
@@ -40,6 +42,10 @@ std::span<const BackendEntry> backends();
 int64_t host_available_memory();
 /// The bytes of `optimized`'s inputs (each once), for backends whose inputs are the caller's.
 int64_t input_bytes(const Graph& optimized);
+
+/// SINTER_DUMP=fuse,memory when a step is planned without compiling (plan_memory): the fusion
+/// and memory plans it measured, to stderr.
+void dump_planned(const FusionPlan& fusion, const MemoryPlan& memory);
 
 /// The entry of `backend`; std::logic_error if it has none.
 const BackendEntry& backend_entry(Backend backend);

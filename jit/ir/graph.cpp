@@ -79,6 +79,13 @@ ValueId Graph::add(Node node) {
   return id;
 }
 
+ValueId Graph::add_recomputed(Node node) {
+  node.scope = current_scope_;
+  nodes_.push_back(std::move(node));
+  recomputed_.push_back(static_cast<ValueId>(nodes_.size() - 1));
+  return recomputed_.back();
+}
+
 ValueId Graph::add_input(std::string name, TensorType type) {
   Node n;
   n.op = OpId::input;

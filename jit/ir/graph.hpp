@@ -4,6 +4,7 @@
 #include "jit/ir/shape.hpp"
 #include "ops/op_id.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -72,6 +73,13 @@ public:
 
   /// Adds a node, or returns the id of an identical existing node (hash-consing).
   ValueId add(Node node);
+  /// Adds a node even when an identical one exists: a value computed a second time on purpose
+  /// (rematerialisation), which hash-consing would otherwise merge back into the first.
+  ValueId add_recomputed(Node node);
+  /// Whether `id` was added by add_recomputed: a second computation, meant to run where it is.
+  bool recomputed(ValueId id) const {
+    return std::binary_search(recomputed_.begin(), recomputed_.end(), id);
+  }
   ValueId add_input(std::string name, TensorType type);
   void add_output(std::string name, ValueId id);
 
@@ -107,6 +115,7 @@ private:
   std::vector<NamedValue> inputs_;
   std::vector<NamedValue> outputs_;
   std::unordered_map<uint64_t, std::vector<ValueId>> by_hash_;
+  std::vector<ValueId> recomputed_; ///< ascending
   std::vector<std::string> scopes_;
   std::vector<uint32_t> scope_parent_;
   std::vector<RegionPrecision> scope_precision_;

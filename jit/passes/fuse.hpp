@@ -86,6 +86,10 @@ struct FusionOptions {
   /// outputs (KernelKind::reduce with extra_outputs). Backends whose schedule folds several
   /// reductions in one pass ask for it.
   bool sibling_reductions = false;
+  /// Recompute cheap elementwise values (up to a dozen instructions per element, read by at
+  /// most four kernels) from buffers that outlive them anyway instead of storing them: less
+  /// memory across the backward pass (GELU keeps its input alone) for a little arithmetic.
+  bool rematerialize = false;
 };
 
 /// Decides what to materialise: graph outputs, reductions, GEMMs and their operands, scatters,
@@ -97,6 +101,14 @@ struct FusionOptions {
 /// With `options.row_kernels`, a loop kernel then takes in the reductions over its rows and the
 /// kernels that feed them (see KernelKind::row).
 FusionPlan fuse(const Graph& graph, FusionOptions options = {});
+
+/// With `options.rematerialize`: a stored value that is cheap to recompute (GELU's output, a
+/// layer norm's output) and that a GEMM reads long after its other readers (the weight
+/// gradient, in the backward pass) is computed a second time right before that GEMM, from
+/// buffers alive then anyway (or fewer bytes kept longer), so the first copy dies with its
+/// forward readers. Returns a graph with those copies (nodes CSE would merge back: run no CSE
+/// after it), or `graph` itself when nothing qualifies.
+Graph recompute_late_gemm_operands(const Graph& graph, FusionOptions options);
 
 /// Row kernels: the reductions computed once per row, in the order they run.
 std::vector<ValueId> row_reductions(const Graph& graph, const Kernel& kernel);

@@ -70,6 +70,7 @@ import argparse
 import math
 import os
 import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -468,6 +469,58 @@ def measure_peak():
     return 0
 
 
+def search_max_batch(args, peer):
+    """The largest batch one training step of `peer` runs at without running out of memory, by
+    trial: each batch in a process of its own (an out-of-memory error leaves the allocator's
+    cache behind), doubling from --batch (default the model's) until a step fails, then
+    bisecting to a multiple of --max-batch-step. Prints peer=<p> model=<m> max_batch=<N>
+    oom_batch=<M> step=<s> trials=<t> device=<d> amp=<a>; M is the smallest batch seen to run
+    out of memory. Other failures stop the search with the child's error."""
+    trials = []
+
+    def fits(batch):
+        cmd = [sys.executable, os.path.abspath(__file__), "--peer", peer, "--model", args.model,
+               "--device", args.device, "--amp", args.amp, "--threads", str(args.threads),
+               "--batch", str(batch), "--warmup", "1", "--iters", "1"]
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out = proc.stdout + proc.stderr
+        trials.append(batch)
+        if proc.returncode == 0 and "peer=" in proc.stdout:
+            print("train_peers: %s batch %d runs" % (peer, batch), file=sys.stderr, flush=True)
+            return True
+        if any(m in out for m in ("out of memory", "OutOfMemoryError", "can't allocate memory")):
+            print("train_peers: %s batch %d runs out of memory" % (peer, batch), file=sys.stderr,
+                  flush=True)
+            return False
+        sys.stderr.write(out[-4000:])
+        raise SystemExit("train_peers: %s failed at batch %d for another reason than memory "
+                         "(exit %d); command: %s" % (peer, batch, proc.returncode, " ".join(cmd)))
+
+    step = args.max_batch_step
+    good, bad = 0, None
+    batch = batch_of(args.model, args.batch)
+    while bad is None:
+        if fits(batch):
+            good = batch
+            batch *= 2
+            if batch > 1 << 24:
+                raise SystemExit("train_peers: %s still fits at batch %d; no memory limit found"
+                                 % (peer, good))
+        else:
+            bad = batch
+    while bad - good > step:
+        middle = max(step, (good + bad) // 2 // step * step)
+        if middle <= good or middle >= bad:
+            break
+        if fits(middle):
+            good = middle
+        else:
+            bad = middle
+    print("peer=%s model=%s max_batch=%d oom_batch=%d step=%d trials=%d device=%s amp=%s" %
+          (peer, args.model, good, bad, step, len(trials), args.device, args.amp), flush=True)
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -495,6 +548,12 @@ def main():
                     ",".join(PEERS))
     ap.add_argument("--peer", choices=PEERS,
                     help="run this one peer in this process (no child; with --serve)")
+    ap.add_argument("--max-batch", action="store_true",
+                    help="find the largest batch each of --peers trains at without running out "
+                    "of memory (gpt and distill-vit-b-s models; each trial in a process of its "
+                    "own; see search_max_batch)")
+    ap.add_argument("--max-batch-step", type=int, default=64,
+                    help="--max-batch: the granularity of the search (default 64)")
     ap.add_argument("--serve", action="store_true",
                     help="with --peer: serve rounds on stdin for train_rounds.py (see above)")
     args = ap.parse_args()
@@ -522,6 +581,15 @@ def main():
         if args.amp != "off" and peer == "jax-jit":
             ap.error("the jax-jit peer runs float32 only (no --amp %s); pick --peers "
                      "torch-eager,torch-compile" % args.amp)
+    if args.max_batch:
+        if args.peer or args.serve:
+            ap.error("--max-batch runs its own trials; leave out --peer and --serve")
+        if not (args.model in GPT or args.model == "distill-vit-b-s"):
+            ap.error("--max-batch needs a model whose batch --batch sets (gpt, gpt2-small, "
+                     "distill-vit-b-s)")
+        if args.max_batch_step < 1:
+            ap.error("--max-batch-step must be at least 1")
+        return max(search_max_batch(args, peer) for peer in args.peers.split(","))
     if args.peer:
         return child(args)
     return run_each_in_child(

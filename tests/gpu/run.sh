@@ -116,6 +116,11 @@ for stage in "${stages[@]}"; do
         step distill-vit-b-s-at-max-batch '^peer=|error|sinter:|out of memory' \
           "$HERE/bin/train_step" --model distill-vit-b-s --device cuda --amp bf16 \
           --batch "$max_batch" --warmup 1 --iters 3
+      # PyTorch eager's largest batch for the same pair, by trial (a process per batch, from
+      # 256 doubling, then bisected to 64; the anchor: 2304 runs, 2368 does not).
+      step peer-distill-vit-b-s-max-batch '^peer=|train_peers|Error' "$PYTHON" \
+        "$HERE/bench/train_peers.py" --model distill-vit-b-s --device cuda --amp bf16 \
+        --peers torch-eager --max-batch
       # Mixed precision: GPT-2 small (T = 1024) under autocast on both sides (train_step --amp,
       # torch.autocast + F.scaled_dot_product_attention + fused AdamW), per batch.
       for amp in ${BENCH_AMP_MODES-bf16}; do

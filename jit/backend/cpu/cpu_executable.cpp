@@ -247,6 +247,7 @@ StepMemory plan_memory_for_cpu(const Graph& optimized, const Device&, std::span<
   Graph graph = small_matmuls_as_reductions(optimized);
   FusionPlan fusion = fuse(graph, FusionOptions{.row_kernels = true, .sibling_reductions = true});
   MemoryPlan memory(fusion);
+  dump_planned(fusion, memory);
   StepMemory out;
   out.arena = memory.arena_bytes();
   out.outputs = memory.peak_bytes() - memory.arena_bytes();

@@ -473,6 +473,7 @@ StepMemory plan_memory_for_cuda(const Graph& optimized, const Device& device,
   Graph g = for_nvptx(optimized, capability);
   FusionPlan fusion = fuse(g, gpu_fusion_options);
   MemoryPlan memory(fusion);
+  dump_planned(fusion, memory);
   // As the constructor allocates: the arena, a buffer per output outside it, each input's
   // buffer in both sets (one shared where carried or resident), and the GEMM workspace.
   StepMemory out;

@@ -39,6 +39,7 @@ inline constexpr int64_t gpu_warp_row_limit = 2048;
 
 /// How the GPU backend fuses: layernorm, softmax and loss rows in one kernel each (row
 /// kernels), sibling reductions (a layernorm backward's two sums) in one pass.
-inline constexpr FusionOptions gpu_fusion_options{.row_kernels = true, .sibling_reductions = true};
+inline constexpr FusionOptions gpu_fusion_options{
+    .row_kernels = true, .sibling_reductions = true, .rematerialize = true};
 
 } // namespace sinter

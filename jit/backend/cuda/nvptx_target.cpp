@@ -2,6 +2,7 @@
 #include "jit/backend/cuda/nvptx_target.hpp"
 
 #include "jit/backend/backends.hpp"
+#include "jit/backend/cuda/gpu_launch.hpp"
 #include "jit/backend/cuda/nvptx_attention.hpp"
 #include "jit/backend/cuda/nvptx_schedule.hpp"
 #include "jit/codegen/llvm_pipeline.hpp"
@@ -201,14 +202,16 @@ Graph for_nvptx(const Graph& optimized, int compute_capability, NvptxAttentionCh
     if (!reason.empty() && seen.why.empty()) seen.why = reason;
   }
   if (choice) *choice = seen;
-  if (!rebuild) return optimized; // no rebuild of the whole step for nothing
-  return decompose_nodes(optimized, [&](const Node& n, std::span<const Value> operands) {
-    if (!is_fused_attention(n.op)) return false;
-    std::vector<TensorType> types;
-    for (const Value& v : operands)
-      types.push_back(v.type());
-    return !why(types).empty();
-  });
+  if (!rebuild) return recompute_late_gemm_operands(optimized, gpu_fusion_options);
+  Graph decomposed =
+      decompose_nodes(optimized, [&](const Node& n, std::span<const Value> operands) {
+        if (!is_fused_attention(n.op)) return false;
+        std::vector<TensorType> types;
+        for (const Value& v : operands)
+          types.push_back(v.type());
+        return !why(types).empty();
+      });
+  return recompute_late_gemm_operands(decomposed, gpu_fusion_options);
 }
 
 } // namespace sinter

@@ -19,8 +19,9 @@ struct NvptxAttentionChoice {
 
 /// The optimised graph as a GPU of `compute_capability` runs it: fused attention nodes the
 /// NVPTX attention kernels cannot take (see nvptx_attention_unsupported), or all of them under
-/// SINTER_ATTENTION=decomposed, decomposed into primitives that have a kernel. `choice`, when
-/// given, says what happened.
+/// SINTER_ATTENTION=decomposed, decomposed into primitives that have a kernel; then GEMM
+/// operands read long after they were computed are recomputed before them
+/// (recompute_late_gemm_operands). `choice`, when given, says what happened to attention.
 Graph for_nvptx(const Graph& optimized, int compute_capability,
                 NvptxAttentionChoice* choice = nullptr);
 
