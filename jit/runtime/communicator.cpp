@@ -1,0 +1,337 @@
+// jit/runtime/communicator.cpp — world detection, MPI collectives with timeouts, a world of one
+#include "jit/runtime/communicator.hpp"
+
+// The C API only: the deprecated C++ bindings are neither used nor warning-free.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+namespace sinter {
+namespace {
+
+int environment_int(const char* name, int fallback) {
+  const char* value = std::getenv(name);
+  if (!value || !*value) return fallback;
+  int parsed = 0;
+  auto [end, error] = std::from_chars(value, value + std::strlen(value), parsed);
+  if (error != std::errc() || *end != '\0' || parsed < 0)
+    throw std::invalid_argument(std::string("sinter: ") + name + "='" + value +
+                                "' is not a rank or size (a whole number at least 0)");
+  return parsed;
+}
+
+const char* op_label(ReduceOp op) { return op == ReduceOp::sum ? "sum" : "max"; }
+
+MPI_Datatype mpi_type(DType type, const char* collective) {
+  switch (type) {
+  case DType::f32: return MPI_FLOAT;
+  case DType::f64: return MPI_DOUBLE;
+  case DType::i32: return MPI_INT32_T;
+  case DType::i64: return MPI_INT64_T;
+  case DType::boolean: return MPI_UINT8_T;
+  case DType::bf16:
+  case DType::f16: break;
+  }
+  throw std::invalid_argument(std::string("sinter: ") + collective + " over MPI takes f32, f64, " +
+                              "i32, i64 or bool, not " + std::string(dtype_name(type)) +
+                              " (reduce f32 master gradients, or cast first)");
+}
+
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::sum ? MPI_SUM : MPI_MAX; }
+
+/// Set once a collective failed: the job is broken, and exiting must abort it (MPI_Finalize
+/// would wait for ranks that never come).
+bool job_broken = false;
+
+void finalize_at_exit() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized) return;
+  if (job_broken) MPI_Abort(MPI_COMM_WORLD, 1);
+  MPI_Finalize();
+}
+
+class MpiCommunicator final : public Communicator {
+public:
+  explicit MpiCommunicator(const WorldPlace& place) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      int provided = 0;
+      // Collectives may come from a communication thread as well as the caller's.
+      MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+      std::atexit(finalize_at_exit);
+    }
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    if (rank_ != place.rank || size_ != place.size)
+      throw std::runtime_error("sinter: MPI says rank " + std::to_string(rank_) + " of " +
+                               std::to_string(size_) + ", the launcher's environment rank " +
+                               std::to_string(place.rank) + " of " + std::to_string(place.size));
+    // Arrival board: each rank's count of collectives entered, readable by any rank, so a
+    // rank that times out can name the ranks that never arrived.
+    MPI_Win_allocate(sizeof(int64_t), sizeof(int64_t), MPI_INFO_NULL, comm_, &entered_, &board_);
+    *entered_ = 0;
+    MPI_Win_lock_all(MPI_MODE_NOCHECK, board_);
+  }
+
+  ~MpiCommunicator() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized || job_broken) return; // a broken job is aborted at exit, not cleaned up
+    MPI_Win_unlock_all(board_);
+    MPI_Win_free(&board_);
+    MPI_Comm_free(&comm_);
+  }
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string_view transport() const override { return "mpi"; }
+
+  void all_reduce(void* data, int64_t count, DType type, ReduceOp op) override {
+    Call call = begin("all_reduce", count, type, op_label(op));
+    MPI_Request request;
+    check(call, MPI_Iallreduce(MPI_IN_PLACE, data, checked_count(count), mpi_type(type, call.name),
+                               mpi_op(op), comm_, &request));
+    wait(call, request);
+  }
+
+  void reduce_scatter(const void* send, void* recv, int64_t recv_count, DType type,
+                      ReduceOp op) override {
+    Call call = begin("reduce_scatter", recv_count, type, op_label(op));
+    MPI_Request request;
+    check(call, MPI_Ireduce_scatter_block(send, recv, checked_count(recv_count),
+                                          mpi_type(type, call.name), mpi_op(op), comm_, &request));
+    wait(call, request);
+  }
+
+  void all_gather(const void* send, void* recv, int64_t send_count, DType type) override {
+    Call call = begin("all_gather", send_count, type, "");
+    MPI_Request request;
+    MPI_Datatype t = mpi_type(type, call.name);
+    check(call, MPI_Iallgather(send, checked_count(send_count), t, recv, checked_count(send_count),
+                               t, comm_, &request));
+    wait(call, request);
+  }
+
+  void broadcast(void* data, int64_t count, DType type, int root) override {
+    if (root < 0 || root >= size_)
+      throw std::invalid_argument("sinter: broadcast from rank " + std::to_string(root) +
+                                  " in a world of " + std::to_string(size_));
+    Call call = begin("broadcast", count, type, "");
+    MPI_Request request;
+    check(call,
+          MPI_Ibcast(data, checked_count(count), mpi_type(type, call.name), root, comm_, &request));
+    wait(call, request);
+  }
+
+  void barrier() override {
+    Call call = begin("barrier", 0, DType::boolean, "");
+    MPI_Request request;
+    check(call, MPI_Ibarrier(comm_, &request));
+    wait(call, request);
+  }
+
+private:
+  struct Call {
+    const char* name;
+    int64_t sequence, count;
+    DType type;
+    std::string detail;
+  };
+
+  static int checked_count(int64_t count) {
+    if (count < 0 || count > std::numeric_limits<int>::max())
+      throw std::invalid_argument("sinter: a collective of " + std::to_string(count) +
+                                  " elements (MPI takes up to 2^31 - 1 per call)");
+    return static_cast<int>(count);
+  }
+
+  Call begin(const char* name, int64_t count, DType type, std::string detail) {
+    std::lock_guard lock(mutex_);
+    if (job_broken)
+      throw CollectiveError(std::string("sinter: ") + name +
+                            " after an earlier collective failed: the job cannot go on");
+    Call call{name, ++sequence_, count, type, std::move(detail)};
+    *entered_ = call.sequence;
+    MPI_Win_sync(board_);
+    return call;
+  }
+
+  std::string describe(const Call& call) const {
+    std::ostringstream os;
+    os << call.name << " #" << call.sequence << " (step " << step_;
+    if (std::strcmp(call.name, "barrier") != 0)
+      os << ", " << call.count << " " << dtype_name(call.type)
+         << (call.detail.empty() ? "" : " " + call.detail);
+    os << ")";
+    return os.str();
+  }
+
+  void check(const Call& call, int code) {
+    if (code == MPI_SUCCESS) return;
+    char text[MPI_MAX_ERROR_STRING];
+    int length = 0;
+    MPI_Error_string(code, text, &length);
+    fail("sinter: rank " + std::to_string(rank_) + ": " + describe(call) +
+         " failed in MPI: " + std::string(text, static_cast<std::size_t>(length)));
+  }
+
+  /// Polls `request` until it completes or the timeout passes; the first polls spin, then
+  /// the thread sleeps a little between polls (a waiting rank leaves its core to others).
+  void wait(const Call& call, MPI_Request& request) {
+    auto start = std::chrono::steady_clock::now();
+    for (int polls = 0;; ++polls) {
+      int done = 0;
+      MPI_Status status;
+      check(call, MPI_Test(&request, &done, &status));
+      if (done) return;
+      auto waited = std::chrono::steady_clock::now() - start;
+      if (waited > timeout_) {
+        double seconds = std::chrono::duration<double>(waited).count();
+        char took[32];
+        std::snprintf(took, sizeof took, "%.1f", seconds);
+        fail("sinter: rank " + std::to_string(rank_) + " waited " + took + " s in " +
+             describe(call) + ": " + missing_ranks(call) +
+             " (SINTER_COLLECTIVE_TIMEOUT or --collective-timeout sets the limit)");
+      }
+      if (polls > 2000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+  /// Which ranks have not entered the collective `call` is (read from the arrival board, each
+  /// read bounded to a few seconds: a rank that stopped in a system call may not answer).
+  std::string missing_ranks(const Call& call) {
+    std::vector<int> missing, unknown;
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      int64_t seen = -1;
+      MPI_Request request;
+      if (MPI_Rget(&seen, 1, MPI_INT64_T, r, 0, 1, MPI_INT64_T, board_, &request) != MPI_SUCCESS) {
+        unknown.push_back(r);
+        continue;
+      }
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+      int done = 0;
+      while (!done && std::chrono::steady_clock::now() < deadline) {
+        MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+        if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      if (!done)
+        unknown.push_back(r);
+      else if (seen < call.sequence)
+        missing.push_back(r);
+    }
+    auto list = [](const std::vector<int>& ranks) {
+      std::string out;
+      for (int r : ranks)
+        out += (out.empty() ? "" : ", ") + std::to_string(r);
+      return out;
+    };
+    std::string out;
+    if (!missing.empty())
+      out = "rank" + std::string(missing.size() > 1 ? "s " : " ") + list(missing) +
+            " never arrived (stalled or died)";
+    if (!unknown.empty())
+      out += (out.empty() ? "" : "; ") + std::string("rank") + (unknown.size() > 1 ? "s " : " ") +
+             list(unknown) + " did not answer";
+    return out.empty() ? "every rank arrived, but the collective did not complete" : out;
+  }
+
+  [[noreturn]] void fail(const std::string& message) {
+    job_broken = true;
+    throw CollectiveError(message);
+  }
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Win board_ = MPI_WIN_NULL;
+  int64_t* entered_ = nullptr;
+  int rank_ = 0, size_ = 1;
+  std::mutex mutex_;
+};
+
+class SingleProcess final : public Communicator {
+public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string_view transport() const override { return "single"; }
+  void all_reduce(void*, int64_t, DType, ReduceOp) override { ++sequence_; }
+  void reduce_scatter(const void* send, void* recv, int64_t count, DType type, ReduceOp) override {
+    ++sequence_;
+    if (send != recv) std::memmove(recv, send, static_cast<std::size_t>(count) * dtype_bytes(type));
+  }
+  void all_gather(const void* send, void* recv, int64_t count, DType type) override {
+    ++sequence_;
+    if (send != recv) std::memmove(recv, send, static_cast<std::size_t>(count) * dtype_bytes(type));
+  }
+  void broadcast(void*, int64_t, DType, int root) override {
+    if (root != 0)
+      throw std::invalid_argument("sinter: broadcast from rank " + std::to_string(root) +
+                                  " in a world of 1");
+    ++sequence_;
+  }
+  void barrier() override { ++sequence_; }
+};
+
+} // namespace
+
+WorldPlace world_place_from_environment() {
+  WorldPlace place;
+  place.size = environment_int("OMPI_COMM_WORLD_SIZE", environment_int("PMI_SIZE", 1));
+  place.rank = environment_int("OMPI_COMM_WORLD_RANK",
+                               environment_int("PMI_RANK", environment_int("PMIX_RANK", 0)));
+  place.local_rank =
+      environment_int("OMPI_COMM_WORLD_LOCAL_RANK", environment_int("MPI_LOCALRANKID", place.rank));
+  if (place.size < 1 || place.rank >= place.size)
+    throw std::invalid_argument("sinter: the launcher's environment says rank " +
+                                std::to_string(place.rank) + " of " + std::to_string(place.size));
+  return place;
+}
+
+std::chrono::duration<double> collective_timeout_from_environment() {
+  const char* value = std::getenv("SINTER_COLLECTIVE_TIMEOUT");
+  if (!value || !*value) return std::chrono::seconds(300);
+  char* end = nullptr;
+  double seconds = std::strtod(value, &end);
+  if (end == value || *end != '\0' || !(seconds > 0) || !std::isfinite(seconds))
+    throw std::invalid_argument(std::string("sinter: SINTER_COLLECTIVE_TIMEOUT='") + value +
+                                "' is not a number of seconds above 0 (e.g. 300 or 2.5)");
+  return std::chrono::duration<double>(seconds);
+}
+
+Communicator& world() {
+  static std::unique_ptr<Communicator> communicator = [] {
+    WorldPlace place = world_place_from_environment();
+    std::unique_ptr<Communicator> c;
+    if (place.launched())
+      c = std::make_unique<MpiCommunicator>(place);
+    else
+      c = std::make_unique<SingleProcess>();
+    c->set_timeout(collective_timeout_from_environment());
+    return c;
+  }();
+  return *communicator;
+}
+
+std::unique_ptr<Communicator> single_process_communicator() {
+  return std::make_unique<SingleProcess>();
+}
+
+} // namespace sinter

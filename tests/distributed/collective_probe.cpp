@@ -1,0 +1,62 @@
+// tests/distributed/collective_probe.cpp — a job of all_reduces in which one rank can stall
+// or die, for the fault tests (check_faults.sh): every other rank must end with a named error
+#include "jit/runtime/communicator.hpp"
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+
+#include <string>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+namespace {
+
+int usage(const char* program) {
+  std::fprintf(stderr,
+               "usage: %s [--steps N] [--stall RANK:STEP:SECONDS] [--die RANK:STEP]\n"
+               "  N all_reduces of 1000 floats, one per step; a stalling rank sleeps before\n"
+               "  its all_reduce of STEP, a dying one kills itself (SIGKILL) there\n",
+               program);
+  return 2;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  int steps = 10, stall_rank = -1, stall_step = -1, die_rank = -1, die_step = -1;
+  double stall_seconds = 0;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (i + 1 >= argc) return usage(argv[0]);
+    const char* value = argv[++i];
+    if (arg == "--steps")
+      steps = std::atoi(value);
+    else if (arg == "--stall" &&
+             std::sscanf(value, "%d:%d:%lf", &stall_rank, &stall_step, &stall_seconds) == 3)
+      continue;
+    else if (arg == "--die" && std::sscanf(value, "%d:%d", &die_rank, &die_step) == 2)
+      continue;
+    else
+      return usage(argv[0]);
+  }
+  try {
+    sinter::Communicator& world = sinter::world();
+    std::vector<float> data(1000, 1.0f);
+    for (int step = 1; step <= steps; ++step) {
+      world.set_step(step);
+      if (world.rank() == stall_rank && step == stall_step)
+        std::this_thread::sleep_for(std::chrono::duration<double>(stall_seconds));
+      if (world.rank() == die_rank && step == die_step) raise(SIGKILL);
+      world.all_reduce(data.data(), 1000, sinter::DType::f32, sinter::ReduceOp::sum);
+      std::fill(data.begin(), data.end(), 1.0f);
+    }
+    std::printf("probe: rank %d done after %d steps\n", world.rank(), steps);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "probe: %s\n", e.what());
+    return 3;
+  }
+}
