@@ -390,6 +390,49 @@ TEST_CASE("without drop_last the last batch is padded with zero rows that the ma
   CHECK(dropping.batches_per_epoch() == 2);
 }
 
+TEST_CASE("shards of a global batch are its rows in rank order, padding included", "[data]") {
+  IndexDataset dataset(22);
+  for (int64_t epoch : {0, 1}) {
+    DataLoader whole(dataset, {.batch_size = 8, .seed = 5, .drop_last = false});
+    whole.start_epoch(epoch);
+    auto global = drain(whole);
+    std::vector<std::vector<Batch>> shards;
+    for (int shard = 0; shard < 2; ++shard) {
+      DataLoader part(dataset, {.batch_size = 8,
+                                .seed = 5,
+                                .drop_last = false,
+                                .prefetch_threads = shard, // prefetching or not: same rows
+                                .shard = shard,
+                                .shards = 2});
+      part.start_epoch(epoch);
+      shards.push_back(drain(part));
+      CHECK(part.batches_per_epoch() == whole.batches_per_epoch());
+    }
+    REQUIRE(global.size() == 3);
+    for (std::size_t b = 0; b < global.size(); ++b) {
+      std::vector<int32_t> joined = ints(shards[0][b].examples),
+                           second = ints(shards[1][b].examples);
+      joined.insert(joined.end(), second.begin(), second.end());
+      CHECK(joined == ints(global[b].examples));
+      CHECK(shards[0][b].examples.shape() == Shape{4});
+      CHECK(shards[0][b].real_rows + shards[1][b].real_rows == global[b].real_rows);
+    }
+    // The last global batch has 6 real rows: 4 on shard 0, 2 and 2 padding rows on shard 1.
+    CHECK(shards[1].back().real_rows == 2);
+    CHECK(shards[1].back().mask.to_doubles() == std::vector<double>{1, 1, 0, 0});
+  }
+}
+
+TEST_CASE("a global batch that does not split into the shards is refused with the fix", "[data]") {
+  IndexDataset dataset(22);
+  CHECK(error_of([&] { DataLoader(dataset, {.batch_size = 9, .shard = 0, .shards = 2}); })
+            .find("batch_size 9 (the global batch) does not split into 2 equal shards; use a "
+                  "multiple of 2") != std::string::npos);
+  CHECK(error_of([&] {
+          DataLoader(dataset, {.batch_size = 8, .shard = 2, .shards = 2});
+        }).find("shard 2 of 2") != std::string::npos);
+}
+
 TEST_CASE("batches stack example and label dims behind the batch dim", "[data]") {
   auto blobs = gaussian_blobs(100, 3, 4, 1);
   DataLoader loader(*blobs, {.batch_size = 16});

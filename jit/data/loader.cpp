@@ -94,9 +94,9 @@ struct DataLoader::State {
   }
 
   void fill(int64_t index, Batch& out) const {
-    const int64_t rows = options.batch_size;
-    const int64_t begin = index * rows;
-    const int64_t real = std::min<int64_t>(rows, static_cast<int64_t>(order.size()) - begin);
+    const int64_t rows = options.batch_size / options.shards;
+    const int64_t begin = index * options.batch_size + options.shard * rows;
+    const int64_t real = std::clamp<int64_t>(static_cast<int64_t>(order.size()) - begin, 0, rows);
     ensure_shape(out.examples, example_type.dtype, batched(rows, example_type.shape));
     ensure_shape(out.labels, label_type.dtype, batched(rows, label_type.shape));
     ensure_shape(out.mask, DType::f32, {rows});
@@ -156,6 +156,15 @@ DataLoader::DataLoader(const Dataset& dataset, LoaderOptions options)
   if (options.batch_size < 1)
     throw std::invalid_argument("sinter: DataLoader batch_size " +
                                 std::to_string(options.batch_size) + " must be at least 1");
+  if (options.shards < 1 || options.shard < 0 || options.shard >= options.shards)
+    throw std::invalid_argument("sinter: DataLoader shard " + std::to_string(options.shard) +
+                                " of " + std::to_string(options.shards) +
+                                ": the shard must be in [0, shards) and shards at least 1");
+  if (options.batch_size % options.shards != 0)
+    throw std::invalid_argument(
+        "sinter: DataLoader batch_size " + std::to_string(options.batch_size) +
+        " (the global batch) does not split into " + std::to_string(options.shards) +
+        " equal shards; use a multiple of " + std::to_string(options.shards));
   if (options.prefetch_threads < 0 || options.prefetch_depth < 1)
     throw std::invalid_argument(
         "sinter: DataLoader needs prefetch_threads >= 0 and prefetch_depth >= 1, got " +

@@ -19,13 +19,19 @@ struct LoaderOptions {
   int prefetch_threads = 2;
   /// Batches filled ahead (the ring of reusable host buffers).
   int prefetch_depth = 2;
+  /// Data parallel: this process takes rows [shard·b/shards, (shard+1)·b/shards) of every
+  /// global batch of b = batch_size rows, from the same seeded order on every rank, so the
+  /// ranks together see exactly the batches one process would. batch_size stays the global
+  /// batch and must be a multiple of shards. Every rank has the same batches per epoch.
+  int shard = 0;
+  int shards = 1;
 };
 
 /// One batch; every batch of a loader has the same shapes, so a compiled step never retraces.
 struct Batch {
-  HostTensor examples; ///< [batch_size, example dims...]
-  HostTensor labels;   ///< [batch_size, label dims...]
-  HostTensor mask;     ///< f32 [batch_size]: 1 for a real row, 0 for padding
+  HostTensor examples; ///< [batch_size / shards, example dims...]
+  HostTensor labels;   ///< [batch_size / shards, label dims...]
+  HostTensor mask;     ///< f32 [batch_size / shards]: 1 for a real row, 0 for padding
   int64_t real_rows = 0;
 };
 
