@@ -3,6 +3,7 @@
 #pragma once
 #include "dsl/nn/parameter.hpp"
 #include "dsl/trace.hpp"
+#include "jit/runtime/communicator.hpp"
 #include "jit/train/train_step.hpp" // dsl/ reaches jit/ through the façade and these rooms
 
 #include <cmath>
@@ -87,6 +88,9 @@ struct StepOptions {
   AmpMode amp = AmpMode::off;
   /// fp16 only: dynamic loss-scaling settings (default LossScaling{} under amp::fp16).
   std::optional<LossScaling> loss_scaling;
+  /// Launched with several ranks (mpirun, docs/distributed.md), average the gradients over
+  /// them before each update (data parallel). false: this rank trains on its own.
+  bool data_parallel = true;
 };
 
 struct StepOutput {
@@ -179,6 +183,7 @@ public:
     step_options.accumulate = options.accumulate;
     step_options.amp = options.amp;
     step_options.frozen = std::move(frozen);
+    if (!options.data_parallel) step_options.communicator = &lone_rank();
     runtime_ = std::make_unique<TrainStep>(trace, names, values, step_options);
   }
 

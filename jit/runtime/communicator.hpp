@@ -80,5 +80,8 @@ Communicator& world();
 
 /// A world of one, whatever the environment says (tests, tools).
 std::unique_ptr<Communicator> single_process_communicator();
+/// One shared world of one: what a step that trains on its own inside a job uses
+/// (StepOptions::data_parallel = false).
+Communicator& lone_rank();
 
 } // namespace sinter

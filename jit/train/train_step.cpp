@@ -6,6 +6,7 @@
 #include "jit/backend/backends.hpp"
 #include "jit/backend/context.hpp"
 #include "jit/pipeline/pipeline.hpp"
+#include "jit/runtime/communicator.hpp"
 #include "jit/runtime/phase_timer.hpp"
 
 #include <algorithm>
@@ -81,6 +82,7 @@ TrainStep::TrainStep(Tracer trace, std::vector<std::string> names,
       options_(std::move(options)), context_(context) {
   if (names_.size() != parameters_.size())
     throw std::invalid_argument("sinter: one name per parameter");
+  if (!options_.communicator) options_.communicator = &world();
   if (options_.accumulate < 1)
     throw std::invalid_argument("sinter: accumulate must be >= 1, got " +
                                 std::to_string(options_.accumulate));
@@ -184,13 +186,18 @@ AmpMode amp_from_name(std::string_view name) {
 }
 
 std::vector<HostTensor> TrainStep::scalar_inputs(double lr) const {
-  // In scalar_names() order: lr, 1/k, and t (the 1-based update count).
-  std::vector<double> values{lr, 1.0 / static_cast<double>(options_.accumulate),
-                             static_cast<double>(steps_ + 1)};
+  // In scalar_names() order: lr, 1/(k·ranks), and t (the 1-based update count).
+  // Gradients arrive summed over k micro-batches and, data parallel, over the ranks.
+  double summed = static_cast<double>(options_.accumulate * options_.communicator->size());
+  std::vector<double> values{lr, 1.0 / summed, static_cast<double>(steps_ + 1)};
   std::vector<HostTensor> out;
   for (double v : values)
     out.push_back(HostTensor::from_doubles(DType::f64, {}, {&v, 1}));
   return out;
+}
+
+bool TrainStep::split_update() const {
+  return options_.accumulate > 1 || options_.communicator->size() > 1;
 }
 
 std::string TrainStep::batch_key(std::span<const HostTensor> batch) {
@@ -294,7 +301,7 @@ TrainStep::Built TrainStep::build(std::span<const HostTensor> batch) {
           Value{&g, from_outputs ? output_named(g, prefix + n) : input_named(g, prefix + n)});
     return values;
   };
-  if (options_.accumulate == 1) {
+  if (!split_update()) {
     std::vector<Value> params = gather_values(grads, "", false);
     std::vector<Value> gs = gather_values(grads, "grad:", true);
     auto updates = append_update(grads, names_, params, gs, options_.update);
@@ -483,7 +490,7 @@ const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> b
   try {
     compiled->step =
         std::make_unique<CompiledGraph>(std::move(built.step), std::nullopt, backend, context_);
-    if (options_.accumulate > 1)
+    if (split_update())
       compiled->apply =
           std::make_unique<CompiledGraph>(std::move(built.apply), std::nullopt, backend, context_);
   } catch (const OutOfMemory& e) {
@@ -607,6 +614,15 @@ LossHandle TrainStep::operator()(std::span<const HostTensor> batch, double lr) {
     ++steps_;
     return LossHandle(loss);
   }
+  Communicator& ranks = *options_.communicator;
+  if (ranks.size() > 1) {
+    // The loss every rank reports is the mean over the ranks: the global batch's loss.
+    ranks.set_step(steps_ + 1);
+    HostTensor& mean = *loss;
+    ranks.all_reduce(mean.bytes().data(), mean.size(), mean.dtype(), ReduceOp::sum);
+    for (int64_t k = 0; k < mean.size(); ++k)
+      mean.set(k, mean.at(k) / ranks.size());
+  }
   // Accumulation: sum this micro-batch's gradients; update on the k-th.
   const auto& named = c.step->graph().outputs();
   if (grad_sums_.empty())
@@ -631,6 +647,12 @@ LossHandle TrainStep::operator()(std::span<const HostTensor> batch, double lr) {
     }
   }
   if (++micro_steps_ % options_.accumulate == 0) {
+    if (ranks.size() > 1) {
+      // Data parallel: every rank applies the same update from the gradients summed over all
+      // ranks (grad_scale divides by k·ranks).
+      for (HostTensor& sum : grad_sums_)
+        ranks.all_reduce(sum.bytes().data(), sum.size(), sum.dtype(), ReduceOp::sum);
+    }
     run(*c.apply, c.apply_inputs, c.apply_outputs);
     take_updates(*c.apply, c.apply_outputs);
     note_stamps();

@@ -15,6 +15,7 @@
 namespace sinter {
 
 class CompiledGraph;
+class Communicator;
 class Context;
 
 /// Mixed precision of a step (docs/amp.md): off, or the autocast pass with bf16 or fp16 as the
@@ -34,6 +35,11 @@ struct TrainStepOptions {
   /// distillation teacher's weights. They must outlive the step; on a GPU they stay resident
   /// and go up again only when the host changes them.
   std::vector<std::pair<std::string, const HostTensor*>> frozen;
+  /// Data parallel (docs/distributed.md): the ranks this step averages its gradients over
+  /// before each update. nullptr: the job's (sinter::world(); a process launched alone is a
+  /// world of one). Each rank passes its own shard of the global batch; parameters stay
+  /// identical on every rank.
+  Communicator* communicator = nullptr;
 };
 
 /// The loss of one step. It is computed by the step itself: reading it costs nothing more and
@@ -144,6 +150,9 @@ private:
                                           const StepMemory& planned, int64_t available,
                                           const std::string& cause);
   static std::string batch_key(std::span<const HostTensor> batch);
+  /// Whether gradients leave the step program for the host before the update program
+  /// (accumulation, or data parallel: summed over micro-batches and ranks there).
+  bool split_update() const;
   Graph read_low_copies(const Graph& forward);
   void refresh_low_copies();
   std::vector<HostTensor> scalar_inputs(double lr) const;
