@@ -26,7 +26,7 @@ inline std::vector<Flag> fashion_flags(const std::map<std::string, std::string>&
   for (Flag& f : flags)
     if (auto it = defaults.find(f.name); it != defaults.end()) f.default_value = it->second;
   flags.insert(flags.end(), extra.begin(), extra.end());
-  for (Flag& f : memory_flags())
+  for (Flag& f : common_flags())
     flags.push_back(f);
   return flags;
 }
@@ -74,20 +74,31 @@ int train_fashion(const std::string& name, const Flags& flags, Model& model) {
       flags, [&](int64_t budget) { return make_step(1).max_batch(example_batch(*train), budget); });
   if (batch == 0) return 0; // --max-batch printed its line
   auto seed = static_cast<uint64_t>(flags.integer("seed"));
-  data::DataLoader loader(*train, {.batch_size = batch, .shuffle = true, .seed = seed});
+  // Under mpirun each rank takes its shard of every batch: --batch-size is the global batch.
+  Communicator& ranks = world();
+  data::DataLoader loader(*train, {.batch_size = batch,
+                                   .shuffle = true,
+                                   .seed = seed,
+                                   .shard = ranks.rank(),
+                                   .shards = ranks.size()});
   int64_t per_epoch = loader.batches_per_epoch();
   int64_t total = flags.integer("steps") > 0 ? flags.integer("steps") : epochs * per_epoch;
   auto step = make_step(total);
   auto logits = compile_eval(model, [](Model& m, Var images) { return m(images); }, {"images"});
 
-  std::fprintf(stderr, "%s: %lld parameters, %lld steps of batch %lld\n", name.c_str(),
-               static_cast<long long>(parameter_count(model)), static_cast<long long>(total),
-               static_cast<long long>(batch));
+  if (leader())
+    std::fprintf(stderr, "%s: %lld parameters, %lld steps of batch %lld%s\n", name.c_str(),
+                 static_cast<long long>(parameter_count(model)), static_cast<long long>(total),
+                 static_cast<long long>(batch),
+                 ranks.size() > 1
+                     ? (" over " + std::to_string(ranks.size()) + " ranks (data parallel)").c_str()
+                     : "");
   LoopResult run = run_training(name, flags, model, step, loader, total,
                                 [&](int64_t, const data::DataLoader& l) {
                                   return l.position().batch == per_epoch; // each epoch's end
                                 });
   double test_accuracy = accuracy(logits, *test, 500);
+  if (!leader()) return 0;
   std::printf("result: test_accuracy=%.4f train_loss=%.4f steps=%lld steps_per_second=%.1f "
               "seconds=%.1f\n",
               test_accuracy, run.last_loss, static_cast<long long>(step.steps()),

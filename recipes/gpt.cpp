@@ -98,8 +98,9 @@ int main(int argc, char** argv) {
        {"resume", "0", "switch: continue from the checkpoint in --checkpoint-dir"},
        {"prompt", "The ", "text the sample starts from"},
        {"sample-bytes", "200", "bytes to generate at the end"},
-       recipe::memory_flags()[0],
-       recipe::memory_flags()[1]},
+       recipe::common_flags()[0],
+       recipe::common_flags()[1],
+       recipe::common_flags()[2]},
       argc, argv);
   recipe::apply_runtime_flags(flags);
   return [&]() -> int {

@@ -93,9 +93,12 @@ private:
 /// terminal, printed every few seconds otherwise.
 class Progress {
 public:
-  explicit Progress(int64_t total) : total_(total), tty_(isatty(2)) {}
+  /// `shown` false: counts time but prints nothing (ranks other than 0 of a job).
+  explicit Progress(int64_t total, bool shown = true)
+      : total_(total), tty_(isatty(2)), shown_(shown) {}
 
   void update(int64_t step, double loss) {
+    if (!shown_) return;
     auto now = std::chrono::steady_clock::now();
     double since_print = std::chrono::duration<double>(now - printed_).count();
     if (step < total_ && since_print < (tty_ ? 0.2 : 5.0)) return;
@@ -114,7 +117,7 @@ public:
 
 private:
   int64_t total_;
-  bool tty_;
+  bool tty_, shown_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point printed_ = start_;
 };

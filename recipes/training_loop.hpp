@@ -7,9 +7,19 @@
 
 namespace recipe {
 
-/// `--threads` and `--device`, applied before anything compiles; a bad device exits 2.
+/// Whether this process prints progress, results and writes checkpoints: rank 0 of a job
+/// launched with mpirun (docs/distributed.md), or the process alone.
+inline bool leader() { return sinter::world().rank() == 0; }
+
+/// `--threads`, `--device` and `--collective-timeout`, applied before anything compiles; a bad
+/// value exits 2.
 inline void apply_runtime_flags(const Flags& flags) {
   if (flags.integer("threads") > 0) setenv("SINTER_NUM_THREADS", flags.str("threads").c_str(), 1);
+  if (!flags.str("collective-timeout").empty()) {
+    double seconds = flags.real("collective-timeout");
+    if (!(seconds > 0)) flags.fail("--collective-timeout must be a number of seconds above 0");
+    sinter::world().set_timeout(std::chrono::duration<double>(seconds));
+  }
   if (flags.str("device").empty()) return;
   try {
     sinter::set_default_device(sinter::Device::parse(flags.str("device")));
@@ -28,9 +38,13 @@ inline sinter::AmpMode amp_flag(const Flags& flags) {
   return sinter::AmpMode::off;
 }
 
-/// `--max-batch` and `--memory`: every recipe takes them (with `--batch-size max`).
-inline std::vector<Flag> memory_flags() {
-  return {{"max-batch", "0",
+/// Flags every recipe takes: `--max-batch` and `--memory` (with `--batch-size max`), and
+/// `--collective-timeout` for jobs of several ranks.
+inline std::vector<Flag> common_flags() {
+  return {{"collective-timeout", "",
+           "under mpirun: seconds a collective waits for the other ranks before the job ends "
+           "naming them (default: SINTER_COLLECTIVE_TIMEOUT, else 300)"},
+          {"max-batch", "0",
            "switch: print the largest batch that fits (max_batch=N peak_bytes=P "
            "next_peak_bytes=Q budget_bytes=M, from the memory plan) and exit"},
           {"memory", "",
@@ -61,7 +75,7 @@ template <class Fit> int64_t batch_size(const Flags& flags, Fit fit) {
   }
   sinter::MaxBatch m = fit(budget);
   if (flags.on("max-batch")) {
-    std::printf("%s\n", m.line().c_str());
+    if (leader()) std::printf("%s\n", m.line().c_str());
     std::fflush(stdout);
     return 0;
   }
@@ -70,9 +84,10 @@ template <class Fit> int64_t batch_size(const Flags& flags, Fit fit) {
                              sinter::format_bytes(budget) + " (a batch of 1 plans " +
                              sinter::format_bytes(m.next_peak_bytes) +
                              "): give a larger --memory, a smaller model, or --amp bf16");
-  std::fprintf(stderr, "batch size max: %lld (planned peak %s of %s; %s)\n",
-               static_cast<long long>(m.batch), sinter::format_bytes(m.peak_bytes).c_str(),
-               sinter::format_bytes(budget).c_str(), m.line().c_str());
+  if (leader())
+    std::fprintf(stderr, "batch size max: %lld (planned peak %s of %s; %s)\n",
+                 static_cast<long long>(m.batch), sinter::format_bytes(m.peak_bytes).c_str(),
+                 sinter::format_bytes(budget).c_str(), m.line().c_str());
   return m.batch;
 }
 
@@ -112,12 +127,15 @@ LoopResult run_training(const std::string& name, const Flags& flags, Model& mode
     if (ckpt_dir.empty()) flags.fail("--resume needs --checkpoint-dir");
     auto meta = load_checkpoint(ckpt, model, step);
     loader.seek({std::stoll(meta.at("epoch")), std::stoll(meta.at("batch"))});
-    std::fprintf(stderr, "%s: resumed from %s at step %lld\n", name.c_str(), ckpt.c_str(),
-                 static_cast<long long>(step.steps()));
+    if (leader())
+      std::fprintf(stderr, "%s: resumed from %s at step %lld\n", name.c_str(), ckpt.c_str(),
+                   static_cast<long long>(step.steps()));
   }
-  if (!ckpt_dir.empty()) std::filesystem::create_directories(ckpt_dir);
+  // Under mpirun every rank holds the same parameters and state: rank 0 alone writes them.
+  bool writes = !ckpt_dir.empty() && leader();
+  if (writes) std::filesystem::create_directories(ckpt_dir);
 
-  Progress progress(total);
+  Progress progress(total, leader());
   data::Batch b;
   LoopResult result;
   int64_t start_step = step.steps();
@@ -128,7 +146,7 @@ LoopResult run_training(const std::string& name, const Flags& flags, Model& mode
     }
     result.last_loss = step(b.examples, b.labels).loss.value();
     progress.update(step.steps(), result.last_loss);
-    if (!ckpt_dir.empty() && (save_now(step.steps(), loader) || step.steps() == total))
+    if (writes && (save_now(step.steps(), loader) || step.steps() == total))
       save_checkpoint(ckpt, model, step,
                       {{"epoch", std::to_string(loader.position().epoch)},
                        {"batch", std::to_string(loader.position().batch)},
