@@ -74,3 +74,42 @@ TEST_CASE("two ranks on their shards of each batch train what one process does o
   for (double s : each)
     CHECK(s == sums[0]);
 }
+
+TEST_CASE("ranks that disagree on the model or its starting values are stopped with the "
+          "difference named",
+          "[distributed]") {
+  Communicator& comm = world();
+  REQUIRE(comm.size() > 1);
+  auto loss = [](MLP& m, Var x, Var y) { return cross_entropy_mean(m(x), y); };
+  std::vector<double> labels{0, 1, 2, 3};
+  HostTensor x(DType::f32, {4, 6}), y = HostTensor::from_doubles(DType::i32, {4}, labels);
+  std::fill(x.bytes().begin(), x.bytes().end(), std::byte{0});
+
+  SECTION("another hidden width on rank 1") {
+    Init init(7);
+    MLP model({6, comm.rank() == 1 ? 16 : 32, 4}, init);
+    auto step = compile_step(model, loss, adamw{.lr = 0.01});
+    if (comm.rank() == 1)
+      CHECK_THROWS_WITH(step(x, y), Catch::Contains("rank 1 and rank 0 disagree") &&
+                                        Catch::Contains("f32[6,16]', on rank 0") &&
+                                        Catch::Contains("f32[6,32]"));
+    else
+      CHECK_THROWS_WITH(step(x, y), Catch::Contains("rank 1 disagree with rank 0"));
+  }
+  SECTION("another initialisation seed on rank 1") {
+    Init init(comm.rank() == 1 ? 8 : 7);
+    MLP model({6, 32, 4}, init);
+    auto step = compile_step(model, loss, adamw{.lr = 0.01});
+    if (comm.rank() == 1)
+      CHECK_THROWS_WITH(step(x, y), Catch::Contains("the values of parameter") &&
+                                        Catch::Contains("same Init seed or checkpoint"));
+    else
+      CHECK_THROWS(step(x, y));
+  }
+  SECTION("the same model and values train") {
+    Init init(7);
+    MLP model({6, 32, 4}, init);
+    auto step = compile_step(model, loss, adamw{.lr = 0.01});
+    CHECK_NOTHROW(step(x, y));
+  }
+}

@@ -339,4 +339,46 @@ Communicator& lone_rank() {
   return alone;
 }
 
+void check_ranks_agree(Communicator& communicator, const std::vector<std::string>& lines,
+                       const std::string& what) {
+  if (communicator.size() == 1) return;
+  std::string mine;
+  for (const std::string& line : lines)
+    mine += line + "\n";
+  // Rank 0's text to every rank: its length, then its bytes.
+  std::vector<int64_t> length{static_cast<int64_t>(mine.size())};
+  communicator.broadcast(length.data(), 1, DType::i64, 0);
+  std::string theirs(static_cast<std::size_t>(length[0]), '\0');
+  if (communicator.rank() == 0) theirs = mine;
+  communicator.broadcast(theirs.data(), length[0], DType::boolean, 0);
+  std::string difference;
+  if (mine != theirs) {
+    std::istringstream a(mine), b(theirs);
+    std::string here, there;
+    for (;;) {
+      bool more_here = static_cast<bool>(std::getline(a, here));
+      bool more_there = static_cast<bool>(std::getline(b, there));
+      if (!more_here && !more_there) break;
+      if (more_here && more_there && here == there) continue;
+      difference = "sinter: rank " + std::to_string(communicator.rank()) + " and rank 0 " +
+                   "disagree on " + what + ": here '" + (more_here ? here : "(nothing)") +
+                   "', on rank 0 '" + (more_there ? there : "(nothing)") + "'";
+      break;
+    }
+  }
+  // Which ranks differ, known to all.
+  std::vector<int32_t> differs(static_cast<std::size_t>(communicator.size()), 0);
+  differs[static_cast<std::size_t>(communicator.rank())] = difference.empty() ? 0 : 1;
+  communicator.all_reduce(differs.data(), communicator.size(), DType::i32, ReduceOp::max);
+  std::string ranks;
+  for (int r = 0; r < communicator.size(); ++r)
+    if (differs[static_cast<std::size_t>(r)])
+      ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  if (ranks.empty()) return;
+  if (difference.empty())
+    difference = "sinter: rank" + std::string(ranks.find(',') == std::string::npos ? " " : "s ") +
+                 ranks + " disagree with rank 0 on " + what + " (each says how)";
+  throw std::invalid_argument(difference);
+}
+
 } // namespace sinter

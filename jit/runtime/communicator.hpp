@@ -7,6 +7,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace sinter {
 
@@ -77,6 +78,13 @@ protected:
 /// CollectiveError), else a world of one whose collectives copy or do nothing. The timeout
 /// starts as collective_timeout_from_environment().
 Communicator& world();
+
+/// Checks that every rank describes the same thing: `lines` (one fact per line, e.g.
+/// "parameter w f32[4,2]") against rank 0's. Every rank takes part; when any differs, every
+/// rank throws std::invalid_argument: a differing rank names its first differing line and rank
+/// 0's (`what` says what is compared), the others say which ranks differ.
+void check_ranks_agree(Communicator& communicator, const std::vector<std::string>& lines,
+                       const std::string& what);
 
 /// A world of one, whatever the environment says (tests, tools).
 std::unique_ptr<Communicator> single_process_communicator();

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <optional>
 #include <stdexcept>
 
@@ -478,6 +479,30 @@ const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> b
 
   Built built = build(batch);
   const std::vector<std::string>& batch_names = built.batch_names;
+  if (options_.communicator->size() > 1) {
+    // Data parallel: every rank must train the same model from the same values on shards of
+    // the same types, or the averaged gradients mean nothing. Checked once per batch type.
+    std::vector<std::string> facts;
+    for (std::size_t i = 0; i < names_.size(); ++i)
+      facts.push_back("parameter " + names_[i] + " " +
+                      to_string(TensorType{parameters_[i]->dtype(), parameters_[i]->shape()}));
+    for (std::size_t j = 0; j < batch.size(); ++j)
+      facts.push_back("batch input " + batch_names[j] + " " +
+                      to_string(TensorType{batch[j].dtype(), batch[j].shape()}));
+    facts.push_back("accumulate " + std::to_string(options_.accumulate) + ", amp " +
+                    std::string(amp_name(options_.amp)));
+    for (std::size_t i = 0; i < names_.size(); ++i) {
+      uint64_t hash = 1469598103934665603ull; // FNV-1a over the bytes
+      for (std::byte b : parameters_[i]->bytes())
+        hash = (hash ^ static_cast<uint64_t>(b)) * 1099511628211ull;
+      char hex[17];
+      std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
+      facts.push_back("the values of parameter " + names_[i] + " (checksum " + hex +
+                      "; start every rank from the same Init seed or checkpoint)");
+    }
+    check_ranks_agree(*options_.communicator, facts,
+                      "the data-parallel step (parameters, their values, batch types, options)");
+  }
   auto compiled = std::make_unique<Compiled>();
   Device backend = default_device();
   if (std::optional<int64_t> limit = memory_limit_from_environment()) {
