@@ -612,6 +612,9 @@ FusionPlan fuse(const Graph& g, FusionOptions options) {
   // first round knows only the values that are always stored). A cast of a stored residual
   // sum, say, is then recomputed by each consumer instead of becoming a kernel of its own.
   constexpr int64_t max_duplicated_cost = 3;
+  auto own_cost = [](OpId op) {
+    return index_only(op) ? 0 : (cheap_elementwise(op) ? 1 : max_duplicated_cost + 1);
+  };
   std::vector<int64_t> cone_cost(n, 0);
   std::vector<bool> previous;
   for (int round = 0; round < 4 && previous != mat; ++round) {
@@ -620,8 +623,7 @@ FusionPlan fuse(const Graph& g, FusionOptions options) {
       const Node& node = g.node(id);
       cone_cost[id] = 0;
       if (node.op == OpId::input || always_root(node.op)) continue;
-      int64_t cost =
-          index_only(node.op) ? 0 : (cheap_elementwise(node.op) ? 1 : max_duplicated_cost + 1);
+      int64_t cost = own_cost(node.op);
       for (ValueId in : node.inputs)
         cost += previous[in] ? 0 : cone_cost[in];
       cone_cost[id] = std::min(cost, max_duplicated_cost + 1);
@@ -657,22 +659,15 @@ FusionPlan fuse(const Graph& g, FusionOptions options) {
     }
     for (ValueId id = 0; id < n; ++id) {
       const Node& node = g.node(id);
-      cone_cost[id] = 0;
-      if (mat[id] || index_only(node.op)) {
-        if (!mat[id])
-          for (ValueId in : node.inputs)
-            cone_cost[id] += mat[in] ? 0 : cone_cost[in];
-        cone_cost[id] = std::min(cone_cost[id], max_duplicated_cost + 1);
-        continue;
-      }
-      int64_t cost = cheap_elementwise(node.op) ? 1 : max_duplicated_cost + 1;
+      cone_cost[id] = 0; // a stored value costs its readers nothing
+      if (mat[id]) continue;
+      int64_t cost = own_cost(node.op);
       for (ValueId in : node.inputs)
-        cost += mat[in] ? 0 : cone_cost[in];
-      if (uses[id] > 1 && cost > max_duplicated_cost) {
+        cost += cone_cost[in];
+      if (!index_only(node.op) && uses[id] > 1 && cost > max_duplicated_cost)
         mat[id] = true;
-        cost = 0;
-      }
-      cone_cost[id] = std::min(cost, max_duplicated_cost + 1);
+      else
+        cone_cost[id] = std::min(cost, max_duplicated_cost + 1);
     }
   }
   // A GEMM reads buffers: an operand that is not one, a reshape of one, or the last-two
