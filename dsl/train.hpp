@@ -91,6 +91,12 @@ struct StepOptions {
   /// Launched with several ranks (mpirun, docs/distributed.md), average the gradients over
   /// them before each update (data parallel). false: this rank trains on its own.
   bool data_parallel = true;
+  /// Data parallel: ZeRO stage 0, 1 or 2 (docs/distributed.md, "ZeRO"). 1 shards the optimizer
+  /// state over the ranks; 2 also reduce-scatters the gradients.
+  int zero = 0;
+  /// Data parallel: the gradient bucket size in bytes (each bucket's reduction starts as soon
+  /// as the backward pass has produced it; the first holds at most 1 MiB).
+  int64_t bucket_bytes = int64_t{25} << 20;
 };
 
 struct StepOutput {
@@ -184,6 +190,8 @@ public:
     step_options.amp = options.amp;
     step_options.frozen = std::move(frozen);
     if (!options.data_parallel) step_options.communicator = &lone_rank();
+    step_options.zero = options.zero;
+    step_options.bucket_bytes = options.bucket_bytes;
     runtime_ = std::make_unique<TrainStep>(trace, names, values, step_options);
   }
 

@@ -89,6 +89,10 @@ void CompiledGraph::set_carried(
   executable_->set_carried(input_from_output);
 }
 
+void CompiledGraph::set_communicator(Communicator& communicator) {
+  executable_->set_communicator(communicator);
+}
+
 void CompiledGraph::set_resident(std::span<const std::size_t> inputs) {
   executable_->set_resident(inputs);
 }

@@ -17,6 +17,8 @@
 
 namespace sinter {
 
+class Communicator;
+
 class Context;
 class Executable;
 
@@ -57,6 +59,9 @@ public:
   /// weights. On CUDA each keeps one device copy, uploaded again only when the host tensor
   /// changed (HostTensor::stamp). No effect elsewhere.
   void set_resident(std::span<const std::size_t> inputs);
+  /// The ranks the graph's collectives (all_reduce, ...) run between; default sinter::world().
+  /// A graph built for N ranks runs only in a job of N (docs/distributed.md).
+  void set_communicator(Communicator& communicator);
 
   /// Memory the step needs (CPU and CUDA): `memory_plan().peak_bytes()`.
   const MemoryPlan& memory_plan() const;

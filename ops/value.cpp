@@ -227,6 +227,19 @@ Value scatter_add(Value indices, Value updates, int64_t rows) {
   return emit(OpId::scatter_add, {indices, updates}, Attrs{.ints = {rows}});
 }
 
+Value all_reduce(Value x, int64_t ranks) {
+  return emit(OpId::all_reduce, {x}, Attrs{.ints = {ranks}});
+}
+Value reduce_scatter(Value x, int64_t ranks) {
+  return emit(OpId::reduce_scatter, {x}, Attrs{.ints = {ranks}});
+}
+Value all_gather(Value x, int64_t ranks) {
+  return emit(OpId::all_gather, {x}, Attrs{.ints = {ranks}});
+}
+Value broadcast_from(Value x, int64_t ranks, int64_t root) {
+  return emit(OpId::broadcast_from, {x}, Attrs{.ints = {ranks, root}});
+}
+
 Value softmax(Value x, int64_t axis) { return emit(OpId::softmax, {x}, Attrs{.ints = {axis}}); }
 Value log_softmax(Value x, int64_t axis) {
   return emit(OpId::log_softmax, {x}, Attrs{.ints = {axis}});

@@ -84,6 +84,14 @@ Value concat(std::span<const Value> parts, int64_t axis);
 Value gather(Value table, Value indices);
 /// Inverse of gather: sums `updates` [I..., D...] into `rows` zero rows at `indices`.
 Value scatter_add(Value indices, Value updates, int64_t rows);
+/// Collectives over the `ranks` ranks of the step's job (docs/distributed.md). all_reduce: the
+/// sum over ranks. reduce_scatter: dim 0 cut into `ranks` blocks, block r summed over ranks
+/// for rank r. all_gather: every rank's operand joined along dim 0 in rank order.
+/// broadcast_from: rank `root`'s operand on every rank.
+Value all_reduce(Value x, int64_t ranks);
+Value reduce_scatter(Value x, int64_t ranks);
+Value all_gather(Value x, int64_t ranks);
+Value broadcast_from(Value x, int64_t ranks, int64_t root);
 
 Value softmax(Value x, int64_t axis = -1);
 Value log_softmax(Value x, int64_t axis = -1);

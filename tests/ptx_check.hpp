@@ -83,7 +83,7 @@ inline std::size_t check_ptx(const Graph& graph) {
   std::size_t checked = 0;
   for (std::size_t i = 0; i < plan.kernels.size(); ++i) {
     const Kernel& kernel = plan.kernels[i];
-    if (kernel.kind == KernelKind::gemm) continue;
+    if (kernel.kind == KernelKind::gemm || kernel.kind == KernelKind::collective) continue;
     for (int capability : {80, 90}) {
       NvptxTarget& target = nvptx_target(capability);
       std::string symbol = "k" + std::to_string(i);

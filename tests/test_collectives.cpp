@@ -1,10 +1,15 @@
 // tests/test_collectives.cpp — the job's communicator: alone (a world of one) and under
 // `mpirun -np 2` (meson test `collectives-2-ranks`), every collective against its definition
+#include "jit/api.hpp"
 #include "jit/runtime/communicator.hpp"
+#include "jit/runtime/memory_plan.hpp"
+#include "ops/value.hpp"
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <vector>
 
@@ -96,4 +101,90 @@ TEST_CASE("SINTER_COLLECTIVE_TIMEOUT is read in seconds; a malformed value is na
   unsetenv("SINTER_COLLECTIVE_TIMEOUT");
   CHECK(collective_timeout_from_environment().count() == 300);
   if (saved) setenv("SINTER_COLLECTIVE_TIMEOUT", keep.c_str(), 1);
+}
+
+TEST_CASE("collective IR ops compiled for the CPU give every rank what they define, started "
+          "early and waited for late",
+          "[collectives]") {
+  Communicator& c = world();
+  const int n = c.size(), r = c.rank();
+  Graph g;
+  Value x = input(g, "x", {DType::f32, {2 * n, 3}});
+  Value scale = input(g, "scale", {DType::f32, {}});
+  // Each collective reads a computed value (x·2 and friends), so fusion stores it first.
+  g.add_output("sum", all_reduce(x * 2.0, n).id);
+  g.add_output("mine", reduce_scatter(x + 1.0, n).id);
+  g.add_output("all", all_gather(x * scale, n).id);
+  g.add_output("root", broadcast_from(x - 1.0, n, n - 1).id);
+  g.add_output("later", (all_reduce(x * 3.0, n) + 1.0).id);
+  CompiledGraph compiled(g, std::nullopt, Device{Backend::cpu});
+  std::vector<float> mine = contribution(r, 6 * n);
+  HostTensor xs(DType::f32, {2 * n, 3});
+  std::memcpy(xs.bytes().data(), mine.data(), xs.bytes().size());
+  float two = 2;
+  HostTensor s(DType::f32, {});
+  std::memcpy(s.bytes().data(), &two, sizeof two);
+  std::vector<HostTensor> in{xs, s};
+  std::vector<HostTensor> out = compiled.run(in);
+  auto value = [&](int rank, int64_t i) { return static_cast<double>(100 * rank + i); };
+  for (int64_t i = 0; i < 6 * n; ++i) {
+    double total = 0;
+    for (int q = 0; q < n; ++q)
+      total += value(q, i);
+    CHECK(out[0].at(i) == 2 * total);
+    CHECK(out[3].at(i) == value(n - 1, i) - 1);
+    CHECK(out[4].at(i) == 3 * total + 1);
+  }
+  for (int64_t i = 0; i < 6; ++i) { // rank r's block: rows 2r, 2r + 1
+    double total = 0;
+    for (int q = 0; q < n; ++q)
+      total += value(q, 6 * r + i) + 1;
+    CHECK(out[1].at(i) == total);
+  }
+  for (int q = 0; q < n; ++q)
+    for (int64_t i = 0; i < 6 * n; ++i)
+      CHECK(out[2].at(q * 6 * n + i) == 2 * value(q, i));
+
+  // A graph built for another world size is refused by name.
+  Graph other;
+  other.add_output("y", all_reduce(input(other, "x", {DType::f32, {4}}), n + 1).id);
+  CompiledGraph wrong(other, std::nullopt, Device{Backend::cpu});
+  HostTensor four(DType::f32, {4});
+  CHECK_THROWS_WITH(wrong.run(std::vector<HostTensor>{four}),
+                    Catch::Contains("built for " + std::to_string(n + 1) +
+                                    " ranks but runs in a job of " + std::to_string(n)));
+}
+
+TEST_CASE("a collective starts right after its operand is written and is waited for before "
+          "its first reader; its operand stays allocated until then",
+          "[collectives]") {
+  Graph g;
+  Value w = input(g, "w", {DType::f32, {64, 64}});
+  Value early = sum(w * w, {1}); // the collective's operand, ready early
+  Value chain = w;
+  for (int i = 0; i < 4; ++i) // later work that does not need the collective
+    chain = matmul(chain, w);
+  Value reduced = all_reduce(early, 2);
+  g.add_output("y", (reshape(reduced, {64, 1}) + chain).id);
+  FusionPlan plan = fuse(g);
+  std::size_t collective = plan.kernels.size(), first_gemm = plan.kernels.size();
+  for (std::size_t k = 0; k < plan.kernels.size(); ++k) {
+    if (plan.kernels[k].kind == KernelKind::collective) collective = k;
+    if (plan.kernels[k].kind == KernelKind::gemm && first_gemm == plan.kernels.size())
+      first_gemm = k;
+  }
+  REQUIRE(collective < plan.kernels.size());
+  CHECK(collective < first_gemm); // hoisted above the GEMM chain
+  std::vector<std::size_t> waits = collective_waits(plan);
+  REQUIRE(waits[collective] < plan.kernels.size());
+  const Kernel& reader = plan.kernels[waits[collective]];
+  CHECK(std::find(reader.reads.begin(), reader.reads.end(), plan.kernels[collective].root) !=
+        reader.reads.end());
+  CHECK(waits[collective] > first_gemm); // the GEMMs run while it is in flight
+  // The operand's buffer lives until the wait (or is the result's, reduced in place).
+  MemoryPlan memory(plan);
+  const Kernel& k = plan.kernels[collective];
+  for (const BufferSlot& slot : memory.slots())
+    if (slot.node == k.reads[0]) CHECK((slot.last >= waits[collective] || k.in_place()));
+  CHECK(k.in_place()); // its only reader: summed in place
 }

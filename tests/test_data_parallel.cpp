@@ -8,6 +8,9 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <memory>
+#include <numeric>
+#include <tuple>
 #include <vector>
 
 using namespace sinter;
@@ -22,6 +25,24 @@ std::vector<double> flat_parameters(MLP& model) {
       out.push_back(p.value.at(i));
   });
   return out;
+}
+
+/// The largest difference between `got` and `want`, relative to 1e-3 + |want|.
+double worst_relative(const std::vector<double>& got, const std::vector<double>& want) {
+  REQUIRE(got.size() == want.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    worst = std::max(worst, std::abs(got[i] - want[i]) / (1e-3 + std::abs(want[i])));
+  return worst;
+}
+
+/// Every rank holds the same `values`, to the bit (their sums compared across ranks).
+void check_same_on_every_rank(Communicator& comm, const std::vector<double>& values) {
+  std::vector<double> sums{std::accumulate(values.begin(), values.end(), 0.0)};
+  std::vector<double> each(static_cast<std::size_t>(comm.size()));
+  comm.all_gather(sums.data(), each.data(), 1, DType::f64);
+  for (double s : each)
+    CHECK(s == sums[0]);
 }
 
 } // namespace
@@ -58,21 +79,11 @@ TEST_CASE("two ranks on their shards of each batch train what one process does o
   }
   CHECK(last_loss < 0.7 * first_loss); // it trained
   std::vector<double> got = flat_parameters(parallel), want = flat_parameters(alone);
-  REQUIRE(got.size() == want.size());
-  double worst = 0;
-  for (std::size_t i = 0; i < got.size(); ++i)
-    worst = std::max(worst, std::abs(got[i] - want[i]) / (1e-3 + std::abs(want[i])));
+  double worst = worst_relative(got, want);
   INFO("largest relative difference " << worst);
   CHECK(worst < 1e-4);
 
-  // Every rank holds the same parameters, to the bit.
-  std::vector<double> sums{0};
-  for (double v : got)
-    sums[0] += v;
-  std::vector<double> each(static_cast<std::size_t>(comm.size()));
-  comm.all_gather(sums.data(), each.data(), 1, DType::f64);
-  for (double s : each)
-    CHECK(s == sums[0]);
+  check_same_on_every_rank(comm, got);
 }
 
 TEST_CASE("ranks that disagree on the model or its starting values are stopped with the "
@@ -112,4 +123,60 @@ TEST_CASE("ranks that disagree on the model or its starting values are stopped w
     auto step = compile_step(model, loss, adamw{.lr = 0.01});
     CHECK_NOTHROW(step(x, y));
   }
+}
+
+TEST_CASE("ZeRO-1 and ZeRO-2 train what plain data parallel does, keeping 1/ranks of the "
+          "optimizer state (50 AdamW steps, clipped, several gradient buckets)",
+          "[distributed]") {
+  Communicator& comm = world();
+  REQUIRE(comm.size() > 1);
+  auto blobs = gaussian_blobs(800, 6, 4, 3);
+  auto loss = [](MLP& m, Var x, Var y) { return cross_entropy_mean(m(x), y); };
+  // Tensors of 6·33 and 33·4 floats: 512-byte buckets put them in several buckets, and their
+  // sizes are odd, so the last shard is padded.
+  const std::vector<int64_t> widths{6, 33, 4};
+  auto train = [&](int zero, int64_t accumulate) {
+    Init init(7);
+    auto model = std::make_unique<MLP>(widths, init);
+    auto step = compile_step(
+        *model, loss, adamw{.lr = 0.01},
+        {.clip_grad_norm = 0.5, .accumulate = accumulate, .zero = zero, .bucket_bytes = 512});
+    DataLoader shard(*blobs, {.batch_size = 16,
+                              .seed = 11,
+                              .prefetch_threads = 0,
+                              .shard = comm.rank(),
+                              .shards = comm.size()});
+    Batch b;
+    std::vector<double> losses;
+    for (int call = 0; call < 50 * accumulate; ++call) {
+      if (!shard.next(b)) {
+        shard.start_epoch(shard.position().epoch + 1);
+        REQUIRE(shard.next(b));
+      }
+      losses.push_back(step(b.examples, b.labels).loss.value());
+    }
+    int64_t state_bytes = 0;
+    for (const auto& [name, tensor] : step.runtime().state())
+      state_bytes += static_cast<int64_t>(tensor->byte_size());
+    return std::tuple{flat_parameters(*model), losses, state_bytes};
+  };
+  auto [plain, plain_losses, plain_state] = train(0, 1);
+  for (int zero : {1, 2}) {
+    INFO("zero " << zero);
+    auto [got, losses, state] = train(zero, 1);
+    double worst = worst_relative(got, plain);
+    INFO("largest relative difference " << worst);
+    CHECK(worst < 1e-4);
+    for (std::size_t s = 0; s < losses.size(); ++s)
+      CHECK(losses[s] == Approx(plain_losses[s]).epsilon(1e-5));
+    // Each rank keeps its shard of m and v: half of plain's, plus the padding of odd sizes.
+    INFO("state bytes " << state << " of " << plain_state);
+    CHECK(state <= plain_state / comm.size() + 64 * comm.size());
+    CHECK(state >= plain_state / comm.size());
+    check_same_on_every_rank(comm, got);
+  }
+  // Accumulation reduces once per update, in the update program.
+  auto [accumulated, losses, state] = train(2, 2);
+  CHECK(accumulated.size() == plain.size());
+  CHECK(losses.back() < 0.7 * losses.front());
 }

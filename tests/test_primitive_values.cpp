@@ -11,7 +11,8 @@
 // known_values), less, less_equal,
 // equal, not_equal, where, cast, stop_gradient, reduce_sum, reduce_max, matmul, reshape,
 // permute, broadcast, slice, pad, concat, gather, scatter_add, fused_attention,
-// fused_attention_lse, fused_attention_grad.
+// fused_attention_lse, fused_attention_grad, all_reduce, reduce_scatter, all_gather,
+// broadcast_from (in a world of one; tests/test_collectives.cpp runs them across ranks).
 // Composites, not covered here: they are lowered to primitives before any backend or the
 // interpreter sees them, and their forward test compares that lowering with an independent
 // reference: greater, greater_equal, sigmoid, relu, gelu_tanh, gelu_erf, sum, mean, max,
@@ -458,6 +459,30 @@ PRIMITIVE_CASE(fused_attention, "fused_attention: softmax(scale · q · kᵀ) ·
              {attention_q, attention_k, {f64, {2, 1}, {2, 6}}, {boolean, {1, 2}, {0, 0}}},
              Attrs{.real = 1}),
          f64, {1, 1}, {4});
+}
+
+PRIMITIVE_CASE(all_reduce, "all_reduce: in a world of one, the sum over ranks is the operand") {
+  expect(run(OpId::all_reduce, {{f64, {3}, {1, -2, 0.5}}}, Attrs{.ints = {1}}), f64, {3},
+         {1, -2, 0.5});
+  CHECK_THROWS_WITH(run(OpId::all_reduce, {{f64, {2}, {1, 2}}}, Attrs{.ints = {2}}),
+                    Catch::Contains("built for 2 ranks"));
+}
+
+PRIMITIVE_CASE(reduce_scatter, "reduce_scatter: one rank's block of the sum is the operand") {
+  expect(run(OpId::reduce_scatter, {{f64, {2, 2}, {1, 2, 3, 4}}}, Attrs{.ints = {1}}), f64, {2, 2},
+         {1, 2, 3, 4});
+  CHECK_THROWS_WITH(run(OpId::reduce_scatter, {{f64, {3}, {1, 2, 3}}}, Attrs{.ints = {2}}),
+                    Catch::Contains("multiple of 2"));
+}
+
+PRIMITIVE_CASE(all_gather, "all_gather: one rank's operands joined is the operand") {
+  expect(run(OpId::all_gather, {{f64, {2}, {7, 8}}}, Attrs{.ints = {1}}), f64, {2}, {7, 8});
+}
+
+PRIMITIVE_CASE(broadcast_from, "broadcast_from: rank 0's operand in a world of one") {
+  expect(run(OpId::broadcast_from, {{f64, {2}, {5, 6}}}, Attrs{.ints = {1, 0}}), f64, {2}, {5, 6});
+  CHECK_THROWS_WITH(run(OpId::broadcast_from, {{f64, {2}, {5, 6}}}, Attrs{.ints = {1, 1}}),
+                    Catch::Contains("root rank"));
 }
 
 PRIMITIVE_CASE(fused_attention_lse, "fused_attention_lse: each query row's log-sum-exp") {

@@ -1,6 +1,7 @@
 // jit/backend/backends.cpp — the backend table (one line per backend), device names, the
 // interpreter as a backend, and what every Executable shares (its dumps)
 #include "jit/backend/backends.hpp"
+#include "jit/runtime/communicator.hpp"
 
 #include "jit/backend/cpu/cpu_executable.hpp"
 #include "jit/backend/cuda/gpu_executable.hpp"
@@ -101,6 +102,8 @@ int64_t input_bytes(const Graph& graph) {
     bytes += static_cast<int64_t>(byte_size(graph.type(in.id)));
   return bytes;
 }
+
+Communicator& Executable::communicator() const { return communicator_ ? *communicator_ : world(); }
 
 void Executable::dump(const DumpSelection& dump, std::ostream& out) const {
   const FusionPlan* fusion = fusion_plan();

@@ -11,6 +11,7 @@
 
 namespace sinter {
 
+class Communicator;
 class DumpSelection;
 
 /// A graph compiled for one backend. Inputs follow the graph's inputs and are already checked
@@ -35,6 +36,12 @@ public:
   virtual const FusionPlan* fusion_plan() const { return nullptr; }
   /// Writes the dumps `dump` asks for (SINTER_DUMP=fuse, memory) to `out`.
   void dump(const DumpSelection& dump, std::ostream& out) const;
+  /// The ranks the step's collectives run between (default: sinter::world()).
+  void set_communicator(Communicator& communicator) { communicator_ = &communicator; }
+  Communicator& communicator() const;
+
+private:
+  Communicator* communicator_ = nullptr;
 };
 
 } // namespace sinter

@@ -38,6 +38,10 @@ KernelKind kind_of(OpId op) {
   case OpId::fused_attention:
   case OpId::fused_attention_lse:
   case OpId::fused_attention_grad: return KernelKind::attention;
+  case OpId::all_reduce:
+  case OpId::reduce_scatter:
+  case OpId::all_gather:
+  case OpId::broadcast_from: return KernelKind::collective;
   default: return KernelKind::loop;
   }
 }
@@ -50,6 +54,7 @@ const char* kind_name(KernelKind k) {
   case KernelKind::scatter_add: return "scatter_add";
   case KernelKind::row: return "row";
   case KernelKind::attention: return "attention";
+  case KernelKind::collective: return "collective";
   }
   return "?";
 }
@@ -57,6 +62,39 @@ const char* kind_name(KernelKind k) {
 } // namespace
 
 bool is_fused_attention(OpId op) { return kind_of(op) == KernelKind::attention; }
+bool is_collective(OpId op) { return kind_of(op) == KernelKind::collective; }
+
+bool has_collectives(const Graph& g) {
+  for (ValueId id = 0; id < g.size(); ++id)
+    if (is_collective(g.node(id).op)) return true;
+  return false;
+}
+
+std::vector<std::size_t> collective_waits(const FusionPlan& plan) {
+  const auto& kernels = plan.kernels;
+  std::vector<std::size_t> wait(kernels.size());
+  for (std::size_t k = 0; k < kernels.size(); ++k) {
+    wait[k] = k;
+    if (kernels[k].kind != KernelKind::collective) continue;
+    wait[k] = kernels.size();
+    for (std::size_t later = k + 1; later < kernels.size() && wait[k] == kernels.size(); ++later)
+      for (ValueId r : kernels[later].reads)
+        if (kernels[k].writes(r)) {
+          wait[k] = later;
+          break;
+        }
+  }
+  return wait;
+}
+
+std::vector<std::size_t> buffer_last_use(const FusionPlan& plan) {
+  std::vector<std::size_t> wait = collective_waits(plan);
+  std::vector<std::size_t> last(plan.graph->size(), 0);
+  for (std::size_t k = 0; k < plan.kernels.size(); ++k)
+    for (ValueId r : plan.kernels[k].reads)
+      last[r] = std::max(last[r], wait[k]);
+  return last;
+}
 
 bool has_fused_attention(const Graph& g) {
   for (ValueId id = 0; id < g.size(); ++id)
@@ -407,20 +445,79 @@ void merge_into_row_kernels(FusionPlan& plan) {
   drop_merged(kernels, merged);
 }
 
+/// Moves each collective, and each loop kernel that only feeds collectives (a gradient bucket
+/// being packed), up to right after the kernels that write what it reads: a bucket's reduction
+/// then starts as soon as its last gradient exists and runs under the rest of the backward
+/// pass. Every rank compiles the same graph, so every rank starts its collectives in the same
+/// order.
+void hoist_collectives(FusionPlan& plan) {
+  const Graph& g = *plan.graph;
+  if (std::none_of(plan.kernels.begin(), plan.kernels.end(),
+                   [](const Kernel& k) { return k.kind == KernelKind::collective; }))
+    return;
+  std::vector<bool> is_output(g.size(), false);
+  for (const NamedValue& out : g.outputs())
+    is_output[out.id] = true;
+  std::vector<std::vector<const Kernel*>> readers(g.size());
+  for (const Kernel& k : plan.kernels)
+    for (ValueId r : k.reads)
+      readers[r].push_back(&k);
+  auto feeds_only_collectives = [&](const Kernel& k) {
+    if (k.kind != KernelKind::loop) return false;
+    for (ValueId out : k.outputs()) {
+      if (is_output[out] || readers[out].empty()) return false;
+      for (const Kernel* reader : readers[out])
+        if (reader->kind != KernelKind::collective) return false;
+    }
+    return true;
+  };
+  std::vector<Kernel> order;
+  std::vector<std::ptrdiff_t> written_at(g.size(), -1); // buffer -> position in `order`
+  for (Kernel& k : plan.kernels) {
+    std::ptrdiff_t at = static_cast<std::ptrdiff_t>(order.size());
+    if (k.kind == KernelKind::collective || feeds_only_collectives(k)) {
+      at = 0;
+      for (ValueId r : k.reads)
+        at = std::max(at, written_at[r] + 1);
+    }
+    for (std::ptrdiff_t& position : written_at)
+      if (position >= at) ++position;
+    for (ValueId out : k.outputs())
+      written_at[out] = at;
+    order.insert(order.begin() + at, std::move(k));
+  }
+  plan.kernels = std::move(order);
+}
+
 /// Lets each loop kernel write over a buffer that dies in it, when that is safe.
 void choose_in_place(FusionPlan& plan) {
   const Graph& g = *plan.graph;
   std::vector<bool> is_output(g.size(), false);
   for (const NamedValue& out : g.outputs())
     is_output[out.id] = true;
-  std::vector<std::size_t> last_use(g.size(), 0);
-  for (std::size_t k = 0; k < plan.kernels.size(); ++k)
-    for (ValueId r : plan.kernels[k].reads)
-      last_use[r] = k;
+  // A collective still reads its operands until its wait point: nothing writes over them first.
+  std::vector<std::size_t> last_use = buffer_last_use(plan);
   std::vector<bool> taken(g.size(), false); // one kernel writes over a buffer at most once
   for (std::size_t k = 0; k < plan.kernels.size(); ++k) {
     Kernel& kernel = plan.kernels[k];
     kernel.overwrites = kernel.root;
+    if (kernel.kind == KernelKind::collective && !is_output[kernel.root]) {
+      // A sum or broadcast runs in place (MPI_IN_PLACE) over an operand that dies in it.
+      OpId op = g.node(kernel.root).op;
+      ValueId r = kernel.reads[0];
+      if ((op == OpId::all_reduce || op == OpId::broadcast_from) &&
+          r == g.node(kernel.root).inputs[0] && g.node(r).op != OpId::input && !is_output[r] &&
+          !taken[r] && plan.materialized[r] &&
+          std::none_of(plan.kernels.begin() + static_cast<std::ptrdiff_t>(k) + 1,
+                       plan.kernels.end(), [&](const Kernel& other) {
+                         return std::find(other.reads.begin(), other.reads.end(), r) !=
+                                other.reads.end();
+                       })) {
+        kernel.overwrites = r;
+        taken[r] = true;
+      }
+      continue;
+    }
     if (kernel.kind != KernelKind::loop || is_output[kernel.root]) continue;
     // Each output is stored after every output's value is computed (the schedules do so), so
     // an aligned read is still the old value whichever output takes over the buffer.
@@ -683,6 +780,15 @@ FusionPlan fuse(const Graph& g, FusionOptions options) {
         if (!in_buffer(in)) mat[in] = true;
       continue;
     }
+    if (is_collective(g.node(id).op)) {
+      // The value under any reshapes is stored where it is computed (a loss as [1], say),
+      // so the collective can start right after it.
+      ValueId source = g.node(id).inputs[0];
+      while (!mat[source] && g.node(source).op == OpId::reshape)
+        source = g.node(source).inputs[0];
+      mat[source] = true;
+      continue;
+    }
     if (g.node(id).op != OpId::matmul) continue;
     for (ValueId in : g.node(id).inputs) {
       const Node& operand = g.node(in);
@@ -704,7 +810,7 @@ FusionPlan fuse(const Graph& g, FusionOptions options) {
     std::vector<bool> pinned(n, false);
     for (ValueId id = 0; id < n; ++id) {
       OpId op = g.node(id).op;
-      if (op != OpId::matmul && !is_fused_attention(op)) continue;
+      if (op != OpId::matmul && !is_fused_attention(op) && !is_collective(op)) continue;
       for (ValueId in : g.node(id).inputs) {
         while (!mat[in] && (g.node(in).op == OpId::reshape || g.node(in).op == OpId::permute))
           in = g.node(in).inputs[0];
@@ -738,7 +844,7 @@ FusionPlan fuse(const Graph& g, FusionOptions options) {
       ValueId v = stack.back();
       stack.pop_back();
       k.body.push_back(v);
-      if (k.kind == KernelKind::attention) {
+      if (k.kind == KernelKind::attention || k.kind == KernelKind::collective) {
         for (ValueId in : g.node(v).inputs)
           if (std::find(k.reads.begin(), k.reads.end(), plan.view_of[in]) == k.reads.end())
             k.reads.push_back(plan.view_of[in]);
@@ -783,6 +889,7 @@ FusionPlan fuse(const Graph& g, FusionOptions options) {
   merge_attention_kernels(plan);
   if (options.row_kernels) merge_into_row_kernels(plan);
   merge_sibling_kernels(plan, options.sibling_reductions);
+  hoist_collectives(plan);
   choose_in_place(plan);
   return plan;
 }

@@ -18,7 +18,15 @@ enum class KernelKind {
                ///< outputs of the row (and per-row values) from them
   attention,   ///< fused attention (forward with its row log-sum-exp, or the three gradients):
                ///< a hand-written kernel reading its operands from buffers
+  collective,  ///< all_reduce, reduce_scatter, all_gather or broadcast_from through the
+               ///< backend's communicator: started where it stands, waited for before the
+               ///< first kernel that reads its result (collective_waits)
 };
+
+/// Whether `op` is one of the collective primitives (KernelKind::collective roots).
+bool is_collective(OpId op);
+/// Whether any node of `graph` is one.
+bool has_collectives(const Graph& graph);
 
 /// Whether `op` is one of the fused attention primitives (KernelKind::attention roots).
 bool is_fused_attention(OpId op);
@@ -109,6 +117,15 @@ FusionPlan fuse(const Graph& graph, FusionOptions options = {});
 /// forward readers. Returns a graph with those copies (nodes CSE would merge back: run no CSE
 /// after it), or `graph` itself when nothing qualifies.
 Graph recompute_late_gemm_operands(const Graph& graph, FusionOptions options);
+
+/// Where each kernel's work must be complete: for a collective kernel, the index of the first
+/// later kernel that reads what it writes (kernels.size() when only the graph's outputs do); for
+/// any other kernel, its own index. A collective runs from its kernel to that point while the
+/// kernels in between compute, so the buffers it reads stay alive until then.
+std::vector<std::size_t> collective_waits(const FusionPlan& plan);
+/// Each buffer's last use, by kernel index: its last reader, or for a collective's operand the
+/// collective's wait point when that is later.
+std::vector<std::size_t> buffer_last_use(const FusionPlan& plan);
 
 /// Row kernels: the reductions computed once per row, in the order they run.
 std::vector<ValueId> row_reductions(const Graph& graph, const Kernel& kernel);

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -105,48 +106,83 @@ public:
   int size() const override { return size_; }
   std::string_view transport() const override { return "mpi"; }
 
-  void all_reduce(void* data, int64_t count, DType type, ReduceOp op) override {
+  Pending start_all_reduce(const void* send, void* recv, int64_t count, DType type,
+                           ReduceOp op) override {
     Call call = begin("all_reduce", count, type, op_label(op));
-    MPI_Request request;
-    check(call, MPI_Iallreduce(MPI_IN_PLACE, data, checked_count(count), mpi_type(type, call.name),
-                               mpi_op(op), comm_, &request));
-    wait(call, request);
+    return launch(std::move(call), [&](MPI_Request* request) {
+      return MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, checked_count(count),
+                            mpi_type(type, "all_reduce"), mpi_op(op), comm_, request);
+    });
   }
 
-  void reduce_scatter(const void* send, void* recv, int64_t recv_count, DType type,
-                      ReduceOp op) override {
+  Pending start_reduce_scatter(const void* send, void* recv, int64_t recv_count, DType type,
+                               ReduceOp op) override {
     Call call = begin("reduce_scatter", recv_count, type, op_label(op));
-    MPI_Request request;
-    check(call, MPI_Ireduce_scatter_block(send, recv, checked_count(recv_count),
-                                          mpi_type(type, call.name), mpi_op(op), comm_, &request));
-    wait(call, request);
+    return launch(std::move(call), [&](MPI_Request* request) {
+      return MPI_Ireduce_scatter_block(send, recv, checked_count(recv_count),
+                                       mpi_type(type, "reduce_scatter"), mpi_op(op), comm_,
+                                       request);
+    });
   }
 
-  void all_gather(const void* send, void* recv, int64_t send_count, DType type) override {
+  Pending start_all_gather(const void* send, void* recv, int64_t send_count, DType type) override {
     Call call = begin("all_gather", send_count, type, "");
-    MPI_Request request;
-    MPI_Datatype t = mpi_type(type, call.name);
-    check(call, MPI_Iallgather(send, checked_count(send_count), t, recv, checked_count(send_count),
-                               t, comm_, &request));
-    wait(call, request);
+    return launch(std::move(call), [&](MPI_Request* request) {
+      MPI_Datatype t = mpi_type(type, "all_gather");
+      return MPI_Iallgather(send, checked_count(send_count), t, recv, checked_count(send_count), t,
+                            comm_, request);
+    });
   }
 
-  void broadcast(void* data, int64_t count, DType type, int root) override {
+  Pending start_broadcast(const void* send, void* recv, int64_t count, DType type,
+                          int root) override {
     if (root < 0 || root >= size_)
       throw std::invalid_argument("sinter: broadcast from rank " + std::to_string(root) +
                                   " in a world of " + std::to_string(size_));
     Call call = begin("broadcast", count, type, "");
-    MPI_Request request;
-    check(call,
-          MPI_Ibcast(data, checked_count(count), mpi_type(type, call.name), root, comm_, &request));
-    wait(call, request);
+    if (send != recv && rank_ == root)
+      std::memmove(recv, send, static_cast<std::size_t>(count) * dtype_bytes(type));
+    return launch(std::move(call), [&](MPI_Request* request) {
+      return MPI_Ibcast(recv, checked_count(count), mpi_type(type, "broadcast"), root, comm_,
+                        request);
+    });
   }
 
   void barrier() override {
     Call call = begin("barrier", 0, DType::boolean, "");
-    MPI_Request request;
-    check(call, MPI_Ibarrier(comm_, &request));
-    wait(call, request);
+    wait(launch(std::move(call),
+                [&](MPI_Request* request) { return MPI_Ibarrier(comm_, request); }));
+  }
+
+  void progress() override {
+    for (auto& [sequence, flight] : in_flight_)
+      poll(flight);
+  }
+
+  /// Polls `pending` until it completes or the timeout passes; the first polls spin, then
+  /// the thread sleeps a little between polls (a waiting rank leaves its core to others).
+  void wait(Pending pending) override {
+    auto it = in_flight_.find(pending);
+    if (it == in_flight_.end()) return; // completed and collected already
+    Flight& flight = it->second;
+    auto start = std::chrono::steady_clock::now();
+    for (int polls = 0; !poll(flight); ++polls) {
+      auto waited = std::chrono::steady_clock::now() - flight.started;
+      if (waited > timeout_) {
+        double seconds = std::chrono::duration<double>(waited).count();
+        char took[32];
+        std::snprintf(took, sizeof took, "%.1f", seconds);
+        fail("sinter: rank " + std::to_string(rank_) + " waited " + took + " s in " +
+             describe(flight.call) + ": " + missing_ranks(flight.call) +
+             " (SINTER_COLLECTIVE_TIMEOUT or --collective-timeout sets the limit)");
+      }
+      if (polls > 2000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    stats_.waited_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    stats_.in_flight_seconds +=
+        std::chrono::duration<double>(flight.finished - flight.started).count();
+    in_flight_.erase(it);
   }
 
 private:
@@ -155,6 +191,12 @@ private:
     int64_t sequence, count;
     DType type;
     std::string detail;
+  };
+  struct Flight {
+    Call call;
+    MPI_Request request = MPI_REQUEST_NULL;
+    std::chrono::steady_clock::time_point started, finished;
+    bool done = false;
   };
 
   static int checked_count(int64_t count) {
@@ -165,6 +207,7 @@ private:
   }
 
   Call begin(const char* name, int64_t count, DType type, std::string detail) {
+    mpi_type(type, name); // refuses what MPI cannot reduce before anything starts
     std::lock_guard lock(mutex_);
     if (job_broken)
       throw CollectiveError(std::string("sinter: ") + name +
@@ -173,6 +216,29 @@ private:
     *entered_ = call.sequence;
     MPI_Win_sync(board_);
     return call;
+  }
+
+  template <class Start> Pending launch(Call call, Start start) {
+    Flight flight{std::move(call)};
+    flight.started = std::chrono::steady_clock::now();
+    check(flight.call, start(&flight.request));
+    ++stats_.count;
+    stats_.bytes += flight.call.count * static_cast<int64_t>(dtype_bytes(flight.call.type));
+    Pending id = flight.call.sequence;
+    in_flight_.emplace(id, std::move(flight));
+    return id;
+  }
+
+  /// Whether `flight` has completed (testing it once if not yet).
+  bool poll(Flight& flight) {
+    if (flight.done) return true;
+    int done = 0;
+    check(flight.call, MPI_Test(&flight.request, &done, MPI_STATUS_IGNORE));
+    if (done) {
+      flight.done = true;
+      flight.finished = std::chrono::steady_clock::now();
+    }
+    return flight.done;
   }
 
   std::string describe(const Call& call) const {
@@ -192,28 +258,6 @@ private:
     MPI_Error_string(code, text, &length);
     fail("sinter: rank " + std::to_string(rank_) + ": " + describe(call) +
          " failed in MPI: " + std::string(text, static_cast<std::size_t>(length)));
-  }
-
-  /// Polls `request` until it completes or the timeout passes; the first polls spin, then
-  /// the thread sleeps a little between polls (a waiting rank leaves its core to others).
-  void wait(const Call& call, MPI_Request& request) {
-    auto start = std::chrono::steady_clock::now();
-    for (int polls = 0;; ++polls) {
-      int done = 0;
-      MPI_Status status;
-      check(call, MPI_Test(&request, &done, &status));
-      if (done) return;
-      auto waited = std::chrono::steady_clock::now() - start;
-      if (waited > timeout_) {
-        double seconds = std::chrono::duration<double>(waited).count();
-        char took[32];
-        std::snprintf(took, sizeof took, "%.1f", seconds);
-        fail("sinter: rank " + std::to_string(rank_) + " waited " + took + " s in " +
-             describe(call) + ": " + missing_ranks(call) +
-             " (SINTER_COLLECTIVE_TIMEOUT or --collective-timeout sets the limit)");
-      }
-      if (polls > 2000) std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
   }
 
   /// Which ranks have not entered the collective `call` is (read from the arrival board, each
@@ -265,6 +309,7 @@ private:
   int64_t* entered_ = nullptr;
   int rank_ = 0, size_ = 1;
   std::mutex mutex_;
+  std::map<Pending, Flight> in_flight_;
 };
 
 class SingleProcess final : public Communicator {
@@ -272,22 +317,35 @@ public:
   int rank() const override { return 0; }
   int size() const override { return 1; }
   std::string_view transport() const override { return "single"; }
-  void all_reduce(void*, int64_t, DType, ReduceOp) override { ++sequence_; }
-  void reduce_scatter(const void* send, void* recv, int64_t count, DType type, ReduceOp) override {
-    ++sequence_;
-    if (send != recv) std::memmove(recv, send, static_cast<std::size_t>(count) * dtype_bytes(type));
+  Pending start_all_reduce(const void* send, void* recv, int64_t count, DType type,
+                           ReduceOp) override {
+    return copy(send, recv, count, type);
   }
-  void all_gather(const void* send, void* recv, int64_t count, DType type) override {
-    ++sequence_;
-    if (send != recv) std::memmove(recv, send, static_cast<std::size_t>(count) * dtype_bytes(type));
+  Pending start_reduce_scatter(const void* send, void* recv, int64_t count, DType type,
+                               ReduceOp) override {
+    return copy(send, recv, count, type);
   }
-  void broadcast(void*, int64_t, DType, int root) override {
+  Pending start_all_gather(const void* send, void* recv, int64_t count, DType type) override {
+    return copy(send, recv, count, type);
+  }
+  Pending start_broadcast(const void* send, void* recv, int64_t count, DType type,
+                          int root) override {
     if (root != 0)
       throw std::invalid_argument("sinter: broadcast from rank " + std::to_string(root) +
                                   " in a world of 1");
-    ++sequence_;
+    return copy(send, recv, count, type);
   }
+  void wait(Pending) override {}
+  void progress() override {}
   void barrier() override { ++sequence_; }
+
+private:
+  Pending copy(const void* send, void* recv, int64_t count, DType type) {
+    if (send != recv) std::memmove(recv, send, static_cast<std::size_t>(count) * dtype_bytes(type));
+    ++stats_.count;
+    stats_.bytes += count * static_cast<int64_t>(dtype_bytes(type));
+    return ++sequence_;
+  }
 };
 
 } // namespace

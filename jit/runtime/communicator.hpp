@@ -37,27 +37,67 @@ public:
 /// decimals allowed) or 300 s. A malformed value throws std::invalid_argument naming it.
 std::chrono::duration<double> collective_timeout_from_environment();
 
-/// Collectives between the ranks of a job, on host buffers, blocking the calling thread and
-/// bounded by a timeout. Every rank must make the same calls in the same order with the same
-/// counts and types (a difference in count or type is detected and named).
+/// What a process's collectives have cost so far (docs/distributed.md, "Overlap"): a
+/// collective is in flight from its start until a poll finds it complete; the caller waits
+/// only in wait(). in_flight - waited is the time hidden under other work.
+struct CollectiveStats {
+  int64_t count = 0;
+  int64_t bytes = 0;
+  double in_flight_seconds = 0;
+  double waited_seconds = 0;
+  double hidden_fraction() const {
+    return in_flight_seconds > 0 ? 1.0 - waited_seconds / in_flight_seconds : 0.0;
+  }
+};
+
+/// Collectives between the ranks of a job, on host buffers, bounded by a timeout. Every rank
+/// must make the same calls in the same order with the same counts and types (a difference in
+/// count or type is detected and named). The blocking calls are start + wait; a compiled step
+/// starts its gradient reductions as soon as their buckets are written and waits for each
+/// only where its result is read, polling with progress() between kernels.
 class Communicator {
 public:
+  /// A started collective (0: none).
+  using Pending = int64_t;
+
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
   /// "mpi" or "single" (a world of one, no library calls).
   virtual std::string_view transport() const = 0;
 
-  /// `data` (count elements of `type`) becomes the reduction over all ranks, on every rank.
-  virtual void all_reduce(void* data, int64_t count, DType type, ReduceOp op) = 0;
+  /// `recv` becomes the reduction of every rank's `send` (count elements of `type`; send ==
+  /// recv reduces in place). Neither buffer may be touched until wait().
+  virtual Pending start_all_reduce(const void* send, void* recv, int64_t count, DType type,
+                                   ReduceOp op) = 0;
   /// `send` holds size() * recv_count elements; rank r receives the reduction of block r.
-  virtual void reduce_scatter(const void* send, void* recv, int64_t recv_count, DType type,
-                              ReduceOp op) = 0;
+  virtual Pending start_reduce_scatter(const void* send, void* recv, int64_t recv_count, DType type,
+                                       ReduceOp op) = 0;
   /// `recv` (size() * send_count elements) gets every rank's `send`, in rank order.
-  virtual void all_gather(const void* send, void* recv, int64_t send_count, DType type) = 0;
-  /// `data` on every rank becomes root's.
-  virtual void broadcast(void* data, int64_t count, DType type, int root) = 0;
+  virtual Pending start_all_gather(const void* send, void* recv, int64_t send_count,
+                                   DType type) = 0;
+  /// `recv` on every rank becomes root's `send` (send == recv: in place).
+  virtual Pending start_broadcast(const void* send, void* recv, int64_t count, DType type,
+                                  int root) = 0;
+  /// Blocks until `pending` completes; throws CollectiveError after the timeout, naming the
+  /// collective, its step and the ranks that never arrived.
+  virtual void wait(Pending pending) = 0;
+  /// Advances every started collective without blocking.
+  virtual void progress() = 0;
   virtual void barrier() = 0;
+
+  void all_reduce(void* data, int64_t count, DType type, ReduceOp op) {
+    wait(start_all_reduce(data, data, count, type, op));
+  }
+  void reduce_scatter(const void* send, void* recv, int64_t recv_count, DType type, ReduceOp op) {
+    wait(start_reduce_scatter(send, recv, recv_count, type, op));
+  }
+  void all_gather(const void* send, void* recv, int64_t send_count, DType type) {
+    wait(start_all_gather(send, recv, send_count, type));
+  }
+  void broadcast(void* data, int64_t count, DType type, int root) {
+    wait(start_broadcast(data, data, count, type, root));
+  }
 
   /// The training step the next collectives belong to (named by errors).
   void set_step(int64_t step) { step_ = step; }
@@ -66,11 +106,14 @@ public:
   std::chrono::duration<double> timeout() const { return timeout_; }
   /// Collectives started so far (each rank counts the same).
   int64_t collectives() const { return sequence_; }
+  const CollectiveStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = {}; }
 
 protected:
   int64_t step_ = 0;
   int64_t sequence_ = 0;
   std::chrono::duration<double> timeout_ = std::chrono::seconds(300);
+  CollectiveStats stats_;
 };
 
 /// The communicator of this process's job: MPI when launched with several ranks (MPI is

@@ -85,6 +85,7 @@ const char* kind_role(KernelKind kind) {
   case KernelKind::scatter_add: return "scatter";
   case KernelKind::row: return "row";
   case KernelKind::attention: return "attention";
+  case KernelKind::collective: return "collective";
   }
   return "kernel";
 }

@@ -72,10 +72,9 @@ MemoryPlan::MemoryPlan(const FusionPlan& fusion) {
                                static_cast<int64_t>(dtype_bytes(g.type(out.id).dtype)));
     is_output[out.id] = true;
   }
-  std::vector<std::size_t> last_use(g.size(), 0);
-  for (std::size_t k = 0; k < fusion.kernels.size(); ++k)
-    for (ValueId r : fusion.kernels[k].reads)
-      last_use[r] = k;
+  // A collective's operands stay alive until its wait point: it reads them while later kernels
+  // run.
+  std::vector<std::size_t> last_use = buffer_last_use(fusion);
 
   for (std::size_t k = 0; k < fusion.kernels.size(); ++k)
     for (ValueId written : fusion.kernels[k].outputs()) {

@@ -33,7 +33,8 @@ Value input_once(Graph& g, const std::string& name, const TensorType& type) {
 
 UpdateResult append_update(Graph& g, const std::vector<std::string>& names,
                            const std::vector<Value>& params, const std::vector<Value>& grads,
-                           const UpdateOptions& options) {
+                           const UpdateOptions& options,
+                           const std::function<Value(Value)>& complete_sum) {
   if (names.size() != params.size() || params.size() != grads.size())
     throw std::invalid_argument("sinter: append_update needs one name and gradient per parameter");
   const TensorType f64_scalar{DType::f64, {}}, f32_scalar{DType::f32, {}};
@@ -62,6 +63,7 @@ UpdateResult append_update(Graph& g, const std::vector<std::string>& names,
       Value count = sum(1.0 - cast(less(abs(grad), scalar_like(grad, INFINITY)), DType::f32));
       bad = bad ? bad + count : count;
     }
+    if (complete_sum) bad = complete_sum(bad);
     finite = equal(bad, scalar_like(bad, 0.0));
   }
   if (options.clip_grad_norm > 0) {
@@ -71,6 +73,7 @@ UpdateResult append_update(Graph& g, const std::vector<std::string>& names,
       Value sq = sum(cast(grad * grad, DType::f32));
       total = total ? total + sq : sq;
     }
+    if (complete_sum) total = complete_sum(total);
     Value norm = sqrt(total);
     Value factor = minimum(scalar_like(norm, 1.0), options.clip_grad_norm / (norm + 1e-6));
     for (Value& grad : gs)

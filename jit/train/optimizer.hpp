@@ -3,6 +3,7 @@
 #include "jit/ir/graph.hpp"
 #include "ops/value.hpp"
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <variant>
@@ -77,9 +78,13 @@ struct UpdateResult {
 /// unscaling and clipping, and returns the new parameter and state values (callers make them
 /// outputs). `grads[i]` is the gradient of `params[i]`; `names[i]` names it (state inputs are
 /// `state.<state>.<name>`).
+/// With `complete_sum` (ZeRO: each rank holds a shard of every gradient), the step-wide sums
+/// over the gradients (the non-finite count of loss scaling, the squared norm of clipping) are
+/// passed through it to become sums over every rank's shard.
 UpdateResult append_update(Graph& g, const std::vector<std::string>& names,
                            const std::vector<Value>& params, const std::vector<Value>& grads,
-                           const UpdateOptions& options);
+                           const UpdateOptions& options,
+                           const std::function<Value(Value)>& complete_sum = {});
 
 /// The graph input named `name`, created with `type` if `g` has none yet.
 Value input_once(Graph& g, const std::string& name, const TensorType& type);

@@ -8,17 +8,19 @@
 #include "jit/pipeline/pipeline.hpp"
 #include "jit/runtime/communicator.hpp"
 #include "jit/runtime/phase_timer.hpp"
+#include "jit/train/data_parallel.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <optional>
 #include <stdexcept>
 
 namespace sinter {
 namespace {
 
-enum class Source { parameter, batch, scalar, state, grad_sum, frozen };
+enum class Source { parameter, batch, scalar, state, grad_sum, frozen, rank };
 
 struct Slot {
   Source source;
@@ -87,6 +89,15 @@ TrainStep::TrainStep(Tracer trace, std::vector<std::string> names,
   if (options_.accumulate < 1)
     throw std::invalid_argument("sinter: accumulate must be >= 1, got " +
                                 std::to_string(options_.accumulate));
+  if (options_.zero < 0 || options_.zero > 2)
+    throw std::invalid_argument("sinter: zero must be 0, 1 or 2, got " +
+                                std::to_string(options_.zero));
+  if (options_.bucket_bytes < 1)
+    throw std::invalid_argument("sinter: bucket_bytes must be positive, got " +
+                                std::to_string(options_.bucket_bytes));
+  int32_t rank = options_.communicator->rank();
+  rank_ = HostTensor(DType::i32, {});
+  std::memcpy(rank_.bytes().data(), &rank, sizeof rank);
   if (options_.amp == AmpMode::fp16 && !options_.update.loss_scaling)
     options_.update.loss_scaling = LossScaling{};
   if (options_.amp != AmpMode::fp16 && options_.update.loss_scaling)
@@ -101,9 +112,13 @@ TrainStep::TrainStep(Tracer trace, std::vector<std::string> names,
     for (const auto& [name, value] : loss_scaling_state(*scaling))
       state_.emplace(name, HostTensor::from_doubles(DType::f32, {}, {&value, 1}));
   }
+  // Under ZeRO each rank keeps the state of its shard of every parameter.
+  bool sharded = options_.zero > 0 && ranks() > 1;
   for (std::size_t i = 0; i < names_.size(); ++i)
     for (const std::string& st : state_names(options_.update.optimizer)) {
-      HostTensor zeros(parameters_[i]->dtype(), parameters_[i]->shape());
+      Shape shape = parameters_[i]->shape();
+      if (sharded) shape = {shard_elements(numel(shape), ranks())};
+      HostTensor zeros(parameters_[i]->dtype(), shape);
       std::fill(zeros.bytes().begin(), zeros.bytes().end(), std::byte{0});
       state_.emplace("state." + st + "." + names_[i], std::move(zeros));
     }
@@ -189,7 +204,7 @@ AmpMode amp_from_name(std::string_view name) {
 std::vector<HostTensor> TrainStep::scalar_inputs(double lr) const {
   // In scalar_names() order: lr, 1/(k·ranks), and t (the 1-based update count).
   // Gradients arrive summed over k micro-batches and, data parallel, over the ranks.
-  double summed = static_cast<double>(options_.accumulate * options_.communicator->size());
+  double summed = static_cast<double>(options_.accumulate * ranks());
   std::vector<double> values{lr, 1.0 / summed, static_cast<double>(steps_ + 1)};
   std::vector<HostTensor> out;
   for (double v : values)
@@ -197,9 +212,9 @@ std::vector<HostTensor> TrainStep::scalar_inputs(double lr) const {
   return out;
 }
 
-bool TrainStep::split_update() const {
-  return options_.accumulate > 1 || options_.communicator->size() > 1;
-}
+bool TrainStep::split_update() const { return options_.accumulate > 1; }
+
+int TrainStep::ranks() const { return options_.communicator->size(); }
 
 std::string TrainStep::batch_key(std::span<const HostTensor> batch) {
   std::string key;
@@ -290,6 +305,13 @@ TrainStep::Built TrainStep::build(std::span<const HostTensor> batch) {
   if (differentiated != 0) // the scaled loss was only there to be differentiated
     std::erase_if(grads.mutable_outputs(),
                   [](const NamedValue& out) { return out.name == "amp.scaled_loss"; });
+  if (ranks() > 1) {
+    // The loss every rank reports is the mean over the ranks: the global batch's loss.
+    NamedValue& loss = grads.mutable_outputs()[0];
+    Value local{&grads, loss.id};
+    loss.id = (reshape(all_reduce(reshape(local, {1}), ranks()), {}) * (1.0 / ranks())).id;
+  }
+  DataParallelLayout layout{ranks(), options_.zero, options_.bucket_bytes};
   auto add_low_copy_outputs = [&](Graph& g, const UpdateResult& updates) {
     for (const LowCopy& copy : low_copies_)
       g.add_output("new." + copy.state,
@@ -305,7 +327,7 @@ TrainStep::Built TrainStep::build(std::span<const HostTensor> batch) {
   if (!split_update()) {
     std::vector<Value> params = gather_values(grads, "", false);
     std::vector<Value> gs = gather_values(grads, "grad:", true);
-    auto updates = append_update(grads, names_, params, gs, options_.update);
+    auto updates = append_data_parallel_update(grads, names_, params, gs, options_.update, layout);
     set_update_outputs(grads, names_, updates, options_.update.optimizer, true);
     add_low_copy_outputs(grads, updates);
     built.step = std::move(grads);
@@ -319,7 +341,7 @@ TrainStep::Built TrainStep::build(std::span<const HostTensor> batch) {
         input(apply, names_[i], TensorType{parameters_[i]->dtype(), parameters_[i]->shape()}));
   for (std::size_t i = 0; i < names_.size(); ++i)
     gs.push_back(input(apply, "grad." + names_[i], params[i].type()));
-  auto updates = append_update(apply, names_, params, gs, options_.update);
+  auto updates = append_data_parallel_update(apply, names_, params, gs, options_.update, layout);
   set_update_outputs(apply, names_, updates, options_.update.optimizer, false);
   add_low_copy_outputs(apply, updates);
   return built;
@@ -490,7 +512,9 @@ const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> b
       facts.push_back("batch input " + batch_names[j] + " " +
                       to_string(TensorType{batch[j].dtype(), batch[j].shape()}));
     facts.push_back("accumulate " + std::to_string(options_.accumulate) + ", amp " +
-                    std::string(amp_name(options_.amp)));
+                    std::string(amp_name(options_.amp)) + ", zero " +
+                    std::to_string(options_.zero) + ", gradient buckets of " +
+                    std::to_string(options_.bucket_bytes) + " bytes");
     for (std::size_t i = 0; i < names_.size(); ++i) {
       uint64_t hash = 1469598103934665603ull; // FNV-1a over the bytes
       for (std::byte b : parameters_[i]->bytes())
@@ -515,9 +539,12 @@ const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> b
   try {
     compiled->step =
         std::make_unique<CompiledGraph>(std::move(built.step), std::nullopt, backend, context_);
-    if (split_update())
+    compiled->step->set_communicator(*options_.communicator);
+    if (split_update()) {
       compiled->apply =
           std::make_unique<CompiledGraph>(std::move(built.apply), std::nullopt, backend, context_);
+      compiled->apply->set_communicator(*options_.communicator);
+    }
   } catch (const OutOfMemory& e) {
     explain_out_of_memory(batch, plan_memory(batch), e.available_bytes(), e.what());
   } catch (const std::bad_alloc&) {
@@ -544,6 +571,8 @@ const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> b
                f != options_.frozen.end())
         slots.push_back(
             {Source::frozen, static_cast<std::size_t>(f - options_.frozen.begin()), ""});
+      else if (n == rank_input_name())
+        slots.push_back({Source::rank, 0, ""});
       else if (n.starts_with("grad."))
         slots.push_back({Source::grad_sum,
                          static_cast<std::size_t>(
@@ -597,6 +626,7 @@ LossHandle TrainStep::operator()(std::span<const HostTensor> batch, double lr) {
       case Source::state: ptrs.push_back(&state_.at(s.state)); break;
       case Source::grad_sum: ptrs.push_back(&grad_sums_[s.index]); break;
       case Source::frozen: ptrs.push_back(options_.frozen[s.index].second); break;
+      case Source::rank: ptrs.push_back(&rank_); break;
       }
     }
     return ptrs;
@@ -623,6 +653,7 @@ LossHandle TrainStep::operator()(std::span<const HostTensor> batch, double lr) {
       for (std::size_t i = 0; i < parameters_.size(); ++i)
         parameter_stamps_[i] = parameters_[i]->stamp();
   };
+  options_.communicator->set_step(steps_ + 1); // named by a collective that fails
   try {
     run(*c.step, c.step_inputs, c.step_outputs);
   } catch (const OutOfMemory& e) {
@@ -638,15 +669,6 @@ LossHandle TrainStep::operator()(std::span<const HostTensor> batch, double lr) {
     note_stamps();
     ++steps_;
     return LossHandle(loss);
-  }
-  Communicator& ranks = *options_.communicator;
-  if (ranks.size() > 1) {
-    // The loss every rank reports is the mean over the ranks: the global batch's loss.
-    ranks.set_step(steps_ + 1);
-    HostTensor& mean = *loss;
-    ranks.all_reduce(mean.bytes().data(), mean.size(), mean.dtype(), ReduceOp::sum);
-    for (int64_t k = 0; k < mean.size(); ++k)
-      mean.set(k, mean.at(k) / ranks.size());
   }
   // Accumulation: sum this micro-batch's gradients; update on the k-th.
   const auto& named = c.step->graph().outputs();
@@ -672,12 +694,8 @@ LossHandle TrainStep::operator()(std::span<const HostTensor> batch, double lr) {
     }
   }
   if (++micro_steps_ % options_.accumulate == 0) {
-    if (ranks.size() > 1) {
-      // Data parallel: every rank applies the same update from the gradients summed over all
-      // ranks (grad_scale divides by k·ranks).
-      for (HostTensor& sum : grad_sums_)
-        ranks.all_reduce(sum.bytes().data(), sum.size(), sum.dtype(), ReduceOp::sum);
-    }
+    // Data parallel: the update program reduces the summed gradients over the ranks
+    // (grad_scale divides by k·ranks).
     run(*c.apply, c.apply_inputs, c.apply_outputs);
     take_updates(*c.apply, c.apply_outputs);
     note_stamps();

@@ -40,6 +40,14 @@ struct TrainStepOptions {
   /// world of one). Each rank passes its own shard of the global batch; parameters stay
   /// identical on every rank.
   Communicator* communicator = nullptr;
+  /// Data parallel with several ranks: ZeRO stage (docs/distributed.md). 0 keeps the whole
+  /// optimizer state on every rank; 1 keeps 1/ranks of each parameter's state per rank (each
+  /// rank updates its shard, then the parameters are all-gathered); 2 also reduce-scatters the
+  /// gradients instead of all-reducing them. No effect in a world of one.
+  int zero = 0;
+  /// Data parallel: gradients are reduced in buckets of about this many bytes, each started
+  /// as soon as the backward pass has produced it (the first holds at most 1 MiB).
+  int64_t bucket_bytes = int64_t{25} << 20;
 };
 
 /// The loss of one step. It is computed by the step itself: reading it costs nothing more and
@@ -151,8 +159,10 @@ private:
                                           const std::string& cause);
   static std::string batch_key(std::span<const HostTensor> batch);
   /// Whether gradients leave the step program for the host before the update program
-  /// (accumulation, or data parallel: summed over micro-batches and ranks there).
+  /// (accumulation: summed over micro-batches there).
   bool split_update() const;
+  /// The ranks the step averages over (1 in a world of one).
+  int ranks() const;
   Graph read_low_copies(const Graph& forward);
   void refresh_low_copies();
   std::vector<HostTensor> scalar_inputs(double lr) const;
@@ -166,6 +176,7 @@ private:
   std::map<std::string, std::unique_ptr<Compiled>> by_batch_types_;
   const Compiled* last_ = nullptr;
   std::vector<HostTensor> grad_sums_; ///< accumulation only
+  HostTensor rank_;                   ///< dist.rank: this process's rank (ZeRO shards)
   std::vector<LowCopy> low_copies_;
   /// Each parameter's stamp after the step last wrote it: a different stamp means the caller
   /// replaced or edited it, and its working copy is made again.

@@ -5,6 +5,7 @@
 #include "jit/api.hpp"
 #include "jit/backend/attention_layout.hpp"
 #include "jit/backend/backends.hpp"
+#include "jit/backend/collective_launch.hpp"
 #include "jit/backend/context.hpp"
 #include "jit/backend/cpu/cpu_schedule.hpp"
 #include "jit/passes/passes.hpp"
@@ -118,9 +119,18 @@ CpuExecutable::CpuExecutable(Graph graph, KernelLibrary& library, ThreadPool& po
   kernels::set_gemm_threads(1);
   report_.kernels = fusion_.kernels.size();
   for (const Kernel& k : fusion_.kernels)
-    entries_.push_back(k.kind == KernelKind::gemm || k.kind == KernelKind::attention
+    entries_.push_back(k.kind == KernelKind::gemm || k.kind == KernelKind::attention ||
+                               k.kind == KernelKind::collective
                            ? nullptr
                            : library.get(fusion_, k, report_));
+  // Each collective is waited for right before the first kernel that reads its result.
+  waits_before_.resize(fusion_.kernels.size() + 1);
+  std::vector<std::size_t> waits = collective_waits(fusion_);
+  for (std::size_t k = 0; k < waits.size(); ++k)
+    if (fusion_.kernels[k].kind == KernelKind::collective) {
+      waits_before_[waits[k]].push_back(k);
+      has_collectives_ = true;
+    }
   report_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   arena_.reset(
       new (std::align_val_t(MemoryPlan::alignment))
@@ -166,9 +176,28 @@ void CpuExecutable::run_into(std::span<const HostTensor* const> inputs,
     if (g.node(id).op != OpId::input && !pointer[id]) pointer[id] = results[i].bytes().data();
   }
 
+  Communicator* ranks = nullptr;
+  std::vector<Communicator::Pending> pending;
+  if (has_collectives_) {
+    ranks = &communicator();
+    check_collective_ranks(g, *ranks);
+    pending.assign(fusion_.kernels.size(), 0);
+  }
+  std::size_t in_flight = 0;
   std::vector<void*> args;
   for (std::size_t k = 0; k < fusion_.kernels.size(); ++k) {
     const Kernel& kernel = fusion_.kernels[k];
+    for (std::size_t started : waits_before_[k]) {
+      ranks->wait(pending[started]);
+      --in_flight;
+    }
+    if (in_flight) ranks->progress();
+    if (kernel.kind == KernelKind::collective) {
+      pending[k] =
+          start_collective(*ranks, g, kernel, pointer[kernel.reads[0]], pointer[kernel.root]);
+      ++in_flight;
+      continue;
+    }
     if (kernel.kind == KernelKind::attention) {
       run_attention(fusion_, kernel, pointer, pool_);
       continue;
@@ -217,6 +246,9 @@ void CpuExecutable::run_into(std::span<const HostTensor* const> inputs,
     pool_.parallel_for(range, chunk,
                        [&](int64_t begin, int64_t end) { entry(args.data(), begin, end); });
   }
+
+  for (std::size_t started : waits_before_[fusion_.kernels.size()])
+    ranks->wait(pending[started]);
 
   // Outputs no kernel wrote: graph inputs passed through, and repeated outputs.
   for (std::size_t i = 0; i < g.outputs().size(); ++i) {

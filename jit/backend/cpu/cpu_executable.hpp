@@ -38,7 +38,10 @@ private:
   FusionPlan fusion_;
   MemoryPlan memory_;
   ThreadPool& pool_;
-  std::vector<KernelEntry> entries_; ///< per kernel; null for GEMMs
+  std::vector<KernelEntry> entries_; ///< per kernel; null for GEMMs, attention, collectives
+  /// Per kernel index (and one past the last): the collectives to wait for before it runs.
+  std::vector<std::vector<std::size_t>> waits_before_;
+  bool has_collectives_ = false;
   CompileReport report_;
   mutable std::mutex run_mutex_;
   mutable std::unique_ptr<std::byte[]> arena_;

@@ -246,7 +246,8 @@ void CpuSchedule::emit(KernelEmitter& e, const std::string& name) {
   // Serial over the parallel range (1): rows may repeat, so updates must not race.
   case KernelKind::scatter_add: e.emit_serial_scatter(begin, end); break;
   case KernelKind::gemm:
-  case KernelKind::attention: break; // library calls, no generated code
+  case KernelKind::attention:
+  case KernelKind::collective: break; // library calls, no generated code
   }
   b.CreateRetVoid();
 }
@@ -272,7 +273,8 @@ int64_t parallel_range(const Graph& g, const Kernel& k) {
   case KernelKind::row: return numel(g.type(row_reductions(g, k).front()).shape);
   case KernelKind::scatter_add: return 1;
   case KernelKind::gemm:
-  case KernelKind::attention: return 1;
+  case KernelKind::attention:
+  case KernelKind::collective: return 1;
   }
   return 1;
 }

@@ -3,6 +3,7 @@
 #include "jit/backend/cuda/gpu_executable.hpp"
 #include "jit/api.hpp"
 #include "jit/backend/backends.hpp"
+#include "jit/backend/collective_launch.hpp"
 #include "jit/backend/context.hpp"
 #include "jit/backend/cuda/nvptx_target.hpp"
 
@@ -233,7 +234,10 @@ void GpuExecutable::bind(InputSet& set) {
   set.bound.clear();
   for (const GpuLaunchStep& launch : launches_) {
     Bound b;
-    if (launch.kind == KernelKind::gemm) {
+    if (launch.kind == KernelKind::collective) {
+      b.a = pointer_for(set, launch.a);
+      b.c = pointer_for(set, launch.c);
+    } else if (launch.kind == KernelKind::gemm) {
       b.gemm = launch.gemm;
       if (launch.bias_node) b.gemm.bias = pointer_for(set, *launch.bias_node);
       b.a = pointer_for(set, launch.a);
@@ -266,6 +270,17 @@ void GpuExecutable::enqueue_body(const InputSet& set) const {
     const Bound& b = set.bound[i];
     if (launch.kind == KernelKind::gemm) {
       kernels::CublasLt::get()->matmul(b.gemm, b.a, b.b, b.c, device_.gemm_workspace(), stream);
+      continue;
+    }
+    if (launch.kind == KernelKind::collective) {
+      // A world of one: the result is the operand. Jobs of several GPU ranks go through NCCL.
+      if (communicator().size() != 1)
+        throw std::runtime_error(
+            "sinter: collectives between GPU ranks need NCCL, which this build does not drive "
+            "yet; run data parallel on the CPU (docs/distributed.md)");
+      if (b.a != b.c)
+        d.check(d.cuMemcpyDtoDAsync(b.c, b.a, byte_size(g.type(launch.c)), stream),
+                "cuMemcpyDtoDAsync");
       continue;
     }
     if (launch.shape.items == 0) continue;
@@ -385,6 +400,7 @@ void GpuExecutable::run_into(std::span<const HostTensor* const> inputs,
   std::lock_guard lock(run_mutex_);
   device_.make_current();
   const Graph& g = *graph_;
+  check_collective_ranks(g, communicator());
   const cuda::Driver& d = device_.driver();
   cuda::StreamHandle compute = device_.stream(), copy = device_.copy_stream();
   int which = last_set_ == 0 ? 1 : 0;

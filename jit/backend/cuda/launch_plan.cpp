@@ -87,6 +87,14 @@ std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion, const MemoryP
       launches.push_back(gemm_launch(kernel, epilogue_of[index]));
       continue;
     }
+    if (kernel.kind == KernelKind::collective) {
+      GpuLaunchStep launch;
+      launch.kind = KernelKind::collective;
+      launch.a = kernel.reads[0];
+      launch.c = kernel.root;
+      launches.push_back(launch);
+      continue;
+    }
     launches.push_back(kernel_launch(kernel));
   }
   // An epilogue cuBLASLt cannot run is split again: the GEMM plain, the absorbed kernel back

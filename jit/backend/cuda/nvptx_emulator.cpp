@@ -2,6 +2,8 @@
 // thread per GPU thread, so kernels written for tensor cores are checked on machines without a GPU
 #include "jit/backend/cuda/nvptx_emulator.hpp"
 
+#include "jit/backend/collective_launch.hpp"
+
 #include "jit/backend/cuda/gpu_launch.hpp"
 #include "jit/backend/cuda/nvptx_schedule.hpp"
 #include "jit/backend/cuda/nvptx_target.hpp"
@@ -434,13 +436,20 @@ std::vector<HostTensor> emulate_nvptx_step(const Graph& optimized,
     }
   std::vector<const Kernel*> generated;
   for (const Kernel& kernel : plan.kernels)
-    if (kernel.kind != KernelKind::gemm) generated.push_back(&kernel);
+    if (kernel.kind != KernelKind::gemm && kernel.kind != KernelKind::collective)
+      generated.push_back(&kernel);
   HostKernels compiled = compile_for_host(plan, generated);
   std::size_t next = 0;
   for (const Kernel& kernel : plan.kernels) {
     if (kernel.kind == KernelKind::gemm) {
       host_gemm(g, kernel, pointer[kernel.root], pointer[kernel.gemm_a.buffer],
                 pointer[kernel.gemm_b.buffer]);
+      continue;
+    }
+    if (kernel.kind == KernelKind::collective) { // what NCCL does, on the host's communicator
+      check_collective_ranks(g, world());
+      world().wait(
+          start_collective(world(), g, kernel, pointer[kernel.reads[0]], pointer[kernel.root]));
       continue;
     }
     std::vector<void*> arguments;

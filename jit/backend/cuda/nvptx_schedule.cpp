@@ -417,6 +417,8 @@ void NvptxSchedule::emit(KernelEmitter& e, const std::string& name) {
   case KernelKind::scatter_add: body.scatter(); break;
   case KernelKind::attention: emit_nvptx_attention(e, launch); break;
   case KernelKind::gemm: throw std::logic_error("sinter: GEMMs are cuBLASLt calls, not kernels");
+  case KernelKind::collective:
+    throw std::logic_error("sinter: collectives are communicator calls, not kernels");
   }
   b.CreateRetVoid();
 }
@@ -521,9 +523,10 @@ GpuLaunch gpu_launch(const Graph& g, const Kernel& k) {
     return launch;
   }
   case KernelKind::attention: return nvptx_attention_launch(g, k);
-  case KernelKind::gemm: break;
+  case KernelKind::gemm:
+  case KernelKind::collective: break;
   }
-  throw std::logic_error("sinter: gemm kernels are library calls, not GPU launches");
+  throw std::logic_error("sinter: gemm and collective kernels are library calls, not GPU launches");
 }
 
 } // namespace sinter
