@@ -2,6 +2,7 @@
 #pragma once
 #include "dsl/train.hpp"
 #include "jit/io/checkpoint.hpp"
+#include "jit/io/sharded_checkpoint.hpp"
 
 #include <filesystem>
 #include <map>
@@ -10,54 +11,67 @@
 namespace sinter {
 
 /// Writes `model.<param>` and `optimizer.<state>.<param>` tensors plus `step` and `extra` as
-/// string metadata, atomically (an interrupted save leaves the previous file intact). The file
-/// is standard safetensors: PyTorch's `safetensors.torch.load_file` reads it.
+/// string metadata, atomically (an interrupted save leaves the previous checkpoint intact). The
+/// file is standard safetensors: PyTorch's `safetensors.torch.load_file` reads it.
+/// In a data-parallel job every rank calls it. Plain data parallel: rank 0 writes the file (the
+/// others hold the same values). Under ZeRO each rank writes its pieces of the optimizer state
+/// to `<stem>.step<S>.rank<r>-of-<N>.safetensors` and rank 0 writes `file` as their index
+/// (docs/distributed.md, "Checkpoints"); `sinter checkpoint export` makes it one file.
 template <class Model, class LossFn>
 void save_checkpoint(const std::filesystem::path& file, Model& model,
                      CompiledStep<Model, LossFn>& step,
                      std::map<std::string, std::string> extra = {}) {
-  std::vector<std::pair<std::string, const HostTensor*>> tensors;
+  TrainStep& runtime = step.runtime();
+  NamedTensors whole;
   for_each_parameter(model, [&](const std::string& name, Parameter& p) {
-    tensors.emplace_back("model." + name, &p.value);
+    whole.emplace_back("model." + name, &p.value);
   });
-  for (auto& [name, tensor] : step.runtime().state())
-    tensors.emplace_back("optimizer." + name.substr(6), tensor); // drop "state."
+  std::vector<ShardedTensor> pieces;
+  for (auto& [name, tensor] : runtime.state()) {
+    std::string key = "optimizer." + name.substr(6); // drop "state."
+    if (runtime.state_pieces() > 1 && !name.starts_with("state.amp."))
+      pieces.push_back({key, tensor, runtime.state_shape(name)});
+    else
+      whole.emplace_back(key, tensor);
+  }
   extra["step"] = std::to_string(step.steps());
   extra["format"] = "sinter-checkpoint-v1";
-  save_safetensors(file, tensors, extra);
+  if (runtime.state_pieces() > 1) {
+    save_sharded_checkpoint(file, whole, pieces, extra, runtime.communicator(), step.steps());
+    return;
+  }
+  if (runtime.communicator().rank() == 0) save_safetensors(file, whole, extra);
 }
 
-/// Restores what save_checkpoint wrote into `model` and `step` and returns the metadata.
-/// Throws std::runtime_error naming the first missing or mismatched tensor (fp16 loss-scaling
+/// Restores what save_checkpoint wrote into `model` and `step` and returns the metadata, at any
+/// world size and ZeRO stage: each rank takes the whole parameters and its piece of the
+/// optimizer state, whatever the number of ranks that wrote it. Throws std::runtime_error
+/// naming the first missing or mismatched tensor, or a missing shard file (fp16 loss-scaling
 /// state, `optimizer.amp.*`, may be missing: the scale then starts afresh).
 template <class Model, class LossFn>
 std::map<std::string, std::string> load_checkpoint(const std::filesystem::path& file, Model& model,
                                                    CompiledStep<Model, LossFn>& step) {
-  Checkpoint ckpt = load_safetensors(file);
-  auto take = [&](const std::string& key, HostTensor& into, bool optional = false) {
-    auto it = ckpt.tensors.find(key);
-    if (it == ckpt.tensors.end() && optional) return;
-    if (it == ckpt.tensors.end())
-      throw std::runtime_error("sinter: checkpoint " + file.string() + " has no tensor '" + key +
-                               "' — it was written for a different model or optimizer");
-    if (it->second.dtype() != into.dtype() || it->second.shape() != into.shape())
-      throw std::runtime_error("sinter: checkpoint " + file.string() + ": '" + key + "' is " +
-                               to_string(TensorType{it->second.dtype(), it->second.shape()}) +
-                               ", the model expects " +
-                               to_string(TensorType{into.dtype(), into.shape()}));
-    into = std::move(it->second);
-  };
-  for_each_parameter(
-      model, [&](const std::string& name, Parameter& p) { take("model." + name, p.value); });
-  // fp16 loss-scaling state is optional: a run resumed under fp16 from a bf16 or f32
-  // checkpoint starts from the initial scale.
-  for (auto& [name, tensor] : step.runtime().state())
-    take("optimizer." + name.substr(6), *tensor, name.starts_with("state.amp."));
-  auto it = ckpt.metadata.find("step");
-  if (it == ckpt.metadata.end())
+  CheckpointReader reader(file);
+  for_each_parameter(model, [&](const std::string& name, Parameter& p) {
+    p.value = reader.read("model." + name, p.value.dtype(), p.value.shape());
+  });
+  TrainStep& runtime = step.runtime();
+  for (auto& [name, tensor] : runtime.state()) {
+    std::string key = "optimizer." + name.substr(6);
+    // fp16 loss-scaling state is optional: a run resumed under fp16 from a bf16 or f32
+    // checkpoint starts from the initial scale.
+    if (name.starts_with("state.amp.")) {
+      if (reader.contains(key)) *tensor = reader.read(key, tensor->dtype(), tensor->shape());
+      continue;
+    }
+    *tensor = reader.read(key, tensor->dtype(), runtime.state_shape(name), runtime.state_pieces(),
+                          runtime.communicator().rank());
+  }
+  auto it = reader.metadata().find("step");
+  if (it == reader.metadata().end())
     throw std::runtime_error("sinter: checkpoint " + file.string() + " has no 'step' metadata");
-  step.runtime().set_steps(std::stoll(it->second));
-  return ckpt.metadata;
+  runtime.set_steps(std::stoll(it->second));
+  return reader.metadata();
 }
 
 /// Writes `model.<param>` for every parameter of `model` (no optimizer state), atomically:

@@ -4,10 +4,13 @@
 #include "dsl/sinter.hpp"
 #include "jit/data/loader.hpp"
 #include "jit/data/synthetic.hpp"
+#include "jit/io/sharded_checkpoint.hpp"
+#include "temp_dir.hpp"
 
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <filesystem>
 #include <memory>
 #include <numeric>
 #include <tuple>
@@ -179,4 +182,97 @@ TEST_CASE("ZeRO-1 and ZeRO-2 train what plain data parallel does, keeping 1/rank
   auto [accumulated, losses, state] = train(2, 2);
   CHECK(accumulated.size() == plain.size());
   CHECK(losses.back() < 0.7 * losses.front());
+}
+
+TEST_CASE("checkpoints move between world sizes: two ZeRO-2 ranks resume on one process and one "
+          "process resumes on two ZeRO-1 ranks, continuing the same losses",
+          "[distributed]") {
+  Communicator& comm = world();
+  REQUIRE(comm.size() > 1);
+  // One directory for the job: rank 0's, named to the others.
+  std::unique_ptr<testing::TempDir> made;
+  std::vector<int64_t> length{0};
+  std::string dir;
+  if (comm.rank() == 0) {
+    made = std::make_unique<testing::TempDir>("sinter-reshard");
+    dir = made->path.string();
+    length[0] = static_cast<int64_t>(dir.size());
+  }
+  comm.broadcast(length.data(), 1, DType::i64, 0);
+  dir.resize(static_cast<std::size_t>(length[0]));
+  comm.broadcast(dir.data(), length[0], DType::boolean, 0);
+  const std::filesystem::path folder = dir;
+
+  auto blobs = gaussian_blobs(800, 6, 4, 3);
+  auto loss = [](MLP& m, Var x, Var y) { return cross_entropy_mean(m(x), y); };
+  const std::vector<int64_t> widths{6, 33, 4};
+  auto loader = [&](bool shard) {
+    return DataLoader(*blobs, {.batch_size = 16,
+                               .seed = 11,
+                               .prefetch_threads = 0,
+                               .shard = shard ? comm.rank() : 0,
+                               .shards = shard ? comm.size() : 1});
+  };
+  auto lone = StepOptions{.data_parallel = false};
+  // The reference: one process, 40 steps on whole batches, saved (by rank 0) after 20.
+  Init init(7);
+  MLP reference(widths, init);
+  auto reference_step = compile_step(reference, loss, adamw{.lr = 0.01}, lone);
+  DataLoader whole = loader(false);
+  Batch b;
+  std::vector<double> want;
+  for (int s = 0; s < 40; ++s) {
+    REQUIRE(whole.next(b));
+    want.push_back(reference_step(b.examples, b.labels).loss.value());
+    if (s == 19 && comm.rank() == 0)
+      save_checkpoint(folder / "one.safetensors", reference, reference_step);
+  }
+  comm.barrier();
+
+  SECTION("2 ranks (ZeRO-2) -> 1 process") {
+    Init same(7);
+    MLP model(widths, same);
+    auto step = compile_step(model, loss, adamw{.lr = 0.01}, {.zero = 2, .bucket_bytes = 512});
+    DataLoader mine = loader(true);
+    for (int s = 0; s < 20; ++s) {
+      REQUIRE(mine.next(b));
+      CHECK(step(b.examples, b.labels).loss.value() == Approx(want[s]).epsilon(1e-5));
+    }
+    save_checkpoint(folder / "two.safetensors", model, step);
+    CHECK(std::filesystem::exists(folder / "two.step20.rank0-of-2.safetensors"));
+    CHECK(std::filesystem::exists(folder / "two.step20.rank1-of-2.safetensors"));
+    // Every rank resumes alone from the two ranks' shards, and from their consolidation.
+    for (std::string file : {"two.safetensors", "consolidated.safetensors"}) {
+      INFO(file);
+      if (file == "consolidated.safetensors" && comm.rank() == 0)
+        consolidate_checkpoint(folder / "two.safetensors", folder / file);
+      comm.barrier();
+      Init other(99);
+      MLP resumed(widths, other);
+      auto again = compile_step(resumed, loss, adamw{.lr = 0.01}, lone);
+      load_checkpoint(folder / file, resumed, again);
+      CHECK(again.steps() == 20);
+      DataLoader rest = loader(false);
+      for (int s = 0; s < 40; ++s) {
+        REQUIRE(rest.next(b));
+        if (s >= 20)
+          CHECK(again(b.examples, b.labels).loss.value() == Approx(want[s]).epsilon(1e-5));
+      }
+      CHECK(worst_relative(flat_parameters(resumed), flat_parameters(reference)) < 1e-4);
+    }
+    comm.barrier();
+  }
+  SECTION("1 process -> 2 ranks (ZeRO-1)") {
+    Init other(99);
+    MLP model(widths, other);
+    auto step = compile_step(model, loss, adamw{.lr = 0.01}, {.zero = 1, .bucket_bytes = 512});
+    load_checkpoint(folder / "one.safetensors", model, step);
+    DataLoader mine = loader(true);
+    for (int s = 0; s < 40; ++s) {
+      REQUIRE(mine.next(b));
+      if (s >= 20) CHECK(step(b.examples, b.labels).loss.value() == Approx(want[s]).epsilon(1e-5));
+    }
+    CHECK(worst_relative(flat_parameters(model), flat_parameters(reference)) < 1e-4);
+  }
+  comm.barrier(); // rank 0 removes the directory only when every rank is done with it
 }

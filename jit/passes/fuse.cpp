@@ -774,6 +774,14 @@ FusionPlan fuse(const Graph& g, FusionOptions options) {
       id = g.node(id).inputs[0];
     return mat[id];
   };
+  // A concat of three or more operands computes each element from one operand, but a kernel
+  // evaluates every inlined operand at every element before picking one: operands that are
+  // not (reshapes of) buffers are stored first, and the concat copies them (a gradient bucket
+  // being packed; the CPU copies such a concat block by block).
+  for (ValueId id = 0; id < n; ++id)
+    if (g.node(id).op == OpId::concat && g.node(id).inputs.size() >= 3)
+      for (ValueId in : g.node(id).inputs)
+        if (!in_buffer(in)) mat[in] = true;
   for (ValueId id = 0; id < n; ++id) {
     if (is_fused_attention(g.node(id).op)) { // the kernel reads contiguous operands
       for (ValueId in : g.node(id).inputs)

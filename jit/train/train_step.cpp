@@ -113,7 +113,7 @@ TrainStep::TrainStep(Tracer trace, std::vector<std::string> names,
       state_.emplace(name, HostTensor::from_doubles(DType::f32, {}, {&value, 1}));
   }
   // Under ZeRO each rank keeps the state of its shard of every parameter.
-  bool sharded = options_.zero > 0 && ranks() > 1;
+  bool sharded = state_pieces() > 1;
   for (std::size_t i = 0; i < names_.size(); ++i)
     for (const std::string& st : state_names(options_.update.optimizer)) {
       Shape shape = parameters_[i]->shape();
@@ -215,6 +215,15 @@ std::vector<HostTensor> TrainStep::scalar_inputs(double lr) const {
 bool TrainStep::split_update() const { return options_.accumulate > 1; }
 
 int TrainStep::ranks() const { return options_.communicator->size(); }
+
+int TrainStep::state_pieces() const { return options_.zero > 0 ? ranks() : 1; }
+
+Shape TrainStep::state_shape(const std::string& name) const {
+  for (std::size_t i = 0; i < names_.size(); ++i)
+    for (const std::string& st : state_names(options_.update.optimizer))
+      if (name == "state." + st + "." + names_[i]) return parameters_[i]->shape();
+  return state_.at(name).shape();
+}
 
 std::string TrainStep::batch_key(std::span<const HostTensor> batch) {
   std::string key;

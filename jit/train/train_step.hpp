@@ -106,6 +106,15 @@ public:
   /// working copies are derived from the parameters and left out).
   std::vector<std::pair<std::string, HostTensor*>> state();
   const std::vector<std::string>& parameter_names() const { return names_; }
+  /// The ranks the step averages over (its TrainStepOptions::communicator, or world()).
+  Communicator& communicator() const { return *options_.communicator; }
+  /// Into how many pieces each parameter's optimizer state is split: the number of ranks
+  /// under ZeRO (zero > 0, several ranks), else 1. This rank holds piece communicator().rank()
+  /// of each: the flattened state, zero-padded to pieces × shard elements, cut in pieces.
+  int state_pieces() const;
+  /// The whole shape of optimizer-state tensor `name` (`state.m.<param>`: its parameter's;
+  /// step-wide state such as `state.amp.scale`: its own, never split).
+  Shape state_shape(const std::string& name) const;
   /// The compiled update program (for its memory plan and kernel counts).
   const CompiledGraph& program() const;
   /// Every program the latest call ran: the step, then with accumulation the update.
@@ -161,7 +170,7 @@ private:
   /// Whether gradients leave the step program for the host before the update program
   /// (accumulation: summed over micro-batches there).
   bool split_update() const;
-  /// The ranks the step averages over (1 in a world of one).
+  /// The number of ranks the step averages over (1 in a world of one).
   int ranks() const;
   Graph read_low_copies(const Graph& forward);
   void refresh_low_copies();

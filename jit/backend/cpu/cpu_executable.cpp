@@ -109,6 +109,31 @@ void run_attention(const FusionPlan& plan, const Kernel& kernel, const std::vect
   });
 }
 
+/// How a kernel that joins stored buffers (or views of them) along one axis copies them; none
+/// when it computes anything else.
+std::optional<ConcatCopy> concat_copy(const FusionPlan& plan, const Kernel& k) {
+  const Graph& g = *plan.graph;
+  const Node& root = g.node(k.root);
+  if (k.kind != KernelKind::loop || root.op != OpId::concat || !k.extra_outputs.empty())
+    return std::nullopt;
+  const Shape& shape = root.type.shape;
+  auto axis = static_cast<std::size_t>(*normalize_axis(root.attrs.ints[0], shape.size()));
+  ConcatCopy copy;
+  for (std::size_t d = 0; d < axis; ++d)
+    copy.outer *= shape[d];
+  for (ValueId in : root.inputs) {
+    ValueId buffer = plan.view_of[in];
+    if (!plan.materialized[buffer]) return std::nullopt;
+    const Shape& part = g.type(in).shape;
+    int64_t block = static_cast<int64_t>(dtype_bytes(root.type.dtype));
+    for (std::size_t d = axis; d < part.size(); ++d)
+      block *= part[d];
+    copy.sources.push_back(buffer);
+    copy.block_bytes.push_back(block);
+  }
+  return copy;
+}
+
 } // namespace
 
 CpuExecutable::CpuExecutable(Graph graph, KernelLibrary& library, ThreadPool& pool)
@@ -123,6 +148,8 @@ CpuExecutable::CpuExecutable(Graph graph, KernelLibrary& library, ThreadPool& po
                                k.kind == KernelKind::collective
                            ? nullptr
                            : library.get(fusion_, k, report_));
+  for (const Kernel& k : fusion_.kernels)
+    copies_.push_back(concat_copy(fusion_, k));
   // Each collective is waited for right before the first kernel that reads its result.
   waits_before_.resize(fusion_.kernels.size() + 1);
   std::vector<std::size_t> waits = collective_waits(fusion_);
@@ -233,6 +260,17 @@ void CpuExecutable::run_into(std::span<const HostTensor* const> inputs,
                         pc + (i * s.m * s.n + row * s.n) * elem);
         }
       });
+      continue;
+    }
+    if (const std::optional<ConcatCopy>& copy = copies_[k]) {
+      auto* to = static_cast<std::byte*>(pointer[kernel.root]);
+      for (int64_t o = 0; o < copy->outer; ++o)
+        for (std::size_t i = 0; i < copy->sources.size(); ++i) {
+          int64_t block = copy->block_bytes[i];
+          std::memcpy(to, static_cast<const std::byte*>(pointer[copy->sources[i]]) + o * block,
+                      static_cast<std::size_t>(block));
+          to += block;
+        }
       continue;
     }
     args.clear();

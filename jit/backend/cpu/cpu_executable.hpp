@@ -7,10 +7,19 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <vector>
 
 namespace sinter {
+
+/// A kernel that only joins stored buffers along an axis (a gradient bucket being packed): the
+/// CPU copies it block by block instead of computing it element by element.
+struct ConcatCopy {
+  std::vector<ValueId> sources;     ///< buffers, in operand order
+  std::vector<int64_t> block_bytes; ///< per source: its part of one outer index
+  int64_t outer = 1;                ///< elements of the dims before the axis
+};
 
 class CpuExecutable final : public Executable {
 public:
@@ -39,6 +48,7 @@ private:
   MemoryPlan memory_;
   ThreadPool& pool_;
   std::vector<KernelEntry> entries_; ///< per kernel; null for GEMMs, attention, collectives
+  std::vector<std::optional<ConcatCopy>> copies_; ///< per kernel
   /// Per kernel index (and one past the last): the collectives to wait for before it runs.
   std::vector<std::vector<std::size_t>> waits_before_;
   bool has_collectives_ = false;
