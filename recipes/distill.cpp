@@ -72,10 +72,11 @@ int main(int argc, char** argv) {
       return kd_loss(s(images), t(images), labels, kd);
     };
     auto make_step = [&](int64_t total) {
-      return compile_distill_step(student, teacher, distill_loss, optimizer_for(flags),
-                                  {.step = {.batch_names = {"images", "labels"},
+      return compile_distill_step(
+          student, teacher, distill_loss, optimizer_for(flags),
+          {.step = recipe::parallel(flags, {.batch_names = {"images", "labels"},
                                             .schedule = schedule_for(flags, total),
-                                            .amp = recipe::amp_flag(flags)}});
+                                            .amp = recipe::amp_flag(flags)})});
     };
     // The largest batch is the distillation step's: it holds both models.
     int64_t batch = recipe::batch_size(flags, [&](int64_t budget) {
@@ -83,7 +84,8 @@ int main(int argc, char** argv) {
     });
     if (batch == 0) return 0; // --max-batch printed its line
 
-    data::DataLoader loader(*train, {.batch_size = batch, .shuffle = true, .seed = seed});
+    data::DataLoader loader(*train,
+                            recipe::sharded({.batch_size = batch, .shuffle = true, .seed = seed}));
     int64_t per_epoch = loader.batches_per_epoch();
     auto at_epoch_end = [&](int64_t, const data::DataLoader& l) {
       return l.position().batch == per_epoch;
@@ -92,38 +94,44 @@ int main(int argc, char** argv) {
     // The teacher: from a file, or trained here first.
     if (!flags.str("teacher").empty()) {
       load_weights(flags.str("teacher"), teacher);
-      std::fprintf(stderr, "distill: teacher (%lld parameters) loaded from %s\n",
-                   static_cast<long long>(parameter_count(teacher)), flags.str("teacher").c_str());
+      if (recipe::leader())
+        std::fprintf(stderr, "distill: teacher (%lld parameters) loaded from %s\n",
+                     static_cast<long long>(parameter_count(teacher)),
+                     flags.str("teacher").c_str());
     } else {
       int64_t teacher_total = flags.integer("teacher-steps") > 0
                                   ? flags.integer("teacher-steps")
                                   : flags.integer("teacher-epochs") * per_epoch;
       if (teacher_total <= 0) flags.fail("--teacher-epochs must be positive (or give --teacher)");
-      std::fprintf(stderr,
-                   "distill: no --teacher given: training a teacher first (%lld parameters, "
-                   "%lld steps of batch %lld)\n",
-                   static_cast<long long>(parameter_count(teacher)),
-                   static_cast<long long>(teacher_total), static_cast<long long>(batch));
-      auto teacher_step = compile_step(teacher, classification_loss, optimizer_for(flags),
-                                       {.batch_names = {"images", "labels"},
-                                        .schedule = schedule_for(flags, teacher_total),
-                                        .amp = recipe::amp_flag(flags)});
-      data::DataLoader teacher_loader(*train,
-                                      {.batch_size = batch, .shuffle = true, .seed = seed + 1});
+      if (recipe::leader())
+        std::fprintf(stderr,
+                     "distill: no --teacher given: training a teacher first (%lld parameters, "
+                     "%lld steps of batch %lld)\n",
+                     static_cast<long long>(parameter_count(teacher)),
+                     static_cast<long long>(teacher_total), static_cast<long long>(batch));
+      auto teacher_step =
+          compile_step(teacher, classification_loss, optimizer_for(flags),
+                       recipe::parallel(flags, {.batch_names = {"images", "labels"},
+                                                .schedule = schedule_for(flags, teacher_total),
+                                                .amp = recipe::amp_flag(flags)}));
+      data::DataLoader teacher_loader(
+          *train, recipe::sharded({.batch_size = batch, .shuffle = true, .seed = seed + 1}));
       recipe::run_training("teacher", flags, teacher, teacher_step, teacher_loader, teacher_total,
                            at_epoch_end, true);
     }
     double teacher_accuracy = test_accuracy(teacher, *test);
-    std::fprintf(stderr, "distill: teacher test accuracy %.4f\n", teacher_accuracy);
+    if (recipe::leader())
+      std::fprintf(stderr, "distill: teacher test accuracy %.4f\n", teacher_accuracy);
 
     int64_t total =
         flags.integer("steps") > 0 ? flags.integer("steps") : flags.integer("epochs") * per_epoch;
     auto step = make_step(total);
-    std::fprintf(stderr,
-                 "distill: student %lld parameters, %lld steps of batch %lld, T=%g, "
-                 "alpha=%g\n",
-                 static_cast<long long>(parameter_count(student)), static_cast<long long>(total),
-                 static_cast<long long>(batch), kd.temperature, kd.alpha);
+    if (recipe::leader())
+      std::fprintf(stderr,
+                   "distill: student %lld parameters, %lld steps of batch %lld, T=%g, "
+                   "alpha=%g\n",
+                   static_cast<long long>(parameter_count(student)), static_cast<long long>(total),
+                   static_cast<long long>(batch), kd.temperature, kd.alpha);
     recipe::LoopResult run =
         recipe::run_training("student", flags, student, step, loader, total, at_epoch_end, true);
     double student_accuracy = test_accuracy(student, *test);
@@ -131,19 +139,23 @@ int main(int argc, char** argv) {
     std::string baseline;
     if (!flags.on("no-baseline")) {
       FashionViT& alone = initial_student;
-      auto alone_step = compile_step(alone, classification_loss, optimizer_for(flags),
-                                     {.batch_names = {"images", "labels"},
-                                      .schedule = schedule_for(flags, total),
-                                      .amp = recipe::amp_flag(flags)});
-      data::DataLoader alone_loader(*train, {.batch_size = batch, .shuffle = true, .seed = seed});
-      std::fprintf(stderr, "distill: the same student alone (cross-entropy only), %lld steps\n",
-                   static_cast<long long>(total));
+      auto alone_step =
+          compile_step(alone, classification_loss, optimizer_for(flags),
+                       recipe::parallel(flags, {.batch_names = {"images", "labels"},
+                                                .schedule = schedule_for(flags, total),
+                                                .amp = recipe::amp_flag(flags)}));
+      data::DataLoader alone_loader(
+          *train, recipe::sharded({.batch_size = batch, .shuffle = true, .seed = seed}));
+      if (recipe::leader())
+        std::fprintf(stderr, "distill: the same student alone (cross-entropy only), %lld steps\n",
+                     static_cast<long long>(total));
       recipe::run_training("student_alone", flags, alone, alone_step, alone_loader, total,
                            at_epoch_end, true);
       char text[64];
       std::snprintf(text, sizeof text, " student_alone_accuracy=%.4f", test_accuracy(alone, *test));
       baseline = text;
     }
+    if (!recipe::leader()) return 0;
     std::printf("result: teacher_accuracy=%.4f student_accuracy=%.4f%s train_loss=%.4f "
                 "steps=%lld steps_per_second=%.1f seconds=%.1f\n",
                 teacher_accuracy, student_accuracy, baseline.c_str(), run.last_loss,

@@ -66,9 +66,10 @@ int train_fashion(const std::string& name, const Flags& flags, Model& model) {
         model,
         [](Model& m, Var images, Var labels) { return cross_entropy_mean(m(images), labels); },
         adamw{.lr = flags.real("lr"), .weight_decay = flags.real("weight-decay")},
-        {.batch_names = {"images", "labels"},
-         .schedule = warmup_cosine(flags.real("lr"), std::min<int64_t>(200, total / 10 + 1), total),
-         .amp = amp_flag(flags)});
+        parallel(flags, {.batch_names = {"images", "labels"},
+                         .schedule = warmup_cosine(flags.real("lr"),
+                                                   std::min<int64_t>(200, total / 10 + 1), total),
+                         .amp = amp_flag(flags)}));
   };
   int64_t batch = batch_size(
       flags, [&](int64_t budget) { return make_step(1).max_batch(example_batch(*train), budget); });
@@ -76,11 +77,7 @@ int train_fashion(const std::string& name, const Flags& flags, Model& model) {
   auto seed = static_cast<uint64_t>(flags.integer("seed"));
   // Under mpirun each rank takes its shard of every batch: --batch-size is the global batch.
   Communicator& ranks = world();
-  data::DataLoader loader(*train, {.batch_size = batch,
-                                   .shuffle = true,
-                                   .seed = seed,
-                                   .shard = ranks.rank(),
-                                   .shards = ranks.size()});
+  data::DataLoader loader(*train, sharded({.batch_size = batch, .shuffle = true, .seed = seed}));
   int64_t per_epoch = loader.batches_per_epoch();
   int64_t total = flags.integer("steps") > 0 ? flags.integer("steps") : epochs * per_epoch;
   auto step = make_step(total);

@@ -76,32 +76,32 @@ std::string sample(const Eval& logits_of, const std::string& prompt, int64_t con
 } // namespace
 
 int main(int argc, char** argv) {
+  std::vector<recipe::Flag> options{
+      {"steps", "800", "optimizer steps"},
+      {"epochs", "0", "passes over the corpus instead of --steps (0: use --steps)"},
+      {"batch-size", "32", "sequences per step, or max: the largest that fits (see --memory)"},
+      {"context", "64", "tokens (bytes) per sequence"},
+      {"dim", "128", "model width"},
+      {"depth", "4", "transformer blocks"},
+      {"heads", "4", "attention heads"},
+      {"lr", "0.003", "peak AdamW learning rate (warm-up, then cosine decay)"},
+      {"weight-decay", "0.01", "AdamW decoupled weight decay"},
+      {"clip", "1.0", "global gradient-norm clipping (0: off)"},
+      {"seed", "0", "initialisation, shuffling and sampling seed"},
+      {"threads", "0", "worker threads (0: SINTER_NUM_THREADS or all cores)"},
+      {"device", "", "cpu, cuda or cuda:N (default: SINTER_DEVICE, else cpu)"},
+      {"amp", "off", "mixed precision: off, bf16 or fp16 (fp16 scales the loss)"},
+      {"text", "", "a text file to train on (default: the fortunes in /usr/share/games/fortunes)"},
+      {"checkpoint-dir", "", "save a checkpoint here every 500 steps and at the end"},
+      {"resume", "0", "switch: continue from the checkpoint in --checkpoint-dir"},
+      {"prompt", "The ", "text the sample starts from"},
+      {"sample-bytes", "200", "bytes to generate at the end"}};
+  for (recipe::Flag& f : recipe::common_flags())
+    options.push_back(f);
   recipe::Flags flags(
       "gpt",
       "Trains a byte-level GPT on a text corpus (CPU or GPU), reports held-out loss and a sample.",
-      {{"steps", "800", "optimizer steps"},
-       {"epochs", "0", "passes over the corpus instead of --steps (0: use --steps)"},
-       {"batch-size", "32", "sequences per step, or max: the largest that fits (see --memory)"},
-       {"context", "64", "tokens (bytes) per sequence"},
-       {"dim", "128", "model width"},
-       {"depth", "4", "transformer blocks"},
-       {"heads", "4", "attention heads"},
-       {"lr", "0.003", "peak AdamW learning rate (warm-up, then cosine decay)"},
-       {"weight-decay", "0.01", "AdamW decoupled weight decay"},
-       {"clip", "1.0", "global gradient-norm clipping (0: off)"},
-       {"seed", "0", "initialisation, shuffling and sampling seed"},
-       {"threads", "0", "worker threads (0: SINTER_NUM_THREADS or all cores)"},
-       {"device", "", "cpu, cuda or cuda:N (default: SINTER_DEVICE, else cpu)"},
-       {"amp", "off", "mixed precision: off, bf16 or fp16 (fp16 scales the loss)"},
-       {"text", "", "a text file to train on (default: the fortunes in /usr/share/games/fortunes)"},
-       {"checkpoint-dir", "", "save a checkpoint here every 500 steps and at the end"},
-       {"resume", "0", "switch: continue from the checkpoint in --checkpoint-dir"},
-       {"prompt", "The ", "text the sample starts from"},
-       {"sample-bytes", "200", "bytes to generate at the end"},
-       recipe::common_flags()[0],
-       recipe::common_flags()[1],
-       recipe::common_flags()[2]},
-      argc, argv);
+      options, argc, argv);
   recipe::apply_runtime_flags(flags);
   return [&]() -> int {
     try {
@@ -123,17 +123,20 @@ int main(int argc, char** argv) {
         return compile_step(
             model, loss_fn,
             adamw{.lr = flags.real("lr"), .weight_decay = flags.real("weight-decay")},
-            {.batch_names = {"ids", "next"},
-             .schedule =
-                 warmup_cosine(flags.real("lr"), std::min<int64_t>(100, total / 10 + 1), total),
-             .clip_grad_norm = flags.real("clip"),
-             .amp = amp_flag(flags)});
+            recipe::parallel(
+                flags, {.batch_names = {"ids", "next"},
+                        .schedule = warmup_cosine(flags.real("lr"),
+                                                  std::min<int64_t>(100, total / 10 + 1), total),
+                        .clip_grad_norm = flags.real("clip"),
+                        .amp = amp_flag(flags)}));
       };
       int64_t batch = recipe::batch_size(flags, [&](int64_t budget) {
         return make_step(1).max_batch(recipe::example_batch(*train), budget);
       });
       if (batch == 0) return 0; // --max-batch printed its line
-      data::DataLoader loader(*train, {.batch_size = batch, .shuffle = true, .seed = seed});
+      // Under mpirun each rank takes its shard of every batch: --batch-size is the global batch.
+      data::DataLoader loader(
+          *train, recipe::sharded({.batch_size = batch, .shuffle = true, .seed = seed}));
       int64_t total = flags.integer("epochs") > 0
                           ? flags.integer("epochs") * loader.batches_per_epoch()
                           : flags.integer("steps");
@@ -142,11 +145,12 @@ int main(int argc, char** argv) {
       auto logits = compile_eval(model, [](GPT& m, Var ids) { return m(ids); }, {"ids"});
 
       double unigram = unigram_entropy(*train);
-      std::fprintf(
-          stderr,
-          "gpt: %lld parameters, %zu training windows of %lld bytes, unigram entropy %.3f nats\n",
-          static_cast<long long>(parameter_count(model)), train->size(),
-          static_cast<long long>(context), unigram);
+      if (recipe::leader())
+        std::fprintf(
+            stderr,
+            "gpt: %lld parameters, %zu training windows of %lld bytes, unigram entropy %.3f nats\n",
+            static_cast<long long>(parameter_count(model)), train->size(),
+            static_cast<long long>(context), unigram);
 
       recipe::LoopResult run =
           recipe::run_training("gpt", flags, model, step, loader, total,
@@ -154,6 +158,7 @@ int main(int argc, char** argv) {
       double held_out = holdout_loss(eval_loss, *holdout, batch);
       std::string text =
           sample(logits, flags.str("prompt"), context, flags.integer("sample-bytes"), 0.8, seed);
+      if (!recipe::leader()) return 0;
       std::printf("sample: %s\n", text.c_str());
       std::printf("result: holdout_loss=%.4f unigram_entropy=%.4f train_loss=%.4f steps=%lld "
                   "steps_per_second=%.1f seconds=%.1f\n",

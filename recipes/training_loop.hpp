@@ -28,6 +28,25 @@ inline void apply_runtime_flags(const Flags& flags) {
   }
 }
 
+/// `options` with `--zero` and `--bucket-mb` (data parallel under mpirun); bad values exit 2.
+inline sinter::StepOptions parallel(const Flags& flags, sinter::StepOptions options) {
+  int64_t zero = flags.integer("zero");
+  if (zero < 0 || zero > 2) flags.fail("--zero must be 0, 1 or 2");
+  double mib = flags.real("bucket-mb");
+  if (!(mib > 0)) flags.fail("--bucket-mb must be a size in MiB above 0");
+  options.zero = static_cast<int>(zero);
+  options.bucket_bytes = std::max<int64_t>(1, static_cast<int64_t>(mib * 1024 * 1024));
+  return options;
+}
+
+/// `options` taking this rank's shard of every global batch (every rank of a job launched with
+/// mpirun; --batch-size stays the global batch).
+inline sinter::data::LoaderOptions sharded(sinter::data::LoaderOptions options) {
+  options.shard = sinter::world().rank();
+  options.shards = sinter::world().size();
+  return options;
+}
+
 /// `--amp off|bf16|fp16` as the step's mixed-precision mode; a bad value exits 2.
 inline sinter::AmpMode amp_flag(const Flags& flags) {
   try {
@@ -38,12 +57,22 @@ inline sinter::AmpMode amp_flag(const Flags& flags) {
   return sinter::AmpMode::off;
 }
 
-/// Flags every recipe takes: `--max-batch` and `--memory` (with `--batch-size max`), and
-/// `--collective-timeout` for jobs of several ranks.
+/// Flags every recipe takes: `--max-batch` and `--memory` (with `--batch-size max`), and for
+/// jobs of several ranks `--collective-timeout`, `--zero` and `--bucket-mb`.
 inline std::vector<Flag> common_flags() {
   return {{"collective-timeout", "",
            "under mpirun: seconds a collective waits for the other ranks before the job ends "
            "naming them (default: SINTER_COLLECTIVE_TIMEOUT, else 300)"},
+          {"zero", "0",
+           "under mpirun: ZeRO stage 0, 1 (each rank keeps 1/N of the optimizer state) or 2 "
+           "(also reduce-scatters the gradients)"},
+          {"stop-after", "0",
+           "stop after this many steps of this run, saving a checkpoint (with "
+           "--checkpoint-dir): a later --resume trains the rest of --steps/--epochs, on any "
+           "number of ranks (0: run to the end)"},
+          {"bucket-mb", "25",
+           "under mpirun: gradient bucket size in MiB; each bucket's reduction starts as soon "
+           "as the backward pass has produced it"},
           {"max-batch", "0",
            "switch: print the largest batch that fits (max_batch=N peak_bytes=P "
            "next_peak_bytes=Q budget_bytes=M, from the memory plan) and exit"},
@@ -131,22 +160,28 @@ LoopResult run_training(const std::string& name, const Flags& flags, Model& mode
       std::fprintf(stderr, "%s: resumed from %s at step %lld\n", name.c_str(), ckpt.c_str(),
                    static_cast<long long>(step.steps()));
   }
-  // Under mpirun every rank holds the same parameters and state: rank 0 alone writes them.
-  bool writes = !ckpt_dir.empty() && leader();
+  // Under mpirun every rank calls save_checkpoint: rank 0 writes the whole state, or under
+  // ZeRO each rank its shard and rank 0 the index.
+  bool writes = !ckpt_dir.empty();
   if (writes) std::filesystem::create_directories(ckpt_dir);
 
   Progress progress(total, leader());
   data::Batch b;
   LoopResult result;
   int64_t start_step = step.steps();
-  while (step.steps() < total) {
+  // --stop-after: this run ends early (the schedule still spans `total`), checkpointed.
+  int64_t stop = total;
+  if (flags.integer("stop-after") < 0) flags.fail("--stop-after must be 0 or a number of steps");
+  if (flags.integer("stop-after") > 0)
+    stop = std::min(total, start_step + flags.integer("stop-after"));
+  while (step.steps() < stop) {
     if (!loader.next(b)) {
       loader.start_epoch(loader.position().epoch + 1);
       continue;
     }
     result.last_loss = step(b.examples, b.labels).loss.value();
     progress.update(step.steps(), result.last_loss);
-    if (writes && (save_now(step.steps(), loader) || step.steps() == total))
+    if (writes && (save_now(step.steps(), loader) || step.steps() == stop))
       save_checkpoint(ckpt, model, step,
                       {{"epoch", std::to_string(loader.position().epoch)},
                        {"batch", std::to_string(loader.position().batch)},

@@ -2,6 +2,7 @@
 #include "jit/backend/cpu/thread_pool.hpp"
 #include "jit/backend/cuda/cuda_driver.hpp"
 #include "jit/backend/cuda/nvptx_target.hpp"
+#include "jit/io/sharded_checkpoint.hpp"
 #include "jit/runtime/kernel_cache.hpp"
 #include "ops/registry.hpp"
 
@@ -29,6 +30,8 @@ void print_usage(std::FILE* to) {
                    "             whether a CUDA driver is loadable\n"
                    "  cache stats  print the kernel cache's dir, entries, bytes and last run\n"
                    "  cache clear  remove every kernel cache entry\n"
+                   "  checkpoint export INDEX OUT  write a checkpoint (one file, or a ZeRO index\n"
+                   "             and its shard files) as one safetensors file of whole tensors\n"
                    "  help       show this message\n");
 }
 
@@ -110,6 +113,24 @@ int run_cache_command(int argc, char** argv) {
   return 0;
 }
 
+int run_checkpoint_command(int argc, char** argv) {
+  std::string_view sub = argc >= 3 ? argv[2] : "";
+  if (argc != 5 || sub != "export") {
+    if (!sub.empty() && sub != "export")
+      std::fprintf(stderr, "sinter: unknown checkpoint command '%s'\n\n", argv[2]);
+    std::fprintf(stderr,
+                 "usage: sinter checkpoint export INDEX OUT\n"
+                 "  INDEX  a checkpoint save_checkpoint wrote (a ZeRO job's index, with its\n"
+                 "         shard files beside it, or a single file)\n"
+                 "  OUT    the safetensors file to write: every tensor whole, loadable by\n"
+                 "         PyTorch's safetensors and resumable at any world size\n");
+    return 2;
+  }
+  sinter::consolidate_checkpoint(argv[3], argv[4]);
+  std::printf("wrote %s\n", argv[4]);
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -126,6 +147,7 @@ int main(int argc, char** argv) {
   try {
     if (command == "info") return print_info();
     if (command == "cache") return run_cache_command(argc, argv);
+    if (command == "checkpoint") return run_checkpoint_command(argc, argv);
   } catch (const std::exception& error) { // e.g. a bad SINTER_NUM_THREADS
     std::fprintf(stderr, "%s\n", error.what());
     return 1;
