@@ -97,6 +97,9 @@ struct StepOptions {
   /// Data parallel: the gradient bucket size in bytes (each bucket's reduction starts as soon
   /// as the backward pass has produced it; the first holds at most 1 MiB).
   int64_t bucket_bytes = int64_t{25} << 20;
+  /// Data parallel: compare the ranks' parameter checksums every this many updates; a rank that
+  /// drifted stops every rank with the parameter named (0: only at the first call).
+  int64_t check_every = 0;
 };
 
 struct StepOutput {
@@ -192,6 +195,7 @@ public:
     if (!options.data_parallel) step_options.communicator = &lone_rank();
     step_options.zero = options.zero;
     step_options.bucket_bytes = options.bucket_bytes;
+    step_options.check_every = options.check_every;
     runtime_ = std::make_unique<TrainStep>(trace, names, values, step_options);
   }
 

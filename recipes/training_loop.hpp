@@ -36,6 +36,8 @@ inline sinter::StepOptions parallel(const Flags& flags, sinter::StepOptions opti
   if (!(mib > 0)) flags.fail("--bucket-mb must be a size in MiB above 0");
   options.zero = static_cast<int>(zero);
   options.bucket_bytes = std::max<int64_t>(1, static_cast<int64_t>(mib * 1024 * 1024));
+  if (flags.integer("check-every") < 0) flags.fail("--check-every must be 0 or a step count");
+  options.check_every = flags.integer("check-every");
   return options;
 }
 
@@ -70,6 +72,9 @@ inline std::vector<Flag> common_flags() {
            "stop after this many steps of this run, saving a checkpoint (with "
            "--checkpoint-dir): a later --resume trains the rest of --steps/--epochs, on any "
            "number of ranks (0: run to the end)"},
+          {"check-every", "0",
+           "under mpirun: compare the ranks' parameter checksums every this many steps and stop "
+           "naming a parameter that drifted (0: only at the start)"},
           {"bucket-mb", "25",
            "under mpirun: gradient bucket size in MiB; each bucket's reduction starts as soon "
            "as the backward pass has produced it"},

@@ -120,6 +120,21 @@ TEST_CASE("ranks that disagree on the model or its starting values are stopped w
     else
       CHECK_THROWS(step(x, y));
   }
+  SECTION("parameters that drift apart are caught at the next check (every 5 updates)") {
+    Init init(7);
+    MLP model({6, 32, 4}, init);
+    auto step = compile_step(model, loss, adamw{.lr = 0.01}, {.check_every = 5});
+    for (int s = 0; s < 4; ++s)
+      step(x, y);
+    if (comm.rank() == 1) // a rank whose values change behind the step's back
+      for_each_parameter(
+          model, [](const std::string&, Parameter& p) { p.value.set(0, p.value.at(0) + 1.0); });
+    if (comm.rank() == 1)
+      CHECK_THROWS_WITH(step(x, y), Catch::Contains("disagree on the parameters after update 5") &&
+                                        Catch::Contains("checksum"));
+    else
+      CHECK_THROWS_WITH(step(x, y), Catch::Contains("rank 1 disagree with rank 0"));
+  }
   SECTION("the same model and values train") {
     Init init(7);
     MLP model({6, 32, 4}, init);

@@ -6,9 +6,12 @@
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -52,6 +55,20 @@ MPI_Datatype mpi_type(DType type, const char* collective) {
 
 MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::sum ? MPI_SUM : MPI_MAX; }
 
+/// What this rank is waiting in, as a line ready for write(2): a rank that is stopped by
+/// mpirun because another rank died names the collective and step it was in.
+char waiting_line[512];
+volatile std::sig_atomic_t waiting_length = 0;
+
+extern "C" void say_where_stopped(int signal) {
+  if (waiting_length > 0) {
+    ssize_t ignored = ::write(2, waiting_line, static_cast<std::size_t>(waiting_length));
+    (void)ignored;
+  }
+  std::signal(signal, SIG_DFL);
+  std::raise(signal);
+}
+
 /// Set once a collective failed: the job is broken, and exiting must abort it (MPI_Finalize
 /// would wait for ranks that never come).
 bool job_broken = false;
@@ -89,6 +106,8 @@ public:
     MPI_Win_allocate(sizeof(int64_t), sizeof(int64_t), MPI_INFO_NULL, comm_, &entered_, &board_);
     *entered_ = 0;
     MPI_Win_lock_all(MPI_MODE_NOCHECK, board_);
+    std::signal(SIGTERM, say_where_stopped);
+    std::signal(SIGINT, say_where_stopped);
   }
 
   ~MpiCommunicator() override {
@@ -166,6 +185,12 @@ public:
     if (it == in_flight_.end()) return; // completed and collected already
     Flight& flight = it->second;
     auto start = std::chrono::steady_clock::now();
+    std::string line = "sinter: rank " + std::to_string(rank_) + " was stopped while waiting in " +
+                       describe(flight.call) +
+                       " (the job ended: another rank died or was stopped; mpirun names it)\n";
+    waiting_length = 0;
+    std::memcpy(waiting_line, line.data(), std::min(line.size(), sizeof waiting_line));
+    waiting_length = static_cast<std::sig_atomic_t>(std::min(line.size(), sizeof waiting_line));
     for (int polls = 0; !poll(flight); ++polls) {
       auto waited = std::chrono::steady_clock::now() - flight.started;
       if (waited > timeout_) {
@@ -178,6 +203,7 @@ public:
       }
       if (polls > 2000) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
+    waiting_length = 0;
     stats_.waited_seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     stats_.in_flight_seconds +=

@@ -92,6 +92,9 @@ TrainStep::TrainStep(Tracer trace, std::vector<std::string> names,
   if (options_.zero < 0 || options_.zero > 2)
     throw std::invalid_argument("sinter: zero must be 0, 1 or 2, got " +
                                 std::to_string(options_.zero));
+  if (options_.check_every < 0)
+    throw std::invalid_argument("sinter: check_every must be 0 or a number of updates, got " +
+                                std::to_string(options_.check_every));
   if (options_.bucket_bytes < 1)
     throw std::invalid_argument("sinter: bucket_bytes must be positive, got " +
                                 std::to_string(options_.bucket_bytes));
@@ -213,6 +216,19 @@ std::vector<HostTensor> TrainStep::scalar_inputs(double lr) const {
 }
 
 bool TrainStep::split_update() const { return options_.accumulate > 1; }
+
+std::vector<std::string> TrainStep::parameter_checksums() const {
+  std::vector<std::string> lines;
+  for (std::size_t i = 0; i < names_.size(); ++i) {
+    uint64_t hash = 1469598103934665603ull; // FNV-1a over the bytes
+    for (std::byte b : parameters_[i]->bytes())
+      hash = (hash ^ static_cast<uint64_t>(b)) * 1099511628211ull;
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
+    lines.push_back("the values of parameter " + names_[i] + " (checksum " + hex);
+  }
+  return lines;
+}
 
 int TrainStep::ranks() const { return options_.communicator->size(); }
 
@@ -524,15 +540,8 @@ const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> b
                     std::string(amp_name(options_.amp)) + ", zero " +
                     std::to_string(options_.zero) + ", gradient buckets of " +
                     std::to_string(options_.bucket_bytes) + " bytes");
-    for (std::size_t i = 0; i < names_.size(); ++i) {
-      uint64_t hash = 1469598103934665603ull; // FNV-1a over the bytes
-      for (std::byte b : parameters_[i]->bytes())
-        hash = (hash ^ static_cast<uint64_t>(b)) * 1099511628211ull;
-      char hex[17];
-      std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
-      facts.push_back("the values of parameter " + names_[i] + " (checksum " + hex +
-                      "; start every rank from the same Init seed or checkpoint)");
-    }
+    for (const std::string& line : parameter_checksums())
+      facts.push_back(line + "; start every rank from the same Init seed or checkpoint)");
     check_ranks_agree(*options_.communicator, facts,
                       "the data-parallel step (parameters, their values, batch types, options)");
   }
@@ -673,10 +682,22 @@ LossHandle TrainStep::operator()(std::span<const HostTensor> batch, double lr) {
   // Moved, not copied: on a GPU the loss is still deferred, so the step runs on while the
   // caller prepares the next batch; reading it waits for the step.
   auto loss = std::make_shared<HostTensor>(std::move(c.step_outputs[0]));
+  auto check_agreement = [&] {
+    if (options_.check_every <= 0 || ranks() == 1 || steps_ % options_.check_every != 0) return;
+    std::vector<std::string> lines = parameter_checksums();
+    for (std::string& line : lines)
+      line += ")";
+    check_ranks_agree(*options_.communicator, lines,
+                      "the parameters after update " + std::to_string(steps_) +
+                          " (they drifted apart: a rank computed something else; the check runs "
+                          "every " +
+                          std::to_string(options_.check_every) + " updates)");
+  };
   if (!c.apply) {
     take_updates(*c.step, c.step_outputs);
     note_stamps();
     ++steps_;
+    check_agreement();
     return LossHandle(loss);
   }
   // Accumulation: sum this micro-batch's gradients; update on the k-th.
@@ -711,6 +732,7 @@ LossHandle TrainStep::operator()(std::span<const HostTensor> batch, double lr) {
     for (HostTensor& sum : grad_sums_)
       std::fill(sum.bytes().begin(), sum.bytes().end(), std::byte{0});
     ++steps_;
+    check_agreement();
   }
   return LossHandle(loss);
 }

@@ -48,6 +48,9 @@ struct TrainStepOptions {
   /// Data parallel: gradients are reduced in buckets of about this many bytes, each started
   /// as soon as the backward pass has produced it (the first holds at most 1 MiB).
   int64_t bucket_bytes = int64_t{25} << 20;
+  /// Data parallel: every this many updates the ranks compare checksums of their parameters,
+  /// and a difference stops every rank naming the parameter (0: only at the first call).
+  int64_t check_every = 0;
 };
 
 /// The loss of one step. It is computed by the step itself: reading it costs nothing more and
@@ -170,6 +173,8 @@ private:
   /// Whether gradients leave the step program for the host before the update program
   /// (accumulation: summed over micro-batches there).
   bool split_update() const;
+  /// One line per parameter: its name and an FNV-1a checksum of its bytes.
+  std::vector<std::string> parameter_checksums() const;
   /// The number of ranks the step averages over (1 in a world of one).
   int ranks() const;
   Graph read_low_copies(const Graph& forward);

@@ -44,5 +44,7 @@ expect stall "rank 0 waited [0-9.]+ s in all_reduce #3 \(step 3, 1000 f32 sum\):
 # Rank 1 is killed before step 3's all_reduce.
 SINTER_COLLECTIVE_TIMEOUT=2 run die 30 --steps 5 --die 1:3
 expect die "rank 1|process rank 1"
+# The rank left waiting names the collective and the step it was in.
+expect die "rank 0 was stopped while waiting in all_reduce #3 \(step 3, 1000 f32 sum\)"
 ((fail == 0)) && echo "fault tests passed"
 exit $fail
