@@ -1,7 +1,7 @@
 // kernels/cublaslt_gemm.cpp — cuBLASLt descriptors, heuristics per shape, row-major via swap
 #include "kernels/cublaslt_gemm.hpp"
 
-#include <dlfcn.h>
+#include "kernels/dynamic_library.hpp"
 
 #include <cstdlib>
 #include <stdexcept>
@@ -98,22 +98,15 @@ CublasLt* CublasLt::get() { return loaded().first; }
 std::pair<CublasLt*, std::string>& CublasLt::loaded() {
   static std::pair<CublasLt*, std::string> state = [] {
     Loaded out;
-    void* lib = nullptr;
-    for (const char* name : {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"})
-      if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
+    void* lib = open_first({"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"});
     if (!lib) {
       out.reason = "cannot load libcublasLt.so (.13 or .12): install the CUDA libraries "
                    "(cuBLAS) or add their folder to LD_LIBRARY_PATH";
       return out;
     }
     auto api = std::make_unique<Api>();
-    std::string missing;
-    auto need = [&](auto& slot, const char* name) {
-      if (void* s = dlsym(lib, name))
-        slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(s);
-      else
-        missing += std::string(missing.empty() ? "" : ", ") + name;
-    };
+    EntryPoints entry(lib);
+    auto need = [&](auto& slot, const char* name) { entry.need(slot, name); };
     need(api->create, "cublasLtCreate");
     need(api->destroy, "cublasLtDestroy");
     need(api->status_name, "cublasLtGetStatusName");
@@ -128,7 +121,7 @@ std::pair<CublasLt*, std::string>& CublasLt::loaded() {
     need(api->pref_set, "cublasLtMatmulPreferenceSetAttribute");
     need(api->heuristic, "cublasLtMatmulAlgoGetHeuristic");
     need(api->matmul, "cublasLtMatmul");
-    if (!missing.empty()) {
+    if (const std::string& missing = entry.missing(); !missing.empty()) {
       out.reason = "libcublasLt is missing " + missing + "; install cuBLAS 12 or newer";
       return out;
     }

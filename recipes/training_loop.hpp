@@ -21,8 +21,12 @@ inline void apply_runtime_flags(const Flags& flags) {
     sinter::world().set_timeout(std::chrono::duration<double>(seconds));
   }
   if (flags.str("device").empty()) return;
+  std::string device = flags.str("device");
+  // Under mpirun each rank of a host takes its own GPU: `cuda` means cuda:<local rank>.
+  if (device == "cuda" && sinter::world().size() > 1)
+    device = "cuda:" + std::to_string(sinter::world_place_from_environment().local_rank);
   try {
-    sinter::set_default_device(sinter::Device::parse(flags.str("device")));
+    sinter::set_default_device(sinter::Device::parse(device));
   } catch (const std::invalid_argument& e) {
     flags.fail(std::string("--device: ") + e.what());
   }

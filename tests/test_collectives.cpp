@@ -3,6 +3,7 @@
 #include "jit/api.hpp"
 #include "jit/runtime/communicator.hpp"
 #include "jit/runtime/memory_plan.hpp"
+#include "kernels/nccl_bridge.hpp"
 #include "ops/value.hpp"
 
 #include <catch2/catch.hpp>
@@ -10,6 +11,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <numeric>
 #include <vector>
 
@@ -187,4 +189,21 @@ TEST_CASE("a collective starts right after its operand is written and is waited 
   for (const BufferSlot& slot : memory.slots())
     if (slot.node == k.reads[0]) CHECK((slot.last >= waits[collective] || k.in_place()));
   CHECK(k.in_place()); // its only reader: summed in place
+}
+
+TEST_CASE("NCCL loads by dlopen with every entry point the GPU collectives use, and makes a "
+          "unique id on the host",
+          "[collectives]") {
+  kernels::Nccl* nccl = kernels::Nccl::get();
+  bool toolkit_has_it = std::filesystem::exists("/usr/local/cuda/lib64/libnccl.so.2") ||
+                        std::filesystem::exists("/usr/local/cuda/lib/libnccl.so.2");
+  if (!nccl) {
+    // Only where no NCCL is installed; the reason names the library and the fix.
+    CHECK_FALSE(toolkit_has_it);
+    CHECK_THAT(kernels::Nccl::unavailable_reason(),
+               Catch::Contains("libnccl.so.2") && Catch::Contains("SINTER_LIBNCCL"));
+    return;
+  }
+  CHECK(nccl->version() >= 21200); // 2.12 or newer
+  CHECK(nccl->unique_id_works());
 }

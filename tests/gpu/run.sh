@@ -20,6 +20,11 @@ export LD_LIBRARY_PATH="$HERE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export SINTER_CACHE_DIR="$REPORT_DIR/kernel-cache"
 export SINTER_LIBDEVICE="$HERE/lib/libdevice.10.bc"
 REPORT="$REPORT_DIR/report.md"
+# NCCL (the collective ops' GPU path, even in a world of one): PyTorch's wheel brings one.
+if [[ -z ${SINTER_LIBNCCL:-} ]]; then
+  nccl_dir=$("$PYTHON" -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
+  [[ -n $nccl_dir && -f $nccl_dir/libnccl.so.2 ]] && export SINTER_LIBNCCL="$nccl_dir/libnccl.so.2"
+fi
 # On a GPU machine a CUDA suite that skips is a failure: nothing was tested.
 export SINTER_REQUIRE_GPU=1
 failed_steps=()

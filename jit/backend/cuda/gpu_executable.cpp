@@ -273,14 +273,25 @@ void GpuExecutable::enqueue_body(const InputSet& set) const {
       continue;
     }
     if (launch.kind == KernelKind::collective) {
-      // A world of one: the result is the operand. Jobs of several GPU ranks go through NCCL.
-      if (communicator().size() != 1)
-        throw std::runtime_error(
-            "sinter: collectives between GPU ranks need NCCL, which this build does not drive "
-            "yet; run data parallel on the CPU (docs/distributed.md)");
-      if (b.a != b.c)
-        d.check(d.cuMemcpyDtoDAsync(b.c, b.a, byte_size(g.type(launch.c)), stream),
-                "cuMemcpyDtoDAsync");
+      const Node& n = g.node(launch.c);
+      if (!nccl_) { // a world of one without NCCL: the result is the operand
+        if (b.a != b.c)
+          d.check(d.cuMemcpyDtoDAsync(b.c, b.a, byte_size(n.type), stream), "cuMemcpyDtoDAsync");
+        continue;
+      }
+      int64_t count = numel(n.type.shape);
+      switch (n.op) {
+      case OpId::all_reduce: nccl_->all_reduce(b.a, b.c, count, n.type.dtype, stream); break;
+      case OpId::reduce_scatter:
+        nccl_->reduce_scatter(b.a, b.c, count, n.type.dtype, stream);
+        break;
+      case OpId::all_gather:
+        nccl_->all_gather(b.a, b.c, numel(g.type(n.inputs[0]).shape), n.type.dtype, stream);
+        break;
+      default:
+        nccl_->broadcast(b.a, b.c, count, n.type.dtype, static_cast<int>(n.attrs.ints[1]), stream);
+        break;
+      }
       continue;
     }
     if (launch.shape.items == 0) continue;
@@ -401,6 +412,11 @@ void GpuExecutable::run_into(std::span<const HostTensor* const> inputs,
   device_.make_current();
   const Graph& g = *graph_;
   check_collective_ranks(g, communicator());
+  // Collectives run through NCCL on the step's stream (captured into its CUDA graph): made
+  // before any capture, by every rank (its unique id goes over the host communicator). A world
+  // of one without NCCL copies instead.
+  if (!nccl_ && has_collectives(g) && (communicator().size() > 1 || kernels::Nccl::get()))
+    nccl_ = std::make_unique<kernels::NcclCommunicator>(communicator());
   const cuda::Driver& d = device_.driver();
   cuda::StreamHandle compute = device_.stream(), copy = device_.copy_stream();
   int which = last_set_ == 0 ? 1 : 0;

@@ -6,6 +6,7 @@
 #include "jit/backend/device.hpp"
 #include "jit/backend/executable.hpp"
 #include "kernels/cublaslt_gemm.hpp"
+#include "kernels/nccl_bridge.hpp"
 
 #include <array>
 #include <memory>
@@ -83,6 +84,9 @@ private:
   mutable std::vector<std::pair<std::size_t, uint64_t>> resident_;
   std::vector<bool> input_resident_;
   CompileReport report_;
+  /// The step's collectives between GPU ranks (made on the first run of a graph that has
+  /// any, when NCCL is there or the job has several ranks).
+  mutable std::unique_ptr<kernels::NcclCommunicator> nccl_;
   mutable std::mutex run_mutex_;
   mutable int runs_ = 0;
   mutable int last_set_ = -1;
