@@ -10,13 +10,17 @@
 //   step_s=<wall seconds per step> collectives=<per step> collective_mb=<per step>
 //   in_flight_ms=<per step> waited_ms=<per step> hidden=<1 - waited / in flight>
 //   optimizer_state_bytes=<this rank's m and v> parameter_bytes=<whole parameters>
-//   planned_peak_bytes=<the step's arena and outputs> loss=<last step>
+//   planned_peak_bytes=<the step's arena and outputs> cpu_s=<CPU seconds of all ranks per step>
+//   loss=<last step>
 // in_flight_ms is how long the step's collectives ran from start to completion, waited_ms how
-// long the step blocked on them: the difference ran under the backward pass.
+// long the step blocked on them: the difference ran under the backward pass. cpu_s sums every
+// rank's user and system time per step: on a shared machine it varies less than wall time.
 #include "bench_timing.hpp"
 #include "dsl/sinter.hpp"
 #include "recipes/fashion_mlp.hpp"
 #include "recipes/fashion_vit.hpp"
+
+#include <sys/resource.h>
 
 #include <chrono>
 #include <cstdio>
@@ -28,6 +32,16 @@
 using namespace sinter;
 
 namespace {
+
+/// This process's CPU time (user + system), in seconds.
+double cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6;
+  };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
 
 struct Options {
   std::string model = "vit";
@@ -62,10 +76,13 @@ template <class Model> int run(Model& model, const Options& opt) {
     loss = step(images, y).loss.value();
   ranks.barrier();
   ranks.reset_stats();
+  double cpu_start = cpu_seconds();
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < opt.step.iters; ++i)
     loss = step(images, y).loss.value();
   CollectiveStats stats = ranks.stats(); // the steps' own collectives, all waited for
+  std::vector<double> cpu{cpu_seconds() - cpu_start};
+  ranks.all_reduce(cpu.data(), 1, DType::f64, ReduceOp::sum); // every rank's CPU time
   ranks.barrier();
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (ranks.rank() != 0) return 0;
@@ -74,14 +91,15 @@ template <class Model> int run(Model& model, const Options& opt) {
   std::printf("peer=sinter model=%s ranks=%d zero=%d batch=%lld threads=%d step_s=%.6f "
               "collectives=%.1f collective_mb=%.3f in_flight_ms=%.3f waited_ms=%.3f hidden=%.3f "
               "optimizer_state_bytes=%lld parameter_bytes=%lld planned_peak_bytes=%lld "
-              "loss=%.6f\n",
+              "cpu_s=%.6f loss=%.6f\n",
               opt.model.c_str(), ranks.size(), opt.zero, static_cast<long long>(opt.batch),
               opt.step.threads, seconds * per, static_cast<double>(stats.count) * per,
               static_cast<double>(stats.bytes) * per / 1e6, stats.in_flight_seconds * 1e3 * per,
               stats.waited_seconds * 1e3 * per, stats.hidden_fraction(),
               static_cast<long long>(resident.optimizer_state),
               static_cast<long long>(resident.parameters),
-              static_cast<long long>(step.runtime().program().memory_plan().peak_bytes()), loss);
+              static_cast<long long>(step.runtime().program().memory_plan().peak_bytes()),
+              cpu[0] * per, loss);
   return 0;
 }
 

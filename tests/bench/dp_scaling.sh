@@ -12,7 +12,9 @@
 #   --bucket-kb N gradient bucket size for every run (default: the step's, 25 MiB)
 # Environment: BUILD_DIR (default build), DP_SCALING (a prebuilt dp_scaling; skips the build).
 # Prints one table per model: step time per rank count (median over rounds), the efficiency
-# t1 / (2 t2) with its per-round range, and the collectives' hidden share; then the memory table.
+# t1 / (2 t2) with its per-round range, the collectives' hidden share, the same efficiency in
+# CPU time (every rank's user + system time; steadier than wall time on a shared machine); then
+# the memory table.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -91,6 +93,12 @@ for model in models:
           f"{statistics.median(hidden) * 100:.0f}% hidden)")
     print(f"  efficiency t1/(2 t2): median {statistics.median(eff) * 100:.1f}% "
           f"(rounds {min(eff) * 100:.1f}-{max(eff) * 100:.1f}%), goal >= 90%")
+    c1 = [float(r["cpu_s"]) for r in one]
+    c2 = [float(r["cpu_s"]) for r in two]
+    ceff = [a / b for a, b in zip(c1, c2)]
+    print(f"  CPU time per step: 1 rank {statistics.median(c1) * 1e3:.2f} ms, 2 ranks together "
+          f"{statistics.median(c2) * 1e3:.2f} ms; efficiency c1/c2: median "
+          f"{statistics.median(ceff) * 100:.1f}% (rounds {min(ceff) * 100:.1f}-{max(ceff) * 100:.1f}%)")
     zero = lines(f"{out}/{model}-zero.txt")
     base = float(zero[0]["optimizer_state_bytes"])
     print(f"  optimizer state per rank (2 ranks): " + ", ".join(
