@@ -1,0 +1,219 @@
+// jit/train/sift.cpp — the sifting rule (percentile of the loss history, seeded draws) and the
+// sifting loader
+#include "jit/train/sift.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+
+namespace sinter {
+namespace {
+
+/// splitmix64: the draw for counter `n` under `seed` (portable, and resumable from the count).
+uint64_t mix(uint64_t seed, uint64_t n) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (n + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+const HostTensor& take(const std::map<std::string, HostTensor>& tensors, const std::string& name) {
+  auto it = tensors.find(name);
+  if (it == tensors.end())
+    throw std::runtime_error("sinter: the checkpoint has no '" + name +
+                             "': it was written without sifting (or by another version); resume "
+                             "with the same --sift-* flags it was written with");
+  return it->second;
+}
+
+} // namespace
+
+SiftRule::SiftRule(SiftOptions options) : options_(options) {
+  if (!(options_.beta >= 0) || !std::isfinite(options_.beta))
+    throw std::invalid_argument("sinter: sifting beta must be a number >= 0, got " +
+                                std::to_string(options_.beta));
+  if (options_.history < 1)
+    throw std::invalid_argument("sinter: the sifting loss history must hold at least 1 loss, got " +
+                                std::to_string(options_.history));
+  if (options_.delay < 0)
+    throw std::invalid_argument("sinter: the sifting delay must be 0 or more batches, got " +
+                                std::to_string(options_.delay));
+  history_.reserve(static_cast<std::size_t>(options_.history));
+}
+
+void SiftRule::start_epoch(int64_t) { epoch_batches_ = 0; }
+
+bool SiftRule::delaying() const {
+  return (options_.repeat_delay ? epoch_batches_ : batches_) < options_.delay;
+}
+
+double SiftRule::percentile(double loss) const {
+  if (history_.empty()) return 1.0;
+  double below = 0;
+  for (double h : history_)
+    below += h < loss ? 1.0 : (h == loss ? 0.5 : 0.0);
+  return below / static_cast<double>(history_.size());
+}
+
+double SiftRule::draw() {
+  return static_cast<double>(mix(options_.seed, static_cast<uint64_t>(draws_++)) >> 11) * 0x1p-53;
+}
+
+std::vector<bool> SiftRule::select(std::span<const double> losses, std::span<const bool> real) {
+  if (!real.empty() && real.size() != losses.size())
+    throw std::invalid_argument("sinter: SiftRule::select needs one real flag per loss");
+  std::vector<bool> keep(losses.size(), false);
+  bool all = delaying();
+  for (std::size_t i = 0; i < losses.size(); ++i) {
+    if (!real.empty() && !real[i]) continue;
+    if (!std::isfinite(losses[i]))
+      throw std::invalid_argument("sinter: sifting scored a non-finite loss (" +
+                                  std::to_string(losses[i]) + ") at row " + std::to_string(i) +
+                                  ": the model diverged; lower the learning rate");
+    double u = draw(); // drawn in the delay too, so the draws never depend on it
+    keep[i] = all || u < std::pow(percentile(losses[i]), options_.beta);
+  }
+  for (std::size_t i = 0; i < losses.size(); ++i) {
+    if (!real.empty() && !real[i]) continue;
+    if (static_cast<int64_t>(history_.size()) < options_.history)
+      history_.push_back(losses[i]);
+    else
+      history_[static_cast<std::size_t>(next_slot_)] = losses[i];
+    next_slot_ = (next_slot_ + 1) % options_.history;
+    ++seen_;
+    kept_ += keep[i];
+  }
+  ++batches_;
+  ++epoch_batches_;
+  return keep;
+}
+
+std::vector<std::pair<std::string, HostTensor>> SiftRule::state() const {
+  std::vector<std::pair<std::string, HostTensor>> out;
+  out.emplace_back(
+      "sift.history",
+      HostTensor::from_doubles(DType::f64, {static_cast<int64_t>(history_.size())}, history_));
+  std::vector<double> counters{static_cast<double>(next_slot_), static_cast<double>(draws_),
+                               static_cast<double>(batches_),   static_cast<double>(epoch_batches_),
+                               static_cast<double>(seen_),      static_cast<double>(kept_)};
+  out.emplace_back("sift.counters", HostTensor::from_doubles(DType::i64, {6}, counters));
+  return out;
+}
+
+void SiftRule::restore(const std::map<std::string, HostTensor>& tensors) {
+  const HostTensor& history = take(tensors, "sift.history");
+  const HostTensor& counters = take(tensors, "sift.counters");
+  if (history.shape().size() != 1 || history.size() > options_.history ||
+      counters.shape() != Shape{6})
+    throw std::runtime_error("sinter: the checkpoint's sifting state holds " +
+                             std::to_string(history.size()) + " losses for a history of " +
+                             std::to_string(options_.history) +
+                             ": resume with the --sift-history it was written with");
+  history_.assign(static_cast<std::size_t>(history.size()), 0.0);
+  for (int64_t i = 0; i < history.size(); ++i)
+    history_[static_cast<std::size_t>(i)] = history.at(i);
+  next_slot_ = static_cast<int64_t>(counters.at(0));
+  draws_ = static_cast<int64_t>(counters.at(1));
+  batches_ = static_cast<int64_t>(counters.at(2));
+  epoch_batches_ = static_cast<int64_t>(counters.at(3));
+  seen_ = static_cast<int64_t>(counters.at(4));
+  kept_ = static_cast<int64_t>(counters.at(5));
+}
+
+SiftingLoader::SiftingLoader(data::DataLoader& inner, PerSampleLoss loss, SiftOptions options)
+    : inner_(inner), loss_(std::move(loss)), rule_(options) {}
+
+void SiftingLoader::append_rows(const HostTensor& from, int64_t row,
+                                std::vector<std::byte>& to) const {
+  std::size_t row_bytes = from.bytes().size() / static_cast<std::size_t>(rows_);
+  const std::byte* at = from.bytes().data() + static_cast<std::size_t>(row) * row_bytes;
+  to.insert(to.end(), at, at + row_bytes);
+}
+
+bool SiftingLoader::next(data::Batch& out) {
+  while (rows_ == 0 || pending_rows_ < rows_) {
+    if (!inner_.next(scored_)) return false;
+    rows_ = scored_.examples.shape().at(0);
+    HostTensor losses = loss_(scored_);
+    if (losses.size() != rows_)
+      throw std::invalid_argument("sinter: the sifting loss gave " + std::to_string(losses.size()) +
+                                  " losses for a batch of " + std::to_string(rows_) +
+                                  " rows: it must return one per sample (Reduction::none)");
+    std::vector<double> values(static_cast<std::size_t>(rows_));
+    std::unique_ptr<bool[]> real(new bool[static_cast<std::size_t>(rows_)]);
+    for (int64_t i = 0; i < rows_; ++i) {
+      values[static_cast<std::size_t>(i)] = losses.at(i);
+      real[static_cast<std::size_t>(i)] = scored_.mask.size() != rows_ || scored_.mask.at(i) != 0;
+    }
+    std::vector<bool> keep =
+        rule_.select(values, std::span<const bool>(real.get(), static_cast<std::size_t>(rows_)));
+    for (int64_t i = 0; i < rows_; ++i)
+      if (keep[static_cast<std::size_t>(i)]) {
+        append_rows(scored_.examples, i, pending_examples_);
+        append_rows(scored_.labels, i, pending_labels_);
+        ++pending_rows_;
+      }
+  }
+  auto fill = [&](HostTensor& tensor, const HostTensor& like, std::vector<std::byte>& pending) {
+    if (tensor.dtype() != like.dtype() || tensor.shape() != like.shape() ||
+        tensor.bytes().size() != like.bytes().size())
+      tensor = HostTensor(like.dtype(), like.shape());
+    std::size_t bytes = tensor.bytes().size();
+    std::memcpy(tensor.bytes().data(), pending.data(), bytes);
+    pending.erase(pending.begin(), pending.begin() + static_cast<std::ptrdiff_t>(bytes));
+  };
+  fill(out.examples, scored_.examples, pending_examples_);
+  fill(out.labels, scored_.labels, pending_labels_);
+  if (out.mask.shape() != Shape{rows_}) out.mask = HostTensor(DType::f32, {rows_});
+  for (int64_t i = 0; i < rows_; ++i)
+    out.mask.set(i, 1.0);
+  out.real_rows = rows_;
+  pending_rows_ -= rows_;
+  delivered_ += rows_;
+  return true;
+}
+
+void SiftingLoader::start_epoch(int64_t epoch) {
+  inner_.start_epoch(epoch);
+  rule_.start_epoch(epoch);
+}
+
+std::vector<std::pair<std::string, HostTensor>> SiftingLoader::state() const {
+  std::vector<std::pair<std::string, HostTensor>> out = rule_.state();
+  std::vector<double> counts{static_cast<double>(delivered_), static_cast<double>(pending_rows_)};
+  out.emplace_back("sift.loader", HostTensor::from_doubles(DType::i64, {2}, counts));
+  if (pending_rows_ > 0) {
+    auto pending = [&](const HostTensor& like, const std::vector<std::byte>& bytes) {
+      Shape shape = like.shape();
+      shape[0] = pending_rows_;
+      HostTensor t(like.dtype(), shape);
+      std::memcpy(t.bytes().data(), bytes.data(), bytes.size());
+      return t;
+    };
+    out.emplace_back("sift.pending.examples", pending(scored_.examples, pending_examples_));
+    out.emplace_back("sift.pending.labels", pending(scored_.labels, pending_labels_));
+  }
+  return out;
+}
+
+void SiftingLoader::restore(const std::map<std::string, HostTensor>& tensors) {
+  rule_.restore(tensors);
+  const HostTensor& counts = take(tensors, "sift.loader");
+  delivered_ = static_cast<int64_t>(counts.at(0));
+  pending_rows_ = static_cast<int64_t>(counts.at(1));
+  pending_examples_.clear();
+  pending_labels_.clear();
+  if (pending_rows_ == 0) return;
+  const HostTensor& examples = take(tensors, "sift.pending.examples");
+  const HostTensor& labels = take(tensors, "sift.pending.labels");
+  if (examples.shape().empty() || examples.shape()[0] != pending_rows_ || labels.shape().empty() ||
+      labels.shape()[0] != pending_rows_)
+    throw std::runtime_error("sinter: the checkpoint's sifting state is inconsistent (" +
+                             std::to_string(pending_rows_) + " pending rows)");
+  pending_examples_.assign(examples.bytes().begin(), examples.bytes().end());
+  pending_labels_.assign(labels.bytes().begin(), labels.bytes().end());
+}
+
+} // namespace sinter

@@ -1,0 +1,182 @@
+// tests/test_sifting.cpp — smart sifting: the rule's kept fraction, delay, seeding and resume;
+// the sifting loader's full static batches of kept samples (docs/sifting.md)
+#include "dsl/sinter.hpp"
+#include "jit/data/synthetic.hpp"
+#include "jit/train/sift.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+using namespace sinter;
+using namespace sinter::data;
+
+namespace {
+
+/// Losses of `batches` batches of `rows` samples, i.i.d. from a skewed distribution (as
+/// training losses are), the same for the same seed.
+std::vector<std::vector<double>> loss_batches(int batches, int rows, uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::exponential_distribution<double> loss(2.0);
+  std::vector<std::vector<double>> out(static_cast<std::size_t>(batches));
+  for (auto& batch : out)
+    for (int i = 0; i < rows; ++i)
+      batch.push_back(loss(gen));
+  return out;
+}
+
+std::vector<bool> run(SiftRule& rule, const std::vector<std::vector<double>>& batches) {
+  std::vector<bool> all;
+  for (const auto& b : batches) {
+    std::vector<bool> keep = rule.select(b);
+    all.insert(all.end(), keep.begin(), keep.end());
+  }
+  return all;
+}
+
+} // namespace
+
+TEST_CASE("sifting keeps 1/(1+beta) of the samples, within 2 points over 10 000", "[sifting]") {
+  auto batches = loss_batches(100, 100, 5);
+  for (double beta : {0.5, 1.0, 2.0, 3.0, 10.0}) {
+    SiftRule rule({.beta = beta, .history = 500, .seed = 1});
+    run(rule, batches);
+    INFO("beta " << beta << ": kept " << rule.kept() << " of " << rule.seen());
+    CHECK(rule.seen() == 10000);
+    CHECK(std::abs(rule.kept_fraction() - 1.0 / (1.0 + beta)) <= 0.02);
+  }
+}
+
+TEST_CASE("sifting keeps high-loss samples: the kept ones' losses rank above the dropped ones'",
+          "[sifting]") {
+  auto batches = loss_batches(50, 100, 6);
+  SiftRule rule({.beta = 2.0, .history = 500, .seed = 2});
+  std::vector<bool> keep = run(rule, batches);
+  double kept = 0, dropped = 0;
+  int64_t n_kept = 0, n_dropped = 0;
+  std::size_t k = 0;
+  for (const auto& b : batches)
+    for (double loss : b) {
+      (keep[k] ? kept : dropped) += loss;
+      (keep[k++] ? n_kept : n_dropped) += 1;
+    }
+  CHECK(kept / static_cast<double>(n_kept) > 1.5 * dropped / static_cast<double>(n_dropped));
+}
+
+TEST_CASE("the sifting delay keeps every sample for its batches, again each epoch with "
+          "repeat_delay",
+          "[sifting]") {
+  auto batches = loss_batches(12, 50, 7);
+  for (bool repeat : {false, true}) {
+    INFO("repeat_delay " << repeat);
+    SiftRule rule({.beta = 3.0, .history = 200, .delay = 5, .repeat_delay = repeat, .seed = 3});
+    int64_t seen = 0;
+    for (int b = 0; b < 12; ++b) {
+      if (b == 8) rule.start_epoch(1); // a new epoch after 8 batches
+      bool delayed = b < 5 || (repeat && b >= 8);
+      CHECK(rule.delaying() == delayed);
+      std::vector<bool> keep = rule.select(batches[static_cast<std::size_t>(b)]);
+      int64_t kept = std::count(keep.begin(), keep.end(), true);
+      if (delayed)
+        CHECK(kept == 50);
+      else
+        CHECK(kept < 35); // beta 3 keeps a quarter on average
+      seen += 50;
+    }
+    CHECK(rule.seen() == seen);
+  }
+}
+
+TEST_CASE("the same seed selects the same samples; another seed others; a restored rule "
+          "continues exactly",
+          "[sifting]") {
+  auto batches = loss_batches(40, 64, 8);
+  SiftRule a({.beta = 1.0, .history = 300, .seed = 42}),
+      b({.beta = 1.0, .history = 300, .seed = 42}), c({.beta = 1.0, .history = 300, .seed = 43});
+  std::vector<bool> ka = run(a, batches), kb = run(b, batches), kc = run(c, batches);
+  CHECK(ka == kb);
+  CHECK(ka != kc);
+
+  SiftRule first({.beta = 1.0, .history = 300, .seed = 42});
+  std::vector<std::vector<double>> head(batches.begin(), batches.begin() + 25),
+      tail(batches.begin() + 25, batches.end());
+  run(first, head);
+  std::map<std::string, HostTensor> saved;
+  for (auto& [name, tensor] : first.state())
+    saved.emplace(name, std::move(tensor));
+  SiftRule resumed({.beta = 1.0, .history = 300, .seed = 42});
+  resumed.restore(saved);
+  std::vector<bool> want = run(first, tail), got = run(resumed, tail);
+  CHECK(got == want);
+  CHECK(std::vector<bool>(ka.begin() + 25 * 64, ka.end()) == want);
+  CHECK_THROWS_WITH(SiftRule({.beta = 1.0, .history = 300}).restore({}),
+                    Catch::Contains("no 'sift.history'"));
+  CHECK_THROWS_WITH(SiftRule({.beta = -1}), Catch::Contains("beta must be a number >= 0"));
+}
+
+TEST_CASE("the sifting loader hands out full batches of kept samples, scored by a compiled "
+          "per-sample loss that never recompiles, and resumes exactly",
+          "[sifting]") {
+  auto blobs = gaussian_blobs(1200, 6, 4, 9);
+  Init init(3);
+  MLP model({6, 16, 4}, init);
+  auto per_sample = compile_eval(
+      model,
+      [](MLP& m, Var x, Var y) -> Var { return cross_entropy_loss(m(x), y, {}, Reduction::none); },
+      {"examples", "labels"});
+  auto score = [&](const Batch& b) { return per_sample(b.examples, b.labels); };
+  const double beta = 2.0;
+  DataLoader inner(*blobs, {.batch_size = 60, .seed = 4, .prefetch_threads = 0});
+  SiftingLoader sifting(inner, score, {.beta = beta, .history = 240, .seed = 5});
+  Batch b;
+  int64_t batches = 0;
+  while (sifting.next(b)) {
+    ++batches;
+    CHECK(b.examples.shape() == Shape{60, 6});
+    CHECK(b.labels.shape() == Shape{60});
+    CHECK(b.real_rows == 60);
+  }
+  CHECK(per_sample.trace_count() == 1);
+  // 20 scored batches keep about a third of 1200 samples: 6 or 7 full batches.
+  CHECK(sifting.rule().seen() == 1200);
+  CHECK(std::abs(sifting.rule().kept_fraction() - 1.0 / (1.0 + beta)) < 0.06);
+  CHECK(batches == sifting.rule().kept() / 60);
+  CHECK(sifting.delivered() == batches * 60);
+
+  // Kept samples are real examples: every delivered row is one of the data set's rows.
+  std::vector<std::vector<float>> rows;
+  for (std::size_t i = 0; i < blobs->size(); ++i) {
+    std::vector<float> x(6);
+    int32_t label = 0;
+    blobs->read(i, reinterpret_cast<std::byte*>(x.data()), reinterpret_cast<std::byte*>(&label));
+    rows.push_back(x);
+  }
+  sifting.start_epoch(1);
+  REQUIRE(sifting.next(b));
+  for (int64_t r = 0; r < 60; ++r) {
+    std::vector<float> x(6);
+    for (int64_t c = 0; c < 6; ++c)
+      x[static_cast<std::size_t>(c)] = static_cast<float>(b.examples.at(r * 6 + c));
+    CHECK(std::find(rows.begin(), rows.end(), x) != rows.end());
+  }
+
+  // Resume: a new loader restored from the state hands out what this one does next.
+  auto saved_state = sifting.state();
+  std::map<std::string, HostTensor> saved;
+  for (auto& [name, tensor] : saved_state)
+    saved.emplace(name, std::move(tensor));
+  DataLoader inner_again(*blobs, {.batch_size = 60, .seed = 4, .prefetch_threads = 0});
+  inner_again.seek(inner.position());
+  SiftingLoader again(inner_again, score, {.beta = beta, .history = 240, .seed = 5});
+  again.restore(saved);
+  Batch want, got;
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(sifting.next(want));
+    REQUIRE(again.next(got));
+    CHECK(std::equal(want.examples.bytes().begin(), want.examples.bytes().end(),
+                     got.examples.bytes().begin()));
+  }
+}
