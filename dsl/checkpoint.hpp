@@ -17,12 +17,14 @@ namespace sinter {
 /// others hold the same values). Under ZeRO each rank writes its pieces of the optimizer state
 /// to `<stem>.step<S>.rank<r>-of-<N>.safetensors` and rank 0 writes `file` as their index
 /// (docs/distributed.md, "Checkpoints"); `sinter checkpoint export` makes it one file.
+/// `extra_tensors` are saved whole beside them (a sifter's state: docs/sifting.md).
 template <class Model, class LossFn>
 void save_checkpoint(const std::filesystem::path& file, Model& model,
                      CompiledStep<Model, LossFn>& step,
-                     std::map<std::string, std::string> extra = {}) {
+                     std::map<std::string, std::string> extra = {},
+                     const NamedTensors& extra_tensors = {}) {
   TrainStep& runtime = step.runtime();
-  NamedTensors whole;
+  NamedTensors whole = extra_tensors;
   for_each_parameter(model, [&](const std::string& name, Parameter& p) {
     whole.emplace_back("model." + name, &p.value);
   });

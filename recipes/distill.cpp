@@ -54,6 +54,8 @@ int main(int argc, char** argv) {
            {"no-baseline", "0", "switch: skip training the student alone for comparison"}}),
       argc, argv);
   recipe::apply_runtime_flags(flags);
+  if (recipe::sift_options(flags))
+    flags.fail("--sift-beta on distill is not built yet (issue 13): sifting runs on mlp and vit");
   return recipe::run("distill", [&] {
     std::filesystem::path dir = flags.str("data-dir").empty()
                                     ? data::default_fashion_mnist_dir()

@@ -28,6 +28,8 @@ inline std::vector<Flag> fashion_flags(const std::map<std::string, std::string>&
   flags.insert(flags.end(), extra.begin(), extra.end());
   for (Flag& f : common_flags())
     flags.push_back(f);
+  for (Flag& f : sift_flags())
+    flags.push_back(f);
   return flags;
 }
 
@@ -79,7 +81,14 @@ int train_fashion(const std::string& name, const Flags& flags, Model& model) {
   Communicator& ranks = world();
   data::DataLoader loader(*train, sharded({.batch_size = batch, .shuffle = true, .seed = seed}));
   int64_t per_epoch = loader.batches_per_epoch();
-  int64_t total = flags.integer("steps") > 0 ? flags.integer("steps") : epochs * per_epoch;
+  std::optional<SiftOptions> sift = sift_options(flags);
+  // Sifting trains on about 1/(1+beta) of each epoch's batches: --epochs E takes that many
+  // steps, so E passes over the data are scored.
+  int64_t steps_per_epoch =
+      sift ? std::max<int64_t>(
+                 1, static_cast<int64_t>(static_cast<double>(per_epoch) / (1.0 + sift->beta)))
+           : per_epoch;
+  int64_t total = flags.integer("steps") > 0 ? flags.integer("steps") : epochs * steps_per_epoch;
   auto step = make_step(total);
   auto logits = compile_eval(model, [](Model& m, Var images) { return m(images); }, {"images"});
 
@@ -90,16 +99,33 @@ int train_fashion(const std::string& name, const Flags& flags, Model& model) {
                  ranks.size() > 1
                      ? (" over " + std::to_string(ranks.size()) + " ranks (data parallel)").c_str()
                      : "");
-  LoopResult run = run_training(name, flags, model, step, loader, total,
-                                [&](int64_t, const data::DataLoader& l) {
-                                  return l.position().batch == per_epoch; // each epoch's end
-                                });
+  auto at_epoch_end = [&](int64_t, const auto& l) { return l.position().batch == per_epoch; };
+  LoopResult run;
+  std::string sifted;
+  if (sift) {
+    auto per_sample =
+        compile_eval(model,
+                     [](Model& m, Var images, Var labels) -> Var {
+                       return cross_entropy_loss(m(images), labels, {}, Reduction::none);
+                     },
+                     {"images", "labels"});
+    SiftingLoader sifting(
+        loader, [&](const data::Batch& b) { return per_sample(b.examples, b.labels); }, *sift);
+    run = run_training(name, flags, model, step, sifting, total, at_epoch_end);
+    char text[96];
+    std::snprintf(text, sizeof text, " kept_fraction=%.4f samples_backpropagated=%lld",
+                  sifting.rule().kept_fraction(), static_cast<long long>(sifting.delivered()));
+    sifted = text;
+  } else {
+    run = run_training(name, flags, model, step, loader, total, at_epoch_end);
+  }
   double test_accuracy = accuracy(logits, *test, 500);
   if (!leader()) return 0;
   std::printf("result: test_accuracy=%.4f train_loss=%.4f steps=%lld steps_per_second=%.1f "
-              "seconds=%.1f\n",
+              "seconds=%.1f%s\n",
               test_accuracy, run.last_loss, static_cast<long long>(step.steps()),
-              static_cast<double>(run.steps_run) / std::max(run.seconds, 1e-9), run.seconds);
+              static_cast<double>(run.steps_run) / std::max(run.seconds, 1e-9), run.seconds,
+              sifted.c_str());
   return 0;
 }
 

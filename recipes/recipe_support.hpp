@@ -97,7 +97,8 @@ public:
   explicit Progress(int64_t total, bool shown = true)
       : total_(total), tty_(isatty(2)), shown_(shown) {}
 
-  void update(int64_t step, double loss) {
+  /// `extra` is shown before the ETA (e.g. "kept 0.334" while sifting).
+  void update(int64_t step, double loss, const std::string& extra = "") {
     if (!shown_) return;
     auto now = std::chrono::steady_clock::now();
     double since_print = std::chrono::duration<double>(now - printed_).count();
@@ -106,9 +107,9 @@ public:
     double elapsed = std::chrono::duration<double>(now - start_).count();
     double rate = step / std::max(elapsed, 1e-9);
     double eta = (total_ - step) / std::max(rate, 1e-9);
-    std::fprintf(stderr, "%sstep %lld/%lld | %.1f step/s | loss %.4f | ETA %.0fs%s",
+    std::fprintf(stderr, "%sstep %lld/%lld | %.1f step/s | loss %.4f | %s%sETA %.0fs%s",
                  tty_ ? "\r" : "", static_cast<long long>(step), static_cast<long long>(total_),
-                 rate, loss, eta, tty_ ? "   " : "\n");
+                 rate, loss, extra.c_str(), extra.empty() ? "" : " | ", eta, tty_ ? "   " : "\n");
     if (tty_ && step >= total_) std::fprintf(stderr, "\n");
   }
   double seconds() const {

@@ -1,9 +1,12 @@
 // recipes/training_loop.hpp — the loop every recipe runs: resume, step, progress, checkpoints
 #pragma once
 #include "dsl/sinter.hpp"
+#include "jit/train/sift.hpp"
 #include "recipe_support.hpp"
 
 #include <filesystem>
+#include <optional>
+#include <type_traits>
 
 namespace recipe {
 
@@ -51,6 +54,37 @@ inline sinter::data::LoaderOptions sharded(sinter::data::LoaderOptions options) 
   options.shard = sinter::world().rank();
   options.shards = sinter::world().size();
   return options;
+}
+
+/// The sifting flags (docs/sifting.md) of the recipes that take them.
+inline std::vector<Flag> sift_flags() {
+  return {{"sift-beta", "0",
+           "smart sifting: keep a sample with probability percentile(loss)^B (about 1/(1+B) "
+           "of them; 0: off)"},
+          {"sift-history", "500", "sifting: losses the percentile is taken among"},
+          {"sift-delay", "0", "sifting: steps of plain training first"},
+          {"sift-mode", "loader", "sifting: loader (score, then train on kept samples)"},
+          {"sift-repeat-delay", "0", "switch: sifting's delay again at every epoch's start"}};
+}
+
+/// The sifting options of `--sift-*`, or none without `--sift-beta`; bad values exit 2.
+inline std::optional<sinter::SiftOptions> sift_options(const Flags& flags) {
+  double beta = flags.real("sift-beta");
+  if (beta == 0) return std::nullopt;
+  if (!(beta > 0)) flags.fail("--sift-beta must be a number above 0 (0: no sifting)");
+  if (flags.integer("sift-history") < 1) flags.fail("--sift-history must be at least 1");
+  if (flags.integer("sift-delay") < 0) flags.fail("--sift-delay must be 0 or more steps");
+  if (flags.str("sift-mode") == "in-step")
+    flags.fail("--sift-mode in-step is not built yet (issue 13): use --sift-mode loader");
+  if (flags.str("sift-mode") != "loader") flags.fail("--sift-mode takes loader");
+  if (sinter::world().size() > 1)
+    flags.fail("sifting under mpirun is not supported yet: the ranks would keep different "
+               "numbers of samples; run it as one process");
+  return sinter::SiftOptions{.beta = beta,
+                             .history = flags.integer("sift-history"),
+                             .delay = flags.integer("sift-delay"),
+                             .repeat_delay = flags.on("sift-repeat-delay"),
+                             .seed = static_cast<uint64_t>(flags.integer("seed")) + 7919};
 }
 
 /// `--amp off|bf16|fp16` as the step's mixed-precision mode; a bad value exits 2.
@@ -148,10 +182,12 @@ struct LoopResult {
 /// steps, cycling epochs, showing progress, and saving `<dir>/<name>.safetensors` (with the
 /// loader position) whenever `save_now(step, loader)` says so. With `resume_if_present`, a
 /// missing checkpoint starts the run afresh (a later phase of a recipe interrupted earlier).
-template <class Model, class Step, class SaveNow>
+template <class Model, class Step, class Loader, class SaveNow>
 LoopResult run_training(const std::string& name, const Flags& flags, Model& model, Step& step,
-                        sinter::data::DataLoader& loader, int64_t total, SaveNow save_now,
+                        Loader& loader, int64_t total, SaveNow save_now,
                         bool resume_if_present = false) {
+  // A sifting loader's state (its loss history, draws and waiting samples) is checkpointed.
+  constexpr bool sifting = std::is_same_v<Loader, sinter::SiftingLoader>;
   using namespace sinter;
   std::filesystem::path ckpt_dir = flags.str("checkpoint-dir");
   std::filesystem::path ckpt = ckpt_dir / (name + ".safetensors");
@@ -165,6 +201,7 @@ LoopResult run_training(const std::string& name, const Flags& flags, Model& mode
     if (ckpt_dir.empty()) flags.fail("--resume needs --checkpoint-dir");
     auto meta = load_checkpoint(ckpt, model, step);
     loader.seek({std::stoll(meta.at("epoch")), std::stoll(meta.at("batch"))});
+    if constexpr (sifting) loader.restore(CheckpointReader(ckpt).with_prefix("sift."));
     if (leader())
       std::fprintf(stderr, "%s: resumed from %s at step %lld\n", name.c_str(), ckpt.c_str(),
                    static_cast<long long>(step.steps()));
@@ -189,12 +226,25 @@ LoopResult run_training(const std::string& name, const Flags& flags, Model& mode
       continue;
     }
     result.last_loss = step(b.examples, b.labels).loss.value();
-    progress.update(step.steps(), result.last_loss);
-    if (writes && (save_now(step.steps(), loader) || step.steps() == stop))
+    std::string shown;
+    if constexpr (sifting) {
+      char kept[32];
+      std::snprintf(kept, sizeof kept, "kept %.3f", loader.rule().kept_fraction());
+      shown = kept;
+    }
+    progress.update(step.steps(), result.last_loss, shown);
+    if (writes && (save_now(step.steps(), loader) || step.steps() == stop)) {
+      std::vector<std::pair<std::string, HostTensor>> state;
+      if constexpr (sifting) state = loader.state();
+      NamedTensors extra;
+      for (const auto& [tensor_name, tensor] : state)
+        extra.emplace_back(tensor_name, &tensor);
       save_checkpoint(ckpt, model, step,
                       {{"epoch", std::to_string(loader.position().epoch)},
                        {"batch", std::to_string(loader.position().batch)},
-                       {"seed", flags.str("seed")}});
+                       {"seed", flags.str("seed")}},
+                      extra);
+    }
   }
   result.steps_run = step.steps() - start_step;
   result.seconds = progress.seconds();

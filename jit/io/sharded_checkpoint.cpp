@@ -185,6 +185,15 @@ std::map<std::string, HostTensor> CheckpointReader::all() {
   return out;
 }
 
+std::map<std::string, HostTensor> CheckpointReader::with_prefix(const std::string& prefix) {
+  std::map<std::string, HostTensor> out;
+  for (const auto& [name, tensor] : index_.tensors)
+    if (name.starts_with(prefix)) out.emplace(name, tensor);
+  for (const auto& [name, shape] : sharded_shapes_)
+    if (name.starts_with(prefix)) out.emplace(name, whole(name));
+  return out;
+}
+
 void consolidate_checkpoint(const std::filesystem::path& index, const std::filesystem::path& out) {
   CheckpointReader reader(index);
   std::map<std::string, HostTensor> tensors = reader.all();

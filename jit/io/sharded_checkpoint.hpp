@@ -55,6 +55,8 @@ public:
                   int rank = 0);
   /// Every tensor, whole.
   std::map<std::string, HostTensor> all();
+  /// The tensors whose names start with `prefix`, whole (e.g. a sifter's `sift.` state).
+  std::map<std::string, HostTensor> with_prefix(const std::string& prefix);
 
 private:
   HostTensor whole(const std::string& name);

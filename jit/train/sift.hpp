@@ -90,6 +90,9 @@ public:
   /// start_epoch to go on).
   bool next(data::Batch& out);
   void start_epoch(int64_t epoch);
+  /// The inner loader's position (resume: seek it, then restore the state).
+  data::DataLoader::Position position() const { return inner_.position(); }
+  void seek(data::DataLoader::Position position) { inner_.seek(position); }
   const SiftRule& rule() const { return rule_; }
   /// Samples handed out so far (what the step backpropagates).
   int64_t delivered() const { return delivered_; }
