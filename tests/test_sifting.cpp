@@ -180,3 +180,54 @@ TEST_CASE("the sifting loader hands out full batches of kept samples, scored by 
                      got.examples.bytes().begin()));
   }
 }
+
+TEST_CASE("in-step selection in the graph draws k rows by the rule's weights: the same rows as "
+          "Efraimidis-Spirakis keys computed on the host",
+          "[sifting]") {
+  const int64_t b = 32, h = 48, k = 11;
+  std::mt19937_64 gen(12);
+  std::exponential_distribution<float> loss(2.0f);
+  std::uniform_real_distribution<float> unit(0.001f, 0.999f);
+  for (int64_t filled : {int64_t{0}, int64_t{20}, h}) {
+    INFO("filled " << filled);
+    std::vector<double> losses(b), history(h), uniforms(b);
+    for (auto& v : losses)
+      v = loss(gen);
+    for (auto& v : history)
+      v = loss(gen);
+    for (auto& v : uniforms)
+      v = unit(gen);
+    losses[3] = history[0]; // a tie with the history counts half
+    Graph g;
+    Value l = input(g, "losses", {DType::f32, {b}}), hist = input(g, "history", {DType::f32, {h}}),
+          f = input(g, "filled", {DType::f32, {}}), u = input(g, "uniforms", {DType::f32, {b}});
+    g.add_output("rows", sift_selection(l, hist, f, u, 2.0, k).id);
+    CompiledGraph program(g, std::nullopt, Device{Backend::cpu});
+    double filled_value = static_cast<double>(filled);
+    std::vector<HostTensor> in{HostTensor::from_doubles(DType::f32, {b}, losses),
+                               HostTensor::from_doubles(DType::f32, {h}, history),
+                               HostTensor::from_doubles(DType::f32, {}, {&filled_value, 1}),
+                               HostTensor::from_doubles(DType::f32, {b}, uniforms)};
+    HostTensor rows = program.run(in)[0];
+    // The host's keys, in f32 as the graph computes them.
+    std::vector<std::pair<float, int64_t>> keys;
+    for (int64_t i = 0; i < b; ++i) {
+      float below = 0;
+      for (int64_t j = 0; j < filled; ++j) {
+        float hj = static_cast<float>(in[1].at(j)), li = static_cast<float>(in[0].at(i));
+        below += hj < li ? 1.0f : (hj == li ? 0.5f : 0.0f);
+      }
+      float pct = filled ? below / static_cast<float>(filled) : 1.0f;
+      float key = std::log(static_cast<float>(in[3].at(i))) / std::pow(pct, 2.0f);
+      keys.emplace_back(key, i);
+    }
+    std::stable_sort(keys.begin(), keys.end(),
+                     [](const auto& a, const auto& c) { return a.first > c.first; });
+    std::vector<int64_t> want, got;
+    for (int64_t s = 0; s < k; ++s) {
+      want.push_back(keys[static_cast<std::size_t>(s)].second);
+      got.push_back(static_cast<int64_t>(rows.at(s)));
+    }
+    CHECK(got == want);
+  }
+}

@@ -122,6 +122,40 @@ void SiftRule::restore(const std::map<std::string, HostTensor>& tensors) {
   kept_ = static_cast<int64_t>(counters.at(5));
 }
 
+Value sift_selection(Value losses, Value history, Value filled, Value uniforms, double beta,
+                     int64_t k) {
+  Graph& g = *losses.graph;
+  const int64_t b = losses.shape().at(0), h = history.shape().at(0);
+  if (k < 1 || k > b)
+    throw std::invalid_argument("sinter: in-step sifting keeps between 1 and " + std::to_string(b) +
+                                " rows, not " + std::to_string(k));
+  // Percentiles: a [B, H] comparison of every loss with every recorded one.
+  Value valid = cast(less(iota(g, DType::f32, {h}, 0), broadcast_to(filled, {h})), DType::f32);
+  Value l = broadcast_to(reshape(losses, {b, 1}), {b, h});
+  Value r = broadcast_to(reshape(history, {1, h}), {b, h});
+  Value v = broadcast_to(reshape(valid, {1, h}), {b, h});
+  Value below = sum((cast(less(r, l), DType::f32) + 0.5 * cast(equal(r, l), DType::f32)) * v, {1});
+  Value any = greater(filled, scalar_like(filled, 0.0));
+  Value percentile =
+      where(broadcast_to(any, {b}),
+            below / broadcast_to(maximum(filled, scalar_like(filled, 1.0)), {b}), 1.0);
+  Value weight = beta == 0 ? percentile * 0.0 + 1.0
+                           : pow(percentile, broadcast_to(scalar_like(percentile, beta), {b}));
+  Value key = log(uniforms) / weight; // -inf for a zero weight: drawn last
+  // Rank of each key: how many keys are larger, or equal in a lower row.
+  Value ki = broadcast_to(reshape(key, {b, 1}), {b, b}); // [i, j] = key_i
+  Value kj = broadcast_to(reshape(key, {1, b}), {b, b}); // [i, j] = key_j
+  Value row_i = iota(g, DType::i32, {b, b}, 0), row_j = iota(g, DType::i32, {b, b}, 1);
+  Value ahead =
+      where(less(ki, kj), 1.0, where(equal(ki, kj), cast(less(row_j, row_i), DType::f32), 0.0));
+  Value rank = sum(cast(ahead, DType::f32), {1}); // [B]
+  // Row index of each of the first k ranks: a [k, B] one-hot by rank, weighted by row number.
+  Value slot = iota(g, DType::f32, {k, b}, 0);
+  Value rows = iota(g, DType::f32, {k, b}, 1);
+  Value chosen = cast(equal(broadcast_to(reshape(rank, {1, b}), {k, b}), slot), DType::f32);
+  return cast(sum(chosen * rows, {1}), DType::i32);
+}
+
 SiftingLoader::SiftingLoader(data::DataLoader& inner, PerSampleLoss loss, SiftOptions options)
     : inner_(inner), loss_(std::move(loss)), rule_(options) {}
 

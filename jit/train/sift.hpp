@@ -4,6 +4,7 @@
 #pragma once
 #include "jit/data/loader.hpp"
 #include "jit/runtime/host_tensor.hpp"
+#include "ops/value.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -73,6 +74,15 @@ private:
   int64_t epoch_batches_ = 0; ///< scored since the epoch began
   int64_t seen_ = 0, kept_ = 0;
 };
+
+/// In-step sifting's selection as graph ops (no host round trip). Each of `losses` ([B] f32)
+/// gets its percentile among the first `filled` (f32 scalar) entries of `history` ([H] f32;
+/// ties count half; 1 while it is empty) and the weight percentile^beta; then k rows are drawn
+/// without replacement with those weights (Efraimidis–Spirakis: the k largest keys
+/// log(u) / weight, with `uniforms` [B] f32 in (0, 1); equal keys go to the lower row). Returns
+/// the rows' indices, i32 [k], largest key first.
+Value sift_selection(Value losses, Value history, Value filled, Value uniforms, double beta,
+                     int64_t k);
 
 /// Per-sample losses of a batch's rows ([rows] f32 or f64): the user's loss with
 /// Reduction::none, compiled (compile_eval), on the batch's examples and labels.
