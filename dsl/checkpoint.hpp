@@ -31,7 +31,7 @@ void save_checkpoint(const std::filesystem::path& file, Model& model,
   std::vector<ShardedTensor> pieces;
   for (auto& [name, tensor] : runtime.state()) {
     std::string key = "optimizer." + name.substr(6); // drop "state."
-    if (runtime.state_pieces() > 1 && !name.starts_with("state.amp."))
+    if (runtime.state_pieces(name) > 1)
       pieces.push_back({key, tensor, runtime.state_shape(name)});
     else
       whole.emplace_back(key, tensor);
@@ -66,8 +66,8 @@ std::map<std::string, std::string> load_checkpoint(const std::filesystem::path& 
       if (reader.contains(key)) *tensor = reader.read(key, tensor->dtype(), tensor->shape());
       continue;
     }
-    *tensor = reader.read(key, tensor->dtype(), runtime.state_shape(name), runtime.state_pieces(),
-                          runtime.communicator().rank());
+    *tensor = reader.read(key, tensor->dtype(), runtime.state_shape(name),
+                          runtime.state_pieces(name), runtime.communicator().rank());
   }
   auto it = reader.metadata().find("step");
   if (it == reader.metadata().end())

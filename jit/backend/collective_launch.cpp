@@ -8,16 +8,27 @@
 
 namespace sinter {
 
-void check_collective_ranks(const Graph& graph, const Communicator& communicator) {
+int64_t collective_ranks(const Graph& graph) {
+  int64_t ranks = 0;
   for (ValueId id = 0; id < graph.size(); ++id) {
     const Node& n = graph.node(id);
-    if (!is_collective(n.op) || n.attrs.ints[0] == communicator.size()) continue;
-    throw std::invalid_argument(
-        "sinter: this step's " + std::string(op_name(n.op)) + " was built for " +
-        std::to_string(n.attrs.ints[0]) + " ranks but runs in a job of " +
-        std::to_string(communicator.size()) +
-        " (compile the step in the job that runs it: the world size is part of its shapes)");
+    if (!is_collective(n.op)) continue;
+    if (ranks != 0 && n.attrs.ints[0] != ranks)
+      throw std::invalid_argument("sinter: a graph's collectives were built for " +
+                                  std::to_string(ranks) + " and " +
+                                  std::to_string(n.attrs.ints[0]) + " ranks");
+    ranks = n.attrs.ints[0];
   }
+  return ranks;
+}
+
+void check_collective_ranks(int64_t built_for, const Communicator& communicator) {
+  if (built_for == 0 || built_for == communicator.size()) return;
+  throw std::invalid_argument(
+      "sinter: this step was built for " + std::to_string(built_for) +
+      " ranks but runs in a job of " + std::to_string(communicator.size()) +
+      " (its collectives' shapes depend on the world size: compile the step in the job that "
+      "runs it)");
 }
 
 Communicator::Pending start_collective(Communicator& communicator, const Graph& graph,

@@ -64,12 +64,6 @@ const char* kind_name(KernelKind k) {
 bool is_fused_attention(OpId op) { return kind_of(op) == KernelKind::attention; }
 bool is_collective(OpId op) { return kind_of(op) == KernelKind::collective; }
 
-bool has_collectives(const Graph& g) {
-  for (ValueId id = 0; id < g.size(); ++id)
-    if (is_collective(g.node(id).op)) return true;
-  return false;
-}
-
 std::vector<std::size_t> collective_waits(const FusionPlan& plan) {
   const auto& kernels = plan.kernels;
   std::vector<std::size_t> wait(kernels.size());

@@ -25,8 +25,6 @@ enum class KernelKind {
 
 /// Whether `op` is one of the collective primitives (KernelKind::collective roots).
 bool is_collective(OpId op);
-/// Whether any node of `graph` is one.
-bool has_collectives(const Graph& graph);
 
 /// Whether `op` is one of the fused attention primitives (KernelKind::attention roots).
 bool is_fused_attention(OpId op);

@@ -12,6 +12,29 @@ constexpr int64_t first_bucket_bytes = int64_t{1} << 20;
 
 Value flat(Value v) { return reshape(v, {numel(v.shape())}); }
 
+/// `parts` joined along `axis` (a bucket being packed); a single part as it is.
+Value join(const std::vector<Value>& parts, int64_t axis) {
+  return parts.size() == 1 ? parts[0] : concat(parts, axis);
+}
+
+/// The bucket's gradients summed over the ranks in one all_reduce of their flat concatenation,
+/// each flat again ([elements]), by parameter index.
+std::vector<std::pair<std::size_t, Value>>
+summed_bucket(const std::vector<Value>& grads, const std::vector<std::size_t>& bucket, int ranks) {
+  std::vector<Value> parts;
+  for (std::size_t i : bucket)
+    parts.push_back(flat(grads[i]));
+  Value sum = all_reduce(join(parts, 0), ranks);
+  std::vector<std::pair<std::size_t, Value>> out;
+  int64_t offset = 0;
+  for (std::size_t i : bucket) {
+    int64_t n = numel(grads[i].shape());
+    out.emplace_back(i, slice(sum, {offset}, {offset + n}));
+    offset += n;
+  }
+  return out;
+}
+
 /// `v` flattened and padded to ranks × shard elements, as [ranks, shard].
 Value shard_rows(Value v, int ranks) {
   int64_t n = numel(v.shape()), s = shard_elements(n, ranks);
@@ -85,19 +108,9 @@ UpdateResult append_data_parallel_update(Graph& g, const std::vector<std::string
 
   if (layout.zero == 0) {
     std::vector<Value> reduced(grads.size());
-    for (const auto& bucket : buckets) {
-      std::vector<Value> parts;
-      for (std::size_t i : bucket)
-        parts.push_back(flat(grads[i]));
-      Value packed = parts.size() == 1 ? parts[0] : concat(parts, 0);
-      Value sum = all_reduce(packed, ranks);
-      int64_t offset = 0;
-      for (std::size_t i : bucket) {
-        int64_t n = numel(grads[i].shape());
-        reduced[i] = reshape(slice(sum, {offset}, {offset + n}), grads[i].shape());
-        offset += n;
-      }
-    }
+    for (const auto& bucket : buckets)
+      for (const auto& [i, sum] : summed_bucket(grads, bucket, ranks))
+        reduced[i] = reshape(sum, grads[i].shape());
     return append_update(g, names, params, reduced, options);
   }
 
@@ -106,23 +119,15 @@ UpdateResult append_data_parallel_update(Graph& g, const std::vector<std::string
   std::vector<Value> grad_shards(grads.size()), param_shards(grads.size());
   for (const auto& bucket : buckets) {
     if (layout.zero == 1) {
-      std::vector<Value> parts;
-      for (std::size_t i : bucket)
-        parts.push_back(flat(grads[i]));
-      Value sum = all_reduce(parts.size() == 1 ? parts[0] : concat(parts, 0), ranks);
-      int64_t offset = 0;
-      for (std::size_t i : bucket) {
-        int64_t n = numel(grads[i].shape());
-        grad_shards[i] = own_shard(slice(sum, {offset}, {offset + n}), ranks, rank);
-        offset += n;
-      }
+      for (const auto& [i, sum] : summed_bucket(grads, bucket, ranks))
+        grad_shards[i] = own_shard(sum, ranks, rank);
     } else {
       // Rank-major: row r of every member's [ranks, shard] side by side, so rank r's block of
       // the reduce-scatter is its shard of each member.
       std::vector<Value> rows;
       for (std::size_t i : bucket)
         rows.push_back(shard_rows(grads[i], ranks));
-      Value packed = rows.size() == 1 ? rows[0] : concat(rows, 1);
+      Value packed = join(rows, 1);
       int64_t width = packed.shape()[1];
       Value mine = reduce_scatter(reshape(packed, {ranks * width}), ranks);
       int64_t offset = 0;
@@ -144,7 +149,7 @@ UpdateResult append_data_parallel_update(Graph& g, const std::vector<std::string
     std::vector<Value> parts;
     for (std::size_t i : bucket)
       parts.push_back(result.parameters[i].parameter);
-    Value packed = parts.size() == 1 ? parts[0] : concat(parts, 0);
+    Value packed = join(parts, 0);
     int64_t width = packed.shape()[0];
     Value gathered = reshape(all_gather(packed, ranks), {ranks, width});
     int64_t offset = 0;

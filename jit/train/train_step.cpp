@@ -234,6 +234,10 @@ int TrainStep::ranks() const { return options_.communicator->size(); }
 
 int TrainStep::state_pieces() const { return options_.zero > 0 ? ranks() : 1; }
 
+int TrainStep::state_pieces(const std::string& name) const {
+  return name.starts_with("state.amp.") ? 1 : state_pieces();
+}
+
 Shape TrainStep::state_shape(const std::string& name) const {
   for (std::size_t i = 0; i < names_.size(); ++i)
     for (const std::string& st : state_names(options_.update.optimizer))

@@ -115,6 +115,9 @@ public:
   /// under ZeRO (zero > 0, several ranks), else 1. This rank holds piece communicator().rank()
   /// of each: the flattened state, zero-padded to pieces × shard elements, cut in pieces.
   int state_pieces() const;
+  /// The pieces optimizer-state tensor `name` is split into: state_pieces() for a parameter's
+  /// state, 1 for step-wide state (`state.amp.*`), which every rank keeps whole.
+  int state_pieces(const std::string& name) const;
   /// The whole shape of optimizer-state tensor `name` (`state.m.<param>`: its parameter's;
   /// step-wide state such as `state.amp.scale`: its own, never split).
   Shape state_shape(const std::string& name) const;

@@ -154,10 +154,8 @@ CpuExecutable::CpuExecutable(Graph graph, KernelLibrary& library, ThreadPool& po
   waits_before_.resize(fusion_.kernels.size() + 1);
   std::vector<std::size_t> waits = collective_waits(fusion_);
   for (std::size_t k = 0; k < waits.size(); ++k)
-    if (fusion_.kernels[k].kind == KernelKind::collective) {
-      waits_before_[waits[k]].push_back(k);
-      has_collectives_ = true;
-    }
+    if (fusion_.kernels[k].kind == KernelKind::collective) waits_before_[waits[k]].push_back(k);
+  collective_ranks_ = collective_ranks(*graph_);
   report_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   arena_.reset(
       new (std::align_val_t(MemoryPlan::alignment))
@@ -205,9 +203,9 @@ void CpuExecutable::run_into(std::span<const HostTensor* const> inputs,
 
   Communicator* ranks = nullptr;
   std::vector<Communicator::Pending> pending;
-  if (has_collectives_) {
+  if (collective_ranks_ != 0) {
     ranks = &communicator();
-    check_collective_ranks(g, *ranks);
+    check_collective_ranks(collective_ranks_, *ranks);
     pending.assign(fusion_.kernels.size(), 0);
   }
   std::size_t in_flight = 0;

@@ -51,7 +51,7 @@ private:
   std::vector<std::optional<ConcatCopy>> copies_; ///< per kernel
   /// Per kernel index (and one past the last): the collectives to wait for before it runs.
   std::vector<std::vector<std::size_t>> waits_before_;
-  bool has_collectives_ = false;
+  int64_t collective_ranks_ = 0; ///< the ranks its collectives were built for (0: none)
   CompileReport report_;
   mutable std::mutex run_mutex_;
   mutable std::unique_ptr<std::byte[]> arena_;

@@ -165,6 +165,7 @@ GpuExecutable::GpuExecutable(Graph graph, CudaDevice& device, KernelCache& cache
   auto start = std::chrono::steady_clock::now();
   device_.make_current();
   const Graph& g = *graph_;
+  collective_ranks_ = collective_ranks(g);
   arena_ = DeviceBuffer(static_cast<std::size_t>(std::max<int64_t>(memory_.arena_bytes(), 0)));
   pointer_.assign(g.size(), 0);
   input_index_.assign(g.size(), -1);
@@ -411,11 +412,11 @@ void GpuExecutable::run_into(std::span<const HostTensor* const> inputs,
   std::lock_guard lock(run_mutex_);
   device_.make_current();
   const Graph& g = *graph_;
-  check_collective_ranks(g, communicator());
+  check_collective_ranks(collective_ranks_, communicator());
   // Collectives run through NCCL on the step's stream (captured into its CUDA graph): made
   // before any capture, by every rank (its unique id goes over the host communicator). A world
   // of one without NCCL copies instead.
-  if (!nccl_ && has_collectives(g) && (communicator().size() > 1 || kernels::Nccl::get()))
+  if (!nccl_ && collective_ranks_ != 0 && (communicator().size() > 1 || kernels::Nccl::get()))
     nccl_ = std::make_unique<kernels::NcclCommunicator>(communicator());
   const cuda::Driver& d = device_.driver();
   cuda::StreamHandle compute = device_.stream(), copy = device_.copy_stream();

@@ -87,6 +87,7 @@ private:
   /// The step's collectives between GPU ranks (made on the first run of a graph that has
   /// any, when NCCL is there or the job has several ranks).
   mutable std::unique_ptr<kernels::NcclCommunicator> nccl_;
+  int64_t collective_ranks_ = 0; ///< the ranks its collectives were built for (0: none)
   mutable std::mutex run_mutex_;
   mutable int runs_ = 0;
   mutable int last_set_ = -1;

@@ -447,7 +447,7 @@ std::vector<HostTensor> emulate_nvptx_step(const Graph& optimized,
       continue;
     }
     if (kernel.kind == KernelKind::collective) { // what NCCL does, on the host's communicator
-      check_collective_ranks(g, world());
+      check_collective_ranks(collective_ranks(g), world());
       world().wait(
           start_collective(world(), g, kernel, pointer[kernel.reads[0]], pointer[kernel.root]));
       continue;
