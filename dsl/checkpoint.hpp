@@ -49,7 +49,8 @@ void save_checkpoint(const std::filesystem::path& file, Model& model,
 /// world size and ZeRO stage: each rank takes the whole parameters and its piece of the
 /// optimizer state, whatever the number of ranks that wrote it. Throws std::runtime_error
 /// naming the first missing or mismatched tensor, or a missing shard file (fp16 loss-scaling
-/// state, `optimizer.amp.*`, may be missing: the scale then starts afresh).
+/// state, `optimizer.amp.*`, and in-step sifting's, `optimizer.sift.*`, may be missing: they
+/// then start afresh).
 template <class Model, class LossFn>
 std::map<std::string, std::string> load_checkpoint(const std::filesystem::path& file, Model& model,
                                                    CompiledStep<Model, LossFn>& step) {
@@ -61,8 +62,9 @@ std::map<std::string, std::string> load_checkpoint(const std::filesystem::path& 
   for (auto& [name, tensor] : runtime.state()) {
     std::string key = "optimizer." + name.substr(6);
     // fp16 loss-scaling state is optional: a run resumed under fp16 from a bf16 or f32
-    // checkpoint starts from the initial scale.
-    if (name.starts_with("state.amp.")) {
+    // checkpoint starts from the initial scale. So is in-step sifting's: a run that starts
+    // sifting from a checkpoint written without it starts with an empty loss history.
+    if (name.starts_with("state.amp.") || name.starts_with("state.sift.")) {
       if (reader.contains(key)) *tensor = reader.read(key, tensor->dtype(), tensor->shape());
       continue;
     }

@@ -100,6 +100,12 @@ struct StepOptions {
   /// Data parallel: compare the ranks' parameter checksums every this many updates; a rank that
   /// drifted stops every rank with the parameter named (0: only at the first call).
   int64_t check_every = 0;
+  /// In-step sifting (docs/sifting.md): the loss function then returns each row's loss
+  /// ([batch], e.g. cross_entropy(..., Reduction::none)); each update draws `sift_rows` rows
+  /// by the rule inside the step and backpropagates only their mean loss.
+  std::optional<SiftOptions> sift;
+  /// In-step sifting: rows each update trains on (0: round(batch / (1 + beta))).
+  int64_t sift_rows = 0;
 };
 
 struct StepOutput {
@@ -196,6 +202,8 @@ public:
     step_options.zero = options.zero;
     step_options.bucket_bytes = options.bucket_bytes;
     step_options.check_every = options.check_every;
+    step_options.sift = options.sift;
+    step_options.sift_rows = options.sift_rows;
     runtime_ = std::make_unique<TrainStep>(trace, names, values, step_options);
   }
 

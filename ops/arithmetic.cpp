@@ -41,6 +41,7 @@ const OpDef add_op{
     .grad = [](const GradArgs& g) { return std::vector<Value>{g.cotangent, g.cotangent}; },
     .reference = elementwise_reference<[](Scalars v) { return v[0] + v[1]; }>,
     .test_cases = binary_cases,
+    .row_wise = row_rules::elementwise,
 };
 
 const OpDef sub_op{
@@ -52,6 +53,7 @@ const OpDef sub_op{
     .grad = [](const GradArgs& g) { return std::vector<Value>{g.cotangent, -g.cotangent}; },
     .reference = elementwise_reference<[](Scalars v) { return v[0] - v[1]; }>,
     .test_cases = binary_cases,
+    .row_wise = row_rules::elementwise,
 };
 
 const OpDef mul_op{
@@ -66,6 +68,7 @@ const OpDef mul_op{
         },
     .reference = elementwise_reference<[](Scalars v) { return v[0] * v[1]; }>,
     .test_cases = binary_cases,
+    .row_wise = row_rules::elementwise,
 };
 
 const OpDef div_op{
@@ -80,6 +83,7 @@ const OpDef div_op{
         },
     .reference = elementwise_reference<[](Scalars v) { return v[0] / v[1]; }>,
     .test_cases = divisor_cases,
+    .row_wise = row_rules::elementwise,
 };
 
 const OpDef neg_op{
@@ -91,6 +95,7 @@ const OpDef neg_op{
     .grad = [](const GradArgs& g) { return std::vector<Value>{-g.cotangent}; },
     .reference = elementwise_reference<[](Scalars v) { return -v[0]; }>,
     .test_cases = [] { return test_cases::unary(); },
+    .row_wise = row_rules::elementwise,
 };
 
 const OpDef pow_op{
@@ -106,6 +111,7 @@ const OpDef pow_op{
         },
     .reference = elementwise_reference<[](Scalars v) { return std::pow(v[0], v[1]); }>,
     .test_cases = positive_binary_cases,
+    .row_wise = row_rules::elementwise,
 };
 
 // Ties send the whole cotangent to the first operand (maximum) or the first (minimum).
@@ -124,6 +130,7 @@ const OpDef maximum_op{
         },
     .reference = elementwise_reference<[](Scalars v) { return std::max(v[0], v[1]); }>,
     .test_cases = binary_cases,
+    .row_wise = row_rules::elementwise,
 };
 
 const OpDef minimum_op{
@@ -141,6 +148,7 @@ const OpDef minimum_op{
         },
     .reference = elementwise_reference<[](Scalars v) { return std::min(v[0], v[1]); }>,
     .test_cases = binary_cases,
+    .row_wise = row_rules::elementwise,
 };
 
 const OpDef less_op{
@@ -152,6 +160,7 @@ const OpDef less_op{
     .infer = type_rules::comparison,
     .reference = elementwise_reference<[](Scalars v) { return double(v[0] < v[1]); }>,
     .test_cases = comparison_cases,
+    .row_wise = row_rules::elementwise,
 };
 
 const OpDef less_equal_op{
@@ -163,6 +172,7 @@ const OpDef less_equal_op{
     .infer = type_rules::comparison,
     .reference = elementwise_reference<[](Scalars v) { return double(v[0] <= v[1]); }>,
     .test_cases = comparison_cases,
+    .row_wise = row_rules::elementwise,
 };
 
 const OpDef equal_op{
@@ -174,6 +184,7 @@ const OpDef equal_op{
     .infer = type_rules::comparison,
     .reference = elementwise_reference<[](Scalars v) { return double(v[0] == v[1]); }>,
     .test_cases = comparison_cases,
+    .row_wise = row_rules::elementwise,
 };
 
 const OpDef not_equal_op{
@@ -185,6 +196,7 @@ const OpDef not_equal_op{
     .infer = type_rules::comparison,
     .reference = elementwise_reference<[](Scalars v) { return double(v[0] != v[1]); }>,
     .test_cases = comparison_cases,
+    .row_wise = row_rules::elementwise,
 };
 
 const OpDef greater_op{
@@ -239,6 +251,7 @@ const OpDef where_op{
           }
           return cases;
         },
+    .row_wise = row_rules::elementwise,
 };
 
 const OpDef cast_op{
@@ -272,6 +285,7 @@ const OpDef cast_op{
           cases.push_back({{TestOperand{DType::f32, {2, 5}}}, Attrs{.dtype = DType::f64}});
           return cases;
         },
+    .row_wise = row_rules::elementwise,
 };
 
 const OpDef stop_gradient_op{
@@ -280,6 +294,7 @@ const OpDef stop_gradient_op{
     .infer = [](std::span<const TensorType> in, const Attrs&) { return in[0]; },
     .reference = [](Args in, const Attrs&, const TensorType&) { return in[0]; },
     .test_cases = [] { return test_cases::unary(); },
+    .row_wise = row_rules::elementwise,
 };
 
 } // namespace sinter::op_defs

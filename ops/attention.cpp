@@ -226,6 +226,21 @@ TensorType forward_type(std::span<const TensorType> in, const Attrs& a) {
                     check_attention_operands(in.subspan(0, 3), in.size() == 4 ? &in[3] : nullptr)};
 }
 
+/// OpDef::row_wise of the fused forward and its log-sum-exp: dim 0 is a batch dim of q, k and
+/// v (rank >= 3); a mask is taken the same way or is the same for every row.
+bool attention_rows(std::span<const TensorType> in, std::span<const bool> taken, const Attrs&,
+                    const TensorType& result) {
+  if (in[0].shape.size() < 3 || result.shape.empty() || in[0].shape[0] != result.shape[0])
+    return false;
+  for (std::size_t i = 0; i < 3; ++i)
+    if (!taken[i] || in[i].shape.size() != in[0].shape.size() || in[i].shape[0] != in[0].shape[0])
+      return false;
+  if (in.size() == 4)
+    return taken[3] ? row_rules::rows_align(in[3], TensorType{in[0].dtype, in[0].shape})
+                    : row_rules::same_for_every_row(in[3], TensorType{in[0].dtype, in[0].shape});
+  return true;
+}
+
 } // namespace
 
 // Operands: q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv], optionally a bool mask that
@@ -307,6 +322,7 @@ const OpDef fused_attention_op{
     .lower = decomposed_forward,
     .reference = reference_forward,
     .test_cases = forward_cases,
+    .row_wise = attention_rows,
 };
 
 // The log-sum-exp of each query row's masked, scaled scores: [..., Tq] in f32 (f64 for f64
@@ -331,6 +347,7 @@ const OpDef fused_attention_lse_op{
           return out;
         },
     .test_cases = forward_cases,
+    .row_wise = attention_rows,
 };
 
 // Operands: q, k, v, o (the forward's result), lse (fused_attention_lse), do (o's cotangent),

@@ -56,6 +56,12 @@ const OpDef gather_op{
               {{TestOperand{DType::f64, {6, 3}}, TestOperand{DType::i32, {4}, 0, 6}}, {}},
               {{TestOperand{DType::f64, {5, 2, 2}}, TestOperand{DType::i64, {2, 3}, 0, 5}}, {}}};
         },
+    .row_wise =
+        [](std::span<const TensorType> in, std::span<const bool> taken, const Attrs&,
+           const TensorType&) {
+          // Rows of the indices look up rows of a whole table (an embedding).
+          return !taken[0] && taken[1] && !in[1].shape.empty();
+        },
 };
 
 // Operands: integer indices [I...], updates [I..., D...]; attrs: ints = {V}. Result [V, D...]:

@@ -120,8 +120,11 @@ const OpDef reshape_op{
           return std::vector<OpTestCase>{
               {{TestOperand{DType::f64, {3, 4}}}, Attrs{.ints = {2, 6}}},
               {{TestOperand{DType::f64, {2, 3, 4}}}, Attrs{.ints = {24}}},
+              {{TestOperand{DType::f64, {3, 2, 4}}}, Attrs{.ints = {3, 8}}}, // keeps dim 0
               {{TestOperand{DType::f64, {}}}, Attrs{.ints = {1, 1}}}};
         },
+    .row_wise = [](std::span<const TensorType> in, std::span<const bool> taken, const Attrs&,
+                   const TensorType& result) { return row_rules::keeps_dim0(in, taken, result); },
 };
 
 // attrs: ints = permutation; result dim i is operand dim perm[i].
@@ -150,7 +153,13 @@ const OpDef permute_op{
         [] {
           return std::vector<OpTestCase>{
               {{TestOperand{DType::f64, {2, 3, 4}}}, Attrs{.ints = {2, 0, 1}}},
+              {{TestOperand{DType::f64, {3, 2, 4}}}, Attrs{.ints = {0, 2, 1}}}, // keeps dim 0
               {{TestOperand{DType::f64, {3, 5}}}, Attrs{.ints = {1, 0}}}};
+        },
+    .row_wise =
+        [](std::span<const TensorType> in, std::span<const bool> taken, const Attrs& a,
+           const TensorType& result) {
+          return row_rules::keeps_dim0(in, taken, result) && a.ints.at(0) == 0;
         },
 };
 
@@ -200,6 +209,13 @@ const OpDef broadcast_op{
               {{TestOperand{DType::f64, {}}}, Attrs{.ints = {2, 2}}},
               {{TestOperand{DType::f64, {4}}}, Attrs{.ints = {3, 4}}}};
         },
+    .row_wise =
+        [](std::span<const TensorType> in, std::span<const bool> taken, const Attrs&,
+           const TensorType& result) {
+          // Whole, an operand that repeats along dim 0 gives the same rows at any row count.
+          return taken[0] ? row_rules::rows_align(in[0], result)
+                          : row_rules::same_for_every_row(in[0], result);
+        },
 };
 
 const OpDef broadcast_to_op{
@@ -248,8 +264,11 @@ const OpDef slice_op{
         [] {
           return std::vector<OpTestCase>{
               {{TestOperand{DType::f64, {5, 6}}}, Attrs{.ints = {1, 2}, .ints2 = {4, 6}}},
+              {{TestOperand{DType::f64, {3, 6}}}, Attrs{.ints = {0, 1}, .ints2 = {3, 4}}},
               {{TestOperand{DType::f64, {4}}}, Attrs{.ints = {0}, .ints2 = {2}}}};
         },
+    .row_wise = [](std::span<const TensorType> in, std::span<const bool> taken, const Attrs&,
+                   const TensorType& result) { return row_rules::keeps_dim0(in, taken, result); },
 };
 
 // attrs: ints = zeros added before, ints2 = zeros added after, one per dim.
@@ -290,8 +309,11 @@ const OpDef pad_op{
     .test_cases =
         [] {
           return std::vector<OpTestCase>{
-              {{TestOperand{DType::f64, {2, 3}}}, Attrs{.ints = {1, 0}, .ints2 = {0, 2}}}};
+              {{TestOperand{DType::f64, {2, 3}}}, Attrs{.ints = {1, 0}, .ints2 = {0, 2}}},
+              {{TestOperand{DType::f64, {3, 2}}}, Attrs{.ints = {0, 1}, .ints2 = {0, 2}}}};
         },
+    .row_wise = [](std::span<const TensorType> in, std::span<const bool> taken, const Attrs&,
+                   const TensorType& result) { return row_rules::keeps_dim0(in, taken, result); },
 };
 
 // attrs: ints = {axis}. Any number of operands, equal except along axis.
@@ -353,6 +375,13 @@ const OpDef concat_op{
               {{TestOperand{DType::f64, {2, 3}}, TestOperand{DType::f64, {2, 1}},
                 TestOperand{DType::f64, {2, 2}}},
                Attrs{.ints = {-1}}}};
+        },
+    .row_wise =
+        [](std::span<const TensorType> in, std::span<const bool> taken, const Attrs& a,
+           const TensorType& result) {
+          for (std::size_t i = 0; i < in.size(); ++i)
+            if (!taken[i] || !row_rules::rows_align(in[i], result)) return false;
+          return type_rules::axis(a.ints.at(0), result.shape.size()) != 0;
         },
 };
 

@@ -61,6 +61,15 @@ const OpDef matmul_op{
               {{TestOperand{DType::f64, {3, 4}}, TestOperand{DType::f64, {4, 5}}}, {}},
               {{TestOperand{DType::f64, {2, 3, 4}}, TestOperand{DType::f64, {2, 4, 2}}}, {}}};
         },
+    .row_wise =
+        [](std::span<const TensorType> in, std::span<const bool> taken, const Attrs&,
+           const TensorType& result) {
+          // 2-D: rows of the left operand times a whole right one. Batched: dim 0 is a batch
+          // dim of both.
+          if (!taken[0] || !row_rules::rows_align(in[0], result)) return false;
+          return result.shape.size() == 2 ? !taken[1]
+                                          : taken[1] && row_rules::rows_align(in[1], result);
+        },
 };
 
 } // namespace sinter::op_defs

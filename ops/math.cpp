@@ -35,6 +35,7 @@ const OpDef exp_op{
     .grad = [](const GradArgs& g) { return std::vector<Value>{g.cotangent * g.result}; },
     .reference = unary_reference<[](double x) { return std::exp(x); }>,
     .test_cases = any_cases,
+    .row_wise = row_rules::elementwise,
 };
 
 const OpDef log_op{
@@ -44,6 +45,7 @@ const OpDef log_op{
     .grad = [](const GradArgs& g) { return std::vector<Value>{g.cotangent / g.operands[0]}; },
     .reference = unary_reference<[](double x) { return std::log(x); }>,
     .test_cases = positive_cases,
+    .row_wise = row_rules::elementwise,
 };
 
 const OpDef sqrt_op{
@@ -53,6 +55,7 @@ const OpDef sqrt_op{
     .grad = [](const GradArgs& g) { return std::vector<Value>{g.cotangent * 0.5 / g.result}; },
     .reference = unary_reference<[](double x) { return std::sqrt(x); }>,
     .test_cases = positive_cases,
+    .row_wise = row_rules::elementwise,
 };
 
 const OpDef rsqrt_op{
@@ -65,6 +68,7 @@ const OpDef rsqrt_op{
         },
     .reference = unary_reference<[](double x) { return 1.0 / std::sqrt(x); }>,
     .test_cases = positive_cases,
+    .row_wise = row_rules::elementwise,
 };
 
 const OpDef tanh_op{
@@ -77,6 +81,7 @@ const OpDef tanh_op{
         },
     .reference = unary_reference<[](double x) { return std::tanh(x); }>,
     .test_cases = any_cases,
+    .row_wise = row_rules::elementwise,
 };
 
 const OpDef erf_op{
@@ -91,6 +96,7 @@ const OpDef erf_op{
         },
     .reference = unary_reference<[](double x) { return std::erf(x); }>,
     .test_cases = any_cases,
+    .row_wise = row_rules::elementwise,
 };
 
 const OpDef abs_op{
@@ -105,6 +111,7 @@ const OpDef abs_op{
         },
     .reference = unary_reference<[](double x) { return std::abs(x); }>,
     .test_cases = away_from_zero_cases,
+    .row_wise = row_rules::elementwise,
 };
 
 /// softplus(x) = log(1 + e^x), computed as max(x, 0) + log1p(e^-|x|): no overflow for large x,
@@ -136,6 +143,7 @@ const OpDef softplus_op{
                                          {{50.0}, 50.0},
                                          {{-50.0}, 1.9287498479639178e-22}};
         },
+    .row_wise = row_rules::elementwise,
 };
 
 const OpDef sigmoid_op{

@@ -67,6 +67,12 @@ std::vector<OpTestCase> composite_cases() {
           {{TestOperand{DType::f64, {3, 4, 5}}}, Attrs{.ints = {0, 2}, .flag = true}}};
 }
 
+/// OpDef::row_wise of the primitive reductions: dim 0 is not among the reduced axes.
+bool reduces_other_axes(std::span<const TensorType> in, std::span<const bool> taken, const Attrs& a,
+                        const TensorType& result) {
+  return row_rules::keeps_dim0(in, taken, result) && (a.ints.empty() || a.ints[0] != 0);
+}
+
 } // namespace
 
 const OpDef reduce_sum_op{
@@ -80,6 +86,7 @@ const OpDef reduce_sum_op{
         },
     .reference = sum_reference,
     .test_cases = primitive_cases,
+    .row_wise = reduces_other_axes,
 };
 
 // Ties share the cotangent equally, so the gradient is the same whichever maximum is picked.
@@ -96,6 +103,7 @@ const OpDef reduce_max_op{
         },
     .reference = max_reference,
     .test_cases = primitive_cases,
+    .row_wise = reduces_other_axes,
 };
 
 const OpDef sum_op{

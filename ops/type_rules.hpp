@@ -89,3 +89,41 @@ inline Shape reduced_shape(const Shape& s, const std::vector<int64_t>& axes, boo
 }
 
 } // namespace sinter::type_rules
+
+/// OpDef::row_wise rules shared by the op files.
+namespace sinter::row_rules {
+
+/// A taken operand's rows are the result's: same rank, same dim 0.
+inline bool rows_align(const TensorType& operand, const TensorType& result) {
+  return !result.shape.empty() && operand.shape.size() == result.shape.size() &&
+         operand.shape[0] == result.shape[0];
+}
+
+/// An operand used whole must be the same for every row: it has no dim 0 of the result's
+/// (lower rank, numpy alignment from the right) or broadcasts along it (size 1).
+inline bool same_for_every_row(const TensorType& operand, const TensorType& result) {
+  return operand.shape.size() < result.shape.size() ||
+         (!operand.shape.empty() && operand.shape[0] == 1);
+}
+
+/// Ops computed element by element (operands broadcast to the result): row i of the result
+/// reads row i of every taken operand and only whole operands that repeat along dim 0.
+inline bool elementwise(std::span<const TensorType> in, std::span<const bool> taken, const Attrs&,
+                        const TensorType& result) {
+  bool any = false;
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    if (taken[i] ? !rows_align(in[i], result) : !same_for_every_row(in[i], result)) return false;
+    any = any || taken[i];
+  }
+  return any;
+}
+
+/// One operand, taken, whose dim 0 stays the result's dim 0 (reductions over other axes,
+/// reshapes that keep dim 0, permutations that keep it first, slices and pads that leave it).
+inline bool keeps_dim0(std::span<const TensorType> in, std::span<const bool> taken,
+                       const TensorType& result) {
+  return in.size() == 1 && taken[0] && !in[0].shape.empty() && !result.shape.empty() &&
+         in[0].shape[0] == result.shape[0];
+}
+
+} // namespace sinter::row_rules

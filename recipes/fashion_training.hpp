@@ -63,15 +63,18 @@ int train_fashion(const std::string& name, const Flags& flags, Model& model) {
   auto train = data::fashion_mnist(data::Split::train, dir);
   auto test = data::fashion_mnist(data::Split::test, dir);
   int64_t epochs = flags.integer("epochs");
+  auto step_options = [&](int64_t total) {
+    return parallel(flags, {.batch_names = {"images", "labels"},
+                            .schedule = warmup_cosine(
+                                flags.real("lr"), std::min<int64_t>(200, total / 10 + 1), total),
+                            .amp = amp_flag(flags)});
+  };
+  auto optimizer = adamw{.lr = flags.real("lr"), .weight_decay = flags.real("weight-decay")};
   auto make_step = [&](int64_t total) {
     return compile_step(
         model,
         [](Model& m, Var images, Var labels) { return cross_entropy_mean(m(images), labels); },
-        adamw{.lr = flags.real("lr"), .weight_decay = flags.real("weight-decay")},
-        parallel(flags, {.batch_names = {"images", "labels"},
-                         .schedule = warmup_cosine(flags.real("lr"),
-                                                   std::min<int64_t>(200, total / 10 + 1), total),
-                         .amp = amp_flag(flags)}));
+        optimizer, step_options(total));
   };
   int64_t batch = batch_size(
       flags, [&](int64_t budget) { return make_step(1).max_batch(example_batch(*train), budget); });
@@ -82,15 +85,22 @@ int train_fashion(const std::string& name, const Flags& flags, Model& model) {
   data::DataLoader loader(*train, sharded({.batch_size = batch, .shuffle = true, .seed = seed}));
   int64_t per_epoch = loader.batches_per_epoch();
   std::optional<SiftOptions> sift = sift_options(flags);
-  // Sifting trains on about 1/(1+beta) of each epoch's batches: --epochs E takes that many
-  // steps, so E passes over the data are scored.
+  const bool in_step = sift && sift_in_step(flags);
+  // The sifting loader trains on about 1/(1+beta) of each epoch's batches: --epochs E takes
+  // that many steps, so E passes over the data are scored. In-step sifting scores each batch
+  // in its own step.
   int64_t steps_per_epoch =
-      sift ? std::max<int64_t>(
-                 1, static_cast<int64_t>(static_cast<double>(per_epoch) / (1.0 + sift->beta)))
-           : per_epoch;
+      sift && !in_step ? std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(per_epoch) /
+                                                                   (1.0 + sift->beta)))
+                       : per_epoch;
   int64_t total = flags.integer("steps") > 0 ? flags.integer("steps") : epochs * steps_per_epoch;
-  auto step = make_step(total);
   auto logits = compile_eval(model, [](Model& m, Var images) { return m(images); }, {"images"});
+  auto sifted_line = [](double kept_fraction, int64_t backpropagated) {
+    char text[96];
+    std::snprintf(text, sizeof text, " kept_fraction=%.4f samples_backpropagated=%lld",
+                  kept_fraction, static_cast<long long>(backpropagated));
+    return std::string(text);
+  };
 
   if (leader())
     std::fprintf(stderr, "%s: %lld parameters, %lld steps of batch %lld%s\n", name.c_str(),
@@ -102,7 +112,22 @@ int train_fashion(const std::string& name, const Flags& flags, Model& model) {
   auto at_epoch_end = [&](int64_t, const auto& l) { return l.position().batch == per_epoch; };
   LoopResult run;
   std::string sifted;
-  if (sift) {
+  int64_t steps_done = 0;
+  if (in_step) {
+    StepOptions options = step_options(total);
+    options.sift = sift;
+    auto step = compile_step(
+        model,
+        [](Model& m, Var images, Var labels) -> Var {
+          return cross_entropy_loss(m(images), labels, {}, Reduction::none);
+        },
+        optimizer, options);
+    run = run_training(name, flags, model, step, loader, total, at_epoch_end);
+    SiftCounts counts = step.runtime().sift_counts();
+    sifted = sifted_line(counts.kept_fraction(), counts.kept * ranks.size());
+    steps_done = step.steps();
+  } else if (sift) {
+    auto step = make_step(total);
     auto per_sample =
         compile_eval(model,
                      [](Model& m, Var images, Var labels) -> Var {
@@ -112,18 +137,18 @@ int train_fashion(const std::string& name, const Flags& flags, Model& model) {
     SiftingLoader sifting(
         loader, [&](const data::Batch& b) { return per_sample(b.examples, b.labels); }, *sift);
     run = run_training(name, flags, model, step, sifting, total, at_epoch_end);
-    char text[96];
-    std::snprintf(text, sizeof text, " kept_fraction=%.4f samples_backpropagated=%lld",
-                  sifting.rule().kept_fraction(), static_cast<long long>(sifting.delivered()));
-    sifted = text;
+    sifted = sifted_line(sifting.rule().kept_fraction(), sifting.delivered());
+    steps_done = step.steps();
   } else {
+    auto step = make_step(total);
     run = run_training(name, flags, model, step, loader, total, at_epoch_end);
+    steps_done = step.steps();
   }
   double test_accuracy = accuracy(logits, *test, 500);
   if (!leader()) return 0;
   std::printf("result: test_accuracy=%.4f train_loss=%.4f steps=%lld steps_per_second=%.1f "
               "seconds=%.1f%s\n",
-              test_accuracy, run.last_loss, static_cast<long long>(step.steps()),
+              test_accuracy, run.last_loss, static_cast<long long>(steps_done),
               static_cast<double>(run.steps_run) / std::max(run.seconds, 1e-9), run.seconds,
               sifted.c_str());
   return 0;

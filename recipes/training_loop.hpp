@@ -63,7 +63,9 @@ inline std::vector<Flag> sift_flags() {
            "of them; 0: off)"},
           {"sift-history", "500", "sifting: losses the percentile is taken among"},
           {"sift-delay", "0", "sifting: steps of plain training first"},
-          {"sift-mode", "loader", "sifting: loader (score, then train on kept samples)"},
+          {"sift-mode", "loader",
+           "sifting: loader (score each batch, then train on full batches of kept samples) or "
+           "in-step (the step scores its batch and trains on round(B/(1+beta)) drawn rows)"},
           {"sift-repeat-delay", "0", "switch: sifting's delay again at every epoch's start"}};
 }
 
@@ -74,18 +76,20 @@ inline std::optional<sinter::SiftOptions> sift_options(const Flags& flags) {
   if (!(beta > 0)) flags.fail("--sift-beta must be a number above 0 (0: no sifting)");
   if (flags.integer("sift-history") < 1) flags.fail("--sift-history must be at least 1");
   if (flags.integer("sift-delay") < 0) flags.fail("--sift-delay must be 0 or more steps");
-  if (flags.str("sift-mode") == "in-step")
-    flags.fail("--sift-mode in-step is not built yet (issue 13): use --sift-mode loader");
-  if (flags.str("sift-mode") != "loader") flags.fail("--sift-mode takes loader");
-  if (sinter::world().size() > 1)
-    flags.fail("sifting under mpirun is not supported yet: the ranks would keep different "
-               "numbers of samples; run it as one process");
+  if (flags.str("sift-mode") != "loader" && flags.str("sift-mode") != "in-step")
+    flags.fail("--sift-mode takes loader or in-step");
+  if (flags.str("sift-mode") == "loader" && sinter::world().size() > 1)
+    flags.fail("--sift-mode loader under mpirun would keep different numbers of samples on each "
+               "rank; use --sift-mode in-step, which every rank runs in step");
   return sinter::SiftOptions{.beta = beta,
                              .history = flags.integer("sift-history"),
                              .delay = flags.integer("sift-delay"),
                              .repeat_delay = flags.on("sift-repeat-delay"),
                              .seed = static_cast<uint64_t>(flags.integer("seed")) + 7919};
 }
+
+/// Whether `--sift-mode in-step` asks for sifting inside the compiled step.
+inline bool sift_in_step(const Flags& flags) { return flags.str("sift-mode") == "in-step"; }
 
 /// `--amp off|bf16|fp16` as the step's mixed-precision mode; a bad value exits 2.
 inline sinter::AmpMode amp_flag(const Flags& flags) {
@@ -223,13 +227,16 @@ LoopResult run_training(const std::string& name, const Flags& flags, Model& mode
   while (step.steps() < stop) {
     if (!loader.next(b)) {
       loader.start_epoch(loader.position().epoch + 1);
+      if (step.runtime().sifts_in_step()) step.runtime().start_sift_epoch();
       continue;
     }
     result.last_loss = step(b.examples, b.labels).loss.value();
     std::string shown;
-    if constexpr (sifting) {
+    if (sifting || step.runtime().sifts_in_step()) {
+      double fraction = step.runtime().sift_counts().kept_fraction();
+      if constexpr (sifting) fraction = loader.rule().kept_fraction();
       char kept[32];
-      std::snprintf(kept, sizeof kept, "kept %.3f", loader.rule().kept_fraction());
+      std::snprintf(kept, sizeof kept, "kept %.3f", fraction);
       shown = kept;
     }
     progress.update(step.steps(), result.last_loss, shown);

@@ -46,7 +46,7 @@ void gradient_on_gpu(OpId op) {
 const bool forward_registered = register_op_tests<forward_on_gpu>(
     "on CUDA matches the interpreter (f64, f32, bf16, f16)", "[cuda][cuda-forward]");
 const bool gradient_registered = register_op_tests<gradient_on_gpu>(
-    "gradient on CUDA matches the interpreter", "[cuda][cuda-gradient]", true);
+    "gradient on CUDA matches the interpreter", "[cuda][cuda-gradient]", differentiable_op);
 
 /// A two-layer MLP's loss and gradients: GEMMs (cuBLASLt, transposed operands), bias
 /// broadcasts, reductions, softmax cross-entropy.

@@ -39,7 +39,7 @@ const bool forward_registered = register_op_tests<forward_emulated>(
     "[emulated][emulated-forward]");
 const bool gradient_registered =
     register_op_tests<gradient_emulated>("CUDA gradient kernels, emulated, match the interpreter",
-                                         "[emulated][emulated-gradient]", true);
+                                         "[emulated][emulated-gradient]", differentiable_op);
 
 /// The GPU's plan for an optimised graph (what GpuExecutable fuses on an sm_90 device).
 struct GpuPlan {

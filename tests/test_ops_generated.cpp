@@ -86,11 +86,97 @@ void gradient_matches_finite_differences(OpId op) {
   }
 }
 
+/// Rows `pick` of `t` along dim 0.
+F64Tensor take_rows(const F64Tensor& t, const std::vector<int64_t>& pick) {
+  const int64_t width = numel(t.shape) / t.shape[0];
+  F64Tensor out{t.shape, {}};
+  out.shape[0] = static_cast<int64_t>(pick.size());
+  for (int64_t r : pick)
+    out.data.insert(out.data.end(), t.data.begin() + r * width, t.data.begin() + (r + 1) * width);
+  return out;
+}
+
+/// Wherever OpDef::row_wise says so, the op on rows of its taken operands equals those rows of
+/// its result (checked with the float64 reference for every way of taking the operands).
+void rows_match_row_wise_rule(OpId op) {
+  const OpDef& def = op_def(op);
+  auto cases = def.test_cases();
+  int verified = 0;
+  for (std::size_t k = 0; k < cases.size(); ++k) {
+    INFO(describe(op, cases[k]));
+    PreparedCase p = prepare(op, cases[k], 1000 * static_cast<uint64_t>(op) + k);
+    const int64_t n = p.result.shape.empty() ? 0 : p.result.shape[0];
+    if (n < 2 || p.operands.size() > 8) continue;
+    std::vector<TensorType> types;
+    for (const NamedOperand& o : p.operands)
+      types.push_back(o.type);
+    auto whole = values_of(p.operands);
+    const std::vector<int64_t> pick{n - 1, 0};
+    for (uint32_t mask = 0; mask < (1u << types.size()); ++mask) {
+      bool taken[8] = {};
+      for (std::size_t i = 0; i < types.size(); ++i)
+        taken[i] = mask & (1u << i);
+      if (!def.row_wise(types, std::span<const bool>(taken, types.size()), cases[k].attrs,
+                        p.result))
+        continue;
+      INFO("taken operands mask " << mask);
+      std::vector<NamedOperand> part = p.operands;
+      for (std::size_t i = 0; i < types.size(); ++i)
+        if (taken[i]) {
+          REQUIRE(types[i].shape.size() >= 1);
+          REQUIRE(types[i].shape[0] == n); // a taken operand's rows are the result's
+          part[i].value = take_rows(whole[i], pick);
+          part[i].type.shape[0] = 2;
+        }
+      // Shape-like attributes (reshape and broadcast targets) name the row count in entry 0.
+      Attrs attrs = cases[k].attrs;
+      if (!attrs.ints.empty() && attrs.ints[0] == n) attrs.ints[0] = 2;
+      if (!attrs.ints2.empty() && attrs.ints2[0] == n) attrs.ints2[0] = 2;
+      Graph part_graph = build_graph(part, [&](Graph& g, std::vector<Value>& in) {
+        return std::vector<Value>{emit(g, op, in, attrs)};
+      });
+      F64Tensor got = evaluate(part_graph, values_of(part))[0];
+      F64Tensor want = take_rows(evaluate(p.graph, whole)[0], pick);
+      REQUIRE(got.shape == want.shape);
+      CHECK(max_relative_difference(got, want) < 1e-12);
+      ++verified;
+    }
+  }
+  CHECK(verified > 0); // the op's test cases exercise its rule at least once
+}
+
+bool has_row_rule(const OpDef& def) { return def.row_wise != nullptr; }
+
 const bool forward_matches_reference_registered = register_op_tests<forward_matches_reference>(
     "forward matches the float64 reference", "[ops][forward]");
 const bool gradient_matches_finite_differences_registered =
     register_op_tests<gradient_matches_finite_differences>(
-        "gradient matches central finite differences", "[ops][gradient]", true);
+        "gradient matches central finite differences", "[ops][gradient]", differentiable_op);
+const bool rows_match_row_wise_rule_registered = register_op_tests<rows_match_row_wise_rule>(
+    "rows along dim 0 stay apart where row_wise says so", "[ops][rows]", has_row_rule);
 
 } // namespace
 } // namespace sinter::testing
+
+TEST_CASE("row_wise refuses ops that mix rows along dim 0", "[ops][rows]") {
+  using sinter::DType;
+  auto f = [](sinter::Shape s) { return sinter::TensorType{DType::f32, std::move(s)}; };
+  auto rule = [](sinter::OpId op, std::vector<sinter::TensorType> in, std::vector<char> taken,
+                 sinter::Attrs a, sinter::TensorType out) {
+    bool t[8] = {};
+    for (std::size_t i = 0; i < taken.size(); ++i)
+      t[i] = taken[i];
+    return sinter::op_def(op).row_wise(in, std::span<const bool>(t, in.size()), a, out);
+  };
+  using sinter::OpId;
+  CHECK_FALSE(rule(OpId::reduce_sum, {f({4, 4})}, {1}, {.ints = {0}}, f({4})));
+  CHECK(rule(OpId::reduce_sum, {f({4, 4})}, {1}, {.ints = {1}}, f({4})));
+  CHECK_FALSE(rule(OpId::permute, {f({4, 4})}, {1}, {.ints = {1, 0}}, f({4, 4})));
+  CHECK_FALSE(rule(OpId::matmul, {f({4, 4}), f({4, 4})}, {0, 1}, {}, f({4, 4})));
+  CHECK_FALSE(rule(OpId::matmul, {f({4, 4}), f({4, 4})}, {1, 1}, {}, f({4, 4})));
+  CHECK_FALSE(rule(OpId::concat, {f({2, 3}), f({2, 3})}, {1, 1}, {.ints = {0}}, f({4, 3})));
+  CHECK_FALSE(rule(OpId::add, {f({4, 3}), f({4, 3})}, {1, 0}, {}, f({4, 3})));
+  CHECK_FALSE(rule(OpId::reshape, {f({4, 3})}, {1}, {.ints = {12}}, f({12})));
+  CHECK(sinter::op_def(OpId::scatter_add).row_wise == nullptr);
+  CHECK(sinter::op_def(OpId::iota).row_wise == nullptr);
+}

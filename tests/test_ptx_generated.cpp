@@ -30,7 +30,7 @@ const bool forward_registered = register_op_tests<forward_ptx>(
     "kernels compile to PTX that ptxas accepts (sm_80, sm_90)", "[ptx][ptx-forward]");
 const bool gradient_registered = register_op_tests<gradient_ptx>(
     "gradient kernels compile to PTX that ptxas accepts (sm_80, sm_90)", "[ptx][ptx-gradient]",
-    true);
+    differentiable_op);
 
 /// The PTX of the one generated kernel of a graph with one output.
 std::string only_kernel_ptx(const Graph& g, int capability = 90) {

@@ -7,8 +7,11 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <numeric>
 #include <random>
+#include <set>
 #include <vector>
 
 using namespace sinter;
@@ -230,4 +233,169 @@ TEST_CASE("in-step selection in the graph draws k rows by the rule's weights: th
     }
     CHECK(got == want);
   }
+}
+
+namespace {
+
+/// Rows `rows` (i32 [k]) of `t` along dim 0.
+HostTensor take_rows(const HostTensor& t, const HostTensor& rows) {
+  Shape shape = t.shape();
+  const int64_t width = t.size() / shape[0];
+  shape[0] = rows.size();
+  HostTensor out(t.dtype(), shape);
+  const std::size_t row_bytes = static_cast<std::size_t>(width) * dtype_bytes(t.dtype());
+  for (int64_t r = 0; r < rows.size(); ++r)
+    std::memcpy(out.bytes().data() + static_cast<std::size_t>(r) * row_bytes,
+                t.bytes().data() + static_cast<std::size_t>(rows.at(r)) * row_bytes, row_bytes);
+  return out;
+}
+
+double largest_difference(MLP& a, MLP& b) {
+  std::vector<const HostTensor*> pa, pb;
+  for_each_parameter(a, [&](const std::string&, Parameter& p) { pa.push_back(&p.value); });
+  for_each_parameter(b, [&](const std::string&, Parameter& p) { pb.push_back(&p.value); });
+  double worst = 0;
+  for (std::size_t i = 0; i < pa.size(); ++i)
+    for (int64_t k = 0; k < pa[i]->size(); ++k)
+      worst = std::max(worst, std::abs(pa[i]->at(k) - pb[i]->at(k)));
+  return worst;
+}
+
+int64_t count_op(const Graph& g, OpId op) {
+  int64_t n = 0;
+  for (ValueId id = 0; id < g.size(); ++id)
+    n += g.node(id).op == op;
+  return n;
+}
+
+} // namespace
+
+TEST_CASE("in-step sifting's update equals a plain step on the drawn rows alone, with no extra "
+          "forward pass and no recompilation",
+          "[sifting]") {
+  auto blobs = gaussian_blobs(960, 6, 4, 21);
+  Init init_a(8), init_b(8);
+  MLP sifted({6, 16, 4}, init_a), plain({6, 16, 4}, init_b);
+  int traces = 0;
+  auto per_row = [&traces](MLP& m, Var x, Var y) -> Var {
+    ++traces;
+    return cross_entropy_loss(m(x), y, {}, Reduction::none);
+  };
+  auto mean_loss = [](MLP& m, Var x, Var y) -> Var { return cross_entropy_loss(m(x), y); };
+  const int64_t batch = 48;
+  auto step = compile_step(sifted, per_row, adamw{.lr = 0.02},
+                           {.batch_names = {"examples", "labels"},
+                            .clip_grad_norm = 1.0,
+                            .sift = SiftOptions{.beta = 1.0, .history = 100, .seed = 3}});
+  auto reference = compile_step(plain, mean_loss, adamw{.lr = 0.02},
+                                {.batch_names = {"examples", "labels"}, .clip_grad_norm = 1.0});
+  DataLoader loader(*blobs, {.batch_size = batch, .seed = 2, .prefetch_threads = 0});
+  Batch b;
+  std::set<int64_t> distinct_rows;
+  for (int i = 0; i < 12 && loader.next(b); ++i) {
+    StepOutput out = step(b.examples, b.labels);
+    const HostTensor& rows = step.runtime().sift_rows();
+    REQUIRE(rows.shape() == Shape{batch / 2});
+    std::set<int64_t> once;
+    for (int64_t r = 0; r < rows.size(); ++r) {
+      once.insert(static_cast<int64_t>(rows.at(r)));
+      distinct_rows.insert(static_cast<int64_t>(rows.at(r)));
+    }
+    CHECK(once.size() == static_cast<std::size_t>(batch / 2)); // drawn without replacement
+    CHECK(*once.rbegin() < batch);
+    reference(take_rows(b.examples, rows), take_rows(b.labels, rows));
+    INFO("step " << i);
+    CHECK(std::isfinite(out.loss.value()));
+    CHECK(largest_difference(sifted, plain) < 2e-5);
+  }
+  CHECK(distinct_rows.size() > static_cast<std::size_t>(batch / 2)); // not the same rows always
+  SiftCounts counts = step.runtime().sift_counts();
+  CHECK(counts.seen == 12 * batch);
+  CHECK(counts.kept == 12 * batch / 2);
+  // Traced once at the batch and once at its kept rows; compiled once.
+  CHECK(traces == 2);
+  CHECK(step.runtime().compilations() == 1);
+  // The kept rows' forward values are gathers of the batch's: the step has the plain step's
+  // GEMMs (two forward, three backward), not two more for a second forward pass.
+  CHECK(count_op(step.runtime().program().graph(), OpId::matmul) ==
+        count_op(reference.runtime().program().graph(), OpId::matmul));
+}
+
+TEST_CASE("in-step sifting honours the delay (again each epoch with repeat_delay) without "
+          "recompiling, and a resumed step draws the same rows",
+          "[sifting]") {
+  auto blobs = gaussian_blobs(640, 6, 4, 22);
+  const int64_t batch = 32;
+  auto folder = std::filesystem::temp_directory_path() / "sinter-in-step-sift";
+  std::filesystem::create_directories(folder);
+  auto per_row = [](MLP& m, Var x, Var y) -> Var {
+    return cross_entropy_loss(m(x), y, {}, Reduction::none);
+  };
+  SiftOptions options{.beta = 2.0, .history = 64, .delay = 2, .repeat_delay = true, .seed = 9};
+  Init init(4);
+  MLP model({6, 12, 4}, init);
+  int traces = 0;
+  auto counted = [&traces, per_row](MLP& m, Var x, Var y) -> Var {
+    ++traces;
+    return per_row(m, x, y);
+  };
+  auto step = compile_step(model, counted, adamw{.lr = 0.01},
+                           {.batch_names = {"examples", "labels"}, .sift = options});
+  DataLoader loader(*blobs, {.batch_size = batch, .seed = 6, .prefetch_threads = 0});
+  Batch b;
+  std::vector<int64_t> kept_per_step;
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    loader.start_epoch(epoch);
+    if (epoch > 0) step.runtime().start_sift_epoch();
+    for (int i = 0; i < 5 && loader.next(b); ++i) {
+      step(b.examples, b.labels);
+      kept_per_step.push_back(step.runtime().sift_rows().size());
+    }
+  }
+  // Two whole batches, then a third of each (round(32 / 3) = 11), from each epoch's start.
+  CHECK(kept_per_step == std::vector<int64_t>{32, 32, 11, 11, 11, 32, 32, 11, 11, 11});
+  CHECK(traces == 3); // the batch, its kept rows, and the delay's whole batch: all at first call
+  CHECK(step.runtime().compilations() == 1);
+  CHECK(step.runtime().sift_counts().kept == 4 * 32 + 6 * 11);
+
+  // Resume from a checkpoint: the same rows are drawn and the same parameters follow.
+  save_checkpoint(folder / "sift.safetensors", model, step);
+  auto position = loader.position();
+  Init init_again(99); // different weights: all of them come from the checkpoint
+  MLP resumed({6, 12, 4}, init_again);
+  auto again = compile_step(resumed, per_row, adamw{.lr = 0.01},
+                            {.batch_names = {"examples", "labels"}, .sift = options});
+  load_checkpoint(folder / "sift.safetensors", resumed, again);
+  DataLoader loader_again(*blobs, {.batch_size = batch, .seed = 6, .prefetch_threads = 0});
+  loader_again.seek(position);
+  Batch b2;
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(loader.next(b));
+    REQUIRE(loader_again.next(b2));
+    step(b.examples, b.labels);
+    again(b2.examples, b2.labels);
+    std::vector<int64_t> want, got;
+    for (int64_t r = 0; r < step.runtime().sift_rows().size(); ++r)
+      want.push_back(static_cast<int64_t>(step.runtime().sift_rows().at(r)));
+    for (int64_t r = 0; r < again.runtime().sift_rows().size(); ++r)
+      got.push_back(static_cast<int64_t>(again.runtime().sift_rows().at(r)));
+    CHECK(got == want);
+    CHECK(largest_difference(model, resumed) < 1e-6);
+  }
+  std::filesystem::remove_all(folder);
+}
+
+TEST_CASE("in-step sifting refuses a loss that is not one value per row, naming the fix",
+          "[sifting]") {
+  auto blobs = gaussian_blobs(64, 6, 4, 23);
+  Init init(5);
+  MLP model({6, 8, 4}, init);
+  auto step =
+      compile_step(model, [](MLP& m, Var x, Var y) -> Var { return cross_entropy_loss(m(x), y); },
+                   adamw{}, {.sift = SiftOptions{.beta = 1.0}});
+  DataLoader loader(*blobs, {.batch_size = 16, .seed = 1, .prefetch_threads = 0});
+  Batch b;
+  REQUIRE(loader.next(b));
+  CHECK_THROWS_WITH(step(b.examples, b.labels), Catch::Contains("returns each row's loss") &&
+                                                    Catch::Contains("Reduction::none"));
 }

@@ -53,4 +53,16 @@ Graph simplify(const Graph& graph);
 /// Common-subexpression and dead-code elimination.
 Graph cse(const Graph& graph);
 
+/// Copies every node of `from` into `into` (hash-consing merges what `into` already computes)
+/// and returns its outputs there. `input` gives the value each input of `from` stands for.
+std::vector<Value> inline_graph(Graph& into, const Graph& from,
+                                const std::function<Value(const NamedValue& input)>& input);
+
+/// In-step sifting: `graph` computes a whole batch and again some of its rows, whose batch
+/// inputs are gather(input, rows) with `rows` an integer [k] value. Each value of that second
+/// computation that provably equals the same rows of a value of the first (matched op by op,
+/// OpDef::row_wise) becomes a gather of it, and what only fed those values is dropped: the
+/// rows' forward pass is read from the batch's instead of computed again. Run after lower().
+Graph share_taken_rows(const Graph& graph, ValueId rows);
+
 } // namespace sinter

@@ -61,6 +61,10 @@ double SiftRule::draw() {
   return static_cast<double>(mix(options_.seed, static_cast<uint64_t>(draws_++)) >> 11) * 0x1p-53;
 }
 
+float sift_uniform(uint64_t seed, uint64_t n) {
+  return (static_cast<float>(mix(seed, n) >> 41) + 0.5f) * 0x1p-23f;
+}
+
 std::vector<bool> SiftRule::select(std::span<const double> losses, std::span<const bool> real) {
   if (!real.empty() && real.size() != losses.size())
     throw std::invalid_argument("sinter: SiftRule::select needs one real flag per loss");

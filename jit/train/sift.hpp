@@ -75,6 +75,10 @@ private:
   int64_t seen_ = 0, kept_ = 0;
 };
 
+/// The rule's counter-based generator as in-step sifting feeds it: draw `n` under `seed`, a
+/// float in (0, 1) (23 random bits, never 0 or 1).
+float sift_uniform(uint64_t seed, uint64_t n);
+
 /// In-step sifting's selection as graph ops (no host round trip). Each of `losses` ([B] f32)
 /// gets its percentile among the first `filled` (f32 scalar) entries of `history` ([H] f32;
 /// ties count half; 1 while it is empty) and the weight percentile^beta; then k rows are drawn

@@ -5,6 +5,7 @@
 
 #include "jit/backend/backends.hpp"
 #include "jit/backend/context.hpp"
+#include "jit/passes/passes.hpp"
 #include "jit/pipeline/pipeline.hpp"
 #include "jit/runtime/communicator.hpp"
 #include "jit/runtime/phase_timer.hpp"
@@ -20,7 +21,7 @@
 namespace sinter {
 namespace {
 
-enum class Source { parameter, batch, scalar, state, grad_sum, frozen, rank };
+enum class Source { parameter, batch, scalar, state, grad_sum, frozen, rank, sift_uniforms };
 
 struct Slot {
   Source source;
@@ -71,11 +72,15 @@ std::size_t apply_amp(Graph& forward, const TrainStepOptions& options) {
 
 } // namespace
 
+/// The in-step sifting counters kept in `state.sift.counters` (so checkpoints carry them).
+enum SiftCounter : int64_t { draws, batches, epoch_batches, seen, kept, count };
+
 struct TrainStep::Compiled {
   std::unique_ptr<CompiledGraph> step;  ///< the fused update, or the gradients (accumulation)
   std::unique_ptr<CompiledGraph> apply; ///< accumulation only: the update from summed grads
-  std::vector<Slot> step_inputs, apply_inputs;
-  mutable std::vector<HostTensor> step_outputs, apply_outputs;
+  std::unique_ptr<CompiledGraph> delay; ///< in-step sifting: the step on the whole batch
+  std::vector<Slot> step_inputs, apply_inputs, delay_inputs;
+  mutable std::vector<HostTensor> step_outputs, apply_outputs, delay_outputs;
 };
 
 TrainStep::TrainStep(Tracer trace, std::vector<std::string> names,
@@ -114,6 +119,21 @@ TrainStep::TrainStep(Tracer trace, std::vector<std::string> names,
                                   "backoff < 1 and growth_interval >= 1");
     for (const auto& [name, value] : loss_scaling_state(*scaling))
       state_.emplace(name, HostTensor::from_doubles(DType::f32, {}, {&value, 1}));
+  }
+  if (options_.sift) {
+    SiftRule checked(*options_.sift); // throws for a bad beta, history or delay
+    if (options_.sift_rows < 0)
+      throw std::invalid_argument("sinter: sift_rows must be 0 (from beta) or a number of rows, "
+                                  "got " +
+                                  std::to_string(options_.sift_rows));
+    HostTensor history(DType::f32, {options_.sift->history});
+    std::fill(history.bytes().begin(), history.bytes().end(), std::byte{0});
+    state_.emplace("state.sift.history", std::move(history));
+    double zero = 0;
+    state_.emplace("state.sift.filled", HostTensor::from_doubles(DType::f32, {}, {&zero, 1}));
+    std::vector<double> counters(SiftCounter::count, 0.0);
+    state_.emplace("state.sift.counters",
+                   HostTensor::from_doubles(DType::i64, {SiftCounter::count}, counters));
   }
   // Under ZeRO each rank keeps the state of its shard of every parameter.
   bool sharded = state_pieces() > 1;
@@ -235,7 +255,110 @@ int TrainStep::ranks() const { return options_.communicator->size(); }
 int TrainStep::state_pieces() const { return options_.zero > 0 ? ranks() : 1; }
 
 int TrainStep::state_pieces(const std::string& name) const {
-  return name.starts_with("state.amp.") ? 1 : state_pieces();
+  return name.starts_with("state.amp.") || name.starts_with("state.sift.") ? 1 : state_pieces();
+}
+
+int64_t TrainStep::sift_rows_for(int64_t rows) const {
+  int64_t k = options_.sift_rows > 0
+                  ? options_.sift_rows
+                  : std::max<int64_t>(
+                        1, std::llround(static_cast<double>(rows) / (1.0 + options_.sift->beta)));
+  if (k > rows)
+    throw std::invalid_argument("sinter: in-step sifting trains on " + std::to_string(k) +
+                                " rows of each batch, but the batch has " + std::to_string(rows) +
+                                ": lower sift_rows or raise the batch size");
+  return k;
+}
+
+bool TrainStep::sift_delaying() const {
+  if (!options_.sift) return false;
+  const HostTensor& counters = state_.at("state.sift.counters");
+  double done =
+      counters.at(options_.sift->repeat_delay ? SiftCounter::epoch_batches : SiftCounter::batches);
+  return done < static_cast<double>(options_.sift->delay);
+}
+
+void TrainStep::start_sift_epoch() {
+  if (!options_.sift)
+    throw std::logic_error("sinter: start_sift_epoch on a step without in-step sifting");
+  state_.at("state.sift.counters").set(SiftCounter::epoch_batches, 0.0);
+}
+
+SiftCounts TrainStep::sift_counts() const {
+  if (!options_.sift) return {};
+  const HostTensor& counters = state_.at("state.sift.counters");
+  return SiftCounts{static_cast<int64_t>(counters.at(SiftCounter::seen)),
+                    static_cast<int64_t>(counters.at(SiftCounter::kept)), sift_delaying()};
+}
+
+const HostTensor& TrainStep::sift_rows() const {
+  if (!sift_rows_)
+    throw std::logic_error("sinter: sift_rows() before a step with in-step sifting has run");
+  return *sift_rows_;
+}
+
+Graph TrainStep::sifting_forward(Graph g, std::span<const HostTensor> batch, Sifting sifting) {
+  const SiftOptions& sift = *options_.sift;
+  const int64_t rows = batch.front().shape().at(0);
+  for (const HostTensor& t : batch)
+    if (t.shape().empty() || t.shape()[0] != rows)
+      throw std::invalid_argument(
+          "sinter: in-step sifting draws rows of the batch, so dim 0 of every batch input is "
+          "the batch size; got " +
+          to_string(TensorType{t.dtype(), t.shape()}) + " beside " + std::to_string(rows) +
+          " rows");
+  auto per_row_losses = [](const Graph& traced, int64_t n) {
+    const TensorType& t = traced.type(traced.outputs().at(0).id);
+    if (!is_float(t.dtype) || t.shape != Shape{n})
+      throw std::invalid_argument(
+          "sinter: with in-step sifting the loss function returns each row's loss, f32[" +
+          std::to_string(n) + "] (the loss with Reduction::none), got " + to_string(t));
+    return Value{const_cast<Graph*>(&traced), traced.outputs()[0].id};
+  };
+  Value losses = cast(per_row_losses(g, rows), DType::f32);
+  const int64_t h = sift.history;
+  Value history = input(g, "state.sift.history", TensorType{DType::f32, {h}});
+  Value filled = input(g, "state.sift.filled", TensorType{DType::f32, {}});
+  // Data parallel: every rank records the whole global batch, so the history (and the
+  // percentiles) are the same on every rank.
+  Value scored = ranks() > 1 ? all_gather(losses, ranks()) : losses;
+  const int64_t scored_rows = rows * ranks();
+  std::vector<Value> newest_first{scored, history};
+  Value recorded = slice(concat(newest_first, 0), {0}, {h});
+  Value now_filled = minimum(filled + static_cast<double>(scored_rows),
+                             scalar_like(filled, static_cast<double>(h)));
+  Value batch_loss = mean(losses);
+  Value loss = batch_loss, selected;
+  if (sifting == Sifting::select) {
+    const int64_t k = sift_rows_for(rows);
+    Value uniforms = input(g, "sift.uniforms", TensorType{DType::f32, {rows}});
+    selected = sift_selection(losses, history, filled, uniforms, sift.beta, k);
+    // The drawn rows' forward pass, traced at k rows on gathers of the batch; share_taken_rows
+    // later reads its values from the batch's.
+    Graph part = trace_(resized_batch(batch, k));
+    per_row_losses(part, k);
+    std::vector<std::string> batch_names;
+    for (const NamedValue& in : g.inputs())
+      if (!in.name.starts_with("state.") && !in.name.starts_with("sift.") &&
+          std::find(names_.begin(), names_.end(), in.name) == names_.end() &&
+          std::none_of(options_.frozen.begin(), options_.frozen.end(),
+                       [&](const auto& f) { return f.first == in.name; }))
+        batch_names.push_back(in.name);
+    std::vector<Value> part_outputs = inline_graph(g, part, [&](const NamedValue& in) {
+      Value whole{&g, input_named(g, in.name)};
+      bool is_batch =
+          std::find(batch_names.begin(), batch_names.end(), in.name) != batch_names.end();
+      return is_batch ? gather(whole, selected) : whole;
+    });
+    loss = mean(cast(part_outputs[0], DType::f32));
+  }
+  std::vector<NamedValue> outputs{{"loss", loss.id},
+                                  {"sift.batch_loss", batch_loss.id},
+                                  {"new.state.sift.history", recorded.id},
+                                  {"new.state.sift.filled", now_filled.id}};
+  if (selected) outputs.push_back({"sift.rows", selected.id});
+  g.mutable_outputs() = std::move(outputs);
+  return g;
 }
 
 Shape TrainStep::state_shape(const std::string& name) const {
@@ -252,12 +375,14 @@ std::string TrainStep::batch_key(std::span<const HostTensor> batch) {
   return key;
 }
 
-TrainStep::Built TrainStep::build(std::span<const HostTensor> batch) {
+TrainStep::Built TrainStep::build(std::span<const HostTensor> batch, Sifting sifting) {
   std::optional<PhaseTimer> phase;
   phase.emplace("trace");
   Graph forward_ = trace_(batch);
   phase.reset();
-  if (forward_.outputs().empty() || !forward_.type(forward_.outputs()[0].id).shape.empty())
+  if (forward_.outputs().empty())
+    throw std::invalid_argument("sinter: the loss function returned nothing");
+  if (sifting == Sifting::none && !forward_.type(forward_.outputs()[0].id).shape.empty())
     throw std::invalid_argument("sinter: the loss (output 0) must be a scalar, got " +
                                 (forward_.outputs().empty()
                                      ? std::string("no output")
@@ -302,6 +427,10 @@ TrainStep::Built TrainStep::build(std::span<const HostTensor> batch) {
                                   to_string(TensorType{batch[j].dtype(), batch[j].shape()}));
   }
 
+  if (sifting != Sifting::none) {
+    phase.emplace("sifting");
+    forward_ = sifting_forward(std::move(forward_), batch, sifting);
+  }
   phase.emplace("autocast");
   std::size_t differentiated = apply_amp(forward_, options_);
   if (options_.amp != AmpMode::off) forward_ = read_low_copies(forward_);
@@ -334,6 +463,28 @@ TrainStep::Built TrainStep::build(std::span<const HostTensor> batch) {
   if (differentiated != 0) // the scaled loss was only there to be differentiated
     std::erase_if(grads.mutable_outputs(),
                   [](const NamedValue& out) { return out.name == "amp.scaled_loss"; });
+  // In-step sifting: the history's update and the drawn rows leave the step beside the update;
+  // the loss it reports is the whole batch's mean (what a plain step reports), not the rows'.
+  std::vector<NamedValue> sift_outputs;
+  if (sifting != Sifting::none) {
+    auto& outs = grads.mutable_outputs();
+    for (const NamedValue& out : outs)
+      if (out.name == "sift.batch_loss")
+        outs[0].id = out.id;
+      else if (out.name.starts_with("sift.") || out.name.starts_with("new.state.sift."))
+        sift_outputs.push_back(out);
+    std::erase_if(outs, [](const NamedValue& out) {
+      return out.name.starts_with("sift.") || out.name.starts_with("new.state.sift.");
+    });
+  }
+  auto finish_step = [&](Graph step) {
+    for (const NamedValue& out : sift_outputs)
+      step.add_output(out.name, out.id);
+    if (sifting != Sifting::select) return step;
+    phase.emplace("sharing the batch's forward values with the drawn rows");
+    Graph lowered = lower(step);
+    return share_taken_rows(lowered, output_named(lowered, "sift.rows"));
+  };
   if (ranks() > 1) {
     // The loss every rank reports is the mean over the ranks: the global batch's loss.
     NamedValue& loss = grads.mutable_outputs()[0];
@@ -359,10 +510,10 @@ TrainStep::Built TrainStep::build(std::span<const HostTensor> batch) {
     auto updates = append_data_parallel_update(grads, names_, params, gs, options_.update, layout);
     set_update_outputs(grads, names_, updates, options_.update.optimizer, true);
     add_low_copy_outputs(grads, updates);
-    built.step = std::move(grads);
+    built.step = finish_step(std::move(grads));
     return built;
   }
-  built.step = std::move(grads);
+  built.step = finish_step(std::move(grads));
   Graph& apply = built.apply;
   std::vector<Value> params, gs;
   for (std::size_t i = 0; i < names_.size(); ++i)
@@ -377,7 +528,8 @@ TrainStep::Built TrainStep::build(std::span<const HostTensor> batch) {
 }
 
 Graph TrainStep::plan_graph(std::span<const HostTensor> batch) {
-  return Pipeline::standard(std::nullopt).run(build(batch).step);
+  return Pipeline::standard(std::nullopt)
+      .run(build(batch, options_.sift ? Sifting::select : Sifting::none).step);
 }
 
 TrainStep::ResidentBytes TrainStep::resident_bytes() const {
@@ -528,7 +680,11 @@ const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> b
   std::string key = batch_key(batch);
   if (auto it = by_batch_types_.find(key); it != by_batch_types_.end()) return *it->second;
 
-  Built built = build(batch);
+  Built built = build(batch, options_.sift ? Sifting::select : Sifting::none);
+  // In-step sifting compiles the delay's whole-batch step up front, so entering or leaving
+  // the delay never compiles anything.
+  std::optional<Built> delay;
+  if (options_.sift && (options_.sift->delay > 0)) delay = build(batch, Sifting::delay);
   const std::vector<std::string>& batch_names = built.batch_names;
   if (options_.communicator->size() > 1) {
     // Data parallel: every rank must train the same model from the same values on shards of
@@ -562,6 +718,11 @@ const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> b
     compiled->step =
         std::make_unique<CompiledGraph>(std::move(built.step), std::nullopt, backend, context_);
     compiled->step->set_communicator(*options_.communicator);
+    if (delay) {
+      compiled->delay =
+          std::make_unique<CompiledGraph>(std::move(delay->step), std::nullopt, backend, context_);
+      compiled->delay->set_communicator(*options_.communicator);
+    }
     if (split_update()) {
       compiled->apply =
           std::make_unique<CompiledGraph>(std::move(built.apply), std::nullopt, backend, context_);
@@ -595,6 +756,8 @@ const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> b
             {Source::frozen, static_cast<std::size_t>(f - options_.frozen.begin()), ""});
       else if (n == rank_input_name())
         slots.push_back({Source::rank, 0, ""});
+      else if (n == "sift.uniforms")
+        slots.push_back({Source::sift_uniforms, 0, ""});
       else if (n.starts_with("grad."))
         slots.push_back({Source::grad_sum,
                          static_cast<std::size_t>(
@@ -608,6 +771,7 @@ const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> b
   };
   wire(*compiled->step, compiled->step_inputs, compiled->step_outputs);
   if (compiled->apply) wire(*compiled->apply, compiled->apply_inputs, compiled->apply_outputs);
+  if (compiled->delay) wire(*compiled->delay, compiled->delay_inputs, compiled->delay_outputs);
   // Parameters and optimizer state feed the next update: on a GPU they stay there.
   auto carry = [](CompiledGraph& program) {
     const Graph& g = program.graph();
@@ -621,11 +785,19 @@ const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> b
     program.set_carried(pairs);
   };
   // Frozen inputs (a teacher) are read by every step and never written: on a GPU they stay.
-  std::vector<std::size_t> resident;
-  for (std::size_t in = 0; in < compiled->step->graph().inputs().size(); ++in)
-    if (compiled->step_inputs[in].source == Source::frozen) resident.push_back(in);
-  compiled->step->set_resident(resident);
-  carry(compiled->apply ? *compiled->apply : *compiled->step);
+  auto keep_frozen = [](CompiledGraph& program, const std::vector<Slot>& slots) {
+    std::vector<std::size_t> resident;
+    for (std::size_t in = 0; in < slots.size(); ++in)
+      if (slots[in].source == Source::frozen) resident.push_back(in);
+    program.set_resident(resident);
+  };
+  keep_frozen(*compiled->step, compiled->step_inputs);
+  carry(*compiled->step);
+  if (compiled->apply) carry(*compiled->apply);
+  if (compiled->delay) {
+    keep_frozen(*compiled->delay, compiled->delay_inputs);
+    carry(*compiled->delay);
+  }
   return *by_batch_types_.emplace(key, std::move(compiled)).first->second;
 }
 
@@ -649,6 +821,7 @@ LossHandle TrainStep::operator()(std::span<const HostTensor> batch, double lr) {
       case Source::grad_sum: ptrs.push_back(&grad_sums_[s.index]); break;
       case Source::frozen: ptrs.push_back(options_.frozen[s.index].second); break;
       case Source::rank: ptrs.push_back(&rank_); break;
+      case Source::sift_uniforms: ptrs.push_back(&sift_uniforms_); break;
       }
     }
     return ptrs;
@@ -675,9 +848,26 @@ LossHandle TrainStep::operator()(std::span<const HostTensor> batch, double lr) {
       for (std::size_t i = 0; i < parameters_.size(); ++i)
         parameter_stamps_[i] = parameters_[i]->stamp();
   };
+  // In-step sifting: the delay runs the whole-batch step; either way every row gets a draw
+  // (rank r takes the draws after ranks 0..r-1), so the draws never depend on the delay.
+  const bool delaying = sift_delaying();
+  const CompiledGraph& step_program = delaying ? *c.delay : *c.step;
+  const std::vector<Slot>& step_inputs = delaying ? c.delay_inputs : c.step_inputs;
+  std::vector<HostTensor>& step_outputs = delaying ? c.delay_outputs : c.step_outputs;
+  int64_t rows = 0;
+  if (options_.sift) {
+    rows = batch.front().shape().at(0);
+    HostTensor& counters = state_.at("state.sift.counters");
+    auto first = static_cast<uint64_t>(counters.at(SiftCounter::draws)) +
+                 static_cast<uint64_t>(options_.communicator->rank() * rows);
+    if (sift_uniforms_.shape() != Shape{rows}) sift_uniforms_ = HostTensor(DType::f32, {rows});
+    auto* u = reinterpret_cast<float*>(sift_uniforms_.bytes().data());
+    for (int64_t i = 0; i < rows; ++i)
+      u[i] = sift_uniform(options_.sift->seed, first + static_cast<uint64_t>(i));
+  }
   options_.communicator->set_step(steps_ + 1); // named by a collective that fails
   try {
-    run(*c.step, c.step_inputs, c.step_outputs);
+    run(step_program, step_inputs, step_outputs);
   } catch (const OutOfMemory& e) {
     // The first run allocates what compiling left (workspace, graph capture): explain it once.
     if (!first_run || e.planned_bytes() != 0) throw;
@@ -685,7 +875,30 @@ LossHandle TrainStep::operator()(std::span<const HostTensor> batch, double lr) {
   }
   // Moved, not copied: on a GPU the loss is still deferred, so the step runs on while the
   // caller prepares the next batch; reading it waits for the step.
-  auto loss = std::make_shared<HostTensor>(std::move(c.step_outputs[0]));
+  auto loss = std::make_shared<HostTensor>(std::move(step_outputs[0]));
+  if (options_.sift) {
+    const auto& named = step_program.graph().outputs();
+    std::size_t at = 0;
+    while (at < named.size() && named[at].name != "sift.rows")
+      ++at;
+    if (at < named.size()) {
+      sift_rows_ = std::make_shared<HostTensor>(std::move(step_outputs[at]));
+    } else { // the delay trains on every row
+      std::vector<double> all(static_cast<std::size_t>(rows));
+      for (int64_t i = 0; i < rows; ++i)
+        all[static_cast<std::size_t>(i)] = static_cast<double>(i);
+      sift_rows_ = std::make_shared<HostTensor>(HostTensor::from_doubles(DType::i32, {rows}, all));
+    }
+    HostTensor& counters = state_.at("state.sift.counters");
+    auto bump = [&](SiftCounter which, int64_t by) {
+      counters.set(which, counters.at(which) + static_cast<double>(by));
+    };
+    bump(SiftCounter::draws, rows * ranks());
+    bump(SiftCounter::batches, 1);
+    bump(SiftCounter::epoch_batches, 1);
+    bump(SiftCounter::seen, rows);
+    bump(SiftCounter::kept, sift_rows_->size());
+  }
   auto check_agreement = [&] {
     if (options_.check_every <= 0 || ranks() == 1 || steps_ % options_.check_every != 0) return;
     std::vector<std::string> lines = parameter_checksums();
@@ -698,14 +911,15 @@ LossHandle TrainStep::operator()(std::span<const HostTensor> batch, double lr) {
                           std::to_string(options_.check_every) + " updates)");
   };
   if (!c.apply) {
-    take_updates(*c.step, c.step_outputs);
+    take_updates(step_program, step_outputs);
     note_stamps();
     ++steps_;
     check_agreement();
     return LossHandle(loss);
   }
   // Accumulation: sum this micro-batch's gradients; update on the k-th.
-  const auto& named = c.step->graph().outputs();
+  take_updates(step_program, step_outputs); // in-step sifting's loss history
+  const auto& named = step_program.graph().outputs();
   if (grad_sums_.empty())
     for (HostTensor* p : parameters_) {
       HostTensor zeros(p->dtype(), p->shape());
@@ -713,10 +927,11 @@ LossHandle TrainStep::operator()(std::span<const HostTensor> batch, double lr) {
       grad_sums_.push_back(std::move(zeros));
     }
   for (std::size_t i = 1; i < named.size(); ++i) {
+    if (!named[i].name.starts_with("grad:")) continue;
     std::size_t p = static_cast<std::size_t>(
         std::find(names_.begin(), names_.end(), named[i].name.substr(5)) - names_.begin());
     HostTensor& sum = grad_sums_[p];
-    const HostTensor& g = c.step_outputs[i];
+    const HostTensor& g = step_outputs[i];
     if (sum.dtype() == DType::f32) {
       auto* s = reinterpret_cast<float*>(sum.bytes().data());
       const auto* x = reinterpret_cast<const float*>(g.bytes().data());

@@ -3,10 +3,12 @@
 #include "jit/runtime/host_tensor.hpp"
 #include "jit/runtime/memory_plan.hpp"
 #include "jit/train/optimizer.hpp"
+#include "jit/train/sift.hpp"
 
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -51,6 +53,23 @@ struct TrainStepOptions {
   /// Data parallel: every this many updates the ranks compare checksums of their parameters,
   /// and a difference stops every rank naming the parameter (0: only at the first call).
   int64_t check_every = 0;
+  /// In-step sifting (docs/sifting.md): output 0 of the traced graph is then each row's loss
+  /// ([batch], the user's loss with Reduction::none). The step scores every row with it, draws
+  /// `sift_rows` of them by the rule inside the compiled program, and backpropagates the mean
+  /// loss of those rows alone; the batch's forward values are reused for them.
+  std::optional<SiftOptions> sift;
+  /// In-step sifting: rows each update trains on (0: round(batch / (1 + beta)), at least 1).
+  int64_t sift_rows = 0;
+};
+
+/// In-step sifting's counts (TrainStep::sift_counts).
+struct SiftCounts {
+  int64_t seen = 0;      ///< rows scored (on this rank)
+  int64_t kept = 0;      ///< rows backpropagated
+  bool delaying = false; ///< the next call falls in the delay (every row trained on)
+  double kept_fraction() const {
+    return seen ? static_cast<double>(kept) / static_cast<double>(seen) : 0.0;
+  }
 };
 
 /// The loss of one step. It is computed by the step itself: reading it costs nothing more and
@@ -125,8 +144,20 @@ public:
   const CompiledGraph& program() const;
   /// Every program the latest call ran: the step, then with accumulation the update.
   std::vector<const CompiledGraph*> programs() const;
-  /// Distinct batch types compiled so far (learning-rate changes never add one).
+  /// Distinct batch types compiled so far (learning-rate changes never add one; with in-step
+  /// sifting each type's delay program is compiled with it).
   std::size_t compilations() const { return by_batch_types_.size(); }
+
+  /// Whether the step sifts in-step (TrainStepOptions::sift).
+  bool sifts_in_step() const { return options_.sift.has_value(); }
+  /// In-step sifting: a new epoch begins (with SiftOptions::repeat_delay the delay counts again
+  /// from here).
+  void start_sift_epoch();
+  /// In-step sifting: rows scored and trained on so far, and whether the next call delays.
+  SiftCounts sift_counts() const;
+  /// In-step sifting: the rows of the latest batch its update trained on (i32 [k], in draw
+  /// order; the whole batch in the delay). Reading it waits for the step.
+  const HostTensor& sift_rows() const;
 
   /// The whole step for a batch of these types (dtypes and shapes; the values are not read),
   /// built and optimised as it would be compiled but without generating code: what
@@ -165,7 +196,16 @@ private:
     Graph step, apply;
     std::vector<std::string> batch_names;
   };
-  Built build(std::span<const HostTensor> batch);
+  /// In-step sifting builds two steps per batch type: `select` draws rows and trains on them;
+  /// `delay` trains on the whole batch (SiftOptions::delay). Both record the losses.
+  enum class Sifting { none, select, delay };
+  Built build(std::span<const HostTensor> batch, Sifting sifting = Sifting::none);
+  /// The forward graph of in-step sifting: `forward` (per-row losses) turned into a scalar loss
+  /// over the drawn rows (select) or the whole batch (delay), with the loss history's update.
+  Graph sifting_forward(Graph forward, std::span<const HostTensor> batch, Sifting sifting);
+  /// Rows a sifting update trains on for a batch of `rows` rows.
+  int64_t sift_rows_for(int64_t rows) const;
+  bool sift_delaying() const;
   StepMemory plan_for(const Graph& optimized) const;
   /// Throws OutOfMemory saying what the step planned, what was free, its largest buffers and
   /// the largest batch that fits `available`.
@@ -192,8 +232,10 @@ private:
   std::map<std::string, HostTensor> state_;
   std::map<std::string, std::unique_ptr<Compiled>> by_batch_types_;
   const Compiled* last_ = nullptr;
-  std::vector<HostTensor> grad_sums_; ///< accumulation only
-  HostTensor rank_;                   ///< dist.rank: this process's rank (ZeRO shards)
+  std::vector<HostTensor> grad_sums_;           ///< accumulation only
+  HostTensor rank_;                             ///< dist.rank: this process's rank (ZeRO shards)
+  HostTensor sift_uniforms_;                    ///< sift.uniforms: this call's draws, one per row
+  std::shared_ptr<const HostTensor> sift_rows_; ///< the latest selection
   std::vector<LowCopy> low_copies_;
   /// Each parameter's stamp after the step last wrote it: a different stamp means the caller
   /// replaced or edited it, and its working copy is made again.
