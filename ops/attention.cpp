@@ -229,7 +229,7 @@ TensorType forward_type(std::span<const TensorType> in, const Attrs& a) {
 /// OpDef::row_wise of the fused forward and its log-sum-exp: dim 0 is a batch dim of q, k and
 /// v (rank >= 3); a mask is taken the same way or is the same for every row.
 bool attention_rows(std::span<const TensorType> in, std::span<const bool> taken, const Attrs&,
-                    const TensorType& result) {
+                    const TensorType& result, int64_t) {
   if (in[0].shape.size() < 3 || result.shape.empty() || in[0].shape[0] != result.shape[0])
     return false;
   for (std::size_t i = 0; i < 3; ++i)

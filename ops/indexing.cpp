@@ -58,7 +58,7 @@ const OpDef gather_op{
         },
     .row_wise =
         [](std::span<const TensorType> in, std::span<const bool> taken, const Attrs&,
-           const TensorType&) {
+           const TensorType&, int64_t) {
           // Rows of the indices look up rows of a whole table (an embedding).
           return !taken[0] && taken[1] && !in[1].shape.empty();
         },

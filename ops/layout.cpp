@@ -121,10 +121,17 @@ const OpDef reshape_op{
               {{TestOperand{DType::f64, {3, 4}}}, Attrs{.ints = {2, 6}}},
               {{TestOperand{DType::f64, {2, 3, 4}}}, Attrs{.ints = {24}}},
               {{TestOperand{DType::f64, {3, 2, 4}}}, Attrs{.ints = {3, 8}}}, // keeps dim 0
+              {{TestOperand{DType::f64, {3, 2, 4}}}, Attrs{.ints = {6, 4}}}, // rows in groups
               {{TestOperand{DType::f64, {}}}, Attrs{.ints = {1, 1}}}};
         },
-    .row_wise = [](std::span<const TensorType> in, std::span<const bool> taken, const Attrs&,
-                   const TensorType& result) { return row_rules::keeps_dim0(in, taken, result); },
+    .row_wise =
+        [](std::span<const TensorType> in, std::span<const bool> taken, const Attrs&,
+           const TensorType& result, int64_t groups) {
+          // Row-major: each group's consecutive elements stay one group's, whatever the dims,
+          // while both dim 0s hold whole groups ([B, T, C] to [B·T, C] and back).
+          return in.size() == 1 && taken[0] && !in[0].shape.empty() && !result.shape.empty() &&
+                 groups > 0 && in[0].shape[0] % groups == 0 && result.shape[0] % groups == 0;
+        },
 };
 
 // attrs: ints = permutation; result dim i is operand dim perm[i].
@@ -158,9 +165,8 @@ const OpDef permute_op{
         },
     .row_wise =
         [](std::span<const TensorType> in, std::span<const bool> taken, const Attrs& a,
-           const TensorType& result) {
-          return row_rules::keeps_dim0(in, taken, result) && a.ints.at(0) == 0;
-        },
+           const TensorType& result,
+           int64_t) { return row_rules::keeps_dim0(in, taken, result) && a.ints.at(0) == 0; },
 };
 
 // attrs: ints = {axis_a, axis_b}: swaps two dims.
@@ -211,7 +217,7 @@ const OpDef broadcast_op{
         },
     .row_wise =
         [](std::span<const TensorType> in, std::span<const bool> taken, const Attrs&,
-           const TensorType& result) {
+           const TensorType& result, int64_t) {
           // Whole, an operand that repeats along dim 0 gives the same rows at any row count.
           return taken[0] ? row_rules::rows_align(in[0], result)
                           : row_rules::same_for_every_row(in[0], result);
@@ -268,7 +274,8 @@ const OpDef slice_op{
               {{TestOperand{DType::f64, {4}}}, Attrs{.ints = {0}, .ints2 = {2}}}};
         },
     .row_wise = [](std::span<const TensorType> in, std::span<const bool> taken, const Attrs&,
-                   const TensorType& result) { return row_rules::keeps_dim0(in, taken, result); },
+                   const TensorType& result,
+                   int64_t) { return row_rules::keeps_dim0(in, taken, result); },
 };
 
 // attrs: ints = zeros added before, ints2 = zeros added after, one per dim.
@@ -313,7 +320,8 @@ const OpDef pad_op{
               {{TestOperand{DType::f64, {3, 2}}}, Attrs{.ints = {0, 1}, .ints2 = {0, 2}}}};
         },
     .row_wise = [](std::span<const TensorType> in, std::span<const bool> taken, const Attrs&,
-                   const TensorType& result) { return row_rules::keeps_dim0(in, taken, result); },
+                   const TensorType& result,
+                   int64_t) { return row_rules::keeps_dim0(in, taken, result); },
 };
 
 // attrs: ints = {axis}. Any number of operands, equal except along axis.
@@ -378,7 +386,7 @@ const OpDef concat_op{
         },
     .row_wise =
         [](std::span<const TensorType> in, std::span<const bool> taken, const Attrs& a,
-           const TensorType& result) {
+           const TensorType& result, int64_t) {
           for (std::size_t i = 0; i < in.size(); ++i)
             if (!taken[i] || !row_rules::rows_align(in[i], result)) return false;
           return type_rules::axis(a.ints.at(0), result.shape.size()) != 0;

@@ -63,7 +63,7 @@ const OpDef matmul_op{
         },
     .row_wise =
         [](std::span<const TensorType> in, std::span<const bool> taken, const Attrs&,
-           const TensorType& result) {
+           const TensorType& result, int64_t) {
           // 2-D: rows of the left operand times a whole right one. Batched: dim 0 is a batch
           // dim of both.
           if (!taken[0] || !row_rules::rows_align(in[0], result)) return false;

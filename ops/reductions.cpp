@@ -69,7 +69,7 @@ std::vector<OpTestCase> composite_cases() {
 
 /// OpDef::row_wise of the primitive reductions: dim 0 is not among the reduced axes.
 bool reduces_other_axes(std::span<const TensorType> in, std::span<const bool> taken, const Attrs& a,
-                        const TensorType& result) {
+                        const TensorType& result, int64_t) {
   return row_rules::keeps_dim0(in, taken, result) && (a.ints.empty() || a.ints[0] != 0);
 }
 

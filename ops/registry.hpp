@@ -86,14 +86,15 @@ struct OpDef {
   /// `reference`) against, so the op's meaning is pinned by more than its own reference.
   /// Other primitives have hand-written cases in tests/test_primitive_values.cpp.
   std::vector<KnownValue> (*known_values)() = nullptr;
-  /// Primitives: whether the op keeps rows along dim 0 apart. `taken` marks the operands whose
-  /// dim-0 rows are the result's rows; the others are used whole. True means that computing
-  /// the op on the same selection of rows of every taken operand gives those rows of the
-  /// result: op(rows(x)) == rows(op(x)). Types are those of the whole computation. In-step
-  /// sifting (jit/passes share_taken_rows) reads this to reuse a whole batch's forward values
-  /// for its kept rows. Null: never (the op mixes rows, or makes values from nothing).
+  /// Primitives: whether the op keeps groups of rows along dim 0 apart. The result and the
+  /// operands marked `taken` have dim 0 split into `groups` blocks of consecutive rows (one per
+  /// example of a batch); the other operands are used whole. True means that computing the op
+  /// on the same selection of groups of every taken operand gives those groups of the result:
+  /// op(groups(x)) == groups(op(x)). Types are those of the whole computation. In-step sifting
+  /// (jit/passes share_taken_rows) reads this to reuse a whole batch's forward values for its
+  /// kept rows. Null: never (the op mixes rows, or makes values from nothing).
   bool (*row_wise)(std::span<const TensorType> operands, std::span<const bool> taken,
-                   const Attrs& attrs, const TensorType& result) = nullptr;
+                   const Attrs& attrs, const TensorType& result, int64_t groups) = nullptr;
 };
 
 const OpDef& op_def(OpId op);

@@ -109,7 +109,7 @@ inline bool same_for_every_row(const TensorType& operand, const TensorType& resu
 /// Ops computed element by element (operands broadcast to the result): row i of the result
 /// reads row i of every taken operand and only whole operands that repeat along dim 0.
 inline bool elementwise(std::span<const TensorType> in, std::span<const bool> taken, const Attrs&,
-                        const TensorType& result) {
+                        const TensorType& result, int64_t) {
   bool any = false;
   for (std::size_t i = 0; i < in.size(); ++i) {
     if (taken[i] ? !rows_align(in[i], result) : !same_for_every_row(in[i], result)) return false;

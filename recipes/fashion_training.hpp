@@ -22,7 +22,10 @@ inline std::vector<Flag> fashion_flags(const std::map<std::string, std::string>&
       {"amp", "off", "mixed precision: off, bf16 or fp16 (fp16 scales the loss)"},
       {"data-dir", "", "Fashion-MNIST IDX files (default: Debian's dataset-fashion-mnist)"},
       {"checkpoint-dir", "", "save a checkpoint here after every epoch"},
-      {"resume", "0", "switch: continue from the checkpoint in --checkpoint-dir"}};
+      {"resume", "0", "switch: continue from the checkpoint in --checkpoint-dir"},
+      {"eval-every-epoch", "0",
+       "switch: after each epoch print `epoch E test_accuracy=A steps=N seconds=S` (the "
+       "evaluation is left out of the training time)"}};
   for (Flag& f : flags)
     if (auto it = defaults.find(f.name); it != defaults.end()) f.default_value = it->second;
   flags.insert(flags.end(), extra.begin(), extra.end());
@@ -110,6 +113,17 @@ int train_fashion(const std::string& name, const Flags& flags, Model& model) {
                      ? (" over " + std::to_string(ranks.size()) + " ranks (data parallel)").c_str()
                      : "");
   auto at_epoch_end = [&](int64_t, const auto& l) { return l.position().batch == per_epoch; };
+  int64_t epochs_done = 0;
+  std::function<void(int64_t, double)> evaluate_epoch;
+  if (flags.on("eval-every-epoch"))
+    evaluate_epoch = [&](int64_t steps, double seconds) {
+      double a = accuracy(logits, *test, 500);
+      if (leader())
+        std::printf("epoch %lld test_accuracy=%.4f steps=%lld seconds=%.1f\n",
+                    static_cast<long long>(++epochs_done), a, static_cast<long long>(steps),
+                    seconds);
+      std::fflush(stdout);
+    };
   LoopResult run;
   std::string sifted;
   int64_t steps_done = 0;
@@ -122,7 +136,8 @@ int train_fashion(const std::string& name, const Flags& flags, Model& model) {
           return cross_entropy_loss(m(images), labels, {}, Reduction::none);
         },
         optimizer, options);
-    run = run_training(name, flags, model, step, loader, total, at_epoch_end);
+    run =
+        run_training(name, flags, model, step, loader, total, at_epoch_end, false, evaluate_epoch);
     SiftCounts counts = step.runtime().sift_counts();
     sifted = sifted_line(counts.kept_fraction(), counts.kept * ranks.size());
     steps_done = step.steps();
@@ -136,12 +151,14 @@ int train_fashion(const std::string& name, const Flags& flags, Model& model) {
                      {"images", "labels"});
     SiftingLoader sifting(
         loader, [&](const data::Batch& b) { return per_sample(b.examples, b.labels); }, *sift);
-    run = run_training(name, flags, model, step, sifting, total, at_epoch_end);
+    run =
+        run_training(name, flags, model, step, sifting, total, at_epoch_end, false, evaluate_epoch);
     sifted = sifted_line(sifting.rule().kept_fraction(), sifting.delivered());
     steps_done = step.steps();
   } else {
     auto step = make_step(total);
-    run = run_training(name, flags, model, step, loader, total, at_epoch_end);
+    run =
+        run_training(name, flags, model, step, loader, total, at_epoch_end, false, evaluate_epoch);
     steps_done = step.steps();
   }
   double test_accuracy = accuracy(logits, *test, 500);

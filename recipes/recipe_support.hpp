@@ -115,6 +115,11 @@ public:
   double seconds() const {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   }
+  /// Leaves `seconds` spent on something else (an evaluation) out of the training time.
+  void leave_out(double seconds) {
+    start_ += std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(seconds));
+  }
 
 private:
   int64_t total_;

@@ -4,7 +4,9 @@
 #include "jit/train/sift.hpp"
 #include "recipe_support.hpp"
 
+#include <chrono>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <type_traits>
 
@@ -186,10 +188,13 @@ struct LoopResult {
 /// steps, cycling epochs, showing progress, and saving `<dir>/<name>.safetensors` (with the
 /// loader position) whenever `save_now(step, loader)` says so. With `resume_if_present`, a
 /// missing checkpoint starts the run afresh (a later phase of a recipe interrupted earlier).
+/// `at_epoch_end(steps, seconds)` runs whenever the loader finishes an epoch, outside the
+/// training time it is given and that the result reports (an evaluation).
 template <class Model, class Step, class Loader, class SaveNow>
 LoopResult run_training(const std::string& name, const Flags& flags, Model& model, Step& step,
                         Loader& loader, int64_t total, SaveNow save_now,
-                        bool resume_if_present = false) {
+                        bool resume_if_present = false,
+                        const std::function<void(int64_t, double)>& at_epoch_end = {}) {
   // A sifting loader's state (its loss history, draws and waiting samples) is checkpointed.
   constexpr bool sifting = std::is_same_v<Loader, sinter::SiftingLoader>;
   using namespace sinter;
@@ -226,6 +231,12 @@ LoopResult run_training(const std::string& name, const Flags& flags, Model& mode
     stop = std::min(total, start_step + flags.integer("stop-after"));
   while (step.steps() < stop) {
     if (!loader.next(b)) {
+      if (at_epoch_end) {
+        auto began = std::chrono::steady_clock::now();
+        at_epoch_end(step.steps(), progress.seconds());
+        progress.leave_out(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
+      }
       loader.start_epoch(loader.position().epoch + 1);
       if (step.runtime().sifts_in_step()) step.runtime().start_sift_epoch();
       continue;

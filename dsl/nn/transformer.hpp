@@ -30,9 +30,12 @@ struct MultiHeadAttention {
       projected = qkv(x);
     }
     Value packed = reshape(projected.value(), {b, t, 3, heads, dh});
-    Value split = permute(packed, {2, 0, 3, 1, 4}); // [3, B, H, T, Dh]
+    // q, k and v: the batch stays dim 0 throughout (in-step sifting reads rows of these values
+    // along it, docs/sifting.md).
     auto part = [&](int64_t i) {
-      return reshape(slice(split, {i, 0, 0, 0, 0}, {i + 1, b, heads, t, dh}), {b, heads, t, dh});
+      Value one =
+          reshape(slice(packed, {0, 0, i, 0, 0}, {b, t, i + 1, heads, dh}), {b, t, heads, dh});
+      return permute(one, {0, 2, 1, 3}); // [B, H, T, Dh]
     };
     Value q = part(0), k = part(1), v = part(2);
     Value attended = sinter::attention(q, k, v, {.causal = causal});    // [B, H, T, Dh]

@@ -3,6 +3,7 @@
 #include "jit/passes/passes.hpp"
 #include "ops/registry.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <map>
 
@@ -72,7 +73,8 @@ Graph share_taken_rows(const Graph& graph, ValueId rows) {
   if (rows_type.shape.size() != 1 || is_float(rows_type.dtype) || rows_type.dtype == DType::boolean)
     throw std::logic_error("sinter: share_taken_rows needs integer row indices [k], got " +
                            to_string(rows_type));
-  // partner[v] = w: value v equals gather(w, rows).
+  // partner[v] = w: value v equals gather(w, rows), or with dim 0 in groups of r rows per
+  // example ([B·r, ...] and [k·r, ...]), the same for each group.
   std::vector<ValueId> partner(graph.size(), no_partner);
   std::map<std::vector<uint64_t>, std::vector<ValueId>> by_operands; // {op, operands...}
   auto key = [](OpId op, std::span<const ValueId> operands) {
@@ -80,7 +82,7 @@ Graph share_taken_rows(const Graph& graph, ValueId rows) {
     k.insert(k.end(), operands.begin(), operands.end());
     return k;
   };
-  // Every value of the rows' computation has k rows, and its partner the whole batch's.
+  // Every value of the rows' computation has k groups of rows, and its partner the batch's.
   const int64_t k = rows_type.shape[0];
   int64_t whole_rows = -1;
   for (ValueId id = 0; id < graph.size(); ++id)
@@ -91,13 +93,17 @@ Graph share_taken_rows(const Graph& graph, ValueId rows) {
     }
   if (whole_rows < 0) return graph;
   std::vector<ValueId> choice;
+  // Whole-batch values made for a node of the rows' computation (see fused_attention_lse).
+  std::vector<Node> made;
+  std::vector<std::size_t> made_at(graph.size(), std::numeric_limits<std::size_t>::max());
   std::vector<TensorType> types;
   for (ValueId id = 0; id < graph.size(); ++id) {
     const Node& n = graph.node(id);
     if (n.op == OpId::gather && n.inputs[1] == rows) {
       partner[id] = n.inputs[0];
     } else if (is_primitive(n.op) && op_def(n.op).row_wise && !n.type.shape.empty() &&
-               n.type.shape[0] == k && n.inputs.size() <= 8) {
+               n.type.shape[0] % k == 0 && n.inputs.size() <= 8) {
+      const int64_t group_rows = n.type.shape[0] / k;
       // Try each way of reading every operand either as itself or as its partner (the whole
       // value it is rows of), and look for a node computing the same op from those.
       std::size_t m = n.inputs.size();
@@ -114,7 +120,7 @@ Graph share_taken_rows(const Graph& graph, ValueId rows) {
         if (found == by_operands.end()) continue;
         for (ValueId whole : found->second) {
           const Node& w = graph.node(whole);
-          if (w.type.shape.empty() || w.type.shape[0] != whole_rows ||
+          if (w.type.shape.empty() || w.type.shape[0] != whole_rows * group_rows ||
               !same_type_but_rows(w.type, n.type) || !same_attrs_but_rows(w, n))
             continue;
           types.clear();
@@ -123,9 +129,39 @@ Graph share_taken_rows(const Graph& graph, ValueId rows) {
           bool taken[8] = {};
           for (std::size_t i = 0; i < m; ++i)
             taken[i] = mask & (1u << i);
-          if (op_def(n.op).row_wise(types, std::span<const bool>(taken, m), w.attrs, w.type)) {
+          if (op_def(n.op).row_wise(types, std::span<const bool>(taken, m), w.attrs, w.type,
+                                    whole_rows)) {
             partner[id] = whole;
             break;
+          }
+        }
+      }
+      // The backward pass's attention log-sum-exp has no whole-batch twin, but the forward it
+      // belongs to does: computed for the batch beside that forward (one kernel, or the same
+      // scores), it is cheaper than attention scores again for the rows.
+      if (partner[id] == no_partner && n.op == OpId::fused_attention_lse) {
+        choice.assign(n.inputs.begin(), n.inputs.end());
+        bool taken[8] = {};
+        for (std::size_t i = 0; i < m; ++i)
+          if (partner[n.inputs[i]] != no_partner) {
+            choice[i] = partner[n.inputs[i]];
+            taken[i] = true;
+          }
+        auto forward = by_operands.find(key(OpId::fused_attention, choice));
+        if (forward != by_operands.end()) {
+          Node whole = n;
+          whole.inputs = choice;
+          whole.type.shape[0] = whole_rows * group_rows;
+          types.clear();
+          for (ValueId in : choice)
+            types.push_back(graph.type(in));
+          bool same_forward =
+              std::any_of(forward->second.begin(), forward->second.end(),
+                          [&](ValueId f) { return graph.node(f).attrs == n.attrs; });
+          if (same_forward && op_def(n.op).row_wise(types, std::span<const bool>(taken, m),
+                                                    whole.attrs, whole.type, whole_rows)) {
+            made_at[id] = made.size();
+            made.push_back(std::move(whole));
           }
         }
       }
@@ -146,11 +182,27 @@ Graph share_taken_rows(const Graph& graph, ValueId rows) {
     if (n.op == OpId::input) continue;
     out.set_current_scope(scopes[n.scope]);
     bool seed = n.op == OpId::gather && n.inputs[1] == rows;
-    if (partner[id] != no_partner && !seed) {
-      mapped[id] =
-          emit(out, OpId::gather,
-               std::vector<Value>{Value{&out, mapped[partner[id]]}, Value{&out, mapped[rows]}})
-              .id;
+    const bool has_made = made_at[id] != std::numeric_limits<std::size_t>::max();
+    if ((partner[id] != no_partner && !seed) || has_made) {
+      Value whole;
+      if (has_made) {
+        Node m = made[made_at[id]];
+        for (ValueId& in : m.inputs)
+          in = mapped[in];
+        whole = Value{&out, out.add(std::move(m))};
+      } else {
+        whole = Value{&out, mapped[partner[id]]};
+      }
+      Shape shape = n.type.shape;
+      const int64_t group_rows = shape[0] / k;
+      if (group_rows > 1) { // [B·r, ...] as [B, r, ...]: gather whole groups
+        Shape grouped = whole.shape();
+        grouped[0] = group_rows;
+        grouped.insert(grouped.begin(), whole_rows);
+        whole = reshape(whole, grouped);
+      }
+      Value taken = gather(whole, Value{&out, mapped[rows]});
+      mapped[id] = (group_rows > 1 ? reshape(taken, shape) : taken).id;
       continue;
     }
     for (ValueId& in : n.inputs)
