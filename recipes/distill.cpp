@@ -26,6 +26,13 @@ auto classification_loss = [](FashionViT& m, Var images, Var labels) {
   return cross_entropy_mean(m(images), labels);
 };
 
+/// Both models as one, for the sifting loader's scoring forward (the distillation loss of each
+/// sample needs the student's and the teacher's logits).
+struct DistillPair {
+  BOOST_HANA_DEFINE_STRUCT(DistillPair, (FashionViT, student), (FashionViT, teacher));
+  DistillPair(FashionViT s, FashionViT t) : student(std::move(s)), teacher(std::move(t)) {}
+};
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -54,8 +61,8 @@ int main(int argc, char** argv) {
            {"no-baseline", "0", "switch: skip training the student alone for comparison"}}),
       argc, argv);
   recipe::apply_runtime_flags(flags);
-  if (recipe::sift_options(flags))
-    flags.fail("--sift-beta on distill is not built yet (issue 13): sifting runs on mlp and vit");
+  std::optional<SiftOptions> sift = recipe::sift_options(flags);
+  const bool in_step = sift && recipe::sift_in_step(flags);
   return recipe::run("distill", [&] {
     std::filesystem::path dir = flags.str("data-dir").empty()
                                     ? data::default_fashion_mnist_dir()
@@ -67,18 +74,27 @@ int main(int argc, char** argv) {
     if (!(kd.temperature > 0)) flags.fail("--temperature must be positive");
     if (!(kd.alpha >= 0 && kd.alpha <= 1)) flags.fail("--alpha must be in [0, 1]");
     Init teacher_init(seed + 1), student_init(seed);
-    FashionViT teacher(recipe::vit_config(flags, "teacher-"), teacher_init);
-    FashionViT student(recipe::vit_config(flags), student_init);
+    DistillPair pair(FashionViT(recipe::vit_config(flags), student_init),
+                     FashionViT(recipe::vit_config(flags, "teacher-"), teacher_init));
+    FashionViT& teacher = pair.teacher;
+    FashionViT& student = pair.student;
     FashionViT initial_student = student; // the baseline starts from the same weights
     auto distill_loss = [kd](FashionViT& s, const FashionViT& t, Var images, Var labels) {
       return kd_loss(s(images), t(images), labels, kd);
     };
+    // Sifting scores each sample by its distillation loss.
+    auto distill_loss_per_row = [kd](FashionViT& s, const FashionViT& t, Var images,
+                                     Var labels) -> Var {
+      return kd_loss(s(images), t(images), labels, kd, Reduction::none);
+    };
+    auto step_options = [&](int64_t total) {
+      return recipe::parallel(flags, {.batch_names = {"images", "labels"},
+                                      .schedule = schedule_for(flags, total),
+                                      .amp = recipe::amp_flag(flags)});
+    };
     auto make_step = [&](int64_t total) {
-      return compile_distill_step(
-          student, teacher, distill_loss, optimizer_for(flags),
-          {.step = recipe::parallel(flags, {.batch_names = {"images", "labels"},
-                                            .schedule = schedule_for(flags, total),
-                                            .amp = recipe::amp_flag(flags)})});
+      return compile_distill_step(student, teacher, distill_loss, optimizer_for(flags),
+                                  {.step = step_options(total)});
     };
     // The largest batch is the distillation step's: it holds both models.
     int64_t batch = recipe::batch_size(flags, [&](int64_t budget) {
@@ -86,12 +102,14 @@ int main(int argc, char** argv) {
     });
     if (batch == 0) return 0; // --max-batch printed its line
 
-    data::DataLoader loader(*train,
-                            recipe::sharded({.batch_size = batch, .shuffle = true, .seed = seed}));
+    // In-step sifting scores batches of about batch·(1+beta) rows and trains on `batch` of them.
+    data::DataLoader loader(
+        *train, recipe::sharded(
+                    {.batch_size = in_step ? recipe::sift_scored_batch(batch, sift->beta) : batch,
+                     .shuffle = true,
+                     .seed = seed}));
     int64_t per_epoch = loader.batches_per_epoch();
-    auto at_epoch_end = [&](int64_t, const data::DataLoader& l) {
-      return l.position().batch == per_epoch;
-    };
+    auto at_epoch_end = [&](int64_t, const auto& l) { return l.position().batch == per_epoch; };
 
     // The teacher: from a file, or trained here first.
     if (!flags.str("teacher").empty()) {
@@ -101,9 +119,12 @@ int main(int argc, char** argv) {
                      static_cast<long long>(parameter_count(teacher)),
                      flags.str("teacher").c_str());
     } else {
+      data::DataLoader teacher_loader(
+          *train, recipe::sharded({.batch_size = batch, .shuffle = true, .seed = seed + 1}));
+      const int64_t teacher_per_epoch = teacher_loader.batches_per_epoch();
       int64_t teacher_total = flags.integer("teacher-steps") > 0
                                   ? flags.integer("teacher-steps")
-                                  : flags.integer("teacher-epochs") * per_epoch;
+                                  : flags.integer("teacher-epochs") * teacher_per_epoch;
       if (teacher_total <= 0) flags.fail("--teacher-epochs must be positive (or give --teacher)");
       if (recipe::leader())
         std::fprintf(stderr,
@@ -116,53 +137,107 @@ int main(int argc, char** argv) {
                        recipe::parallel(flags, {.batch_names = {"images", "labels"},
                                                 .schedule = schedule_for(flags, teacher_total),
                                                 .amp = recipe::amp_flag(flags)}));
-      data::DataLoader teacher_loader(
-          *train, recipe::sharded({.batch_size = batch, .shuffle = true, .seed = seed + 1}));
-      recipe::run_training("teacher", flags, teacher, teacher_step, teacher_loader, teacher_total,
-                           at_epoch_end, true);
+      recipe::run_training(
+          "teacher", flags, teacher, teacher_step, teacher_loader, teacher_total,
+          [&](int64_t, const data::DataLoader& l) {
+            return l.position().batch == teacher_per_epoch;
+          },
+          true);
     }
     double teacher_accuracy = test_accuracy(teacher, *test);
     if (recipe::leader())
       std::fprintf(stderr, "distill: teacher test accuracy %.4f\n", teacher_accuracy);
 
-    int64_t total =
-        flags.integer("steps") > 0 ? flags.integer("steps") : flags.integer("epochs") * per_epoch;
-    auto step = make_step(total);
+    // The sifting loader trains on about 1/(1+beta) of each epoch's batches (see the mlp and vit
+    // recipes); in-step sifting scores each batch in its own step.
+    int64_t steps_per_epoch =
+        sift && !in_step
+            ? std::max<int64_t>(
+                  1, static_cast<int64_t>(static_cast<double>(per_epoch) / (1.0 + sift->beta)))
+            : per_epoch;
+    int64_t total = flags.integer("steps") > 0 ? flags.integer("steps")
+                                               : flags.integer("epochs") * steps_per_epoch;
     if (recipe::leader())
       std::fprintf(stderr,
                    "distill: student %lld parameters, %lld steps of batch %lld, T=%g, "
                    "alpha=%g\n",
                    static_cast<long long>(parameter_count(student)), static_cast<long long>(total),
                    static_cast<long long>(batch), kd.temperature, kd.alpha);
-    recipe::LoopResult run =
-        recipe::run_training("student", flags, student, step, loader, total, at_epoch_end, true);
+    recipe::LoopResult run;
+    std::string sifted;
+    int64_t steps_done = 0;
+    auto sifted_line = [](double kept_fraction, int64_t backpropagated) {
+      char text[96];
+      std::snprintf(text, sizeof text, " kept_fraction=%.4f samples_backpropagated=%lld",
+                    kept_fraction, static_cast<long long>(backpropagated));
+      return std::string(text);
+    };
+    if (in_step) {
+      StepOptions options = step_options(total);
+      options.sift = sift;
+      options.sift_rows = batch / world().size();
+      auto step = compile_distill_step(student, teacher, distill_loss_per_row, optimizer_for(flags),
+                                       {.step = options});
+      run =
+          recipe::run_training("student", flags, student, step, loader, total, at_epoch_end, true);
+      SiftCounts counts = step.runtime().sift_counts();
+      sifted = sifted_line(counts.kept_fraction(), counts.kept * world().size());
+      steps_done = step.steps();
+    } else if (sift) {
+      auto step = make_step(total);
+      auto per_sample = compile_eval(pair,
+                                     [kd](DistillPair& p, Var images, Var labels) -> Var {
+                                       return kd_loss(p.student(images), p.teacher(images), labels,
+                                                      kd, Reduction::none);
+                                     },
+                                     {"images", "labels"});
+      SiftingLoader sifting(
+          loader, [&](const data::Batch& b) { return per_sample(b.examples, b.labels); }, *sift);
+      run =
+          recipe::run_training("student", flags, student, step, sifting, total, at_epoch_end, true);
+      sifted = sifted_line(sifting.rule().kept_fraction(), sifting.delivered());
+      steps_done = step.steps();
+    } else {
+      auto step = make_step(total);
+      run =
+          recipe::run_training("student", flags, student, step, loader, total, at_epoch_end, true);
+      steps_done = step.steps();
+    }
     double student_accuracy = test_accuracy(student, *test);
 
     std::string baseline;
     if (!flags.on("no-baseline")) {
+      // The same epochs of plain training (never sifted), at the same batch.
       FashionViT& alone = initial_student;
+      data::DataLoader alone_loader(
+          *train, recipe::sharded({.batch_size = batch, .shuffle = true, .seed = seed}));
+      const int64_t alone_per_epoch = alone_loader.batches_per_epoch();
+      const int64_t alone_total = flags.integer("steps") > 0
+                                      ? flags.integer("steps")
+                                      : flags.integer("epochs") * alone_per_epoch;
       auto alone_step =
           compile_step(alone, classification_loss, optimizer_for(flags),
                        recipe::parallel(flags, {.batch_names = {"images", "labels"},
-                                                .schedule = schedule_for(flags, total),
+                                                .schedule = schedule_for(flags, alone_total),
                                                 .amp = recipe::amp_flag(flags)}));
-      data::DataLoader alone_loader(
-          *train, recipe::sharded({.batch_size = batch, .shuffle = true, .seed = seed}));
       if (recipe::leader())
         std::fprintf(stderr, "distill: the same student alone (cross-entropy only), %lld steps\n",
-                     static_cast<long long>(total));
-      recipe::run_training("student_alone", flags, alone, alone_step, alone_loader, total,
-                           at_epoch_end, true);
+                     static_cast<long long>(alone_total));
+      recipe::run_training(
+          "student_alone", flags, alone, alone_step, alone_loader, alone_total,
+          [&](int64_t, const data::DataLoader& l) { return l.position().batch == alone_per_epoch; },
+          true);
       char text[64];
       std::snprintf(text, sizeof text, " student_alone_accuracy=%.4f", test_accuracy(alone, *test));
       baseline = text;
     }
     if (!recipe::leader()) return 0;
     std::printf("result: teacher_accuracy=%.4f student_accuracy=%.4f%s train_loss=%.4f "
-                "steps=%lld steps_per_second=%.1f seconds=%.1f\n",
+                "steps=%lld steps_per_second=%.1f seconds=%.1f%s\n",
                 teacher_accuracy, student_accuracy, baseline.c_str(), run.last_loss,
-                static_cast<long long>(step.steps()),
-                static_cast<double>(run.steps_run) / std::max(run.seconds, 1e-9), run.seconds);
+                static_cast<long long>(steps_done),
+                static_cast<double>(run.steps_run) / std::max(run.seconds, 1e-9), run.seconds,
+                sifted.c_str());
     return 0;
   });
 }

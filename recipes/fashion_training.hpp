@@ -85,10 +85,15 @@ int train_fashion(const std::string& name, const Flags& flags, Model& model) {
   auto seed = static_cast<uint64_t>(flags.integer("seed"));
   // Under mpirun each rank takes its shard of every batch: --batch-size is the global batch.
   Communicator& ranks = world();
-  data::DataLoader loader(*train, sharded({.batch_size = batch, .shuffle = true, .seed = seed}));
-  int64_t per_epoch = loader.batches_per_epoch();
   std::optional<SiftOptions> sift = sift_options(flags);
   const bool in_step = sift && sift_in_step(flags);
+  // Every mode backpropagates --batch-size samples per update: in-step sifting scores batches
+  // of about batch·(1+beta) rows and trains on `batch` of them.
+  data::DataLoader loader(
+      *train, sharded({.batch_size = in_step ? sift_scored_batch(batch, sift->beta) : batch,
+                       .shuffle = true,
+                       .seed = seed}));
+  int64_t per_epoch = loader.batches_per_epoch();
   // The sifting loader trains on about 1/(1+beta) of each epoch's batches: --epochs E takes
   // that many steps, so E passes over the data are scored. In-step sifting scores each batch
   // in its own step.
@@ -130,6 +135,7 @@ int train_fashion(const std::string& name, const Flags& flags, Model& model) {
   if (in_step) {
     StepOptions options = step_options(total);
     options.sift = sift;
+    options.sift_rows = batch / ranks.size();
     auto step = compile_step(
         model,
         [](Model& m, Var images, Var labels) -> Var {

@@ -93,6 +93,14 @@ inline std::optional<sinter::SiftOptions> sift_options(const Flags& flags) {
 /// Whether `--sift-mode in-step` asks for sifting inside the compiled step.
 inline bool sift_in_step(const Flags& flags) { return flags.str("sift-mode") == "in-step"; }
 
+/// In-step sifting's scored batch for updates of `batch` rows: round(batch · (1 + beta)),
+/// rounded up to whole shards under mpirun (the sifting loader scores as many per update).
+inline int64_t sift_scored_batch(int64_t batch, double beta) {
+  const int64_t ranks = sinter::world().size();
+  auto scored = static_cast<int64_t>(std::llround(static_cast<double>(batch) * (1.0 + beta)));
+  return (scored + ranks - 1) / ranks * ranks;
+}
+
 /// `--amp off|bf16|fp16` as the step's mixed-precision mode; a bad value exits 2.
 inline sinter::AmpMode amp_flag(const Flags& flags) {
   try {

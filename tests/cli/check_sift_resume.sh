@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# tests/cli/check_sift_resume.sh MLP — the mlp recipe sifting in loader mode and in-step mode:
-# the result line reports the kept fraction and the samples backpropagated, and a run stopped
-# after 30 steps and resumed from its checkpoint ends exactly as the uninterrupted run (the
-# sifter's loss history, draws and, in loader mode, waiting samples are checkpointed)
+# tests/cli/check_sift_resume.sh MLP DISTILL — the mlp recipe sifting in loader mode and in-step
+# mode: the result line reports the kept fraction and the samples backpropagated, and a run
+# stopped after 30 steps and resumed from its checkpoint ends exactly as the uninterrupted run
+# (the sifter's loss history, draws and, in loader mode, waiting samples are checkpointed); the
+# distill recipe sifts by the distillation loss in both modes
 set -uo pipefail
 recipe=$1
+distill=$2
 export SINTER_LOG=0
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
@@ -29,8 +31,9 @@ check() {
 }
 # Loader mode: 60 steps of 64 kept samples.
 check loader 'kept_fraction=0\.[0-9]+ samples_backpropagated=3840$'
-# In-step mode: 5 delay steps of 64 rows, then 55 of 32 drawn rows: 2080 of 3840 scored.
-check in-step 'kept_fraction=0\.5417 samples_backpropagated=2080$'
+# In-step mode: batches of 128 scored rows; 5 delay steps on all of them, then 55 of 64 drawn
+# rows: 4160 of 7680 scored.
+check in-step 'kept_fraction=0\.5417 samples_backpropagated=4160$'
 # A bad beta and an unknown mode are refused by name (exit 2).
 "$recipe" --steps 1 --sift-beta -1 >/dev/null 2>"$dir/err"; status=$?
 ((status == 2)) && grep -q "sift-beta must be a number above 0" "$dir/err" ||
@@ -38,5 +41,14 @@ check in-step 'kept_fraction=0\.5417 samples_backpropagated=2080$'
 "$recipe" --steps 1 --sift-beta 1 --sift-mode sometimes >/dev/null 2>"$dir/err"; status=$?
 ((status == 2)) && grep -q "sift-mode takes loader or in-step" "$dir/err" ||
   { echo "FAIL: --sift-mode sometimes (exit $status)"; cat "$dir/err"; fail=1; }
+# distill: 20 steps of batch 64 after a 10-step teacher; in-step scores 128 rows per step.
+for mode in loader in-step; do
+  line=$("$distill" --teacher-steps 10 --steps 20 --batch-size 64 --threads 1 --no-baseline \
+         --sift-beta 1 --sift-mode "$mode" 2>/dev/null | grep '^result:')
+  echo "distill, $mode: $line"
+  [[ $line =~ student_accuracy=0\.[0-9]+.*kept_fraction=0\.[0-9]+\ samples_backpropagated=1280$ ]] ||
+    { echo "FAIL: distill $mode: no kept_fraction / samples_backpropagated=1280 (20 steps of 64)"
+      fail=1; }
+done
 ((fail == 0)) && echo "sifting resume: passed"
 exit $fail
