@@ -150,11 +150,7 @@ int main(int argc, char** argv) {
 
     // The sifting loader trains on about 1/(1+beta) of each epoch's batches (see the mlp and vit
     // recipes); in-step sifting scores each batch in its own step.
-    int64_t steps_per_epoch =
-        sift && !in_step
-            ? std::max<int64_t>(
-                  1, static_cast<int64_t>(static_cast<double>(per_epoch) / (1.0 + sift->beta)))
-            : per_epoch;
+    int64_t steps_per_epoch = recipe::sifted_steps_per_epoch(per_epoch, sift, in_step);
     int64_t total = flags.integer("steps") > 0 ? flags.integer("steps")
                                                : flags.integer("epochs") * steps_per_epoch;
     if (recipe::leader())
@@ -166,12 +162,6 @@ int main(int argc, char** argv) {
     recipe::LoopResult run;
     std::string sifted;
     int64_t steps_done = 0;
-    auto sifted_line = [](double kept_fraction, int64_t backpropagated) {
-      char text[96];
-      std::snprintf(text, sizeof text, " kept_fraction=%.4f samples_backpropagated=%lld",
-                    kept_fraction, static_cast<long long>(backpropagated));
-      return std::string(text);
-    };
     if (in_step) {
       StepOptions options = step_options(total);
       options.sift = sift;
@@ -181,7 +171,7 @@ int main(int argc, char** argv) {
       run =
           recipe::run_training("student", flags, student, step, loader, total, at_epoch_end, true);
       SiftCounts counts = step.runtime().sift_counts();
-      sifted = sifted_line(counts.kept_fraction(), counts.kept * world().size());
+      sifted = recipe::sifted_result(counts.kept_fraction(), counts.kept * world().size());
       steps_done = step.steps();
     } else if (sift) {
       auto step = make_step(total);
@@ -195,7 +185,7 @@ int main(int argc, char** argv) {
           loader, [&](const data::Batch& b) { return per_sample(b.examples, b.labels); }, *sift);
       run =
           recipe::run_training("student", flags, student, step, sifting, total, at_epoch_end, true);
-      sifted = sifted_line(sifting.rule().kept_fraction(), sifting.delivered());
+      sifted = recipe::sifted_result(sifting.rule().kept_fraction(), sifting.delivered());
       steps_done = step.steps();
     } else {
       auto step = make_step(total);

@@ -97,18 +97,9 @@ int train_fashion(const std::string& name, const Flags& flags, Model& model) {
   // The sifting loader trains on about 1/(1+beta) of each epoch's batches: --epochs E takes
   // that many steps, so E passes over the data are scored. In-step sifting scores each batch
   // in its own step.
-  int64_t steps_per_epoch =
-      sift && !in_step ? std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(per_epoch) /
-                                                                   (1.0 + sift->beta)))
-                       : per_epoch;
+  int64_t steps_per_epoch = sifted_steps_per_epoch(per_epoch, sift, in_step);
   int64_t total = flags.integer("steps") > 0 ? flags.integer("steps") : epochs * steps_per_epoch;
   auto logits = compile_eval(model, [](Model& m, Var images) { return m(images); }, {"images"});
-  auto sifted_line = [](double kept_fraction, int64_t backpropagated) {
-    char text[96];
-    std::snprintf(text, sizeof text, " kept_fraction=%.4f samples_backpropagated=%lld",
-                  kept_fraction, static_cast<long long>(backpropagated));
-    return std::string(text);
-  };
 
   if (leader())
     std::fprintf(stderr, "%s: %lld parameters, %lld steps of batch %lld%s\n", name.c_str(),
@@ -145,7 +136,7 @@ int train_fashion(const std::string& name, const Flags& flags, Model& model) {
     run =
         run_training(name, flags, model, step, loader, total, at_epoch_end, false, evaluate_epoch);
     SiftCounts counts = step.runtime().sift_counts();
-    sifted = sifted_line(counts.kept_fraction(), counts.kept * ranks.size());
+    sifted = sifted_result(counts.kept_fraction(), counts.kept * ranks.size());
     steps_done = step.steps();
   } else if (sift) {
     auto step = make_step(total);
@@ -159,7 +150,7 @@ int train_fashion(const std::string& name, const Flags& flags, Model& model) {
         loader, [&](const data::Batch& b) { return per_sample(b.examples, b.labels); }, *sift);
     run =
         run_training(name, flags, model, step, sifting, total, at_epoch_end, false, evaluate_epoch);
-    sifted = sifted_line(sifting.rule().kept_fraction(), sifting.delivered());
+    sifted = sifted_result(sifting.rule().kept_fraction(), sifting.delivered());
     steps_done = step.steps();
   } else {
     auto step = make_step(total);

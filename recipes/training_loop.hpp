@@ -101,6 +101,25 @@ inline int64_t sift_scored_batch(int64_t batch, double beta) {
   return (scored + ranks - 1) / ranks * ranks;
 }
 
+/// Updates per epoch of `per_epoch` batches: the sifting loader fills about 1/(1+beta) of them
+/// with kept samples; in-step sifting (its batches already scored at batch·(1+beta) rows) and
+/// no sifting take every batch.
+inline int64_t sifted_steps_per_epoch(int64_t per_epoch,
+                                      const std::optional<sinter::SiftOptions>& sift,
+                                      bool in_step) {
+  if (!sift || in_step) return per_epoch;
+  return std::max<int64_t>(
+      1, static_cast<int64_t>(static_cast<double>(per_epoch) / (1.0 + sift->beta)));
+}
+
+/// What sifting adds to a recipe's result line.
+inline std::string sifted_result(double kept_fraction, int64_t samples_backpropagated) {
+  char text[96];
+  std::snprintf(text, sizeof text, " kept_fraction=%.4f samples_backpropagated=%lld", kept_fraction,
+                static_cast<long long>(samples_backpropagated));
+  return text;
+}
+
 /// `--amp off|bf16|fp16` as the step's mixed-precision mode; a bad value exits 2.
 inline sinter::AmpMode amp_flag(const Flags& flags) {
   try {

@@ -1,5 +1,6 @@
 // jit/passes/fuse.cpp — materialisation decisions and kernel grouping for the lowered graph
 #include "jit/passes/fuse.hpp"
+#include "jit/passes/passes.hpp"
 
 #include "ops/registry.hpp"
 
@@ -905,9 +906,7 @@ Graph recompute_late_gemm_operands(const Graph& g, FusionOptions options) {
     before[operand.gemm].push_back(&operand);
 
   Graph out;
-  std::vector<uint32_t> scope_map(g.scope_count(), 0);
-  for (uint32_t s = 1; s < g.scope_count(); ++s)
-    scope_map[s] = out.intern_scope(g.scope_path(s), g.scope_precision(s));
+  std::vector<uint32_t> scope_map = copy_scopes(g, out);
   std::vector<ValueId> mapped(g.size(), 0);
   for (const NamedValue& in : g.inputs())
     mapped[in.id] = out.add_input(in.name, g.type(in.id));

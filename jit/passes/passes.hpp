@@ -16,6 +16,9 @@ namespace sinter {
 /// keep the node's type unless `may_retype` (autocast): then outputs keep what they map to.
 using NodeRewrite = std::function<Value(const Node& node, std::span<const Value> operands)>;
 Graph rebuild(const Graph& graph, const NodeRewrite& replace, bool may_retype = false);
+/// Interns every model-path scope of `from` in `into`: entry s is the scope in `into` that
+/// `from`'s scope s became (what a pass copying nodes between graphs gives set_current_scope).
+std::vector<uint32_t> copy_scopes(const Graph& from, Graph& into);
 
 struct AutodiffOptions {
   /// Names of the inputs to differentiate with respect to (empty = every float input).

@@ -13,9 +13,7 @@ Graph rebuild(const Graph& graph, const NodeRewrite& replace, bool may_retype) {
         live[in] = true;
 
   Graph out;
-  std::vector<uint32_t> scope_map(graph.scope_count(), 0);
-  for (uint32_t s = 1; s < graph.scope_count(); ++s)
-    scope_map[s] = out.intern_scope(graph.scope_path(s), graph.scope_precision(s));
+  std::vector<uint32_t> scope_map = copy_scopes(graph, out);
 
   std::vector<Value> mapped(graph.size());
   for (const NamedValue& in : graph.inputs())
@@ -49,5 +47,12 @@ Graph rebuild(const Graph& graph, const NodeRewrite& replace, bool may_retype) {
 }
 
 Graph cse(const Graph& graph) { return rebuild(graph, nullptr); }
+
+std::vector<uint32_t> copy_scopes(const Graph& from, Graph& into) {
+  std::vector<uint32_t> scopes(from.scope_count(), 0);
+  for (uint32_t s = 1; s < from.scope_count(); ++s)
+    scopes[s] = into.intern_scope(from.scope_path(s), from.scope_precision(s));
+  return scopes;
+}
 
 } // namespace sinter

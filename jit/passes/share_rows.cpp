@@ -40,9 +40,7 @@ bool same_type_but_rows(const TensorType& whole, const TensorType& part) {
 
 std::vector<Value> inline_graph(Graph& into, const Graph& from,
                                 const std::function<Value(const NamedValue& input)>& input) {
-  std::vector<uint32_t> scopes(from.scope_count(), 0);
-  for (uint32_t s = 1; s < from.scope_count(); ++s)
-    scopes[s] = into.intern_scope(from.scope_path(s), from.scope_precision(s));
+  std::vector<uint32_t> scopes = copy_scopes(from, into);
   std::vector<ValueId> mapped(from.size(), no_partner);
   for (const NamedValue& in : from.inputs()) {
     Value v = input(in);
@@ -171,9 +169,7 @@ Graph share_taken_rows(const Graph& graph, ValueId rows) {
 
   // Rebuild with each partnered value read as rows of its partner (the seeds stay as they are).
   Graph out;
-  std::vector<uint32_t> scopes(graph.scope_count(), 0);
-  for (uint32_t s = 1; s < graph.scope_count(); ++s)
-    scopes[s] = out.intern_scope(graph.scope_path(s), graph.scope_precision(s));
+  std::vector<uint32_t> scopes = copy_scopes(graph, out);
   std::vector<ValueId> mapped(graph.size(), no_partner);
   for (const NamedValue& in : graph.inputs())
     mapped[in.id] = out.add_input(in.name, graph.type(in.id));

@@ -30,16 +30,20 @@ const HostTensor& take(const std::map<std::string, HostTensor>& tensors, const s
 
 } // namespace
 
-SiftRule::SiftRule(SiftOptions options) : options_(options) {
-  if (!(options_.beta >= 0) || !std::isfinite(options_.beta))
+void check_sift_options(const SiftOptions& options) {
+  if (!(options.beta >= 0) || !std::isfinite(options.beta))
     throw std::invalid_argument("sinter: sifting beta must be a number >= 0, got " +
-                                std::to_string(options_.beta));
-  if (options_.history < 1)
+                                std::to_string(options.beta));
+  if (options.history < 1)
     throw std::invalid_argument("sinter: the sifting loss history must hold at least 1 loss, got " +
-                                std::to_string(options_.history));
-  if (options_.delay < 0)
+                                std::to_string(options.history));
+  if (options.delay < 0)
     throw std::invalid_argument("sinter: the sifting delay must be 0 or more batches, got " +
-                                std::to_string(options_.delay));
+                                std::to_string(options.delay));
+}
+
+SiftRule::SiftRule(SiftOptions options) : options_(options) {
+  check_sift_options(options_);
   history_.reserve(static_cast<std::size_t>(options_.history));
 }
 

@@ -31,6 +31,9 @@ struct SiftOptions {
   uint64_t seed = 0;
 };
 
+/// Throws std::invalid_argument for beta < 0 (or not a number), history < 1 or delay < 0.
+void check_sift_options(const SiftOptions& options);
+
 /// The rule, deterministic and resumable. Each scored sample's percentile is the share of the
 /// recorded losses below it (ties count half; an empty history gives 1); it is kept when a
 /// uniform draw u (a counter-based generator seeded by `seed`) is below percentile^beta. Every

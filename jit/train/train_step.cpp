@@ -76,9 +76,10 @@ std::size_t apply_amp(Graph& forward, const TrainStepOptions& options) {
 enum SiftCounter : int64_t { draws, batches, epoch_batches, seen, kept, count };
 
 struct TrainStep::Compiled {
-  std::unique_ptr<CompiledGraph> step;  ///< the fused update, or the gradients (accumulation)
-  std::unique_ptr<CompiledGraph> apply; ///< accumulation only: the update from summed grads
-  std::unique_ptr<CompiledGraph> delay; ///< in-step sifting: the step on the whole batch
+  std::unique_ptr<CompiledGraph> step;    ///< the fused update, or the gradients (accumulation)
+  std::unique_ptr<CompiledGraph> apply;   ///< accumulation only: the update from summed grads
+  std::unique_ptr<CompiledGraph> delay;   ///< in-step sifting: the step on the whole batch
+  std::optional<std::size_t> rows_output; ///< in-step sifting: the step's `sift.rows` output
   std::vector<Slot> step_inputs, apply_inputs, delay_inputs;
   mutable std::vector<HostTensor> step_outputs, apply_outputs, delay_outputs;
 };
@@ -121,7 +122,7 @@ TrainStep::TrainStep(Tracer trace, std::vector<std::string> names,
       state_.emplace(name, HostTensor::from_doubles(DType::f32, {}, {&value, 1}));
   }
   if (options_.sift) {
-    SiftRule checked(*options_.sift); // throws for a bad beta, history or delay
+    check_sift_options(*options_.sift);
     if (options_.sift_rows < 0)
       throw std::invalid_argument("sinter: sift_rows must be 0 (from beta) or a number of rows, "
                                   "got " +
@@ -297,7 +298,8 @@ const HostTensor& TrainStep::sift_rows() const {
   return *sift_rows_;
 }
 
-Graph TrainStep::sifting_forward(Graph g, std::span<const HostTensor> batch, Sifting sifting) {
+Graph TrainStep::sifting_forward(Graph g, std::span<const HostTensor> batch,
+                                 const std::vector<std::string>& batch_names, Sifting sifting) {
   const SiftOptions& sift = *options_.sift;
   const int64_t rows = batch.front().shape().at(0);
   for (const HostTensor& t : batch)
@@ -337,13 +339,6 @@ Graph TrainStep::sifting_forward(Graph g, std::span<const HostTensor> batch, Sif
     // later reads its values from the batch's.
     Graph part = trace_(resized_batch(batch, k));
     per_row_losses(part, k);
-    std::vector<std::string> batch_names;
-    for (const NamedValue& in : g.inputs())
-      if (!in.name.starts_with("state.") && !in.name.starts_with("sift.") &&
-          std::find(names_.begin(), names_.end(), in.name) == names_.end() &&
-          std::none_of(options_.frozen.begin(), options_.frozen.end(),
-                       [&](const auto& f) { return f.first == in.name; }))
-        batch_names.push_back(in.name);
     std::vector<Value> part_outputs = inline_graph(g, part, [&](const NamedValue& in) {
       Value whole{&g, input_named(g, in.name)};
       bool is_batch =
@@ -429,7 +424,7 @@ TrainStep::Built TrainStep::build(std::span<const HostTensor> batch, Sifting sif
 
   if (sifting != Sifting::none) {
     phase.emplace("sifting");
-    forward_ = sifting_forward(std::move(forward_), batch, sifting);
+    forward_ = sifting_forward(std::move(forward_), batch, built.batch_names, sifting);
   }
   phase.emplace("autocast");
   std::size_t differentiated = apply_amp(forward_, options_);
@@ -772,6 +767,11 @@ const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> b
   wire(*compiled->step, compiled->step_inputs, compiled->step_outputs);
   if (compiled->apply) wire(*compiled->apply, compiled->apply_inputs, compiled->apply_outputs);
   if (compiled->delay) wire(*compiled->delay, compiled->delay_inputs, compiled->delay_outputs);
+  if (options_.sift) {
+    const auto& outputs = compiled->step->graph().outputs();
+    for (std::size_t i = 0; i < outputs.size(); ++i)
+      if (outputs[i].name == "sift.rows") compiled->rows_output = i;
+  }
   // Parameters and optimizer state feed the next update: on a GPU they stay there.
   auto carry = [](CompiledGraph& program) {
     const Graph& g = program.graph();
@@ -877,17 +877,17 @@ LossHandle TrainStep::operator()(std::span<const HostTensor> batch, double lr) {
   // caller prepares the next batch; reading it waits for the step.
   auto loss = std::make_shared<HostTensor>(std::move(step_outputs[0]));
   if (options_.sift) {
-    const auto& named = step_program.graph().outputs();
-    std::size_t at = 0;
-    while (at < named.size() && named[at].name != "sift.rows")
-      ++at;
-    if (at < named.size()) {
-      sift_rows_ = std::make_shared<HostTensor>(std::move(step_outputs[at]));
+    if (!delaying) {
+      sift_rows_ = std::make_shared<HostTensor>(std::move(step_outputs[*c.rows_output]));
     } else { // the delay trains on every row
-      std::vector<double> all(static_cast<std::size_t>(rows));
-      for (int64_t i = 0; i < rows; ++i)
-        all[static_cast<std::size_t>(i)] = static_cast<double>(i);
-      sift_rows_ = std::make_shared<HostTensor>(HostTensor::from_doubles(DType::i32, {rows}, all));
+      if (!every_row_ || every_row_->size() != rows) {
+        std::vector<double> all(static_cast<std::size_t>(rows));
+        for (int64_t i = 0; i < rows; ++i)
+          all[static_cast<std::size_t>(i)] = static_cast<double>(i);
+        every_row_ =
+            std::make_shared<HostTensor>(HostTensor::from_doubles(DType::i32, {rows}, all));
+      }
+      sift_rows_ = every_row_;
     }
     HostTensor& counters = state_.at("state.sift.counters");
     auto bump = [&](SiftCounter which, int64_t by) {

@@ -202,7 +202,8 @@ private:
   Built build(std::span<const HostTensor> batch, Sifting sifting = Sifting::none);
   /// The forward graph of in-step sifting: `forward` (per-row losses) turned into a scalar loss
   /// over the drawn rows (select) or the whole batch (delay), with the loss history's update.
-  Graph sifting_forward(Graph forward, std::span<const HostTensor> batch, Sifting sifting);
+  Graph sifting_forward(Graph forward, std::span<const HostTensor> batch,
+                        const std::vector<std::string>& batch_names, Sifting sifting);
   /// Rows a sifting update trains on for a batch of `rows` rows.
   int64_t sift_rows_for(int64_t rows) const;
   bool sift_delaying() const;
@@ -236,6 +237,7 @@ private:
   HostTensor rank_;                             ///< dist.rank: this process's rank (ZeRO shards)
   HostTensor sift_uniforms_;                    ///< sift.uniforms: this call's draws, one per row
   std::shared_ptr<const HostTensor> sift_rows_; ///< the latest selection
+  std::shared_ptr<const HostTensor> every_row_; ///< 0..B-1: what the delay trains on
   std::vector<LowCopy> low_copies_;
   /// Each parameter's stamp after the step last wrote it: a different stamp means the caller
   /// replaced or edited it, and its working copy is made again.
