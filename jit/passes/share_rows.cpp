@@ -74,6 +74,11 @@ Graph share_taken_rows(const Graph& graph, ValueId rows) {
   // partner[v] = w: value v equals gather(w, rows), or with dim 0 in groups of r rows per
   // example ([B·r, ...] and [k·r, ...]), the same for each group.
   std::vector<ValueId> partner(graph.size(), no_partner);
+  // taken_rows[v]: v's partner was found through the rows (a seed, or an operand read as its
+  // partner that was). A value partnered only by shape, such as a constant broadcast to [k, n]
+  // beside one to [B, n], lets the values computed from it find their partners, but computing it
+  // again is cheaper than gathering it, and it need not belong to the batch at all.
+  std::vector<bool> taken_rows(graph.size(), false);
   std::map<std::vector<uint64_t>, std::vector<ValueId>> by_operands; // {op, operands...}
   auto key = [](OpId op, std::span<const ValueId> operands) {
     std::vector<uint64_t> k{static_cast<uint64_t>(op)};
@@ -99,6 +104,7 @@ Graph share_taken_rows(const Graph& graph, ValueId rows) {
     const Node& n = graph.node(id);
     if (n.op == OpId::gather && n.inputs[1] == rows) {
       partner[id] = n.inputs[0];
+      taken_rows[id] = true;
     } else if (is_primitive(n.op) && op_def(n.op).row_wise && !n.type.shape.empty() &&
                n.type.shape[0] % k == 0 && n.inputs.size() <= 8) {
       const int64_t group_rows = n.type.shape[0] / k;
@@ -130,6 +136,8 @@ Graph share_taken_rows(const Graph& graph, ValueId rows) {
           if (op_def(n.op).row_wise(types, std::span<const bool>(taken, m), w.attrs, w.type,
                                     whole_rows)) {
             partner[id] = whole;
+            for (std::size_t i = 0; i < m; ++i)
+              taken_rows[id] = taken_rows[id] || (taken[i] && taken_rows[n.inputs[i]]);
             break;
           }
         }
@@ -179,7 +187,7 @@ Graph share_taken_rows(const Graph& graph, ValueId rows) {
     out.set_current_scope(scopes[n.scope]);
     bool seed = n.op == OpId::gather && n.inputs[1] == rows;
     const bool has_made = made_at[id] != std::numeric_limits<std::size_t>::max();
-    if ((partner[id] != no_partner && !seed) || has_made) {
+    if ((partner[id] != no_partner && !seed && taken_rows[id]) || has_made) {
       Value whole;
       if (has_made) {
         Node m = made[made_at[id]];
