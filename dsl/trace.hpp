@@ -171,6 +171,7 @@ public:
   /// code) and remembers the argument types for the next reason().
   void compiled(const std::string& why, std::size_t specialisation,
                 std::span<const HostTensor> args, std::span<const CompiledGraph* const> programs) {
+    if (compiles_ > 0) profile::recompiled(why);
     ++compiles_;
     last_types_.clear();
     for (const HostTensor& a : args)

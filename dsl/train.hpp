@@ -296,6 +296,7 @@ public:
           (g.outputs().empty() ? std::string("none") : to_string(g.type(g.outputs()[0].id))) +
           " — reduce it, e.g. with mean(...)");
     auto program = std::make_unique<CompiledGraph>(std::move(g), autodiff_);
+    program->set_label(autodiff_ ? "value_and_grad" : "eval");
     const CompiledGraph& compiled = *compiled_.emplace(key, std::move(program)).first->second;
     const CompiledGraph* programs[] = {&compiled};
     log_.compiled(log_.reason(batch, batch_names_), compiled_.size(), batch, programs);

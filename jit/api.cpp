@@ -1,6 +1,7 @@
 // jit/api.cpp — CompiledGraph: pipeline at construction, checked inputs, interpreter execution
 #include "jit/api.hpp"
 #include "jit/runtime/phase_timer.hpp"
+#include "jit/runtime/profiler.hpp"
 
 #include "jit/backend/backends.hpp"
 #include "jit/backend/context.hpp"
@@ -67,6 +68,8 @@ void log_line(const std::string& line) {
 CompiledGraph::CompiledGraph(Graph traced, std::optional<AutodiffOptions> autodiff, Device device,
                              Context* context)
     : device_(device) {
+  profile::start_from_environment();
+  const int64_t start_ns = profile::now_ns();
   auto start = std::chrono::steady_clock::now();
   DumpSelection dump = DumpSelection::from_environment();
   graph_ = Pipeline::standard(std::move(autodiff)).run(std::move(traced), dump, std::cerr);
@@ -78,7 +81,10 @@ CompiledGraph::CompiledGraph(Graph traced, std::optional<AutodiffOptions> autodi
   executable_->dump(dump, std::cerr);
   compile_seconds_ =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  profile::compiled("program", start_ns, profile::now_ns());
 }
+
+void CompiledGraph::set_label(std::string label) { executable_->set_label(std::move(label)); }
 
 CompiledGraph::~CompiledGraph() = default;
 CompiledGraph::CompiledGraph(CompiledGraph&&) noexcept = default;

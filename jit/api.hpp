@@ -5,6 +5,7 @@
 #include "jit/runtime/compile_report.hpp"
 #include "jit/runtime/host_tensor.hpp"
 #include "jit/runtime/memory_plan.hpp"
+#include "jit/runtime/profiler.hpp"
 #include "ops/registry.hpp"
 #include "ops/value.hpp"
 
@@ -59,6 +60,8 @@ public:
   /// weights. On CUDA each keeps one device copy, uploaded again only when the host tensor
   /// changed (HostTensor::stamp). No effect elsewhere.
   void set_resident(std::span<const std::size_t> inputs);
+  /// What profiles call the program (`train step`, `eval`; default `program`).
+  void set_label(std::string label);
   /// The ranks the graph's collectives (all_reduce, ...) run between; default sinter::world().
   /// A graph built for N ranks runs only in a job of N (docs/distributed.md).
   void set_communicator(Communicator& communicator);

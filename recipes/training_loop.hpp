@@ -16,10 +16,37 @@ namespace recipe {
 /// launched with mpirun (docs/distributed.md), or the process alone.
 inline bool leader() { return sinter::world().rank() == 0; }
 
-/// `--threads`, `--device` and `--collective-timeout`, applied before anything compiles; a bad
-/// value exits 2.
+/// `--loader-threads`: the prefetch threads of the training loaders (set by
+/// apply_runtime_flags, read by sharded()).
+inline int loader_threads = 2;
+
+/// Stops the profile `--profile` started and writes it (at exit: after the result line).
+inline void stop_profile_at_exit() {
+  try {
+    if (sinter::profile::active()) sinter::profile::stop();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "--profile: %s\n", e.what());
+  }
+}
+
+/// `--threads`, `--device`, `--collective-timeout`, `--loader-threads` and `--profile`,
+/// applied before anything compiles; a bad value exits 2.
 inline void apply_runtime_flags(const Flags& flags) {
   if (flags.integer("threads") > 0) setenv("SINTER_NUM_THREADS", flags.str("threads").c_str(), 1);
+  if (flags.integer("loader-threads") < 0 || flags.integer("loader-threads") > 64)
+    flags.fail("--loader-threads must be 0 (read batches inside the loop) to 64");
+  loader_threads = static_cast<int>(flags.integer("loader-threads"));
+  if (!flags.str("profile").empty()) {
+    // Under mpirun each rank profiles itself, into its own folder.
+    std::filesystem::path dir = flags.str("profile");
+    if (sinter::world().size() > 1) dir /= "rank" + std::to_string(sinter::world().rank());
+    try {
+      sinter::profile::start(dir);
+    } catch (const std::exception& e) {
+      flags.fail(std::string("--profile: ") + e.what());
+    }
+    std::atexit(stop_profile_at_exit);
+  }
   if (!flags.str("collective-timeout").empty()) {
     double seconds = flags.real("collective-timeout");
     if (!(seconds > 0)) flags.fail("--collective-timeout must be a number of seconds above 0");
@@ -51,8 +78,9 @@ inline sinter::StepOptions parallel(const Flags& flags, sinter::StepOptions opti
 }
 
 /// `options` taking this rank's shard of every global batch (every rank of a job launched with
-/// mpirun; --batch-size stays the global batch).
+/// mpirun; --batch-size stays the global batch), read ahead by --loader-threads threads.
 inline sinter::data::LoaderOptions sharded(sinter::data::LoaderOptions options) {
+  options.prefetch_threads = loader_threads;
   options.shard = sinter::world().rank();
   options.shards = sinter::world().size();
   return options;
@@ -133,7 +161,14 @@ inline sinter::AmpMode amp_flag(const Flags& flags) {
 /// Flags every recipe takes: `--max-batch` and `--memory` (with `--batch-size max`), and for
 /// jobs of several ranks `--collective-timeout`, `--zero` and `--bucket-mb`.
 inline std::vector<Flag> common_flags() {
-  return {{"collective-timeout", "",
+  return {{"profile", "",
+           "profile the training steps into this folder: trace.json (open in Perfetto), "
+           "report.html and summary.txt; the verdicts are printed at the end "
+           "(docs/profiling.md)"},
+          {"loader-threads", "2",
+           "threads that read training batches ahead of the step (0: read each batch inside "
+           "the loop)"},
+          {"collective-timeout", "",
            "under mpirun: seconds a collective waits for the other ranks before the job ends "
            "naming them (default: SINTER_COLLECTIVE_TIMEOUT, else 300)"},
           {"zero", "0",

@@ -6,6 +6,7 @@
 
 #include <iosfwd>
 #include <span>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -36,12 +37,16 @@ public:
   virtual const FusionPlan* fusion_plan() const { return nullptr; }
   /// Writes the dumps `dump` asks for (SINTER_DUMP=fuse, memory) to `out`.
   void dump(const DumpSelection& dump, std::ostream& out) const;
+  /// What the program is, as profiles name it (`train step`, `eval`; default `program`).
+  void set_label(std::string label) { label_ = std::move(label); }
+  const std::string& label() const { return label_; }
   /// The ranks the step's collectives run between (default: sinter::world()).
   void set_communicator(Communicator& communicator) { communicator_ = &communicator; }
   Communicator& communicator() const;
 
 private:
   Communicator* communicator_ = nullptr;
+  std::string label_ = "program";
 };
 
 } // namespace sinter

@@ -1,5 +1,6 @@
 // jit/data/loader.cpp — epoch orders, batch assembly and the prefetch ring of worker threads
 #include "jit/data/loader.hpp"
+#include "jit/runtime/profiler.hpp"
 
 #include <algorithm>
 #include <condition_variable>
@@ -135,11 +136,13 @@ struct DataLoader::State {
       ++filling;
       lock.unlock();
       std::exception_ptr failure;
+      const int64_t began = profile::now_ns();
       try {
         fill(index, slot.batch);
       } catch (...) {
         failure = std::current_exception();
       }
+      profile::loader_fill(began, profile::now_ns(), index);
       lock.lock();
       --filling;
       slot.state = SlotState::ready;
@@ -200,9 +203,12 @@ int64_t DataLoader::batches_per_epoch() const { return state_->batches; }
 
 bool DataLoader::next(Batch& out) {
   State& s = *state_;
+  if (profile::active()) profile::loader_threads(s.options.prefetch_threads);
   if (s.synchronous()) {
     if (s.cursor >= s.batches) return false;
+    const int64_t began = profile::now_ns(); // read here: all of it is waiting for data
     s.fill(s.cursor, out);
+    profile::data_wait(began, profile::now_ns());
     ++s.cursor;
     return true;
   }
@@ -210,7 +216,9 @@ bool DataLoader::next(Batch& out) {
   if (s.error) std::rethrow_exception(s.error);
   if (s.cursor >= s.batches) return false;
   Slot& slot = s.slots[static_cast<std::size_t>(s.cursor % s.options.prefetch_depth)];
+  const int64_t began = profile::now_ns();
   s.ready_cv.wait(lock, [&] { return slot.state == SlotState::ready && slot.index == s.cursor; });
+  profile::data_wait(began, profile::now_ns());
   if (slot.error) {
     s.error = slot.error;
     std::rethrow_exception(s.error);

@@ -1,5 +1,6 @@
 // jit/io/checkpoint.cpp — safetensors layout, atomic writer, validating reader
 #include "jit/io/checkpoint.hpp"
+#include "jit/io/atomic_file.hpp"
 
 #include "jit/io/json.hpp"
 
@@ -154,39 +155,6 @@ std::string make_header(const std::vector<Entry>& entries,
   return h;
 }
 
-bool write_all(int fd, const void* data, std::size_t size) {
-  const auto* p = static_cast<const char*>(data);
-  while (size > 0) {
-    ssize_t n = ::write(fd, p, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    p += n;
-    size -= static_cast<std::size_t>(n);
-  }
-  return true;
-}
-
-/// Creates a fresh, hidden temporary file next to `file` (same filesystem, so rename is atomic).
-int create_temp_beside(const fs::path& file, fs::path& temp) {
-  for (int attempt = 0;; ++attempt) {
-    auto stamp = std::chrono::steady_clock::now().time_since_epoch().count();
-    temp = file.parent_path() /
-           ("." + file.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" +
-            std::to_string(stamp) + "-" + std::to_string(attempt));
-    int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd >= 0 || errno != EEXIST || attempt >= 16) return fd;
-  }
-}
-
-void fsync_dir(const fs::path& dir) {
-  int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  ::fsync(fd); // best effort: the rename is already atomic, this makes it durable
-  ::close(fd);
-}
-
 // ---- reading -------------------------------------------------------------------------------
 
 /// A checkpoint file open for reading; reads exactly the bytes asked for or throws.
@@ -330,35 +298,13 @@ void save_safetensors(const fs::path& file,
   for (int i = 0; i < 8; ++i)
     length[i] = static_cast<unsigned char>(static_cast<uint64_t>(header.size()) >> (8 * i));
 
-  fs::path temp;
-  int fd = create_temp_beside(file, temp);
-  if (fd < 0)
-    throw std::runtime_error(
-        "sinter: cannot write checkpoint " + file.string() +
-        ": cannot create a temporary file in " +
-        (file.parent_path().empty() ? std::string(".") : file.parent_path().string()) + ": " +
-        std::strerror(errno));
-  bool ok = write_all(fd, length, sizeof length) && write_all(fd, header.data(), header.size());
-  for (std::size_t i = 0; ok && i < entries.size(); ++i) {
-    auto bytes = entries[i].tensor->bytes();
-    ok = write_all(fd, bytes.data(), bytes.size());
+  std::vector<std::string_view> pieces{
+      std::string_view(reinterpret_cast<const char*>(length), sizeof length), header};
+  for (const Entry& e : entries) {
+    auto bytes = e.tensor->bytes();
+    pieces.emplace_back(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   }
-  ok = ok && ::fsync(fd) == 0;
-  int err = errno;
-  if (::close(fd) != 0 && ok) {
-    ok = false;
-    err = errno;
-  }
-  if (ok && ::rename(temp.c_str(), file.c_str()) != 0) {
-    ok = false;
-    err = errno;
-  }
-  if (!ok) {
-    ::unlink(temp.c_str());
-    throw std::runtime_error("sinter: cannot write checkpoint " + file.string() + ": " +
-                             std::strerror(err) + " (any previous file there is unchanged)");
-  }
-  fsync_dir(file.parent_path());
+  write_file_atomically(file, pieces, "checkpoint");
 }
 
 Checkpoint load_safetensors(const fs::path& file) {

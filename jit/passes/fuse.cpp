@@ -11,6 +11,19 @@
 #include <sstream>
 
 namespace sinter {
+
+const char* kernel_kind_name(KernelKind kind) {
+  switch (kind) {
+  case KernelKind::loop: return "loop";
+  case KernelKind::reduce: return "reduce";
+  case KernelKind::gemm: return "gemm";
+  case KernelKind::scatter_add: return "scatter";
+  case KernelKind::row: return "row";
+  case KernelKind::attention: return "attention";
+  case KernelKind::collective: return "collective";
+  }
+  return "kernel";
+}
 namespace {
 
 /// Ops that only move or pick elements: recomputing them in each consumer costs no arithmetic.

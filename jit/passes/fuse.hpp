@@ -23,6 +23,10 @@ enum class KernelKind {
                ///< first kernel that reads its result (collective_waits)
 };
 
+/// The kind's name in kernel symbols and profiles: loop, reduce, gemm, scatter, row,
+/// attention, collective.
+const char* kernel_kind_name(KernelKind kind);
+
 /// Whether `op` is one of the collective primitives (KernelKind::collective roots).
 bool is_collective(OpId op);
 

@@ -77,18 +77,6 @@ CacheKey kernel_key(const FusionPlan& plan, const Kernel& kernel, const std::str
 
 namespace {
 constexpr std::string_view payload_tag = "SINTER-SYMBOL:";
-const char* kind_role(KernelKind kind) {
-  switch (kind) {
-  case KernelKind::loop: return "loop";
-  case KernelKind::reduce: return "reduce";
-  case KernelKind::gemm: return "gemm";
-  case KernelKind::scatter_add: return "scatter";
-  case KernelKind::row: return "row";
-  case KernelKind::attention: return "attention";
-  case KernelKind::collective: return "collective";
-  }
-  return "kernel";
-}
 } // namespace
 
 std::string kernel_symbol(const FusionPlan& plan, const Kernel& kernel, const CacheKey& key) {
@@ -110,8 +98,8 @@ std::string kernel_symbol(const FusionPlan& plan, const Kernel& kernel, const Ca
   }
   constexpr std::size_t max_path = 72; // keep the innermost part of a long path
   if (path.size() > max_path) path = path.substr(path.size() - max_path);
-  return "sinter_" + path + kind_role(kernel.kind) + "_" + std::string(op_name(root.op)) + "_" +
-         key.hex();
+  return "sinter_" + path + kernel_kind_name(kernel.kind) + "_" + std::string(op_name(root.op)) +
+         "_" + key.hex();
 }
 
 std::vector<char> named_payload(const std::string& symbol, std::span<const char> binary) {

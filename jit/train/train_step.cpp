@@ -1,5 +1,6 @@
 // jit/train/train_step.cpp — builds, compiles and runs the update program; owns optimizer state
 #include "jit/train/train_step.hpp"
+#include "jit/runtime/profiler.hpp"
 
 #include "jit/api.hpp"
 
@@ -713,15 +714,18 @@ const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> b
     compiled->step =
         std::make_unique<CompiledGraph>(std::move(built.step), std::nullopt, backend, context_);
     compiled->step->set_communicator(*options_.communicator);
+    compiled->step->set_label(split_update() ? "train step (gradients)" : "train step");
     if (delay) {
       compiled->delay =
           std::make_unique<CompiledGraph>(std::move(delay->step), std::nullopt, backend, context_);
       compiled->delay->set_communicator(*options_.communicator);
+      compiled->delay->set_label("train step (sifting delay)");
     }
     if (split_update()) {
       compiled->apply =
           std::make_unique<CompiledGraph>(std::move(built.apply), std::nullopt, backend, context_);
       compiled->apply->set_communicator(*options_.communicator);
+      compiled->apply->set_label("train step (update)");
     }
   } catch (const OutOfMemory& e) {
     explain_out_of_memory(batch, plan_memory(batch), e.available_bytes(), e.what());
@@ -805,6 +809,7 @@ LossHandle TrainStep::operator()(std::span<const HostTensor> batch, double lr) {
   bool first_run = !by_batch_types_.contains(batch_key(batch));
   const Compiled& c = compiled_for(batch);
   last_ = &c;
+  profile::StepScope profiled_step; // after any compile: that is not the step's time
   // The first run of a program includes uploads and, on a GPU, graph capture.
   std::optional<PhaseTimer> phase;
   if (first_run) phase.emplace("first run");

@@ -8,6 +8,7 @@
 #include "jit/backend/collective_launch.hpp"
 #include "jit/backend/context.hpp"
 #include "jit/backend/cpu/cpu_schedule.hpp"
+#include "jit/backend/kernel_costs.hpp"
 #include "jit/passes/passes.hpp"
 #include "kernels/blas_gemm.hpp"
 #include "kernels/cpu_attention.hpp"
@@ -210,22 +211,19 @@ void CpuExecutable::run_into(std::span<const HostTensor* const> inputs,
   }
   std::size_t in_flight = 0;
   std::vector<void*> args;
-  for (std::size_t k = 0; k < fusion_.kernels.size(); ++k) {
+  profile::ProgramRun profiled(
+      profile_id_, label(), [&] { return describe_kernels(fusion_); }, &pool_);
+  auto run_kernel = [&](std::size_t k) {
     const Kernel& kernel = fusion_.kernels[k];
-    for (std::size_t started : waits_before_[k]) {
-      ranks->wait(pending[started]);
-      --in_flight;
-    }
-    if (in_flight) ranks->progress();
     if (kernel.kind == KernelKind::collective) {
       pending[k] =
           start_collective(*ranks, g, kernel, pointer[kernel.reads[0]], pointer[kernel.root]);
       ++in_flight;
-      continue;
+      return;
     }
     if (kernel.kind == KernelKind::attention) {
       run_attention(fusion_, kernel, pointer, pool_);
-      continue;
+      return;
     }
     if (kernel.kind == KernelKind::gemm) {
       const Node& root = g.node(kernel.root);
@@ -258,7 +256,7 @@ void CpuExecutable::run_into(std::span<const HostTensor* const> inputs,
                         pc + (i * s.m * s.n + row * s.n) * elem);
         }
       });
-      continue;
+      return;
     }
     if (const std::optional<ConcatCopy>& copy = copies_[k]) {
       auto* to = static_cast<std::byte*>(pointer[kernel.root]);
@@ -269,7 +267,7 @@ void CpuExecutable::run_into(std::span<const HostTensor* const> inputs,
                       static_cast<std::size_t>(block));
           to += block;
         }
-      continue;
+      return;
     }
     args.clear();
     for (ValueId out : kernel.outputs())
@@ -281,10 +279,25 @@ void CpuExecutable::run_into(std::span<const HostTensor* const> inputs,
     KernelEntry entry = entries_[k];
     pool_.parallel_for(range, chunk,
                        [&](int64_t begin, int64_t end) { entry(args.data(), begin, end); });
+  };
+  for (std::size_t k = 0; k < fusion_.kernels.size(); ++k) {
+    for (std::size_t started : waits_before_[k]) {
+      profiled.begin(started); // a collective's wait counts as its own time
+      ranks->wait(pending[started]);
+      profiled.end(started);
+      --in_flight;
+    }
+    if (in_flight) ranks->progress();
+    profiled.begin(k);
+    run_kernel(k);
+    profiled.end(k);
   }
 
-  for (std::size_t started : waits_before_[fusion_.kernels.size()])
+  for (std::size_t started : waits_before_[fusion_.kernels.size()]) {
+    profiled.begin(started);
     ranks->wait(pending[started]);
+    profiled.end(started);
+  }
 
   // Outputs no kernel wrote: graph inputs passed through, and repeated outputs.
   for (std::size_t i = 0; i < g.outputs().size(); ++i) {

@@ -4,6 +4,7 @@
 #include "jit/backend/cpu/thread_pool.hpp"
 #include "jit/backend/device.hpp"
 #include "jit/backend/executable.hpp"
+#include "jit/runtime/profiler.hpp"
 
 #include <memory>
 #include <mutex>
@@ -53,6 +54,7 @@ private:
   std::vector<std::vector<std::size_t>> waits_before_;
   int64_t collective_ranks_ = 0; ///< the ranks its collectives were built for (0: none)
   CompileReport report_;
+  uint64_t profile_id_ = profile::new_program_id(); ///< its kernel table in a profile
   mutable std::mutex run_mutex_;
   mutable std::unique_ptr<std::byte[]> arena_;
 };

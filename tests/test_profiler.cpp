@@ -1,0 +1,206 @@
+// tests/test_profiler.cpp — the profiler: phases and kernels recorded, verdicts right on planted
+// problems (a sleeping loader, host work between steps, recompiles), files written
+#include "dsl/sinter.hpp"
+#include "jit/data/synthetic.hpp"
+#include "temp_dir.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+using namespace sinter;
+using namespace sinter::data;
+
+namespace {
+
+/// A data set that takes `delay` to read each example (a slow disk, heavy decoding).
+class SlowDataset final : public Dataset {
+public:
+  SlowDataset(const Dataset& inner, std::chrono::microseconds delay)
+      : inner_(inner), delay_(delay) {}
+  std::size_t size() const override { return inner_.size(); }
+  TensorType example_type() const override { return inner_.example_type(); }
+  TensorType label_type() const override { return inner_.label_type(); }
+  void read(std::size_t index, std::byte* example, std::byte* label) const override {
+    std::this_thread::sleep_for(delay_);
+    inner_.read(index, example, label);
+  }
+
+private:
+  const Dataset& inner_;
+  std::chrono::microseconds delay_;
+};
+
+bool has_verdict(const profile::Summary& s, const std::string& kind) {
+  return std::any_of(s.verdicts.begin(), s.verdicts.end(),
+                     [&](const profile::Verdict& v) { return v.kind == kind; });
+}
+
+std::string verdict_line(const profile::Summary& s, const std::string& kind) {
+  for (const profile::Verdict& v : s.verdicts)
+    if (v.kind == kind) return v.line;
+  return "";
+}
+
+std::string read_text(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+/// Trains `steps` steps of an MLP over `data`, `between` of host work after each, profiled.
+profile::Summary train_profiled(const Dataset& data, const std::filesystem::path& dir,
+                                std::vector<int64_t> widths, int64_t batch, int threads, int steps,
+                                std::chrono::microseconds between = {}) {
+  Init init(3);
+  MLP model(widths, init);
+  auto loss = [](MLP& m, Var x, Var y) -> Var { return cross_entropy_loss(m(x), y); };
+  auto step = compile_step(model, loss, adamw{.lr = 0.01}, {.batch_names = {"x", "y"}});
+  DataLoader loader(data, {.batch_size = batch, .seed = 1, .prefetch_threads = threads});
+  profile::start(dir, {.print = false});
+  Batch b;
+  for (int i = 0; i < steps; ++i) {
+    if (!loader.next(b)) {
+      loader.start_epoch(loader.position().epoch + 1);
+      REQUIRE(loader.next(b));
+    }
+    CHECK(std::isfinite(step(b.examples, b.labels).loss.value()));
+    if (between.count() > 0) std::this_thread::sleep_for(between);
+  }
+  return profile::stop();
+}
+
+} // namespace
+
+TEST_CASE("a profile splits each step into phases, names every kernel's model path and role, "
+          "and writes its files",
+          "[profiler]") {
+  auto blobs = gaussian_blobs(2048, 64, 8, 5);
+  testing::TempDir dir;
+  profile::Summary s = train_profiled(*blobs, dir.path, {64, 128, 8}, 64, 2, 30);
+  CHECK(s.steps + s.skipped == 30);
+  CHECK(s.steps >= 28);
+  CHECK(s.phases.forward > 0);
+  CHECK(s.phases.backward > 0);
+  CHECK(s.phases.optimizer > 0);
+  CHECK(s.phases.step >= s.phases.forward + s.phases.backward + s.phases.optimizer);
+  CHECK(s.peak.flops_per_second > 0);
+  CHECK(s.peak.bytes_per_second > 0);
+  // Every kernel of the step has a role; the matmuls are GEMMs of the layers, forward and
+  // backward, with the FLOPs of their shapes.
+  int64_t gemms = 0;
+  for (const profile::KernelRow& k : s.kernels) {
+    CHECK(k.calls == s.steps);
+    if (!k.info.gemm) continue;
+    ++gemms;
+    CHECK(k.info.path.starts_with("layers."));
+    CHECK(k.info.flops > 0);
+    CHECK(k.info.bytes > 0);
+  }
+  CHECK(gemms == 5); // two forward, three backward (the first layer's input needs none)
+  auto role_count = [&](profile::Role role) {
+    return std::count_if(s.kernels.begin(), s.kernels.end(),
+                         [&](const profile::KernelRow& k) { return k.info.role == role; });
+  };
+  CHECK(role_count(profile::Role::forward) > 0);
+  CHECK(role_count(profile::Role::backward) > 0);
+  CHECK(role_count(profile::Role::optimizer) > 0);
+  // The forward GEMM of layer 0 at batch 64: 2·64·64·128 FLOPs.
+  auto first = std::find_if(s.kernels.begin(), s.kernels.end(), [](const profile::KernelRow& k) {
+    return k.info.gemm && k.info.path == "layers.0";
+  });
+  REQUIRE(first != s.kernels.end());
+  CHECK(first->info.flops == 2 * 64 * 64 * 128);
+  CHECK(first->info.role == profile::Role::forward);
+
+  std::string trace = read_text(dir.path / "trace.json");
+  CHECK(trace.starts_with("{\"displayTimeUnit\":\"ms\",\"traceEvents\":["));
+  for (const char* expected :
+       {"\"cat\":\"step\"", "\"cat\":\"kernel\"", "\"cat\":\"loader\"", "\"name\":\"forward\"",
+        "\"name\":\"backward\"", "\"name\":\"optimizer\"", "\"name\":\"train step\"",
+        "\"path\":\"layers.0\"", "\"name\":\"thread_name\"", "\"name\":\"cpu use\""})
+    CHECK(trace.find(expected) != std::string::npos);
+  std::string report = read_text(dir.path / "report.html");
+  CHECK(report.starts_with("<!DOCTYPE html>"));
+  CHECK(report.find("<script") == std::string::npos); // self-contained, nothing to run
+  CHECK(report.find("Roofline") != std::string::npos);
+  CHECK(read_text(dir.path / "summary.txt") == s.text());
+}
+
+TEST_CASE("a loader that sleeps is called input-bound, with the loader threads named; a fast "
+          "one is not",
+          "[profiler]") {
+  auto blobs = gaussian_blobs(4096, 32, 4, 6);
+  SlowDataset slow(*blobs, std::chrono::microseconds(100));
+  testing::TempDir slow_dir, fast_dir;
+  // 32 rows of 100 µs each on one thread: about 3 ms per batch against a step of well under
+  // a millisecond.
+  profile::Summary starved = train_profiled(slow, slow_dir.path, {32, 128, 4}, 32, 1, 25);
+  INFO(starved.text());
+  REQUIRE(has_verdict(starved, "input-bound"));
+  CHECK(starved.phases.data > 0.5 * starved.phases.step);
+  CHECK(verdict_line(starved, "input-bound").find("raise --loader-threads (now 1)") !=
+        std::string::npos);
+  profile::Summary fed = train_profiled(*blobs, fast_dir.path, {32, 128, 4}, 32, 2, 25);
+  INFO(fed.text());
+  CHECK_FALSE(has_verdict(fed, "input-bound"));
+}
+
+TEST_CASE("host work between steps is called host-bound; a step whose kernels dominate is not",
+          "[profiler]") {
+  auto blobs = gaussian_blobs(4096, 256, 8, 7);
+  testing::TempDir busy_dir, lean_dir;
+  profile::Summary lean = train_profiled(*blobs, lean_dir.path, {256, 512, 512, 8}, 256, 2, 12);
+  INFO(lean.text());
+  CHECK_FALSE(has_verdict(lean, "host-bound"));
+  const auto pause =
+      std::chrono::microseconds(static_cast<int64_t>(std::max(2e-3, 2 * lean.phases.step) * 1e6));
+  profile::Summary busy =
+      train_profiled(*blobs, busy_dir.path, {256, 512, 512, 8}, 256, 2, 12, pause);
+  INFO(busy.text());
+  CHECK(has_verdict(busy, "host-bound"));
+  CHECK(busy.phases.host > 0.5 * busy.phases.step);
+}
+
+TEST_CASE("recompiles are counted and the verdict names the input and dim that varied",
+          "[profiler]") {
+  Init init(4);
+  MLP model({8, 16, 2}, init);
+  auto loss = [](MLP& m, Var x, Var y) -> Var { return cross_entropy_loss(m(x), y); };
+  auto step = compile_step(model, loss, sgd{.lr = 0.1}, {.batch_names = {"x", "y"}});
+  testing::TempDir dir;
+  profile::start(dir.path, {.print = false});
+  for (int64_t rows : {4, 6, 8, 6}) {
+    HostTensor x(DType::f32, {rows, 8}), y(DType::i32, {rows});
+    step(x, y);
+  }
+  profile::Summary s = profile::stop();
+  INFO(s.text());
+  REQUIRE(has_verdict(s, "recompiles"));
+  CHECK(verdict_line(s, "recompiles")
+            .starts_with("recompiled 2×: recompiling, input 'x' dim 0 "
+                         "changed 6 -> 8"));
+  CHECK(s.compiles == 3);
+}
+
+TEST_CASE("profiling refuses a second start, a stop without a start, and a folder it cannot "
+          "create",
+          "[profiler]") {
+  testing::TempDir dir;
+  CHECK_THROWS_WITH(profile::stop(), Catch::Contains("no profile is running"));
+  std::ofstream(dir.path / "file") << "x";
+  CHECK_THROWS_WITH(profile::start(dir.path / "file" / "sub"),
+                    Catch::Contains("cannot create the profile directory"));
+  CHECK_FALSE(profile::active());
+  profile::start(dir.path / "p", {.print = false});
+  CHECK(profile::active());
+  CHECK_THROWS_WITH(profile::start(dir.path / "q"), Catch::Contains("already running"));
+  profile::stop();
+  CHECK_FALSE(profile::active());
+  CHECK(std::filesystem::exists(dir.path / "p" / "trace.json"));
+}
