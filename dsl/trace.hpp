@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <map>
 #include <optional>
+#include <source_location>
 #include <span>
 #include <string>
 #include <string_view>
@@ -156,6 +157,15 @@ inline std::string describe_compile(std::span<const CompiledGraph* const> progra
   return buf;
 }
 
+/// A batch argument and the source line of the call it was passed to: the first parameter of
+/// a step's call operator, so a recompile can name where it was called from.
+struct CallSite {
+  CallSite(const HostTensor& t, std::source_location w = std::source_location::current())
+      : tensor(t), where(w) {}
+  const HostTensor& tensor;
+  std::source_location where;
+};
+
 /// The compile line of a cache of programs keyed by argument types (jit, grad, value_and_grad,
 /// compile_step, compile_eval): `sinter: compiled (<why>, specialisation <n>) in ...`, where
 /// why is `first call` or `recompiling, <the first input whose type changed>`.
@@ -168,21 +178,37 @@ public:
                           : "recompiling, " + recompile_reason(last_types_, args, names);
   }
   /// Logs one compile of `programs` for `args` (nothing on the interpreter, which compiles no
-  /// code) and remembers the argument types for the next reason().
+  /// code) and remembers the argument types for the next reason(). A recompile's line ends
+  /// with the caller's source line (`where`, when known) and the compile time so far; the
+  /// running profile (docs/profiling.md) counts it.
   void compiled(const std::string& why, std::size_t specialisation,
-                std::span<const HostTensor> args, std::span<const CompiledGraph* const> programs) {
-    if (compiles_ > 0) profile::recompiled(why);
+                std::span<const HostTensor> args, std::span<const CompiledGraph* const> programs,
+                std::optional<std::source_location> where = std::nullopt) {
+    for (const CompiledGraph* c : programs)
+      seconds_ += c->compile_seconds();
+    std::string tail;
+    if (compiles_ > 0) {
+      std::string at =
+          where ? " at " + std::string(where->file_name()) + ":" + std::to_string(where->line())
+                : std::string();
+      profile::recompiled(why + at);
+      char total[96];
+      std::snprintf(total, sizeof total, "; %zu compiles so far took %.2f s", compiles_ + 1,
+                    seconds_);
+      tail = (where ? "; called" + at : std::string()) + total;
+    }
     ++compiles_;
     last_types_.clear();
     for (const HostTensor& a : args)
       last_types_.push_back(TensorType{a.dtype(), a.shape()});
     if (!programs.empty() && programs.front()->backend() != Backend::interpreter)
       log_line("sinter: compiled (" + why + ", specialisation " + std::to_string(specialisation) +
-               ") " + describe_compile(programs));
+               ") " + describe_compile(programs) + tail);
   }
 
 private:
   std::size_t compiles_ = 0;
+  double seconds_ = 0;                 // compile time of every compile so far
   std::vector<TensorType> last_types_; // of the latest compile
 };
 

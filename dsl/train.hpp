@@ -209,21 +209,23 @@ public:
 
   template <class... H>
     requires(std::same_as<std::remove_cvref_t<H>, HostTensor> && ...)
-  StepOutput operator()(H&&... batch) {
-    static_assert(sizeof...(H) == arity, "sinter: pass one HostTensor per batch parameter");
-    std::array<HostTensor, sizeof...(H)> packed{std::forward<H>(batch)...};
-    return call(packed);
+  StepOutput operator()(detail::CallSite first, H&&... rest) {
+    static_assert(sizeof...(H) + 1 == arity, "sinter: pass one HostTensor per batch parameter");
+    std::array<HostTensor, sizeof...(H) + 1> packed{first.tensor, std::forward<H>(rest)...};
+    return call(packed, first.where);
   }
 
   /// The same, with the batch in a span. The first call with new batch types compiles (and
-  /// logs the compile line); later calls with types seen before reuse that program.
-  StepOutput call(std::span<const HostTensor> batch) {
+  /// logs the compile line); later calls with types seen before reuse that program. A
+  /// recompile's line names the calling source line.
+  StepOutput call(std::span<const HostTensor> batch,
+                  std::source_location where = std::source_location::current()) {
     if (before_call_) before_call_();
     double lr = schedule_(runtime_->steps());
     LossHandle loss = (*runtime_)(batch, lr);
     if (std::size_t n = runtime_->compilations(); n != logged_) {
       logged_ = n;
-      log_.compiled(log_.reason(batch, batch_names_), n, batch, runtime_->programs());
+      log_.compiled(log_.reason(batch, batch_names_), n, batch, runtime_->programs(), where);
     }
     return StepOutput{loss, runtime_->steps(), lr};
   }

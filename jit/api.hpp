@@ -1,6 +1,7 @@
 // jit/api.hpp — the one door from dsl/ into the compiler: build a Graph, compile it, run it
 #pragma once
 #include "jit/backend/device.hpp"
+#include "jit/backend/numerics_check.hpp"
 #include "jit/passes/passes.hpp"
 #include "jit/runtime/compile_report.hpp"
 #include "jit/runtime/host_tensor.hpp"

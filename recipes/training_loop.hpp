@@ -29,13 +29,15 @@ inline void stop_profile_at_exit() {
   }
 }
 
-/// `--threads`, `--device`, `--collective-timeout`, `--loader-threads` and `--profile`,
+/// `--threads`, `--device`, `--collective-timeout`, `--loader-threads`, `--check-numerics` and
+/// `--profile`,
 /// applied before anything compiles; a bad value exits 2.
 inline void apply_runtime_flags(const Flags& flags) {
   if (flags.integer("threads") > 0) setenv("SINTER_NUM_THREADS", flags.str("threads").c_str(), 1);
   if (flags.integer("loader-threads") < 0 || flags.integer("loader-threads") > 64)
     flags.fail("--loader-threads must be 0 (read batches inside the loop) to 64");
   loader_threads = static_cast<int>(flags.integer("loader-threads"));
+  if (flags.on("check-numerics")) sinter::set_check_numerics(true);
   if (!flags.str("profile").empty()) {
     // Under mpirun each rank profiles itself, into its own folder.
     std::filesystem::path dir = flags.str("profile");
@@ -165,6 +167,9 @@ inline std::vector<Flag> common_flags() {
            "profile the training steps into this folder: trace.json (open in Perfetto), "
            "report.html and summary.txt; the verdicts are printed at the end "
            "(docs/profiling.md)"},
+          {"check-numerics", "0",
+           "switch: stop at the first inf or NaN a step makes, naming the op, its model path, "
+           "the step and which of its inputs already held one (also SINTER_CHECK_NUMERICS=1)"},
           {"loader-threads", "2",
            "threads that read training batches ahead of the step (0: read each batch inside "
            "the loop)"},

@@ -1,5 +1,6 @@
 // tests/test_profiler.cpp — the profiler: phases and kernels recorded, verdicts right on planted
 // problems (a sleeping loader, host work between steps, recompiles), files written
+#include "capture_stderr.hpp"
 #include "dsl/sinter.hpp"
 #include "jit/data/synthetic.hpp"
 #include "temp_dir.hpp"
@@ -175,17 +176,24 @@ TEST_CASE("recompiles are counted and the verdict names the input and dim that v
   auto step = compile_step(model, loss, sgd{.lr = 0.1}, {.batch_names = {"x", "y"}});
   testing::TempDir dir;
   profile::start(dir.path, {.print = false});
+  std::string log;
   for (int64_t rows : {4, 6, 8, 6}) {
     HostTensor x(DType::f32, {rows, 8}), y(DType::i32, {rows});
-    step(x, y);
+    log += testing::capture_stderr([&] { step(x, y); });
   }
   profile::Summary s = profile::stop();
   INFO(s.text());
   REQUIRE(has_verdict(s, "recompiles"));
-  CHECK(verdict_line(s, "recompiles")
-            .starts_with("recompiled 2×: recompiling, input 'x' dim 0 "
-                         "changed 6 -> 8"));
+  CHECK_THAT(verdict_line(s, "recompiles"),
+             Catch::StartsWith("recompiled 2×: recompiling, input 'x' dim 0 changed 6 -> 8 at ") &&
+                 Catch::Contains("test_profiler.cpp:"));
   CHECK(s.compiles == 3);
+  // Each recompile's line names the calling line and the compile time so far.
+  INFO(log);
+  CHECK_THAT(log, Catch::Contains("changed 4 -> 6, specialisation 2) in ") &&
+                      Catch::Contains("; called at ") &&
+                      Catch::Contains("; 2 compiles so far took ") &&
+                      Catch::Contains("; 3 compiles so far took "));
 }
 
 TEST_CASE("profiling refuses a second start, a stop without a start, and a folder it cannot "
@@ -203,4 +211,62 @@ TEST_CASE("profiling refuses a second start, a stop without a start, and a folde
   profile::stop();
   CHECK_FALSE(profile::active());
   CHECK(std::filesystem::exists(dir.path / "p" / "trace.json"));
+}
+
+TEST_CASE("--check-numerics traces a NaN planted by an absurd learning rate to its op, model "
+          "path and step; unchecked, the same run goes on with a NaN loss",
+          "[profiler]") {
+  auto blobs = gaussian_blobs(512, 16, 4, 8);
+  auto run = [&](bool checked) {
+    set_check_numerics(checked);
+    Init init(5);
+    MLP model({16, 32, 4}, init);
+    auto loss = [](MLP& m, Var x, Var y) -> Var { return cross_entropy_loss(m(x), y); };
+    auto step = compile_step(model, loss, sgd{.lr = 1e30}, {.batch_names = {"x", "y"}});
+    DataLoader loader(*blobs, {.batch_size = 32, .seed = 1, .prefetch_threads = 0});
+    Batch b;
+    double last = 0;
+    for (int i = 0; i < 8 && loader.next(b); ++i)
+      last = step(b.examples, b.labels).loss.value();
+    set_check_numerics(false);
+    return last;
+  };
+  CHECK(std::isnan(run(false)));
+  std::string what;
+  try {
+    run(true);
+  } catch (const NumericsError& e) {
+    what = e.what();
+  }
+  set_check_numerics(false);
+  INFO(what);
+  REQUIRE_FALSE(what.empty());
+  CHECK_THAT(what, Catch::StartsWith("sinter: non-finite value in step 2 (--check-numerics): `"));
+  CHECK_THAT(what, Catch::Contains(" at layers.") && Catch::Contains("from finite operands") &&
+                       Catch::Contains("; kernel k"));
+}
+
+TEST_CASE("--check-numerics names a log of a negative number, and a batch input that arrived "
+          "holding NaN",
+          "[profiler]") {
+  set_check_numerics(true);
+  auto f = jit([](Var x) -> Var {
+    sinter::scope guarded("guard");
+    return log(x) * 2.0;
+  });
+  HostTensor ok(DType::f32, {4});
+  for (int64_t i = 0; i < 4; ++i)
+    ok.set(i, 1.0 + static_cast<double>(i));
+  CHECK_NOTHROW(f(ok));
+  HostTensor negative = ok;
+  negative.set(2, -1.0);
+  CHECK_THROWS_WITH(f(negative), Catch::Contains("`log` at guard made nan (element 2 of f32[4]) "
+                                                 "from finite operands"));
+  HostTensor poisoned = ok;
+  poisoned.set(1, std::nan(""));
+  CHECK_THROWS_WITH(f(poisoned), Catch::Contains("input 'arg0' already held a non-finite value "
+                                                 "(element 1)") &&
+                                     Catch::Contains("the value came from outside the step"));
+  set_check_numerics(false);
+  CHECK_NOTHROW(f(negative)); // off: no check, and no cost
 }

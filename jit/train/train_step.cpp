@@ -3,6 +3,7 @@
 #include "jit/runtime/profiler.hpp"
 
 #include "jit/api.hpp"
+#include "jit/backend/numerics_check.hpp"
 
 #include "jit/backend/backends.hpp"
 #include "jit/backend/context.hpp"
@@ -832,7 +833,17 @@ LossHandle TrainStep::operator()(std::span<const HostTensor> batch, double lr) {
     return ptrs;
   };
   auto run = [&](const CompiledGraph& program, const std::vector<Slot>& slots,
-                 std::vector<HostTensor>& outs) { program.run_into(gather(slots), outs); };
+                 std::vector<HostTensor>& outs) {
+    try {
+      program.run_into(gather(slots), outs);
+    } catch (const NumericsError& e) { // name the step it happened in
+      std::string what = e.what();
+      const std::string tag = "non-finite value";
+      if (std::size_t at = what.find(tag); at != std::string::npos)
+        what.insert(at + tag.size(), " in step " + std::to_string(steps_ + 1));
+      throw NumericsError(what);
+    }
+  };
   // Outputs named new.* replace what they update (double buffering: the old buffers are the
   // next step's outputs).
   auto take_updates = [&](const CompiledGraph& program, std::vector<HostTensor>& outs) {

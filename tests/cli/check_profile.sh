@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/cli/check_profile.sh MLP GPT CHECKER — --profile on the recipes: the folder holds a
 # trace that parses, a report and a summary; the verdicts are printed; every kernel of a GPT
-# step has a model path; SINTER_PROFILE does the same without the flag; bad flags exit 2
+# step has a model path; SINTER_PROFILE does the same without the flag; --check-numerics names
+# the op and step an absurd learning rate overflows; bad flags exit 2
 set -uo pipefail
 mlp=$1 gpt=$2 checker=$3
 export SINTER_LOG=0
@@ -24,6 +25,10 @@ out=$("$mlp" --steps 5 --profile "$dir/file/sub" 2>&1)
 status=$?
 [[ $status == 2 && $out == *"cannot create the profile directory"* ]] ||
   { echo "FAIL: --profile under a file: exit $status: $out"; fail=1; }
+out=$("$mlp" --steps 5 --lr 1e30 --hidden 64 --threads 2 --check-numerics 2>&1)
+status=$?
+[[ $status == 1 && $out == *"non-finite value in step 2 (--check-numerics): \`matmul\` at layers."* ]] ||
+  { echo "FAIL: --check-numerics with --lr 1e30: exit $status: $out"; fail=1; }
 out=$("$mlp" --steps 5 --loader-threads -1 2>&1)
 status=$?
 [[ $status == 2 && $out == *"--loader-threads must be"* ]] ||

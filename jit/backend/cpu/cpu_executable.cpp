@@ -9,6 +9,7 @@
 #include "jit/backend/context.hpp"
 #include "jit/backend/cpu/cpu_schedule.hpp"
 #include "jit/backend/kernel_costs.hpp"
+#include "jit/backend/numerics_check.hpp"
 #include "jit/passes/passes.hpp"
 #include "kernels/blas_gemm.hpp"
 #include "kernels/cpu_attention.hpp"
@@ -211,6 +212,7 @@ void CpuExecutable::run_into(std::span<const HostTensor* const> inputs,
   }
   std::size_t in_flight = 0;
   std::vector<void*> args;
+  const bool check_numerics = check_numerics_enabled();
   profile::ProgramRun profiled(
       profile_id_, label(), [&] { return describe_kernels(fusion_); }, &pool_);
   auto run_kernel = [&](std::size_t k) {
@@ -291,6 +293,8 @@ void CpuExecutable::run_into(std::span<const HostTensor* const> inputs,
     profiled.begin(k);
     run_kernel(k);
     profiled.end(k);
+    if (check_numerics && fusion_.kernels[k].kind != KernelKind::collective)
+      check_kernel_numerics(fusion_, k, pointer);
   }
 
   for (std::size_t started : waits_before_[fusion_.kernels.size()]) {
