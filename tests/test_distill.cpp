@@ -334,3 +334,31 @@ TEST_CASE("a ViT takes channels-first images; patches flatten channel-major", "[
       logits(HostTensor::from_doubles(DType::f32, {2, 8, 8}, std::vector<double>(128, 0.0))),
       Catch::Contains("[batch, 3, H, W]"));
 }
+
+TEST_CASE("a profile of a distillation step gives the teacher's forward its own role and phase",
+          "[distill][profiler]") {
+  Init ti(1), si(2);
+  ViT teacher(teacher_config(), ti), student(student_config(), si);
+  auto [images, labels] = image_batch(6);
+  auto step = compile_distill_step(student, teacher, kd, adamw{.lr = 0.01},
+                                   {.step = {.batch_names = {"images", "labels"}}});
+  step(images, labels);
+  testing::TempDir dir;
+  profile::start(dir.path, {.skip_steps = 0, .print = false});
+  for (int i = 0; i < 5; ++i)
+    step(images, labels);
+  profile::Summary s = profile::stop();
+  INFO(s.text());
+  CHECK(s.phases.teacher > 0);
+  CHECK(s.phases.forward > 0);
+  int64_t teacher_gemms = 0, student_gemms = 0;
+  for (const profile::KernelRow& k : s.kernels) {
+    if (!k.info.gemm) continue;
+    // The teacher's forward reads only teacher.* weights; the student's (and every gradient)
+    // reads a trained parameter.
+    teacher_gemms += k.info.role == profile::Role::teacher;
+    student_gemms += k.info.role == profile::Role::forward;
+  }
+  CHECK(teacher_gemms > 0);
+  CHECK(student_gemms > 0);
+}

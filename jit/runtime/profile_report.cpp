@@ -36,7 +36,11 @@ const char* const palette[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a
 /// Horizontal bars: one row per (label, value), the value printed with `unit`.
 std::string bars(const std::vector<std::pair<std::string, double>>& rows, const std::string& unit,
                  double scale, const char* value_format) {
-  const int row_height = 22, label_width = 420, bar_width = 360;
+  const int row_height = 22, label_width = 470, bar_width = 330;
+  // Long names keep their end (the kind, op and program), which tells kernels apart.
+  auto shown = [](const std::string& label) {
+    return label.size() <= 64 ? label : "…" + label.substr(label.size() - 63);
+  };
   double largest = 0;
   for (const auto& row : rows)
     largest = std::max(largest, row.second);
@@ -47,7 +51,7 @@ std::string bars(const std::vector<std::pair<std::string, double>>& rows, const 
     const int y = static_cast<int>(i) * row_height;
     const double width = largest > 0 ? rows[i].second / largest * bar_width : 0;
     out += "<text x=\"" + std::to_string(label_width - 6) + "\" y=\"" + std::to_string(y + 15) +
-           "\" text-anchor=\"end\">" + escape(rows[i].first) + "</text>";
+           "\" text-anchor=\"end\">" + escape(shown(rows[i].first)) + "</text>";
     out += "<rect x=\"" + std::to_string(label_width) + "\" y=\"" + std::to_string(y + 3) +
            "\" width=\"" + format("%.1f", width) + "\" height=\"16\" fill=\"" +
            palette[i % std::size(palette)] + "\"><title>" + escape(rows[i].first) +
@@ -65,9 +69,9 @@ std::string roofline(const Summary& s) {
   const double width = 640, height = 360, left = 70, bottom = 40, top = 10, right = 20;
   const double bw = s.peak.bytes_per_second, flops = s.peak.flops_per_second;
   if (!(bw > 0) || !(flops > 0)) return "<p>No device peak was measured.</p>";
-  double x_min = 1e-2, x_max = 1e3;
-  const double y_max = flops * 2;
-  double y_min = y_max / 1e6;
+  const double x_min = 1e-2, x_max = 1e3;
+  const double y_max = std::pow(10.0, std::ceil(std::log10(flops * 1.5)));
+  const double y_min = y_max / 1e6;
   auto px = [&](double intensity) {
     double t =
         (std::log10(intensity) - std::log10(x_min)) / (std::log10(x_max) - std::log10(x_min));
@@ -89,7 +93,7 @@ std::string roofline(const Summary& s) {
            "\" text-anchor=\"middle\" class=\"axis\">" + format("%g", x) + "</text>";
   for (double y = y_min; y <= y_max * 1.001; y *= 10)
     out += "<text x=\"" + format("%.0f", left - 6) + "\" y=\"" + format("%.1f", py(y) + 4) +
-           "\" text-anchor=\"end\" class=\"axis\">" + format("%.3g", y * 1e-9) + "</text>";
+           "\" text-anchor=\"end\" class=\"axis\">" + format("%g", y * 1e-9) + "</text>";
   out += "<text x=\"" + format("%.0f", (left + width) / 2) + "\" y=\"" +
          format("%.0f", height - 6) +
          "\" text-anchor=\"middle\">arithmetic intensity (FLOP per byte)</text>";
@@ -151,7 +155,8 @@ std::string report_html(const Summary& s) {
 
   std::vector<std::pair<std::string, double>> top;
   for (std::size_t i = 0; i < s.kernels.size() && i < 15; ++i)
-    top.emplace_back(s.kernels[i].info.name + " (" + role_name(s.kernels[i].info.role) + ")",
+    top.emplace_back(s.kernels[i].info.name + " (" + role_name(s.kernels[i].info.role) + ", " +
+                         s.kernels[i].program + ")",
                      s.kernels[i].share);
   out += "<h2>Top kernels (share of kernel time)</h2>\n" + bars(top, "%", 100, "%.1f") + "\n";
 
