@@ -147,7 +147,9 @@ TEST_CASE("a loader that sleeps is called input-bound, with the loader threads n
   CHECK(starved.phases.data > 0.5 * starved.phases.step);
   CHECK(verdict_line(starved, "input-bound").find("raise --loader-threads (now 1)") !=
         std::string::npos);
-  profile::Summary fed = train_profiled(*blobs, fast_dir.path, {32, 128, 4}, 32, 2, 25);
+  // A step of a few milliseconds, so the loader's threads keep ahead even when other processes
+  // share the cores.
+  profile::Summary fed = train_profiled(*blobs, fast_dir.path, {32, 1024, 1024, 4}, 64, 2, 25);
   INFO(fed.text());
   CHECK_FALSE(has_verdict(fed, "input-bound"));
 }
