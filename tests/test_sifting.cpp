@@ -321,6 +321,18 @@ TEST_CASE("in-step sifting's update equals a plain step on the drawn rows alone,
   // GEMMs (two forward, three backward), not two more for a second forward pass.
   CHECK(count_op(step.runtime().program().graph(), OpId::matmul) ==
         count_op(reference.runtime().program().graph(), OpId::matmul));
+  // The rows a weight-gradient GEMM reads are gathered into a buffer of their own and read
+  // transposed by the GEMM, not copied into a transposed layout by a kernel.
+  const FusionPlan* plan = step.runtime().program().fusion_plan();
+  REQUIRE(plan);
+  for (const Kernel& k : plan->kernels) {
+    bool gathers = false, permutes = false;
+    for (ValueId id : k.body) {
+      gathers = gathers || plan->graph->node(id).op == OpId::gather;
+      permutes = permutes || plan->graph->node(id).op == OpId::permute;
+    }
+    CHECK_FALSE((gathers && permutes));
+  }
   // Only values computed from the batch are gathered: none in the optimizer's update.
   const Graph& program = step.runtime().program().graph();
   for (ValueId id = 0; id < program.size(); ++id)

@@ -818,7 +818,11 @@ FusionPlan fuse(const Graph& g, FusionOptions options) {
         while (!mat[source] && g.node(source).op == OpId::reshape)
           source = g.node(source).inputs[0];
       }
-      mat[source != in && !index_only(g.node(source).op) ? source : in] = true;
+      // A gathered value (rows picked by in-step sifting, say) is stored in its own row order
+      // like a computed one: as large as the transposed copy, and copied row by row.
+      const OpId source_op = g.node(source).op;
+      mat[source != in && (!index_only(source_op) || source_op == OpId::gather) ? source : in] =
+          true;
     }
   }
   if (options.rematerialize) {
