@@ -272,3 +272,19 @@ TEST_CASE("--check-numerics names a log of a negative number, and a batch input 
   set_check_numerics(false);
   CHECK_NOTHROW(f(negative)); // off: no check, and no cost
 }
+
+TEST_CASE("a gather kernel's bytes are the rows it reads and writes, not its whole table",
+          "[profiler]") {
+  auto lookup = jit([](Var table, Var ids) -> Var { return gather(table, ids); });
+  HostTensor table(DType::f32, {1000, 64}), ids(DType::i32, {4});
+  for (int64_t i = 0; i < 4; ++i)
+    ids.set(i, static_cast<double>(i * 100));
+  lookup(table, ids);
+  testing::TempDir dir;
+  profile::start(dir.path, {.skip_steps = 0, .print = false});
+  lookup(table, ids);
+  profile::Summary s = profile::stop();
+  REQUIRE(s.kernels.size() == 1);
+  // 4 rows of 64 floats read and written, and the 4 indices.
+  CHECK(s.kernels[0].info.bytes == 4 * 64 * 4 * 2 + 4 * 4);
+}

@@ -46,6 +46,22 @@ int64_t kernel_flops(const Graph& g, const FusionPlan& plan, const Kernel& k) {
   return flops;
 }
 
+/// Bytes kernel `k` reads from buffer `r`: all of it, except a table that the kernel only
+/// gathers rows from, of which it reads the rows gathered.
+int64_t read_bytes(const Graph& g, const FusionPlan& plan, const Kernel& k, ValueId r) {
+  const auto whole = static_cast<int64_t>(byte_size(g.type(r)));
+  int64_t gathered = 0;
+  for (ValueId id : k.body) {
+    const Node& n = g.node(id);
+    for (std::size_t i = 0; i < n.inputs.size(); ++i) {
+      if (plan.view_of[n.inputs[i]] != r || plan.view_of[n.inputs[i]] == plan.view_of[id]) continue;
+      if (n.op != OpId::gather || i != 0) return whole;
+      gathered += static_cast<int64_t>(byte_size(n.type));
+    }
+  }
+  return gathered > 0 ? std::min(gathered, whole) : whole;
+}
+
 } // namespace
 
 std::vector<profile::KernelInfo> describe_kernels(const FusionPlan& plan) {
@@ -84,7 +100,7 @@ std::vector<profile::KernelInfo> describe_kernels(const FusionPlan& plan) {
     info.name = "k" + std::to_string(i) + " " + (info.path.empty() ? "-" : info.path) + " " +
                 info.kind + " " + std::string(op_name(root.op));
     for (ValueId r : k.reads)
-      info.bytes += static_cast<int64_t>(byte_size(g.type(r)));
+      info.bytes += read_bytes(g, plan, k, r);
     for (ValueId o : k.outputs())
       info.bytes += static_cast<int64_t>(byte_size(g.type(o)));
     info.flops = kernel_flops(g, plan, k);

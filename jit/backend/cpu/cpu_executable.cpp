@@ -136,6 +136,34 @@ std::optional<ConcatCopy> concat_copy(const FusionPlan& plan, const Kernel& k) {
   return copy;
 }
 
+/// How a kernel that only gathers rows of stored tables by one stored index buffer copies
+/// them; none when it computes anything else.
+std::optional<GatherCopy> gather_copy(const FusionPlan& plan, const Kernel& k) {
+  const Graph& g = *plan.graph;
+  if (k.kind != KernelKind::loop || k.body.size() != k.outputs().size()) return std::nullopt;
+  GatherCopy copy;
+  for (ValueId id : k.body) {
+    const Node& n = g.node(id);
+    if (n.op != OpId::gather || !k.writes(id)) return std::nullopt;
+    ValueId table = n.inputs[0], indices = n.inputs[1];
+    if (!plan.loads(k, table) || !plan.loads(k, indices)) return std::nullopt;
+    if (copy.parts.empty()) {
+      copy.indices = plan.view_of[indices];
+      copy.count = numel(g.type(indices).shape);
+    } else if (plan.view_of[indices] != copy.indices) {
+      return std::nullopt;
+    }
+    const TensorType& t = g.type(table);
+    auto row = static_cast<int64_t>(dtype_bytes(t.dtype));
+    for (std::size_t d = 1; d < t.shape.size(); ++d)
+      row *= t.shape[d];
+    copy.parts.push_back({plan.view_of[table], id, t.shape[0], row});
+  }
+  DType index_type = g.type(copy.indices).dtype;
+  if (index_type != DType::i32 && index_type != DType::i64) return std::nullopt;
+  return copy;
+}
+
 } // namespace
 
 CpuExecutable::CpuExecutable(Graph graph, KernelLibrary& library, ThreadPool& pool)
@@ -150,8 +178,10 @@ CpuExecutable::CpuExecutable(Graph graph, KernelLibrary& library, ThreadPool& po
                                k.kind == KernelKind::collective
                            ? nullptr
                            : library.get(fusion_, k, report_));
-  for (const Kernel& k : fusion_.kernels)
+  for (const Kernel& k : fusion_.kernels) {
     copies_.push_back(concat_copy(fusion_, k));
+    gathers_.push_back(gather_copy(fusion_, k));
+  }
   // Each collective is waited for right before the first kernel that reads its result.
   waits_before_.resize(fusion_.kernels.size() + 1);
   std::vector<std::size_t> waits = collective_waits(fusion_);
@@ -256,6 +286,27 @@ void CpuExecutable::run_into(std::span<const HostTensor* const> inputs,
           std::byte* a = pa + i * s.m * s.k * elem + (s.trans_a ? row : row * s.k) * elem;
           kernels::gemm(root.type.dtype, part, a, pb + i * s.k * s.n * elem,
                         pc + (i * s.m * s.n + row * s.n) * elem);
+        }
+      });
+      return;
+    }
+    if (const std::optional<GatherCopy>& copy = gathers_[k]) {
+      const void* indices = pointer[copy->indices];
+      const bool wide = g.type(copy->indices).dtype == DType::i64;
+      int64_t row_bytes = 0;
+      for (const GatherCopy::Part& part : copy->parts)
+        row_bytes += part.row_bytes;
+      int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, row_bytes));
+      pool_.parallel_for(copy->count, chunk, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          int64_t at = wide ? static_cast<const int64_t*>(indices)[i]
+                            : static_cast<const int32_t*>(indices)[i];
+          for (const GatherCopy::Part& part : copy->parts) {
+            int64_t row = std::clamp<int64_t>(at, 0, part.table_rows - 1);
+            std::memcpy(static_cast<std::byte*>(pointer[part.out]) + i * part.row_bytes,
+                        static_cast<const std::byte*>(pointer[part.table]) + row * part.row_bytes,
+                        static_cast<std::size_t>(part.row_bytes));
+          }
         }
       });
       return;

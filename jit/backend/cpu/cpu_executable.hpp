@@ -22,6 +22,20 @@ struct ConcatCopy {
   int64_t outer = 1;                ///< elements of the dims before the axis
 };
 
+/// A kernel whose every output picks rows of a stored table by one stored index buffer (the
+/// gathered operands of in-step sifting): the CPU copies whole rows instead of computing the
+/// gather element by element. Indices out of range read the nearest row, as the generated
+/// gather does.
+struct GatherCopy {
+  ValueId indices = 0; ///< the index buffer
+  int64_t count = 0;   ///< indices (rows of each output)
+  struct Part {
+    ValueId table = 0, out = 0;
+    int64_t table_rows = 0, row_bytes = 0;
+  };
+  std::vector<Part> parts;
+};
+
 class CpuExecutable final : public Executable {
 public:
   /// Fuses `graph` (primitives only), plans its memory and fetches or compiles every kernel.
@@ -49,7 +63,8 @@ private:
   MemoryPlan memory_;
   ThreadPool& pool_;
   std::vector<KernelEntry> entries_; ///< per kernel; null for GEMMs, attention, collectives
-  std::vector<std::optional<ConcatCopy>> copies_; ///< per kernel
+  std::vector<std::optional<ConcatCopy>> copies_;  ///< per kernel
+  std::vector<std::optional<GatherCopy>> gathers_; ///< per kernel
   /// Per kernel index (and one past the last): the collectives to wait for before it runs.
   std::vector<std::vector<std::size_t>> waits_before_;
   int64_t collective_ranks_ = 0; ///< the ranks its collectives were built for (0: none)
