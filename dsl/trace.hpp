@@ -311,17 +311,25 @@ public:
 
   /// Runs on `args`: jit gives the output (a HostTensor, or a vector for a std::tuple result),
   /// grad gives Gradients, value_and_grad a GradResult.
+  /// A recompile's line names the calling source line.
   template <class... H>
     requires(std::same_as<std::remove_cvref_t<H>, HostTensor> && ...)
-  auto operator()(H&&... args) const {
-    static_assert(sizeof...(H) == arity, "sinter: pass one HostTensor per traced parameter");
-    std::array<HostTensor, sizeof...(H)> packed{std::forward<H>(args)...};
-    return call(packed);
+  auto operator()(detail::CallSite first, H&&... rest) const {
+    static_assert(sizeof...(H) + 1 == arity, "sinter: pass one HostTensor per traced parameter");
+    std::array<HostTensor, sizeof...(H) + 1> packed{first.tensor, std::forward<H>(rest)...};
+    return call(packed, first.where);
+  }
+  /// A function of no parameters.
+  auto operator()() const
+    requires(arity == 0)
+  {
+    return call({});
   }
 
   /// The same, with the arguments in a span.
-  auto call(std::span<const HostTensor> args) const {
-    const CompiledGraph& compiled = compile(args);
+  auto call(std::span<const HostTensor> args,
+            std::source_location where = std::source_location::current()) const {
+    const CompiledGraph& compiled = compile(args, where);
     std::vector<HostTensor> outputs = compiled.run(args);
     if constexpr (R == Returns::outputs) {
       if constexpr (detail::is_tuple<result>::value)
@@ -338,7 +346,8 @@ public:
   }
 
   /// The compiled graph for arguments of these types, tracing `fn` if they are new.
-  const CompiledGraph& compile(std::span<const HostTensor> args) const {
+  const CompiledGraph& compile(std::span<const HostTensor> args,
+                               std::source_location where = std::source_location::current()) const {
     if (args.size() != arity)
       throw std::invalid_argument("sinter: traced function takes " + std::to_string(arity) +
                                   " arguments, got " + std::to_string(args.size()));
@@ -348,7 +357,7 @@ public:
     const CompiledGraph& compiled =
         cache_.emplace(key, CompiledGraph(std::move(traced), autodiff_)).first->second;
     const CompiledGraph* programs[] = {&compiled};
-    log_.compiled(log_.reason(args, names_), cache_.size(), args, programs);
+    log_.compiled(log_.reason(args, names_), cache_.size(), args, programs, where);
     return compiled;
   }
 

@@ -288,7 +288,8 @@ public:
   }
 
   /// The program for a batch of these types, traced and compiled if they are new.
-  const CompiledGraph& compile(std::span<const HostTensor> batch) const {
+  const CompiledGraph& compile(std::span<const HostTensor> batch,
+                               std::optional<std::source_location> where = std::nullopt) const {
     std::string key = signature_key(batch);
     if (auto it = compiled_.find(key); it != compiled_.end()) return *it->second;
     Graph g = trace_with_model(model_, fn_, batch, batch_names_, std::make_index_sequence<arity>{});
@@ -301,7 +302,7 @@ public:
     program->set_label(autodiff_ ? "value_and_grad" : "eval");
     const CompiledGraph& compiled = *compiled_.emplace(key, std::move(program)).first->second;
     const CompiledGraph* programs[] = {&compiled};
-    log_.compiled(log_.reason(batch, batch_names_), compiled_.size(), batch, programs);
+    log_.compiled(log_.reason(batch, batch_names_), compiled_.size(), batch, programs, where);
     return compiled;
   }
 
@@ -340,23 +341,26 @@ public:
   CompiledEval(Model& model, Fn fn, std::vector<std::string> batch_names)
       : program_(model, std::move(fn), std::move(batch_names), false) {}
 
+  /// A recompile's line names the calling source line.
   template <class... H>
     requires(std::same_as<std::remove_cvref_t<H>, HostTensor> && ...)
-  auto operator()(H&&... batch) const {
-    static_assert(sizeof...(H) == detail::batch_arity<Fn>(),
+  auto operator()(detail::CallSite first, H&&... rest) const {
+    static_assert(sizeof...(H) + 1 == detail::batch_arity<Fn>(),
                   "sinter: pass one HostTensor per batch parameter");
-    std::array<HostTensor, sizeof...(H)> packed{std::forward<H>(batch)...};
-    return call(packed);
+    std::array<HostTensor, sizeof...(H) + 1> packed{first.tensor, std::forward<H>(rest)...};
+    return call(packed, first.where);
   }
 
   /// Output 0 (a HostTensor) of the function.
-  HostTensor call(std::span<const HostTensor> batch) const {
-    return std::move(program_.run(program_.compile(batch), batch)[0]);
+  HostTensor call(std::span<const HostTensor> batch,
+                  std::source_location where = std::source_location::current()) const {
+    return std::move(program_.run(program_.compile(batch, where), batch)[0]);
   }
 
   /// The compiled program for a batch of these types (compiles without running).
-  const CompiledGraph& compile(std::span<const HostTensor> batch) const {
-    return program_.compile(batch);
+  const CompiledGraph& compile(std::span<const HostTensor> batch,
+                               std::source_location where = std::source_location::current()) const {
+    return program_.compile(batch, where);
   }
   /// Distinct batch types compiled so far.
   std::size_t trace_count() const { return program_.trace_count(); }
@@ -379,25 +383,28 @@ public:
   CompiledGrad(Model& model, LossFn fn, std::vector<std::string> batch_names)
       : program_(model, std::move(fn), std::move(batch_names), true) {}
 
+  /// A recompile's line names the calling source line.
   template <class... H>
     requires(std::same_as<std::remove_cvref_t<H>, HostTensor> && ...)
-  GradResult operator()(H&&... batch) const {
-    static_assert(sizeof...(H) == detail::batch_arity<LossFn>(),
+  GradResult operator()(detail::CallSite first, H&&... rest) const {
+    static_assert(sizeof...(H) + 1 == detail::batch_arity<LossFn>(),
                   "sinter: pass one HostTensor per batch parameter");
-    std::array<HostTensor, sizeof...(H)> packed{std::forward<H>(batch)...};
-    return call(packed);
+    std::array<HostTensor, sizeof...(H) + 1> packed{first.tensor, std::forward<H>(rest)...};
+    return call(packed, first.where);
   }
 
   /// `value`: the loss; `aux`: the function's other results; `grads`: one gradient per
   /// parameter, named and ordered as for_each_parameter visits them.
-  GradResult call(std::span<const HostTensor> batch) const {
-    const CompiledGraph& program = program_.compile(batch);
+  GradResult call(std::span<const HostTensor> batch,
+                  std::source_location where = std::source_location::current()) const {
+    const CompiledGraph& program = program_.compile(batch, where);
     return detail::split_gradients(program.graph(), program_.run(program, batch));
   }
 
   /// The compiled program for a batch of these types (compiles without running).
-  const CompiledGraph& compile(std::span<const HostTensor> batch) const {
-    return program_.compile(batch);
+  const CompiledGraph& compile(std::span<const HostTensor> batch,
+                               std::source_location where = std::source_location::current()) const {
+    return program_.compile(batch, where);
   }
   /// Distinct batch types compiled so far.
   std::size_t trace_count() const { return program_.trace_count(); }

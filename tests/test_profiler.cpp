@@ -288,3 +288,28 @@ TEST_CASE("a gather kernel's bytes are the rows it reads and writes, not its who
   // 4 rows of 64 floats read and written, and the 4 indices.
   CHECK(s.kernels[0].info.bytes == 4 * 64 * 4 * 2 + 4 * 4);
 }
+
+TEST_CASE("jit functions and compile_eval name the calling line when they recompile",
+          "[profiler]") {
+  auto twice = jit([](Var x) -> Var { return x * 2.0; });
+  Init init(6);
+  MLP model({4, 3}, init);
+  auto logits = compile_eval(model, [](MLP& m, Var x) -> Var { return m(x); });
+  std::string log;
+  for (int64_t rows : {2, 3}) {
+    HostTensor x(DType::f32, {rows, 4});
+    log += testing::capture_stderr([&] {
+      twice(x);
+      logits(x);
+    });
+  }
+  INFO(log);
+  CHECK(std::count(log.begin(), log.end(), '\n') == 4);
+  // Both recompiles (rows 2 -> 3) end with this file's line and the compile time so far.
+  std::size_t first = log.find("; called at "), second = log.rfind("; called at ");
+  REQUIRE(first != std::string::npos);
+  CHECK(second != first);
+  CHECK(log.find("test_profiler.cpp:", first) != std::string::npos);
+  CHECK(log.find("test_profiler.cpp:", second) != std::string::npos);
+  CHECK(log.find("2 compiles so far took") != std::string::npos);
+}
