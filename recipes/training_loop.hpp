@@ -20,15 +20,6 @@ inline bool leader() { return sinter::world().rank() == 0; }
 /// apply_runtime_flags, read by sharded()).
 inline int loader_threads = 2;
 
-/// Stops the profile `--profile` started and writes it (at exit: after the result line).
-inline void stop_profile_at_exit() {
-  try {
-    if (sinter::profile::active()) sinter::profile::stop();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "--profile: %s\n", e.what());
-  }
-}
-
 /// `--threads`, `--device`, `--collective-timeout`, `--loader-threads`, `--check-numerics` and
 /// `--profile`,
 /// applied before anything compiles; a bad value exits 2.
@@ -43,11 +34,10 @@ inline void apply_runtime_flags(const Flags& flags) {
     std::filesystem::path dir = flags.str("profile");
     if (sinter::world().size() > 1) dir /= "rank" + std::to_string(sinter::world().rank());
     try {
-      sinter::profile::start(dir);
+      sinter::profile::start_until_exit(dir); // written at exit, after the result line
     } catch (const std::exception& e) {
       flags.fail(std::string("--profile: ") + e.what());
     }
-    std::atexit(stop_profile_at_exit);
   }
   if (!flags.str("collective-timeout").empty()) {
     double seconds = flags.real("collective-timeout");

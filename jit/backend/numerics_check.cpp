@@ -63,10 +63,6 @@ const char* describe(double v) {
   return v > 0 ? "inf" : "-inf";
 }
 
-bool is_floating(DType dtype) {
-  return dtype == DType::f32 || dtype == DType::f64 || dtype == DType::bf16 || dtype == DType::f16;
-}
-
 HostTensor from_bytes(const TensorType& type, const void* bytes) {
   HostTensor t(type.dtype, type.shape);
   std::memcpy(t.bytes().data(), bytes, t.bytes().size());
@@ -102,7 +98,7 @@ void check_kernel_numerics(const FusionPlan& plan, std::size_t index,
   int64_t element = -1;
   for (ValueId out : k.outputs()) {
     const TensorType& t = g.type(out);
-    if (!is_floating(t.dtype) || !pointer[out]) continue;
+    if (!is_float(t.dtype) || !pointer[out]) continue;
     element = first_non_finite(t.dtype, pointer[out], numel(t.shape));
     if (element >= 0) {
       bad = out;
@@ -129,7 +125,7 @@ void check_kernel_numerics(const FusionPlan& plan, std::size_t index,
   auto check_operand = [&](ValueId v) {
     const TensorType& t = g.type(v);
     const void* bytes = pointer[plan.view_of[v]];
-    if (!arrived.empty() || !is_floating(t.dtype) || !bytes) return;
+    if (!arrived.empty() || !is_float(t.dtype) || !bytes) return;
     if (int64_t e = first_non_finite(t.dtype, bytes, numel(t.shape)); e >= 0)
       arrived =
           value_name(g, v) + " already held a non-finite value (element " + std::to_string(e) + ")";
@@ -161,7 +157,7 @@ void check_kernel_numerics(const FusionPlan& plan, std::size_t index,
       std::vector<F64Tensor> values = interpret(replay, inputs);
       for (std::size_t i = 0; i < body.size() && origin.empty(); ++i) {
         const TensorType& t = g.type(body[i]);
-        if (!is_floating(t.dtype)) continue;
+        if (!is_float(t.dtype)) continue;
         for (std::size_t e = 0; e < values[i].data.size(); ++e) {
           double v = values[i].data[e];
           if (std::isfinite(v) && std::abs(v) <= largest(t.dtype)) continue;

@@ -24,7 +24,6 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
-#include <tuple>
 #include <unordered_map>
 
 namespace sinter::profile {
@@ -64,7 +63,7 @@ struct Program {
 
 struct StepRecord {
   int64_t period_begin = 0, begin = 0, end = 0;
-  int64_t data = 0, copies = 0, other = 0, gemm = 0, kernels = 0;
+  int64_t data = 0, copies = 0, other = 0;
   int64_t role[roles] = {};
   bool compiled = false;
 };
@@ -137,10 +136,10 @@ public:
   }
 
   void finish_run(uint64_t program, int64_t run_begin, int64_t copies,
-                  std::span<const std::tuple<std::size_t, int64_t, int64_t>> times) {
-    uint32_t tid = thread_track("main");
+                  std::span<const KernelTime> times) {
     std::lock_guard lock(mutex_);
     if (closed_) return;
+    const uint32_t tid = thread_track("main");
     auto found = programs_.find(program);
     if (found == programs_.end()) return;
     Program& p = found->second;
@@ -150,22 +149,16 @@ public:
     const bool traced = in_step ? step_number < options_.skip_steps + options_.traced_steps
                                 : traced_outside_runs_ < options_.traced_steps;
     if (!in_step && traced) ++traced_outside_runs_;
-    int64_t run_end = run_begin, kernel_ns = 0;
+    int64_t run_end = run_begin;
     for (const auto& [k, begin, end] : times) {
       if (k >= p.kernels.size()) continue;
       const int64_t ns = end - begin;
       run_end = std::max(run_end, end);
-      kernel_ns += ns;
       if (counted) {
         ++p.calls[k];
         p.total_ns[k] += ns;
       }
-      if (in_step) {
-        const KernelInfo& info = p.kernels[k];
-        open_.role[static_cast<std::size_t>(info.role)] += ns;
-        open_.kernels += ns;
-        if (info.gemm) open_.gemm += ns;
-      }
+      if (in_step) open_.role[static_cast<std::size_t>(p.kernels[k].role)] += ns;
       if (traced) add_event({Category::kernel, tid, begin, end, program, static_cast<int64_t>(k)});
     }
     if (in_step)
@@ -196,24 +189,22 @@ public:
     });
     pending_data_ = pending_other_ = 0;
     last_step_end_ = open_.end;
-    add_event({Category::step, thread_track_locked("main"), open_.begin, open_.end, 0,
+    add_event({Category::step, thread_track("main"), open_.begin, open_.end, 0,
                static_cast<int64_t>(steps_.size())});
     steps_.push_back(open_);
   }
 
   void data_wait(int64_t begin, int64_t end) {
-    uint32_t tid = thread_track("main");
     std::lock_guard lock(mutex_);
     if (closed_) return;
     pending_data_ += end - begin;
-    if (end - begin > 2000) add_event({Category::data, tid, begin, end, 0, 0});
+    if (end - begin > 2000) add_event({Category::data, thread_track("main"), begin, end, 0, 0});
   }
 
   void loader_fill(int64_t begin, int64_t end, int64_t batch) {
-    uint32_t tid = thread_track("loader");
     std::lock_guard lock(mutex_);
     if (closed_) return;
-    add_event({Category::fill, tid, begin, end, 0, batch});
+    add_event({Category::fill, thread_track("loader"), begin, end, 0, batch});
   }
 
   void loader_threads(int threads) {
@@ -222,16 +213,17 @@ public:
   }
 
   void compiled(std::string_view label, int64_t begin, int64_t end) {
-    uint32_t tid = thread_track("main");
     std::lock_guard lock(mutex_);
     if (closed_) return;
     compiles_.emplace_back(begin, end);
     compile_labels_.emplace_back(label);
-    add_event({Category::compile, tid, begin, end, 0, static_cast<int64_t>(compiles_.size() - 1)});
+    add_event({Category::compile, thread_track("main"), begin, end, 0,
+               static_cast<int64_t>(compiles_.size() - 1)});
   }
 
   void recompiled(std::string_view reason) {
     std::lock_guard lock(mutex_);
+    if (closed_) return;
     recompiles_.emplace_back(reason);
   }
 
@@ -240,11 +232,8 @@ public:
 
 private:
   /// The track of the calling thread, named `kind` (and a number after the first) when new.
+  /// Called with mutex_ held.
   uint32_t thread_track(const char* kind) {
-    std::lock_guard lock(mutex_);
-    return thread_track_locked(kind);
-  }
-  uint32_t thread_track_locked(const char* kind) {
     auto [it, fresh] = tids_.try_emplace(std::this_thread::get_id(), 0);
     if (fresh) {
       it->second = static_cast<uint32_t>(thread_names_.size() + 1);
@@ -571,11 +560,12 @@ Summary Profiler::finish() {
 
 std::string Profiler::trace_json(const Summary& summary) const {
   std::string out = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
-  auto us = [&](int64_t ns) {
+  auto us = [](int64_t ns) { // a duration in microseconds
     char text[32];
-    std::snprintf(text, sizeof text, "%.3f", static_cast<double>(ns - start_) * 1e-3);
+    std::snprintf(text, sizeof text, "%.3f", static_cast<double>(ns) * 1e-3);
     return std::string(text);
   };
+  auto at = [&](int64_t ns) { return us(ns - start_); }; // a time from the profile's start
   bool first = true;
   auto event = [&](std::string_view name, std::string_view cat, uint32_t tid, int64_t begin,
                    int64_t end, const std::string& args) {
@@ -584,8 +574,8 @@ std::string Profiler::trace_json(const Summary& summary) const {
     out += "{\"name\":";
     json::append_quoted(out, name);
     out += ",\"cat\":\"" + std::string(cat) +
-           "\",\"ph\":\"X\",\"pid\":1,\"tid\":" + std::to_string(tid) + ",\"ts\":" + us(begin) +
-           ",\"dur\":" + us(end - begin + start_) + ",\"args\":{" + args + "}}";
+           "\",\"ph\":\"X\",\"pid\":1,\"tid\":" + std::to_string(tid) + ",\"ts\":" + at(begin) +
+           ",\"dur\":" + us(end - begin) + ",\"args\":{" + args + "}}";
   };
   out += "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"sinter\"}}";
   first = false;
@@ -643,7 +633,7 @@ std::string Profiler::trace_json(const Summary& summary) const {
   }
   close_phase();
   for (const auto& [ts, busy] : cpu_samples_) {
-    out += ",\n{\"name\":\"cpu use\",\"ph\":\"C\",\"pid\":1,\"ts\":" + us(ts) + ",\"args\":{";
+    out += ",\n{\"name\":\"cpu use\",\"ph\":\"C\",\"pid\":1,\"ts\":" + at(ts) + ",\"args\":{";
     for (std::size_t c = 0; c < busy.size(); ++c) {
       char value[48];
       std::snprintf(value, sizeof value, "%s\"cpu%zu\":%.1f", c ? "," : "", c, busy[c] * 100);
@@ -776,9 +766,13 @@ void start_from_environment() {
   std::call_once(once, [] {
     const char* dir = std::getenv("SINTER_PROFILE");
     if (!dir || !*dir || active()) return;
-    start(dir);
-    std::atexit(stop_at_exit);
+    start_until_exit(dir);
   });
+}
+
+void start_until_exit(const std::filesystem::path& dir, Options options) {
+  start(dir, options);
+  std::atexit(stop_at_exit);
 }
 
 uint64_t new_program_id() {
@@ -799,13 +793,8 @@ ProgramRun::ProgramRun(uint64_t program, std::string_view label,
 
 ProgramRun::~ProgramRun() {
   if (!on_) return;
-  if (Profiler* p = g_profiler.load(std::memory_order_acquire)) {
-    std::vector<std::tuple<std::size_t, int64_t, int64_t>> times;
-    times.reserve(times_.size());
-    for (const Timed& t : times_)
-      times.emplace_back(t.kernel, t.begin, t.end);
-    p->finish_run(program_, run_begin_, copies_ns_, times);
-  }
+  if (Profiler* p = g_profiler.load(std::memory_order_acquire))
+    p->finish_run(program_, run_begin_, copies_ns_, times_);
 }
 
 void ProgramRun::copies(int64_t begin, int64_t end) {

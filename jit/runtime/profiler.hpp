@@ -122,6 +122,8 @@ struct Summary {
 /// std::logic_error if a profile is already running, std::runtime_error if `dir` cannot be
 /// created.
 void start(const std::filesystem::path& dir, Options options = {});
+/// start(), and stop() when the process exits (a failure to write is printed then).
+void start_until_exit(const std::filesystem::path& dir, Options options = {});
 /// Whether a profile is running (one relaxed atomic load).
 bool active();
 /// Stops the profile and writes DIR/trace.json (Chrome trace events: open in Perfetto or
@@ -132,6 +134,12 @@ Summary stop();
 /// writes) when the process exits. Every compiled program calls this, so the variable alone
 /// profiles any program.
 void start_from_environment();
+
+/// When kernel `kernel` of a program run began and ended (ns).
+struct KernelTime {
+  std::size_t kernel;
+  int64_t begin, end;
+};
 
 /// A unique id for a compiled program (its kernels' table in the profile).
 uint64_t new_program_id();
@@ -158,14 +166,10 @@ public:
   void copies(int64_t begin, int64_t end);
 
 private:
-  struct Timed {
-    std::size_t kernel;
-    int64_t begin, end;
-  };
   bool on_ = false;
   uint64_t program_ = 0;
   int64_t run_begin_ = 0, begun_ = 0, copies_ns_ = 0;
-  std::vector<Timed> times_;
+  std::vector<KernelTime> times_;
 };
 
 /// Marks one training step (TrainStep::operator()): the phases are split per step.
