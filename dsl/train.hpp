@@ -4,7 +4,9 @@
 #include "dsl/nn/parameter.hpp"
 #include "dsl/trace.hpp"
 #include "jit/runtime/communicator.hpp"
+#include "jit/train/shape_buckets.hpp"
 #include "jit/train/train_step.hpp" // dsl/ reaches jit/ through the façade and these rooms
+#include "ops/padding.hpp"
 
 #include <cmath>
 #include <functional>
@@ -106,6 +108,12 @@ struct StepOptions {
   std::optional<SiftOptions> sift;
   /// In-step sifting: rows each update trains on (0: round(batch / (1 + beta))).
   int64_t sift_rows = 0;
+  /// Shape buckets (docs/profiling.md, "Shape buckets"): batch input name → sizes, e.g.
+  /// {{"ids", {64, 128, 256, 512}}, {"next", {64, 128, 256, 512}}}. Dim 1 of those inputs is
+  /// zero-padded to the smallest size that holds it, and the padding is masked out of the
+  /// losses (cross-entropy, MSE, distillation, padded_mean) and of attention's keys: variable
+  /// lengths compile at most one program per bucket.
+  ShapeBuckets buckets;
 };
 
 struct StepOutput {
@@ -121,12 +129,15 @@ inline Optimizer to_optimizer(const adamw& a) {
 }
 inline Optimizer to_optimizer(const sgd& s) { return SGD{s.momentum, s.nesterov, s.weight_decay}; }
 
-/// Traces `fn(model, batch...)` with the model's parameters as named inputs.
+/// Traces `fn(model, batch...)` with the model's parameters as named inputs. With `buckets`,
+/// `batch` is pad_to_bucket's (the lengths last): they become the input bucket_lengths_name,
+/// and the function is traced with the padding current (ops/padding.hpp).
 template <class Model, class Fn, std::size_t... I>
 Graph trace_with_model(Model& model, const Fn& fn, std::span<const HostTensor> batch,
-                       const std::vector<std::string>& batch_names, std::index_sequence<I...>) {
+                       const std::vector<std::string>& batch_names, std::index_sequence<I...>,
+                       const ShapeBuckets* buckets = nullptr) {
   using params = typename signature<Fn>::params; // (Model, batch types...)
-  if (batch.size() != sizeof...(I))
+  if (batch.size() != sizeof...(I) + (buckets ? 1 : 0))
     throw std::invalid_argument("sinter: the function takes " + std::to_string(sizeof...(I)) +
                                 " batch inputs after the model, got " +
                                 std::to_string(batch.size()) + " — pass one HostTensor each");
@@ -144,6 +155,16 @@ Graph trace_with_model(Model& model, const Fn& fn, std::span<const HostTensor> b
   // Braced initialisation creates the batch inputs in call order (function arguments would not).
   std::tuple<std::tuple_element_t<I + 1, params>...> inputs{
       make_parameter<std::tuple_element_t<I + 1, params>>(g, batch[I], batch_names[I], I)...};
+  std::optional<SequencePaddingScope> padding;
+  if (buckets) {
+    const HostTensor& lengths = batch.back();
+    int64_t extent = 0;
+    for (std::size_t i = 0; i < sizeof...(I); ++i)
+      if (buckets->contains(batch_names[i])) extent = batch[i].shape().at(bucketed_dim);
+    padding.emplace(SequencePadding{
+        bucketed_dim, extent,
+        input(g, bucket_lengths_name, TensorType{lengths.dtype(), lengths.shape()})});
+  }
   auto result = std::apply([&](auto&... in) { return fn(model, in...); }, inputs);
   add_outputs(g, result);
   return g;
@@ -177,17 +198,28 @@ public:
                std::function<void()> before_call = {})
       : before_call_(std::move(before_call)),
         schedule_(options.schedule ? options.schedule : constant_schedule(lr)),
-        batch_names_(detail::default_batch_names(options.batch_names, arity)) {
+        batch_names_(detail::default_batch_names(options.batch_names, arity)),
+        buckets_(options.buckets) {
     const std::vector<std::string>& batch_names = batch_names_;
+    if (!buckets_.empty()) {
+      check_shape_buckets(buckets_, batch_names_);
+      if (options.sift)
+        throw std::invalid_argument(
+            "sinter: shape buckets and in-step sifting cannot be combined (sifting draws rows "
+            "by each row's loss, a padded row's is not one number) — drop one of them");
+      bucketed_names_ = batch_names_;
+      bucketed_names_.push_back(bucket_lengths_name);
+    }
     std::vector<std::string> names;
     std::vector<HostTensor*> values;
     for_each_parameter(model, [&](const std::string& name, Parameter& p) {
       names.push_back(name);
       values.push_back(&p.value);
     });
-    auto trace = [&model, fn, batch_names](std::span<const HostTensor> batch) {
-      Graph g = detail::trace_with_model(model, fn, batch, batch_names,
-                                         std::make_index_sequence<arity>{});
+    auto trace = [&model, fn, batch_names, buckets = buckets_](std::span<const HostTensor> batch) {
+      Graph g =
+          detail::trace_with_model(model, fn, batch, batch_names, std::make_index_sequence<arity>{},
+                                   buckets.empty() ? nullptr : &buckets);
       // The step needs the loss only: further results of a std::tuple are dropped.
       auto& outputs = g.mutable_outputs();
       if (outputs.size() > 1) outputs.erase(outputs.begin() + 1, outputs.end());
@@ -222,10 +254,17 @@ public:
                   std::source_location where = std::source_location::current()) {
     if (before_call_) before_call_();
     double lr = schedule_(runtime_->steps());
+    std::optional<BucketedBatch> padded;
+    if (!buckets_.empty()) {
+      padded = pad_to_bucket(buckets_, batch_names_, batch);
+      batch = padded->tensors;
+    }
     LossHandle loss = (*runtime_)(batch, lr);
     if (std::size_t n = runtime_->compilations(); n != logged_) {
       logged_ = n;
-      log_.compiled(log_.reason(batch, batch_names_), n, batch, runtime_->programs(), where);
+      std::string why = log_.reason(batch, padded ? bucketed_names_ : batch_names_);
+      if (padded) why += " (" + describe_bucket(buckets_, *padded) + ")";
+      log_.compiled(why, n, batch, runtime_->programs(), where);
     }
     return StepOutput{loss, runtime_->steps(), lr};
   }
@@ -235,17 +274,25 @@ public:
 
   /// The memory a call with a batch of these types would need (planned, nothing compiled;
   /// only the batch's dtypes and shapes are read).
-  StepMemory plan_memory(std::span<const HostTensor> batch) { return runtime_->plan_memory(batch); }
+  StepMemory plan_memory(std::span<const HostTensor> batch) {
+    if (buckets_.empty()) return runtime_->plan_memory(batch);
+    return runtime_->plan_memory(pad_to_bucket(buckets_, batch_names_, batch).tensors);
+  }
   /// The largest batch whose planned peak fits `budget_bytes` (dim 0 of every batch input is
-  /// the batch size; `example` gives the other dims and the dtypes): see MaxBatch.
+  /// the batch size; `example` gives the other dims and the dtypes): see MaxBatch. With
+  /// buckets, plan with an example of the largest length.
   MaxBatch max_batch(std::span<const HostTensor> example, int64_t budget_bytes) {
-    return runtime_->max_batch(example, budget_bytes);
+    if (buckets_.empty()) return runtime_->max_batch(example, budget_bytes);
+    return runtime_->max_batch(pad_to_bucket(buckets_, batch_names_, example).tensors,
+                               budget_bytes);
   }
 
 private:
   std::function<void()> before_call_;
   Schedule schedule_;
   std::vector<std::string> batch_names_;
+  ShapeBuckets buckets_;
+  std::vector<std::string> bucketed_names_; // batch_names_ and the lengths, with buckets
   std::unique_ptr<TrainStep> runtime_;
   std::size_t logged_ = 0; // compilations already logged
   detail::CompileLog log_;

@@ -1,6 +1,7 @@
 // ops/value.cpp — emit() (type checking, broadcasting, error context) and the op vocabulary
 #include "ops/value.hpp"
 
+#include "ops/padding.hpp"
 #include "ops/registry.hpp"
 
 #include <numeric>
@@ -255,10 +256,16 @@ Value dropout(Value x, double p, Value key) {
 }
 Value attention(Value q, Value k, Value v, const AttentionOptions& options) {
   Attrs attrs{.real = options.scale, .flag = options.causal};
-  if (options.mask) return emit(OpId::attention, {q, k, v, options.mask}, attrs);
+  Value mask = options.mask;
+  // Shape buckets: padded keys are never attended to.
+  if (Value real_keys = padded_key_mask(q, k, options.causal))
+    mask = mask ? where(real_keys, mask, real_keys) : real_keys;
+  if (mask) return emit(OpId::attention, {q, k, v, mask}, attrs);
   return emit(OpId::attention, {q, k, v}, attrs);
 }
 Value cross_entropy_mean(Value logits, Value labels) {
+  // Shape buckets: the mean over the real positions only.
+  if (padding_mask(labels)) return padded_mean(cross_entropy(logits, labels));
   return emit(OpId::cross_entropy_mean, {logits, labels});
 }
 

@@ -73,6 +73,13 @@ std::string sample(const Eval& logits_of, const std::string& prompt, int64_t con
   return text;
 }
 
+std::string bucket_list(const std::vector<int64_t>& sizes) {
+  std::string out;
+  for (int64_t s : sizes)
+    out += (out.empty() ? "" : ",") + std::to_string(s);
+  return out;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -95,7 +102,10 @@ int main(int argc, char** argv) {
       {"checkpoint-dir", "", "save a checkpoint here every 500 steps and at the end"},
       {"resume", "0", "switch: continue from the checkpoint in --checkpoint-dir"},
       {"prompt", "The ", "text the sample starts from"},
-      {"sample-bytes", "200", "bytes to generate at the end"}};
+      {"sample-bytes", "200", "bytes to generate at the end"},
+      {"variable-length", "0",
+       "switch: cut each batch to a random length in [1, --context] (seeded) and pad it to "
+       "shape buckets of context/8, /4, /2 and /1 bytes: at most 4 step programs"}};
   for (recipe::Flag& f : recipe::common_flags())
     options.push_back(f);
   recipe::Flags flags(
@@ -119,6 +129,16 @@ int main(int argc, char** argv) {
                           .heads = flags.integer("heads")},
                 init);
       auto loss_fn = [](GPT& m, Var ids, Var next) { return cross_entropy_mean(m(ids), next); };
+      // --variable-length: both inputs share the buckets (the loss masks their padding).
+      ShapeBuckets buckets;
+      if (flags.on("variable-length")) {
+        std::vector<int64_t> sizes;
+        for (int64_t part : {8, 4, 2, 1})
+          if (int64_t size = std::max<int64_t>(1, context / part);
+              sizes.empty() || size != sizes.back())
+            sizes.push_back(size);
+        buckets = {{"ids", sizes}, {"next", sizes}};
+      }
       auto make_step = [&](int64_t total) {
         return compile_step(
             model, loss_fn,
@@ -128,7 +148,8 @@ int main(int argc, char** argv) {
                         .schedule = warmup_cosine(flags.real("lr"),
                                                   std::min<int64_t>(100, total / 10 + 1), total),
                         .clip_grad_norm = flags.real("clip"),
-                        .amp = amp_flag(flags)}));
+                        .amp = amp_flag(flags),
+                        .buckets = buckets}));
       };
       int64_t batch = recipe::batch_size(flags, [&](int64_t budget) {
         return make_step(1).max_batch(recipe::example_batch(*train), budget);
@@ -152,9 +173,21 @@ int main(int argc, char** argv) {
             static_cast<long long>(parameter_count(model)), train->size(),
             static_cast<long long>(context), unigram);
 
-      recipe::LoopResult run =
-          recipe::run_training("gpt", flags, model, step, loader, total,
-                               [](int64_t s, const data::DataLoader&) { return s % 500 == 0; });
+      // The length of a step's batch depends only on the seed and the step (resumes replay it).
+      auto crop = [&](data::Batch& b, int64_t steps) {
+        std::mt19937_64 draw(seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(steps));
+        int64_t length = 1 + static_cast<int64_t>(draw() % static_cast<uint64_t>(context));
+        b.examples = resize_dim(b.examples, 1, length);
+        b.labels = resize_dim(b.labels, 1, length);
+      };
+      if (flags.on("variable-length") && recipe::leader())
+        std::fprintf(stderr, "gpt: variable lengths 1..%lld padded to buckets %s\n",
+                     static_cast<long long>(context), bucket_list(buckets.at("ids")).c_str());
+      recipe::LoopResult run = recipe::run_training(
+          "gpt", flags, model, step, loader, total,
+          [](int64_t s, const data::DataLoader&) { return s % 500 == 0; }, false, {},
+          flags.on("variable-length") ? std::function<void(data::Batch&, int64_t)>(crop)
+                                      : std::function<void(data::Batch&, int64_t)>());
       double held_out = holdout_loss(eval_loss, *holdout, batch);
       std::string text =
           sample(logits, flags.str("prompt"), context, flags.integer("sample-bytes"), 0.8, seed);

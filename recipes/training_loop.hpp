@@ -247,11 +247,14 @@ struct LoopResult {
 /// missing checkpoint starts the run afresh (a later phase of a recipe interrupted earlier).
 /// `at_epoch_end(steps, seconds)` runs whenever the loader finishes an epoch, outside the
 /// training time it is given and that the result reports (an evaluation).
+/// `before_step(batch, steps)` may change each batch before the step takes it (gpt's
+/// --variable-length crops it); `steps` is the optimizer steps done so far.
 template <class Model, class Step, class Loader, class SaveNow>
-LoopResult run_training(const std::string& name, const Flags& flags, Model& model, Step& step,
-                        Loader& loader, int64_t total, SaveNow save_now,
-                        bool resume_if_present = false,
-                        const std::function<void(int64_t, double)>& at_epoch_end = {}) {
+LoopResult
+run_training(const std::string& name, const Flags& flags, Model& model, Step& step, Loader& loader,
+             int64_t total, SaveNow save_now, bool resume_if_present = false,
+             const std::function<void(int64_t, double)>& at_epoch_end = {},
+             const std::function<void(sinter::data::Batch&, int64_t)>& before_step = {}) {
   // A sifting loader's state (its loss history, draws and waiting samples) is checkpointed.
   constexpr bool sifting = std::is_same_v<Loader, sinter::SiftingLoader>;
   using namespace sinter;
@@ -298,6 +301,7 @@ LoopResult run_training(const std::string& name, const Flags& flags, Model& mode
       if (step.runtime().sifts_in_step()) step.runtime().start_sift_epoch();
       continue;
     }
+    if (before_step) before_step(b, step.steps());
     result.last_loss = step(b.examples, b.labels).loss.value();
     std::string shown;
     if (sifting || step.runtime().sifts_in_step()) {

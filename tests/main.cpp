@@ -47,6 +47,15 @@ int cannot_run(const char* tag_prefix, const std::string& reason, bool absent,
 TEST_CASE("probe: a test case without assertions", "[.][no-assertions-probe]") {}
 
 int main(int argc, char** argv) {
+  // Listing needs no hardware (tests/cli/check_every_case_runs.py lists every tag's cases).
+  bool listing = false;
+  for (int i = 1; i < argc; ++i)
+    listing |= std::string_view(argv[i]).starts_with("--list");
+  if (listing) {
+    Catch::Session session;
+    if (int status = session.applyCommandLine(argc, argv); status != 0) return status;
+    return session.run();
+  }
   if (selects(argc, argv, "[cuda") && !sinter::cuda::driver())
     return cannot_run("[cuda]", "no usable NVIDIA GPU: " + sinter::cuda::unavailable_reason(),
                       sinter::cuda::no_gpu_present(), "SINTER_REQUIRE_GPU");

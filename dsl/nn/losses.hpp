@@ -2,6 +2,7 @@
 // label smoothing and ignore_index, mean squared error, knowledge and feature distillation
 #pragma once
 #include "dsl/tensor.hpp"
+#include "ops/padding.hpp"
 
 #include <cmath>
 
@@ -29,6 +30,8 @@ inline Var cross_entropy_loss(const Var& logits, const Var& labels,
     throw std::invalid_argument("sinter: label_smoothing must be in [0, 1), got " +
                                 std::to_string(options.label_smoothing));
   Value ignored = equal(y, scalar_like(y, static_cast<double>(options.ignore_index)));
+  // Shape buckets: padded positions are ignored like ignore_index labels.
+  if (Value real = padding_mask(y)) ignored = where(real, ignored, ones_like(ignored));
   // Ignored labels are replaced by class 0 for the arithmetic, then masked out.
   Value safe_labels = where(ignored, scalar_like(y, 0.0), y);
   Value nll = cross_entropy(z, safe_labels); // logsumexp - picked logit
@@ -49,11 +52,12 @@ inline Var mse_loss(const Var& prediction, const Var& target,
                     Reduction reduction = Reduction::mean) {
   Value diff = prediction.value() - target.value();
   Value squared = diff * diff;
-  if (reduction == Reduction::mean) return Var(mean(squared));
+  // Shape buckets: padded positions count in neither form (padded_mean is mean otherwise).
+  if (reduction == Reduction::mean) return Var(padded_mean(squared));
   std::vector<int64_t> feature_axes;
   for (int64_t d = 1; d < squared.rank(); ++d)
     feature_axes.push_back(d);
-  return Var(feature_axes.empty() ? squared : mean(squared, feature_axes));
+  return Var(feature_axes.empty() ? squared : padded_mean(squared, feature_axes));
 }
 
 struct KdOptions {
@@ -96,8 +100,13 @@ inline Var kd_loss(const Var& student_logits, const Var& teacher_logits, const V
   Value kl = sum(exp(log_teacher) * (log_teacher - log_student), {-1}); // [N...]
   double distill = options.alpha * temperature * temperature, hard = 1.0 - options.alpha;
   Var ce = cross_entropy_loss(student_logits, labels, options.cross_entropy, reduction);
-  if (reduction == Reduction::none) return Var(kl * distill + ce.value() * hard);
-  return Var(mean(kl) * distill + ce.value() * hard);
+  if (reduction == Reduction::none) {
+    Value per_sample = kl * distill + ce.value() * hard;
+    // Shape buckets: a padded position's loss is 0, as cross_entropy_loss's is.
+    if (Value real = padding_mask(per_sample)) per_sample = where(real, per_sample, 0.0);
+    return Var(per_sample);
+  }
+  return Var(padded_mean(kl) * distill + ce.value() * hard);
 }
 
 /// Feature distillation: the mean squared error between a student's hidden state and the
@@ -115,6 +124,20 @@ inline Var feature_distillation_loss(const Var& student_hidden, const Var& teach
         "Linear layer");
   if (t.type().dtype != s.type().dtype) t = cast(t, s.type().dtype);
   return mse_loss(student_hidden, Var(stop_gradient(t)), reduction);
+}
+
+/// Shape buckets (StepOptions::buckets, docs/profiling.md): a bool mask broadcastable to x,
+/// true at its real positions, when x is padded (dim 0 the batch, dim 1 the bucketed extent);
+/// an empty Var otherwise. For reductions of your own across the padded dim.
+inline Var padding_mask(const Var& x) {
+  Value mask = padding_mask(x.value());
+  return mask ? Var(mask) : Var();
+}
+
+/// The mean of x over `axes` (empty: all) counting only its real positions under shape buckets,
+/// the plain mean otherwise: what the losses above use.
+inline Var padded_mean(const Var& x, std::vector<int64_t> axes = {}) {
+  return Var(padded_mean(x.value(), std::move(axes)));
 }
 
 } // namespace sinter

@@ -542,11 +542,19 @@ Summary Profiler::finish() {
     say("memory-bound", row.achieved, line);
     break;
   }
-  if (!recompiles_.empty())
+  if (!recompiles_.empty()) {
+    // Shape buckets name theirs in the reason: one program per bucket is what they promise.
+    bool bucketed = std::all_of(recompiles_.begin(), recompiles_.end(), [](const std::string& r) {
+      return r.find("(shape bucket ") != std::string::npos;
+    });
     say("recompiles", static_cast<double>(recompiles_.size()),
         "recompiled " + std::to_string(recompiles_.size()) + "×: " + recompiles_.back() +
-            " — a dimension that varies compiles a program per value: pad it to a few sizes "
-            "(shape buckets)");
+            (bucketed ? " — one program per shape bucket, each compiled once: fewer buckets "
+                        "compile less, more buckets pad less"
+                      : " — a dimension that varies compiles a program per value: pad it to a "
+                        "few sizes (shape buckets: StepOptions::buckets, gpt's "
+                        "--variable-length)"));
+  }
 
   closed_ = true;
   std::string trace = trace_json(s);

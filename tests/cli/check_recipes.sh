@@ -31,6 +31,17 @@ echo "gpt: $(grep '^result' <<<"$out")"
 grep -q "^result: holdout_loss=" <<<"$out" || { echo "gpt printed no result line"; exit 1; }
 grep -q "^sample: The " <<<"$out" || { echo "gpt printed no sample"; exit 1; }
 
+# --variable-length: every batch a random length, padded to 4 shape buckets, so the step
+# compiles at most 4 programs (its first call, then one recompile per new bucket).
+err=$("$gpt" --steps 40 --context 32 --dim 32 --depth 1 --variable-length --sample-bytes 8 2>&1 >/dev/null)
+grep -q "variable lengths 1..32 padded to buckets 4,8,16,32" <<<"$err" \
+  || { echo "gpt --variable-length did not name its buckets"; echo "$err"; exit 1; }
+bucket_compiles=$(grep -c "recompiling, input 'ids' dim 1 changed .* (shape bucket [0-9]* of 4, 8, 16, 32)" <<<"$err" || true)
+other_compiles=$(grep "recompiling" <<<"$err" | grep -vc "shape bucket" || true)
+echo "gpt --variable-length: $bucket_compiles bucket recompiles, $other_compiles others"
+[ "$bucket_compiles" -ge 1 ] && [ "$bucket_compiles" -le 3 ] && [ "$other_compiles" -eq 0 ] \
+  || { echo "gpt --variable-length compiled other than one program per bucket"; echo "$err"; exit 1; }
+
 if "$mlp" --data-dir /nonexistent --steps 1 2>"$ckpt/err"; then echo "missing data accepted"; exit 1; fi
 grep -q "dataset-fashion-mnist" "$ckpt/err" || { echo "missing-data error names no package:"; cat "$ckpt/err"; exit 1; }
 
