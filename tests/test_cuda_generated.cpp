@@ -5,8 +5,13 @@
 #include "op_test_registry.hpp"
 
 #include "jit/backend/cuda/gpu_executable.hpp"
+#include "jit/runtime/profiler.hpp"
+#include "temp_dir.hpp"
 
 #include <catch2/catch.hpp>
+
+#include <fstream>
+#include <iterator>
 
 namespace sinter::testing {
 namespace {
@@ -101,6 +106,47 @@ TEST_CASE("cuda: an MLP's gradients match the CPU backend, also when replayed as
   std::vector<HostTensor> again = through_api.run(inputs);
   for (std::size_t i = 0; i < again.size(); ++i)
     CHECK(max_relative_difference(to_f64(again[i]), to_f64(want[i])) <= 1e-4);
+}
+
+TEST_CASE("cuda: a profiled step times every launch by events, on the cuda stream track, against "
+          "the GPU's measured peak",
+          "[cuda]") {
+  Graph g = mlp_gradients(256);
+  std::vector<F64Tensor> values = mlp_values(g);
+  std::vector<HostTensor> inputs = as_host(g, values);
+  std::vector<const HostTensor*> pointers;
+  for (const HostTensor& t : inputs)
+    pointers.push_back(&t);
+  std::vector<HostTensor> want = CompiledGraph(g, std::nullopt, Backend::cpu).run(inputs);
+  GpuExecutable gpu(g, CudaDevice::get(0), gpu_cache());
+  testing::TempDir dir("sinter-cuda-profile");
+  profile::start(dir.path, {.print = false});
+  constexpr int runs = 5;
+  for (int run = 0; run < runs; ++run) {
+    std::vector<HostTensor> got(g.outputs().size());
+    gpu.run_into(pointers, got);
+    CHECK_FALSE(gpu.uses_graph()); // profiled runs launch kernel by kernel
+    for (std::size_t i = 0; i < got.size(); ++i)
+      CHECK(max_relative_difference(to_f64(got[i]), to_f64(want[i])) <= 1e-4);
+  }
+  profile::Summary s = profile::stop();
+  INFO(s.text());
+  CHECK(s.peak.how.rfind("cuda (", 0) == 0);
+  CHECK(s.peak.bytes_per_second > 1e11); // any datacentre GPU copies faster than 100 GB/s
+  CHECK(s.peak.flops_per_second > 1e12); // and multiplies faster than 1 TFLOP/s
+  std::size_t timed = 0;
+  for (const profile::KernelRow& k : s.kernels) {
+    if (k.calls == 0) continue; // an epilogue absorbed into its GEMM
+    ++timed;
+    CHECK(k.calls == runs);
+    CHECK(k.seconds > 0);
+    CHECK(k.achieved > 0);
+    CHECK(k.achieved < 1.5);
+  }
+  CHECK(timed == gpu.report().kernels); // every launch, each once per run
+  std::ifstream trace(dir.path / "trace.json");
+  std::string text((std::istreambuf_iterator<char>(trace)), std::istreambuf_iterator<char>());
+  CHECK(text.find("\"cuda stream\"") != std::string::npos);
 }
 
 TEST_CASE("cuda: carried values stay on the GPU between runs and are fetched on access", "[cuda]") {

@@ -122,10 +122,10 @@ public:
   }
 
   void add_program(uint64_t program, std::string_view label, std::vector<KernelInfo> kernels,
-                   ThreadPool* pool) {
-    // The device peak is measured with the first pool seen, before that program's first run
-    // (in the warm-up step the statistics leave out), while the pool surely exists.
-    std::call_once(peak_once_, [&] { peak_ = measure_peak(pool); });
+                   const std::function<DevicePeak()>& device_peak) {
+    // The device peak is measured by the first program, before its first run (in the warm-up
+    // step the statistics leave out), while its device surely exists.
+    std::call_once(peak_once_, [&] { peak_ = device_peak(); });
     std::lock_guard lock(mutex_);
     if (closed_) return;
     Program& p = programs_[program];
@@ -136,10 +136,11 @@ public:
   }
 
   void finish_run(uint64_t program, int64_t run_begin, int64_t copies,
-                  std::span<const KernelTime> times) {
+                  std::span<const KernelTime> times, const std::string& kernel_track) {
     std::lock_guard lock(mutex_);
     if (closed_) return;
     const uint32_t tid = thread_track("main");
+    const uint32_t kernel_tid = kernel_track.empty() ? tid : named_track(kernel_track);
     auto found = programs_.find(program);
     if (found == programs_.end()) return;
     Program& p = found->second;
@@ -159,7 +160,8 @@ public:
         p.total_ns[k] += ns;
       }
       if (in_step) open_.role[static_cast<std::size_t>(p.kernels[k].role)] += ns;
-      if (traced) add_event({Category::kernel, tid, begin, end, program, static_cast<int64_t>(k)});
+      if (traced)
+        add_event({Category::kernel, kernel_tid, begin, end, program, static_cast<int64_t>(k)});
     }
     if (in_step)
       open_.copies += copies;
@@ -246,6 +248,16 @@ private:
     return it->second;
   }
 
+  /// A track that is not a thread (a GPU stream), named `name`. Called with mutex_ held.
+  uint32_t named_track(const std::string& name) {
+    auto [it, fresh] = named_tids_.try_emplace(name, 0);
+    if (fresh) {
+      thread_names_.push_back(name);
+      it->second = static_cast<uint32_t>(thread_names_.size());
+    }
+    return it->second;
+  }
+
   void add_event(const Event& e) {
     if (events_.size() < max_events) events_.push_back(e);
   }
@@ -261,7 +273,6 @@ private:
     }
   }
 
-  static DevicePeak measure_peak(ThreadPool* pool);
   std::string trace_json(const Summary& summary) const;
 
   std::filesystem::path dir_;
@@ -271,6 +282,7 @@ private:
   std::unordered_map<uint64_t, Program> programs_;
   std::vector<Event> events_;
   std::map<std::thread::id, uint32_t> tids_;
+  std::map<std::string, uint32_t> named_tids_;
   std::vector<std::string> thread_names_;
   std::vector<StepRecord> steps_;
   StepRecord open_;
@@ -310,7 +322,16 @@ stream_scale(float* __restrict out, const float* __restrict in, std::size_t n) {
 std::atomic<Profiler*> g_profiler{nullptr};
 std::mutex g_lifecycle; // start and stop
 
-DevicePeak Profiler::measure_peak(ThreadPool* pool) {
+} // namespace
+
+void DevicePeak::finish_curve() {
+  auto& curve = bandwidth_by_bytes;
+  for (std::size_t i = curve.size(); i-- > 1;)
+    curve[i - 1].second = std::max(curve[i - 1].second, curve[i].second);
+  bytes_per_second = curve.empty() ? 0.0 : curve.front().second;
+}
+
+DevicePeak measure_cpu_peak(ThreadPool* pool) {
   DevicePeak peak;
   const int64_t threads = pool ? static_cast<int64_t>(pool->size()) : 1;
   auto parallel = [&](const std::function<void(std::size_t)>& body) {
@@ -359,12 +380,8 @@ DevicePeak Profiler::measure_peak(ThreadPool* pool) {
     const auto moved = static_cast<int64_t>(2 * per_thread) * threads;
     const double rate = static_cast<double>(moved) * static_cast<double>(repeats) / seconds;
     peak.bandwidth_by_bytes.emplace_back(moved, rate);
-    peak.bytes_per_second = std::max(peak.bytes_per_second, rate);
   }
-  // A larger working set is never faster than a smaller one: smooth the noise of short timings.
-  auto& curve = peak.bandwidth_by_bytes;
-  for (std::size_t i = curve.size(); i-- > 1;)
-    curve[i - 1].second = std::max(curve[i - 1].second, curve[i].second);
+  peak.finish_curve();
   // FLOP/s: each thread one single-threaded f32 GEMM of 512³ through the GEMM bridge, as the
   // CPU backend runs its GEMMs.
   constexpr int64_t n = 512;
@@ -391,6 +408,8 @@ DevicePeak Profiler::measure_peak(ThreadPool* pool) {
   peak.how = how;
   return peak;
 }
+
+namespace {
 
 std::string percent(double share) {
   char text[16];
@@ -789,10 +808,11 @@ uint64_t new_program_id() {
 }
 
 ProgramRun::ProgramRun(uint64_t program, std::string_view label,
-                       const std::function<std::vector<KernelInfo>()>& describe, ThreadPool* pool) {
+                       const std::function<std::vector<KernelInfo>()>& describe,
+                       const std::function<DevicePeak()>& device_peak) {
   Profiler* p = g_profiler.load(std::memory_order_acquire);
   if (!p) return;
-  if (!p->knows(program)) p->add_program(program, label, describe(), pool);
+  if (!p->knows(program)) p->add_program(program, label, describe(), device_peak);
   on_ = true;
   program_ = program;
   run_begin_ = now_ns();
@@ -802,7 +822,7 @@ ProgramRun::ProgramRun(uint64_t program, std::string_view label,
 ProgramRun::~ProgramRun() {
   if (!on_) return;
   if (Profiler* p = g_profiler.load(std::memory_order_acquire))
-    p->finish_run(program_, run_begin_, copies_ns_, times_);
+    p->finish_run(program_, run_begin_, copies_ns_, times_, track_);
 }
 
 void ProgramRun::copies(int64_t begin, int64_t end) {

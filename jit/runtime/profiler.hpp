@@ -51,7 +51,14 @@ struct DevicePeak {
   std::string how; ///< how it was measured
   /// The bandwidth a kernel moving `bytes` per call can reach.
   double bandwidth_for(int64_t bytes) const;
+  /// Sets bytes_per_second to the curve's best and makes the curve non-increasing (a larger
+  /// working set is never faster than a smaller one: it smooths the noise of short timings).
+  void finish_curve();
 };
+
+/// The CPU's peak as the CPU backend runs (each of `pool`'s threads, or one without a pool):
+/// a streaming scale over 16 KiB to 64 MiB per thread, an f32 GEMM of 512³ per thread.
+DevicePeak measure_cpu_peak(ThreadPool* pool);
 
 struct Options {
   /// Steps whose kernels go into trace.json (every step's phases are always traced).
@@ -146,11 +153,13 @@ uint64_t new_program_id();
 
 /// Times one run of a compiled program, kernel by kernel, when a profile is running; does
 /// nothing otherwise (one atomic load). `describe` is called once per program to name and
-/// measure its kernels.
+/// measure its kernels; `device_peak` once per profile, by the first program that runs (the
+/// device every kernel's achieved share is judged against).
 class ProgramRun {
 public:
   ProgramRun(uint64_t program, std::string_view label,
-             const std::function<std::vector<KernelInfo>()>& describe, ThreadPool* pool);
+             const std::function<std::vector<KernelInfo>()>& describe,
+             const std::function<DevicePeak()>& device_peak);
   ~ProgramRun();
   ProgramRun(const ProgramRun&) = delete;
   ProgramRun& operator=(const ProgramRun&) = delete;
@@ -162,14 +171,22 @@ public:
   void end(std::size_t k) {
     if (on_) times_.push_back({k, begun_, now_ns()});
   }
+  /// Kernel `k` ran from `begin` to `end` (ns on the profile's clock): a GPU kernel, timed by
+  /// events and placed after the host's launch.
+  void kernel(std::size_t k, int64_t begin, int64_t end) {
+    if (on_) times_.push_back({k, begin, end});
+  }
   /// Time spent copying the batch to the device (GPU backends).
   void copies(int64_t begin, int64_t end);
+  /// The kernels go on the trace track `name` (a GPU stream) instead of the calling thread's.
+  void on_track(std::string name) { track_ = std::move(name); }
 
 private:
   bool on_ = false;
   uint64_t program_ = 0;
   int64_t run_begin_ = 0, begun_ = 0, copies_ns_ = 0;
   std::vector<KernelTime> times_;
+  std::string track_;
 };
 
 /// Marks one training step (TrainStep::operator()): the phases are split per step.

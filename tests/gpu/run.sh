@@ -81,6 +81,16 @@ for stage in "${stages[@]}"; do
       step vit-cuda '^result|error|sinter:' "$HERE/bin/vit" --device cuda "${data[@]}"
       step gpt-cuda '^result|^sample|error|sinter:' "$HERE/bin/gpt" --device cuda --steps 500 \
         --text "$HERE/data/fortunes.txt"
+      # GPU profiling (events around each launch): the report, and its cost against the same
+      # run unprofiled (steps_per_second of the two result lines); then shape buckets on cuda.
+      step gpt-cuda-plain '^result|error|sinter:' "$HERE/bin/gpt" --device cuda --steps 200 \
+        --sample-bytes 8 --text "$HERE/data/fortunes.txt"
+      step gpt-cuda-profile '^result|verdict|peak|error|sinter:' "$HERE/bin/gpt" --device cuda \
+        --steps 200 --sample-bytes 8 --text "$HERE/data/fortunes.txt" \
+        --profile "$REPORT_DIR/profile-gpt-cuda"
+      step gpt-cuda-variable-length '^result|buckets|recompiling|error' "$HERE/bin/gpt" \
+        --device cuda --steps 200 --variable-length --sample-bytes 8 \
+        --text "$HERE/data/fortunes.txt"
       # Distillation in bf16 (teacher trained first), then the largest batch the GPU fits,
       # predicted from the memory plan, and a run at it (it must not run out of memory).
       step distill-cuda '^result|error|sinter:|distill:' "$HERE/bin/distill" --device cuda \

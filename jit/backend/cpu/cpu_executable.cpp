@@ -244,7 +244,8 @@ void CpuExecutable::run_into(std::span<const HostTensor* const> inputs,
   std::vector<void*> args;
   const bool check_numerics = check_numerics_enabled();
   profile::ProgramRun profiled(
-      profile_id_, label(), [&] { return describe_kernels(fusion_); }, &pool_);
+      profile_id_, label(), [&] { return describe_kernels(fusion_); },
+      [&] { return profile::measure_cpu_peak(&pool_); });
   auto run_kernel = [&](std::size_t k) {
     const Kernel& kernel = fusion_.kernels[k];
     if (kernel.kind == KernelKind::collective) {

@@ -6,6 +6,7 @@
 #include "jit/backend/collective_launch.hpp"
 #include "jit/backend/context.hpp"
 #include "jit/backend/cuda/nvptx_target.hpp"
+#include "jit/backend/kernel_costs.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -140,6 +141,72 @@ struct GpuExecutable::Carried {
 };
 
 namespace {
+
+/// The GPU's peak for the profiler: device-to-device copies of 1 MiB to 256 MiB (bandwidth by
+/// bytes moved, read + write) and cuBLASLt GEMMs of 4096³ in f32 (as the step's fp32 mode) and
+/// bf16, each timed by events, the best of several. The GEMM rate is the faster of the two:
+/// a kernel far below it may gain from the low precision.
+profile::DevicePeak measure_gpu_peak(CudaDevice& device, kernels::Fp32Math fp32) {
+  const cuda::Driver& d = device.driver();
+  cuda::StreamHandle stream = device.stream();
+  constexpr std::size_t largest = std::size_t{256} << 20;
+  DeviceBuffer from(largest), to(largest);
+  cuda::EventHandle begin = nullptr, end = nullptr;
+  d.check(d.cuEventCreate(&begin, 0), "cuEventCreate");
+  d.check(d.cuEventCreate(&end, 0), "cuEventCreate");
+  struct Release {
+    const cuda::Driver& d;
+    cuda::EventHandle a, b;
+    ~Release() {
+      d.cuEventDestroy(a);
+      d.cuEventDestroy(b);
+    }
+  } release{d, begin, end};
+  // The best of `reps` timings of `work` enqueued on the stream, in seconds.
+  auto best_of = [&](int reps, const std::function<void()>& work) {
+    double best = 1e30;
+    for (int r = 0; r < reps; ++r) {
+      d.check(d.cuEventRecord(begin, stream), "cuEventRecord");
+      work();
+      d.check(d.cuEventRecord(end, stream), "cuEventRecord");
+      d.check(d.cuEventSynchronize(end), "cuEventSynchronize (measuring the GPU's peak)");
+      float ms = 0;
+      d.check(d.cuEventElapsedTime(&ms, begin, end), "cuEventElapsedTime");
+      best = std::min(best, static_cast<double>(ms) * 1e-3);
+    }
+    return best;
+  };
+  profile::DevicePeak peak;
+  for (std::size_t bytes = std::size_t{1} << 20; bytes <= largest; bytes *= 4) {
+    // Small copies repeat so that each timing spans at least 256 MiB of traffic.
+    const std::size_t repeats = std::max<std::size_t>(1, largest / bytes);
+    double seconds = best_of(5, [&] {
+      for (std::size_t r = 0; r < repeats; ++r)
+        d.check(d.cuMemcpyDtoDAsync(to.get(), from.get(), bytes, stream), "cuMemcpyDtoDAsync");
+    });
+    const auto moved = static_cast<int64_t>(2 * bytes);
+    peak.bandwidth_by_bytes.emplace_back(moved, static_cast<double>(moved) *
+                                                    static_cast<double>(repeats) / seconds);
+  }
+  peak.finish_curve();
+  if (kernels::CublasLt* blas = kernels::CublasLt::get()) {
+    constexpr int64_t n = 4096;
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      kernels::GpuGemmShape gemm{.dtype = dtype, .shape = {.m = n, .n = n, .k = n}, .fp32 = fp32};
+      blas->prepare(gemm);
+      double seconds = best_of(4, [&] {
+        blas->matmul(gemm, from.get(), from.get(), to.get(), device.gemm_workspace(), stream);
+      });
+      peak.flops_per_second =
+          std::max(peak.flops_per_second, 2.0 * static_cast<double>(n * n * n) / seconds);
+    }
+  }
+  peak.how = std::string("cuda (") + device.info().name +
+             "): device-to-device copies of 1 MiB to 256 MiB, cuBLASLt GEMMs of 4096^3 in f32 "
+             "and bf16 (best of several, events)";
+  return peak;
+}
+
 /// The graph the GPU runs, saying once per process how attention runs on it.
 Graph gpu_graph(const Graph& optimized, const CudaDevice& device) {
   NvptxAttentionChoice choice;
@@ -214,6 +281,8 @@ GpuExecutable::~GpuExecutable() {
   // release; an error from the last step is reported, not thrown.
   const cuda::Driver& d = device_.driver();
   if (!device_.try_make_current()) return;
+  for (cuda::EventHandle e : marks_)
+    if (e) d.cuEventDestroy(e);
   for (auto& set : sets_) {
     if (!set) continue;
     try {
@@ -262,13 +331,15 @@ void GpuExecutable::bind(InputSet& set) {
   set.graph = nullptr;
 }
 
-void GpuExecutable::enqueue_body(const InputSet& set) const {
+void GpuExecutable::enqueue_body(const InputSet& set,
+                                 std::span<const cuda::EventHandle> marks) const {
   const cuda::Driver& d = device_.driver();
   cuda::StreamHandle stream = device_.stream();
   const Graph& g = *graph_;
   for (std::size_t i = 0; i < launches_.size(); ++i) {
     const GpuLaunchStep& launch = launches_[i];
     const Bound& b = set.bound[i];
+    if (!marks.empty()) d.check(d.cuEventRecord(marks[i], stream), "cuEventRecord");
     if (launch.kind == KernelKind::gemm) {
       kernels::CublasLt::get()->matmul(b.gemm, b.a, b.b, b.c, device_.gemm_workspace(), stream);
       continue;
@@ -303,6 +374,7 @@ void GpuExecutable::enqueue_body(const InputSet& set) const {
                              const_cast<void**>(b.parameters.data()), nullptr),
             "cuLaunchKernel");
   }
+  if (!marks.empty()) d.check(d.cuEventRecord(marks[launches_.size()], stream), "cuEventRecord");
   // Carried outputs become the next run's inputs on the device; the rest go to pinned memory.
   for (const Carried& c : carried_)
     if (c.bytes)
@@ -407,11 +479,32 @@ double GpuExecutable::last_step_device_ms() const {
   return ms;
 }
 
+void GpuExecutable::report_kernel_times(profile::ProgramRun& run, int64_t enqueued) const {
+  const cuda::Driver& d = device_.driver();
+  const std::size_t n = launches_.size();
+  d.check(d.cuEventSynchronize(marks_[n]), "cuEventSynchronize (a profiled step)");
+  auto ns_between = [&](cuda::EventHandle from, cuda::EventHandle to) {
+    float ms = 0;
+    d.check(d.cuEventElapsedTime(&ms, from, to), "cuEventElapsedTime");
+    return static_cast<int64_t>(static_cast<double>(ms) * 1e6);
+  };
+  // The device's clock is not the host's: the kernels are placed from the moment the host
+  // enqueued the first, one after another as the events spaced them.
+  for (std::size_t i = 0; i < n; ++i) {
+    // A GEMM that absorbed an epilogue reports as the GEMM; the absorbed kernel shows no time.
+    int64_t begin = enqueued + ns_between(marks_[0], marks_[i]);
+    run.kernel(launches_[i].kernel, begin, begin + ns_between(marks_[i], marks_[i + 1]));
+  }
+}
+
 void GpuExecutable::run_into(std::span<const HostTensor* const> inputs,
                              std::span<HostTensor> results) const {
   std::lock_guard lock(run_mutex_);
   device_.make_current();
   const Graph& g = *graph_;
+  profile::ProgramRun profiled(
+      profile_id_, label(), [&] { return describe_kernels(fusion_); },
+      [&] { return measure_gpu_peak(device_, fp32_); });
   check_collective_ranks(collective_ranks_, communicator());
   // Collectives run through NCCL on the step's stream (captured into its CUDA graph): made
   // before any capture, by every rank (its unique id goes over the host communicator). A world
@@ -424,6 +517,17 @@ void GpuExecutable::run_into(std::span<const HostTensor* const> inputs,
   InputSet& set = *sets_[static_cast<std::size_t>(which)];
   // The run before last used this set: once it is done, its buffers and staging are free.
   settle(set);
+  // A profiled run launches kernel by kernel between events (not the CUDA graph) and waits
+  // for them: the time of each kernel, at the cost of the overlap between steps.
+  if (profiled && marks_.empty()) {
+    marks_.assign(launches_.size() + 2, nullptr);
+    for (cuda::EventHandle& e : marks_)
+      d.check(d.cuEventCreate(&e, 0), "cuEventCreate");
+  }
+  if (profiled) {
+    profiled.on_track("cuda stream");
+    d.check(d.cuEventRecord(marks_.back(), copy), "cuEventRecord");
+  }
   auto stage = [&](std::size_t i) {
     std::memcpy(set.staging_in.data() + input_offsets_[i], inputs[i]->bytes().data(),
                 inputs[i]->bytes().size());
@@ -459,13 +563,23 @@ void GpuExecutable::run_into(std::span<const HostTensor* const> inputs,
     uploaded = inputs[in]->stamp();
   }
   d.check(d.cuEventRecord(set.events->started, compute), "cuEventRecord");
-  bool direct = runs_ < direct_runs_before_graph || !graphs_enabled();
+  bool direct = runs_ < direct_runs_before_graph || !graphs_enabled() || profiled;
   if (!direct && !set.exec) capture(set);
+  const int64_t enqueued = profile::now_ns();
   if (direct)
-    enqueue_body(set);
+    enqueue_body(set, profiled
+                          ? std::span<const cuda::EventHandle>(marks_.data(), launches_.size() + 1)
+                          : std::span<const cuda::EventHandle>());
   else
     d.check(d.cuGraphLaunch(set.exec, compute), "cuGraphLaunch");
   d.check(d.cuEventRecord(set.events->finished, compute), "cuEventRecord");
+  if (profiled) {
+    report_kernel_times(profiled, enqueued);
+    float upload_ms = 0;
+    d.check(d.cuEventElapsedTime(&upload_ms, marks_.back(), set.events->uploaded),
+            "cuEventElapsedTime");
+    profiled.copies(0, static_cast<int64_t>(static_cast<double>(upload_ms) * 1e6));
+  }
   set.in_flight = true;
   last_set_ = which;
   last_run_was_graph_ = !direct;

@@ -5,6 +5,7 @@
 #include "jit/backend/cuda/launch_plan.hpp"
 #include "jit/backend/device.hpp"
 #include "jit/backend/executable.hpp"
+#include "jit/runtime/profiler.hpp"
 #include "kernels/cublaslt_gemm.hpp"
 #include "kernels/nccl_bridge.hpp"
 
@@ -61,7 +62,11 @@ private:
   struct InputSet;
   cuda::DevicePtr pointer_for(const InputSet& set, ValueId node) const;
   void bind(InputSet& set);
-  void enqueue_body(const InputSet& set) const;
+  /// Enqueues every launch and the output copies. With `marks` (launches_.size() + 1 events,
+  /// a profiled run), marks[i] is recorded before launch i and the last after the last one.
+  void enqueue_body(const InputSet& set, std::span<const cuda::EventHandle> marks = {}) const;
+  /// A profiled run's launches, timed by the events around them (on the track "cuda stream").
+  void report_kernel_times(profile::ProgramRun& run, int64_t enqueued) const;
   void capture(InputSet& set) const;
   void settle(InputSet& set) const;
 
@@ -92,6 +97,10 @@ private:
   mutable int runs_ = 0;
   mutable int last_set_ = -1;
   mutable bool last_run_was_graph_ = false;
+  uint64_t profile_id_ = profile::new_program_id(); ///< its kernel table in a profile
+  /// A profiled run's events: one before each launch and one after the last, then the upload's
+  /// start (made on the first profiled run).
+  mutable std::vector<cuda::EventHandle> marks_;
 };
 
 class Context;

@@ -85,17 +85,16 @@ std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion, const MemoryP
     launch_of_kernel[index] = launches.size();
     if (kernel.kind == KernelKind::gemm) {
       launches.push_back(gemm_launch(kernel, epilogue_of[index]));
-      continue;
-    }
-    if (kernel.kind == KernelKind::collective) {
+    } else if (kernel.kind == KernelKind::collective) {
       GpuLaunchStep launch;
       launch.kind = KernelKind::collective;
       launch.a = kernel.reads[0];
       launch.c = kernel.root;
       launches.push_back(launch);
-      continue;
+    } else {
+      launches.push_back(kernel_launch(kernel));
     }
-    launches.push_back(kernel_launch(kernel));
+    launches.back().kernel = index;
   }
   // An epilogue cuBLASLt cannot run is split again: the GEMM plain, the absorbed kernel back
   // in its place (compiled now).
@@ -109,7 +108,9 @@ std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion, const MemoryP
     } catch (const std::runtime_error&) {
     }
     gemm = gemm_launch(fusion.kernels[e.gemm], nullptr);
+    gemm.kernel = e.gemm;
     GpuLaunchStep launch = kernel_launch(fusion.kernels[e.absorbed]);
+    launch.kernel = e.absorbed;
     // Bias kernels follow their GEMM; a bias-gradient reduction may run right after it too
     // (its readers all come later).
     launches.insert(launches.begin() + static_cast<std::ptrdiff_t>(launch_of_kernel[e.gemm] + 1),

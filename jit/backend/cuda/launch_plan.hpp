@@ -17,6 +17,8 @@ namespace sinter {
 /// per input set.
 struct GpuLaunchStep {
   KernelKind kind = KernelKind::loop;
+  /// The fusion plan's kernel it runs (a GEMM that absorbed an epilogue: the GEMM).
+  std::size_t kernel = 0;
   cuda::FunctionHandle function = nullptr;
   GpuLaunch shape;
   std::vector<ValueId> argument_nodes; ///< outputs (root first), then reads
