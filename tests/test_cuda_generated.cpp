@@ -80,16 +80,24 @@ std::vector<F64Tensor> mlp_values(const Graph& g) {
   return values;
 }
 
+/// The MLP step's graph, its inputs and what the CPU backend computes from them.
+struct MlpCase {
+  Graph g = mlp_gradients(256);
+  std::vector<HostTensor> inputs = as_host(g, mlp_values(g));
+  std::vector<const HostTensor*> pointers;
+  std::vector<HostTensor> want;
+  MlpCase() {
+    for (const HostTensor& t : inputs)
+      pointers.push_back(&t);
+    want = CompiledGraph(g, std::nullopt, Backend::cpu).run(inputs);
+  }
+};
+
 TEST_CASE("cuda: an MLP's gradients match the CPU backend, also when replayed as a CUDA graph",
           "[cuda]") {
-  Graph g = mlp_gradients(256);
-  std::vector<F64Tensor> values = mlp_values(g);
-  std::vector<HostTensor> inputs = as_host(g, values);
-  std::vector<const HostTensor*> pointers;
-  for (const HostTensor& t : inputs)
-    pointers.push_back(&t);
-  CompiledGraph cpu(g, std::nullopt, Backend::cpu);
-  std::vector<HostTensor> want = cpu.run(inputs);
+  MlpCase mlp;
+  const Graph& g = mlp.g;
+  const auto& [inputs, pointers, want] = std::tie(mlp.inputs, mlp.pointers, mlp.want);
   GpuExecutable gpu(g, CudaDevice::get(0), gpu_cache());
   CHECK(gpu.report().kernels > 0);
   for (int run = 0; run < 4; ++run) { // runs 3 and 4 replay a CUDA graph
@@ -111,13 +119,9 @@ TEST_CASE("cuda: an MLP's gradients match the CPU backend, also when replayed as
 TEST_CASE("cuda: a profiled step times every launch by events, on the cuda stream track, against "
           "the GPU's measured peak",
           "[cuda]") {
-  Graph g = mlp_gradients(256);
-  std::vector<F64Tensor> values = mlp_values(g);
-  std::vector<HostTensor> inputs = as_host(g, values);
-  std::vector<const HostTensor*> pointers;
-  for (const HostTensor& t : inputs)
-    pointers.push_back(&t);
-  std::vector<HostTensor> want = CompiledGraph(g, std::nullopt, Backend::cpu).run(inputs);
+  MlpCase mlp;
+  const Graph& g = mlp.g;
+  const auto& [pointers, want] = std::tie(mlp.pointers, mlp.want);
   GpuExecutable gpu(g, CudaDevice::get(0), gpu_cache());
   testing::TempDir dir("sinter-cuda-profile");
   profile::start(dir.path, {.print = false});
