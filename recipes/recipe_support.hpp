@@ -97,12 +97,16 @@ public:
   explicit Progress(int64_t total, bool shown = true)
       : total_(total), tty_(isatty(2)), shown_(shown) {}
 
-  /// `extra` is shown before the ETA (e.g. "kept 0.334" while sifting).
-  void update(int64_t step, double loss, const std::string& extra = "") {
+  /// `loss()` and `extra()` (shown before the ETA, e.g. "kept 0.334" while sifting) are called
+  /// only when the line is printed: reading a GPU step's loss waits for the step.
+  template <class Loss, class Extra>
+  void update(int64_t step, const Loss& loss_of, const Extra& extra_of) {
     if (!shown_) return;
     auto now = std::chrono::steady_clock::now();
     double since_print = std::chrono::duration<double>(now - printed_).count();
     if (step < total_ && since_print < (tty_ ? 0.2 : 5.0)) return;
+    const double loss = loss_of();
+    const std::string extra = extra_of();
     printed_ = now;
     double elapsed = std::chrono::duration<double>(now - start_).count();
     double rate = step / std::max(elapsed, 1e-9);

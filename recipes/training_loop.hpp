@@ -283,6 +283,7 @@ run_training(const std::string& name, const Flags& flags, Model& model, Step& st
   Progress progress(total, leader());
   data::Batch b;
   LoopResult result;
+  LossHandle last_loss;
   int64_t start_step = step.steps();
   // --stop-after: this run ends early (the schedule still spans `total`), checkpointed.
   int64_t stop = total;
@@ -302,16 +303,19 @@ run_training(const std::string& name, const Flags& flags, Model& model, Step& st
       continue;
     }
     if (before_step) before_step(b, step.steps());
-    result.last_loss = step(b.examples, b.labels).loss.value();
-    std::string shown;
-    if (sifting || step.runtime().sifts_in_step()) {
-      double fraction = step.runtime().sift_counts().kept_fraction();
-      if constexpr (sifting) fraction = loader.rule().kept_fraction();
-      char kept[32];
-      std::snprintf(kept, sizeof kept, "kept %.3f", fraction);
-      shown = kept;
-    }
-    progress.update(step.steps(), result.last_loss, shown);
+    // The loss is read only when the progress line shows it: on a GPU a read waits for the
+    // step to finish, and the host could have queued the next one meanwhile.
+    last_loss = step(b.examples, b.labels).loss;
+    progress.update(
+        step.steps(), [&] { return last_loss.value(); },
+        [&] {
+          if (!sifting && !step.runtime().sifts_in_step()) return std::string();
+          double fraction = step.runtime().sift_counts().kept_fraction();
+          if constexpr (sifting) fraction = loader.rule().kept_fraction();
+          char kept[32];
+          std::snprintf(kept, sizeof kept, "kept %.3f", fraction);
+          return std::string(kept);
+        });
     if (writes && (save_now(step.steps(), loader) || step.steps() == stop)) {
       std::vector<std::pair<std::string, HostTensor>> state;
       if constexpr (sifting) state = loader.state();
@@ -325,6 +329,7 @@ run_training(const std::string& name, const Flags& flags, Model& model, Step& st
                       extra);
     }
   }
+  result.last_loss = last_loss.value();
   result.steps_run = step.steps() - start_step;
   result.seconds = progress.seconds();
   return result;

@@ -2,6 +2,7 @@
 // and gradients in f64, f32, bf16, f16), generated from the registry; plus step replay and device
 // errors
 #include "backend_check.hpp"
+#include "dsl/sinter.hpp"
 #include "op_test_registry.hpp"
 
 #include "jit/backend/cuda/gpu_executable.hpp"
@@ -10,8 +11,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <iterator>
+#include <random>
 
 namespace sinter::testing {
 namespace {
@@ -151,6 +155,50 @@ TEST_CASE("cuda: a profiled step times every launch by events, on the cuda strea
   std::ifstream trace(dir.path / "trace.json");
   std::string text((std::istreambuf_iterator<char>(trace)), std::istreambuf_iterator<char>());
   CHECK(text.find("\"cuda stream\"") != std::string::npos);
+}
+
+TEST_CASE("cuda: a loop that reads the loss after every step is called host-syncs; one that "
+          "reads it at the end is not",
+          "[cuda]") {
+  struct Restore {
+    Device was = default_device();
+    ~Restore() { set_default_device(was); }
+  } restore;
+  set_default_device(Device(Backend::cuda, 0));
+  auto profiled_loop = [](bool read_every_step) {
+    Init init(4);
+    Linear layer(32, 8, init);
+    auto step = compile_step(
+        layer, [](Linear& m, Var x, Var y) { return cross_entropy_loss(m(x), y); }, sgd{.lr = 0.1});
+    std::mt19937 rng(1);
+    std::normal_distribution<double> normal;
+    std::vector<double> xs(64 * 32), ys(64);
+    for (double& v : xs)
+      v = normal(rng);
+    for (std::size_t i = 0; i < ys.size(); ++i)
+      ys[i] = static_cast<double>(i % 8);
+    HostTensor x = HostTensor::from_doubles(DType::f32, {64, 32}, xs);
+    HostTensor y = HostTensor::from_doubles(DType::i32, {64}, ys);
+    testing::TempDir dir("sinter-cuda-syncs");
+    profile::start(dir.path, {.print = false});
+    LossHandle last;
+    for (int i = 0; i < 30; ++i) {
+      last = step(x, y).loss;
+      if (read_every_step) CHECK(std::isfinite(last.value()));
+    }
+    CHECK(std::isfinite(last.value()));
+    return profile::stop();
+  };
+  profile::Summary reading = profiled_loop(true);
+  INFO(reading.text());
+  CHECK(reading.device_reads >= 1.0);
+  CHECK(std::any_of(reading.verdicts.begin(), reading.verdicts.end(),
+                    [](const profile::Verdict& v) { return v.kind == "host-syncs"; }));
+  profile::Summary quiet = profiled_loop(false);
+  INFO(quiet.text());
+  CHECK(quiet.device_reads < 0.5);
+  CHECK(std::none_of(quiet.verdicts.begin(), quiet.verdicts.end(),
+                     [](const profile::Verdict& v) { return v.kind == "host-syncs"; }));
 }
 
 TEST_CASE("cuda: carried values stay on the GPU between runs and are fetched on access", "[cuda]") {

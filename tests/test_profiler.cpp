@@ -102,6 +102,9 @@ TEST_CASE("a profile splits each step into phases, names every kernel's model pa
     CHECK(k.info.path.starts_with("layers."));
     CHECK(k.info.flops > 0);
     CHECK(k.info.bytes > 0);
+    // The peak is at least what any GEMM reached: no GEMM beats it.
+    CHECK(k.achieved > 0);
+    CHECK(k.achieved <= 1.0 + 1e-9);
   }
   CHECK(gemms == 5); // two forward, three backward (the first layer's input needs none)
   auto role_count = [&](profile::Role role) {

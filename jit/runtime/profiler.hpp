@@ -119,6 +119,8 @@ struct Summary {
   std::vector<std::pair<std::string, double>> modules; ///< seconds per model path
   std::vector<double> cpu_use;                         ///< mean busy share per core
   int loader_threads = -1;                             ///< -1: no DataLoader seen
+  double device_reads = 0;        ///< device results the host read per counted step (GPU syncs)
+  double device_read_seconds = 0; ///< per counted step, the host's time in those reads
   std::vector<Verdict> verdicts;
   /// The printed summary: phases, top kernels, verdicts.
   std::string text() const;
@@ -204,6 +206,9 @@ private:
 /// The consumer waited for the data loader from `begin` to `end` (ns): counted in the next
 /// step's data phase.
 void data_wait(int64_t begin, int64_t end);
+/// The host read a device result (a GPU step's output, fetched on first access) from `begin`
+/// to `end` (ns): a sync with the device, counted per step for the host-syncs verdict.
+void device_read(int64_t begin, int64_t end);
 /// A loader thread filled a batch from `begin` to `end` (ns): traced on that thread's track.
 void loader_fill(int64_t begin, int64_t end, int64_t batch);
 /// A DataLoader with `threads` prefetch threads exists (the input-bound verdict names it).

@@ -137,12 +137,16 @@ Value sift_selection(Value losses, Value history, Value filled, Value uniforms, 
   if (k < 1 || k > b)
     throw std::invalid_argument("sinter: in-step sifting keeps between 1 and " + std::to_string(b) +
                                 " rows, not " + std::to_string(k));
-  // Percentiles: a [B, H] comparison of every loss with every recorded one.
-  Value valid = cast(less(iota(g, DType::f32, {h}, 0), broadcast_to(filled, {h})), DType::f32);
+  // Percentiles: a [B, H] comparison of every loss with every recorded one. The counts are
+  // summed in i32: exact, and an integer sum vectorises (a float sum must keep its order, one
+  // dependent add per element).
+  Value valid = less(iota(g, DType::f32, {h}, 0), broadcast_to(filled, {h}));
   Value l = broadcast_to(reshape(losses, {b, 1}), {b, h});
   Value r = broadcast_to(reshape(history, {1, h}), {b, h});
   Value v = broadcast_to(reshape(valid, {1, h}), {b, h});
-  Value below = sum((cast(less(r, l), DType::f32) + 0.5 * cast(equal(r, l), DType::f32)) * v, {1});
+  // Twice the count below: 2 for each recorded loss below, 1 for a tie.
+  Value twice = cast(less(r, l), DType::i32) * 2.0 + cast(equal(r, l), DType::i32);
+  Value below = cast(sum(where(v, twice, 0.0), {1}), DType::f32) * 0.5;
   Value any = greater(filled, scalar_like(filled, 0.0));
   Value percentile =
       where(broadcast_to(any, {b}),
@@ -155,13 +159,13 @@ Value sift_selection(Value losses, Value history, Value filled, Value uniforms, 
   Value kj = broadcast_to(reshape(key, {1, b}), {b, b}); // [i, j] = key_j
   Value row_i = iota(g, DType::i32, {b, b}, 0), row_j = iota(g, DType::i32, {b, b}, 1);
   Value ahead =
-      where(less(ki, kj), 1.0, where(equal(ki, kj), cast(less(row_j, row_i), DType::f32), 0.0));
-  Value rank = sum(cast(ahead, DType::f32), {1}); // [B]
+      where(less(ki, kj), 1.0, where(equal(ki, kj), cast(less(row_j, row_i), DType::i32), 0.0));
+  Value rank = sum(ahead, {1}); // [B], i32
   // Row index of each of the first k ranks: a [k, B] one-hot by rank, weighted by row number.
-  Value slot = iota(g, DType::f32, {k, b}, 0);
-  Value rows = iota(g, DType::f32, {k, b}, 1);
-  Value chosen = cast(equal(broadcast_to(reshape(rank, {1, b}), {k, b}), slot), DType::f32);
-  return cast(sum(chosen * rows, {1}), DType::i32);
+  Value slot = iota(g, DType::i32, {k, b}, 0);
+  Value rows = iota(g, DType::i32, {k, b}, 1);
+  Value chosen = equal(broadcast_to(reshape(rank, {1, b}), {k, b}), slot);
+  return sum(where(chosen, rows, 0.0), {1});
 }
 
 SiftingLoader::SiftingLoader(data::DataLoader& inner, PerSampleLoss loss, SiftOptions options)

@@ -58,7 +58,11 @@ public:
     preserved_ = true;
   }
   void fetch(std::span<std::byte> into) const override {
-    if (!preserved_) wait();
+    if (!preserved_) { // the host reads a result of a step that may still run: a sync
+      const int64_t asked = profile::now_ns();
+      wait();
+      profile::device_read(asked, profile::now_ns());
+    }
     const std::byte* from = preserved_ ? kept_.data() : pinned_;
     std::memcpy(into.data(), from, std::min(bytes_, into.size()));
   }
@@ -91,9 +95,11 @@ public:
                              "it; copy a tensor (HostTensor copies fetch) before the next step");
     device_.make_current();
     const cuda::Driver& d = device_.driver();
+    const int64_t asked = profile::now_ns();
     d.check(d.cuEventSynchronize(events_->finished), "cuEventSynchronize");
     d.check(d.cuMemcpyDtoH(into.data(), buffer_->get(), std::min(bytes_, into.size())),
             "cuMemcpyDtoH (fetching a GPU-resident value)");
+    profile::device_read(asked, profile::now_ns());
   }
 
 private:
