@@ -6,7 +6,8 @@
 
 namespace sinter {
 
-/// Writes `pieces` one after another to a fresh temporary file beside `file`, fsyncs it and
+/// Writes `pieces` one after another to a fresh temporary file beside `file` (named
+/// `.<file name>.tmp-<pid>-…`, so a folder's cleaner can spot one a crash left), fsyncs it and
 /// renames it over `file`: a crash or a full disk leaves any previous file as it was. Throws
 /// std::runtime_error naming `what` (`checkpoint`, or nothing), the file and the reason.
 void write_file_atomically(const std::filesystem::path& file,

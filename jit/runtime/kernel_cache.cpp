@@ -1,5 +1,6 @@
 // jit/runtime/kernel_cache.cpp — key hashing, the .sko entry format, atomic stores and validation
 #include "jit/runtime/kernel_cache.hpp"
+#include "jit/io/atomic_file.hpp"
 
 #include <algorithm>
 #include <array>
@@ -98,18 +99,6 @@ std::string validate_entry(std::span<const char> file, const CacheKey& key) {
   return {};
 }
 
-bool write_all(int fd, std::span<const char> bytes) {
-  while (!bytes.empty()) {
-    ssize_t n = ::write(fd, bytes.data(), bytes.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    bytes = bytes.subspan(static_cast<std::size_t>(n));
-  }
-  return true;
-}
-
 bool read_all(int fd, std::vector<char>& into) {
   std::size_t used = 0;
   for (;;) {
@@ -124,13 +113,6 @@ bool read_all(int fd, std::vector<char>& into) {
   }
   into.resize(used);
   return true;
-}
-
-void fsync_dir(const fs::path& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  ::fsync(fd); // best effort: the rename itself is already atomic
-  ::close(fd);
 }
 
 bool is_temp_name(const std::string& name) { return name.find(temp_marker) != std::string::npos; }
@@ -256,37 +238,16 @@ bool KernelCache::write_atomically(const fs::path& final_path, std::span<const c
     disable("cannot create it: " + ec.message());
     return false;
   }
-  fs::path temp;
-  int fd = -1;
-  for (int attempt = 0; fd < 0; ++attempt) {
-    KeyHasher suffix; // unique per process, call and moment; O_EXCL settles any collision
-    suffix.add(static_cast<std::uint64_t>(::getpid()));
-    suffix.add(temp_serial_.fetch_add(1, std::memory_order_relaxed));
-    suffix.add(static_cast<std::uint64_t>(
-        std::chrono::high_resolution_clock::now().time_since_epoch().count()));
-    temp = final_path;
-    temp += std::string(temp_marker) + std::to_string(::getpid()) + "-" +
-            suffix.finish().hex().substr(0, 12);
-    fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0 && (errno != EEXIST || attempt >= 16)) {
-      disable(std::strerror(errno));
-      return false;
-    }
-  }
-  bool ok = write_all(fd, header) && write_all(fd, payload) && ::fsync(fd) == 0;
-  int saved_errno = errno;
-  ok = (::close(fd) == 0) && ok;
-  if (ok && ::rename(temp.c_str(), final_path.c_str()) != 0) {
-    saved_errno = errno;
-    ok = false;
-  }
-  if (!ok) {
-    ::unlink(temp.c_str());
-    disable(std::strerror(saved_errno));
+  // The temporary file's name holds temp_marker, so clear() removes one a crash left behind.
+  const std::string_view pieces[] = {{header.data(), header.size()},
+                                     {payload.data(), payload.size()}};
+  try {
+    write_file_atomically(final_path, pieces);
+    return true;
+  } catch (const std::runtime_error& e) {
+    disable(e.what());
     return false;
   }
-  fsync_dir(dir_);
-  return true;
 }
 
 void KernelCache::store(const CacheKey& key, std::span<const char> object) {

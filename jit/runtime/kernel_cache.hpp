@@ -95,7 +95,6 @@ private:
   std::filesystem::path dir_;
   std::atomic<bool> disabled_{false};
   std::atomic<std::uint64_t> hits_{0}, misses_{0}, corrupt_{0}, compiled_{0};
-  std::atomic<std::uint64_t> temp_serial_{0};
 };
 
 } // namespace sinter
