@@ -1,7 +1,10 @@
-// jit/cli/main.cpp — the `sinter` command-line tool: op registry, host info and kernel cache
+// jit/cli/main.cpp — the `sinter` command-line tool: op registry, host info, kernel cache,
+// checkpoints and the Jupyter kernelspec
 #include "jit/backend/cpu/thread_pool.hpp"
 #include "jit/backend/cuda/cuda_driver.hpp"
 #include "jit/backend/cuda/nvptx_target.hpp"
+#include "jit/io/atomic_file.hpp"
+#include "jit/io/json.hpp"
 #include "jit/io/sharded_checkpoint.hpp"
 #include "jit/runtime/kernel_cache.hpp"
 #include "ops/registry.hpp"
@@ -14,7 +17,9 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,6 +37,9 @@ void print_usage(std::FILE* to) {
                    "  cache clear  remove every kernel cache entry\n"
                    "  checkpoint export INDEX OUT  write a checkpoint (one file, or a ZeRO index\n"
                    "             and its shard files) as one safetensors file of whole tensors\n"
+                   "  kernel install [--user | --prefix P]  install the Jupyter kernelspec\n"
+                   "             `sinter` (default /usr/local/share/jupyter; --user: your Jupyter\n"
+                   "             data dir; --prefix: P/share/jupyter), running sinter-kernel\n"
                    "  help       show this message\n");
 }
 
@@ -131,6 +139,59 @@ int run_checkpoint_command(int argc, char** argv) {
   return 0;
 }
 
+/// Jupyter's per-user data folder: $JUPYTER_DATA_DIR, else $XDG_DATA_HOME/jupyter, else
+/// ~/.local/share/jupyter.
+std::filesystem::path jupyter_user_dir() {
+  if (const char* dir = std::getenv("JUPYTER_DATA_DIR"); dir && *dir) return dir;
+  if (const char* xdg = std::getenv("XDG_DATA_HOME"); xdg && *xdg)
+    return std::filesystem::path(xdg) / "jupyter";
+  const char* home = std::getenv("HOME");
+  if (!home || !*home)
+    throw std::runtime_error("sinter: HOME is not set: give --prefix P for the kernelspec");
+  return std::filesystem::path(home) / ".local" / "share" / "jupyter";
+}
+
+int run_kernel_command(int argc, char** argv) {
+  auto usage = [] {
+    std::fprintf(stderr, "usage: sinter kernel install [--user | --prefix P]\n");
+    return 2;
+  };
+  if (argc < 3 || std::string_view(argv[2]) != "install") return usage();
+  std::filesystem::path data_dir = "/usr/local/share/jupyter";
+  for (int i = 3; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg == "--user") {
+      data_dir = jupyter_user_dir();
+    } else if (arg == "--prefix" && i + 1 < argc) {
+      data_dir = std::filesystem::path(argv[++i]) / "share" / "jupyter";
+    } else {
+      std::fprintf(stderr, "sinter: unknown kernel install option '%s'\n", argv[i]);
+      return usage();
+    }
+  }
+  // sinter-kernel is built and installed beside this program.
+  std::filesystem::path kernel =
+      std::filesystem::canonical("/proc/self/exe").parent_path() / "sinter-kernel";
+  if (!std::filesystem::exists(kernel)) {
+    std::fprintf(stderr,
+                 "sinter: %s does not exist: the kernel is built only when xeus-dev, "
+                 "libclang-19-dev and libclang-cpp19-dev are installed (docs/notebook.md)\n",
+                 kernel.c_str());
+    return 1;
+  }
+  std::filesystem::path dir = data_dir / "kernels" / "sinter";
+  std::filesystem::create_directories(dir);
+  std::string spec = "{\n  \"argv\": [";
+  sinter::json::append_quoted(spec, kernel.string());
+  spec += ", \"-f\", \"{connection_file}\"],\n"
+          "  \"display_name\": \"C++20 (sinter)\",\n"
+          "  \"language\": \"c++\",\n"
+          "  \"interrupt_mode\": \"signal\"\n}\n";
+  sinter::write_file_atomically(dir / "kernel.json", spec, "kernelspec");
+  std::printf("installed kernelspec sinter in %s\n", dir.c_str());
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -148,6 +209,7 @@ int main(int argc, char** argv) {
     if (command == "info") return print_info();
     if (command == "cache") return run_cache_command(argc, argv);
     if (command == "checkpoint") return run_checkpoint_command(argc, argv);
+    if (command == "kernel") return run_kernel_command(argc, argv);
   } catch (const std::exception& error) { // e.g. a bad SINTER_NUM_THREADS
     std::fprintf(stderr, "%s\n", error.what());
     return 1;

@@ -1,0 +1,47 @@
+// jit/notebook/cell_interpreter.hpp — runs notebook cells of C++ through clang's incremental
+// interpreter (clang-repl), with sinter's DSL loaded before the first cell
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sinter::notebook {
+
+/// The outcome of one cell.
+struct CellResult {
+  bool ok = true;
+  /// Failed: `compile error` (clang's diagnostics in `message`) or the C++ exception's type
+  /// name (`std::runtime_error`, `sinter::ShapeError`, …) with its what().
+  std::string error_name, message;
+};
+
+struct CellInterpreterOptions {
+  /// Where sinter's headers are (the folder holding dsl/) and its library.
+  std::string source_root, library;
+  /// Further compiler flags (-I, -D, …).
+  std::vector<std::string> flags;
+};
+
+/// One clang::Interpreter for a session. Cells run one at a time, each on the thread that
+/// calls run(). The constructor loads libsinter and includes "dsl/sinter.hpp" with
+/// `using namespace sinter;`, so the first cell starts with the DSL ready.
+class CellInterpreter {
+public:
+  explicit CellInterpreter(const CellInterpreterOptions& options);
+  ~CellInterpreter();
+  CellInterpreter(const CellInterpreter&) = delete;
+  CellInterpreter& operator=(const CellInterpreter&) = delete;
+
+  /// Runs a cell. A trailing expression (one without a closing `;`) is passed to
+  /// sinter::notebook::show_result, which hands it to the kernel to show.
+  CellResult run(std::string_view code);
+
+private:
+  CellResult run_part(std::string_view code);
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+} // namespace sinter::notebook

@@ -1,0 +1,324 @@
+// jit/notebook/kernel_main.cpp — sinter-kernel: a Jupyter kernel (xeus) whose cells are C++ run by
+// clang's incremental interpreter with sinter loaded
+#include "jit/notebook/cell_interpreter.hpp"
+#include "jit/notebook/display.hpp"
+#include "jit/notebook/tensor_display.hpp"
+
+#include <xeus/xeus_context.hpp>
+#include <xeus/xhelper.hpp>
+#include <xeus/xinterpreter.hpp>
+#include <xeus/xkernel.hpp>
+#include <xeus/xkernel_configuration.hpp>
+#include <xeus/xserver_zmq.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <poll.h>
+#include <string>
+#include <thread>
+#include <unistd.h>
+#include <utility>
+#include <vector>
+
+namespace nl = nlohmann;
+
+namespace sinter::notebook {
+namespace {
+
+/// A value a cell showed (display(x), or its trailing expression), waiting for the shell
+/// thread to publish it.
+struct Shown {
+  std::string text, html;
+  bool as_result = false;
+};
+std::mutex shown_mutex;
+std::vector<Shown> shown_queue;
+
+void queue_shown(Shown shown) {
+  // What the cell printed before it must reach the notebook first: out of stdio's buffers now.
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::lock_guard lock(shown_mutex);
+  shown_queue.push_back(std::move(shown));
+}
+
+std::vector<Shown> take_shown() {
+  std::lock_guard lock(shown_mutex);
+  return std::exchange(shown_queue, {});
+}
+
+/// Runs jobs one at a time on one long-lived thread, so every cell sees the same thread (its
+/// thread-locals, its stack) while the shell thread stays free to forward the cell's output.
+class CellThread {
+public:
+  CellThread() : thread_([this] { loop(); }) {}
+  ~CellThread() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  /// Starts `job`; finished() turns true when it has returned.
+  void start(std::function<void()> job) {
+    std::lock_guard lock(mutex_);
+    job_ = std::move(job);
+    done_ = false;
+    wake_.notify_all();
+  }
+  bool finished() const { return done_.load(); }
+
+private:
+  void loop() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [&] { return stopping_ || job_; });
+      if (stopping_) return;
+      std::function<void()> job = std::move(job_);
+      job_ = nullptr;
+      lock.unlock();
+      job();
+      done_ = true;
+      lock.lock();
+    }
+  }
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::function<void()> job_;
+  bool stopping_ = false;
+  std::atomic<bool> done_{true};
+  std::thread thread_;
+};
+
+/// While alive, file descriptors 1 and 2 write into pipes that pump() reads: C stdio, iostreams
+/// and sinter's own progress lines all reach the notebook.
+class OutputCapture {
+public:
+  OutputCapture() {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    for (int fd : {1, 2}) {
+      int ends[2];
+      if (::pipe2(ends, O_CLOEXEC) != 0) throw std::runtime_error("sinter-kernel: pipe failed");
+      Stream& s = streams_[fd - 1];
+      s.read = ends[0];
+      s.saved = ::dup(fd);
+      ::dup2(ends[1], fd);
+      ::close(ends[1]);
+    }
+  }
+  ~OutputCapture() { restore(); }
+
+  /// Forwards what has arrived (waiting up to `timeout_ms`) to `publish(name, text)`.
+  void pump(int timeout_ms, const std::function<void(const char*, const std::string&)>& publish) {
+    pollfd fds[2] = {{streams_[0].read, POLLIN, 0}, {streams_[1].read, POLLIN, 0}};
+    if (::poll(fds, 2, timeout_ms) <= 0) return;
+    for (int i = 0; i < 2; ++i)
+      if (fds[i].revents & (POLLIN | POLLHUP)) {
+        char buffer[8192];
+        ssize_t n = ::read(streams_[i].read, buffer, sizeof buffer);
+        if (n > 0)
+          publish(i == 0 ? "stdout" : "stderr", std::string(buffer, static_cast<std::size_t>(n)));
+      }
+  }
+  /// Puts the original descriptors back; what is still in the pipes is forwarded first.
+  void finish(const std::function<void(const char*, const std::string&)>& publish) {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    restore();
+    for (int i = 0; i < 2; ++i) {
+      char buffer[8192];
+      ssize_t n;
+      while ((n = ::read(streams_[i].read, buffer, sizeof buffer)) > 0)
+        publish(i == 0 ? "stdout" : "stderr", std::string(buffer, static_cast<std::size_t>(n)));
+    }
+  }
+
+private:
+  struct Stream {
+    int read = -1, saved = -1;
+  };
+  void restore() {
+    for (int fd : {1, 2}) {
+      Stream& s = streams_[fd - 1];
+      if (s.saved >= 0) {
+        ::dup2(s.saved, fd); // closes the pipe's write end: the reader sees its end
+        ::close(s.saved);
+        s.saved = -1;
+      }
+    }
+  }
+  Stream streams_[2];
+};
+
+class KernelInterpreter final : public xeus::xinterpreter {
+public:
+  explicit KernelInterpreter(CellInterpreterOptions options) : options_(std::move(options)) {}
+
+private:
+  void configure_impl() override {
+    // The DSL is included on the cell thread at once; the first cell waits for it.
+    cells_.start([this] {
+      try {
+        interpreter_ = std::make_unique<CellInterpreter>(options_);
+      } catch (const std::exception& e) {
+        startup_error_ = e.what();
+      }
+    });
+  }
+
+  nl::json execute_request_impl(int execution_counter, const std::string& code, bool silent,
+                                bool /*store_history*/, nl::json /*user_expressions*/,
+                                bool /*allow_stdin*/) override {
+    auto publish = [&](const char* name, const std::string& text) {
+      if (!silent) publish_stream(name, text);
+    };
+    while (!cells_.finished()) // the start-up include
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (!interpreter_) return error_reply("kernel start-up failed", startup_error_);
+    CellResult result;
+    std::optional<Shown> cell_result;
+    // Shown values go out in order with the streams: what is in the pipes first.
+    auto publish_shown = [&](OutputCapture& capture) {
+      std::vector<Shown> shown = take_shown();
+      if (shown.empty()) return;
+      capture.pump(0, publish);
+      for (Shown& v : shown) {
+        if (v.as_result) {
+          cell_result = std::move(v);
+          continue;
+        }
+        if (!silent) display_data(mime_bundle(v), nl::json::object(), nl::json::object());
+      }
+    };
+    {
+      OutputCapture capture;
+      cells_.start([&] { result = interpreter_->run(code); });
+      while (!cells_.finished()) {
+        capture.pump(20, publish);
+        publish_shown(capture);
+      }
+      capture.finish(publish);
+      publish_shown(capture);
+    }
+    if (!result.ok) return error_reply(result.error_name, result.message);
+    if (cell_result && !silent)
+      publish_execution_result(execution_counter, mime_bundle(*cell_result), nl::json::object());
+    nl::json reply;
+    reply["status"] = "ok";
+    reply["payload"] = nl::json::array();
+    reply["user_expressions"] = nl::json::object();
+    return reply;
+  }
+
+  static nl::json mime_bundle(const Shown& shown) {
+    nl::json data;
+    data["text/plain"] = shown.text;
+    if (!shown.html.empty()) data["text/html"] = shown.html;
+    return data;
+  }
+
+  nl::json error_reply(const std::string& name, const std::string& value) {
+    std::vector<std::string> traceback{name + ": " + value};
+    publish_execution_error(name, value, traceback);
+    nl::json reply;
+    reply["status"] = "error";
+    reply["ename"] = name;
+    reply["evalue"] = value;
+    reply["traceback"] = traceback;
+    return reply;
+  }
+
+  nl::json complete_request_impl(const std::string& /*code*/, int cursor_pos) override {
+    nl::json reply;
+    reply["status"] = "ok";
+    reply["matches"] = nl::json::array();
+    reply["cursor_start"] = cursor_pos;
+    reply["cursor_end"] = cursor_pos;
+    reply["metadata"] = nl::json::object();
+    return reply;
+  }
+
+  nl::json inspect_request_impl(const std::string&, int, int) override {
+    nl::json reply;
+    reply["status"] = "ok";
+    reply["found"] = false;
+    reply["data"] = nl::json::object();
+    reply["metadata"] = nl::json::object();
+    return reply;
+  }
+
+  nl::json is_complete_request_impl(const std::string&) override {
+    nl::json reply;
+    reply["status"] = "complete";
+    return reply;
+  }
+
+  nl::json kernel_info_request_impl() override {
+    nl::json info;
+    info["status"] = "ok";
+    info["implementation"] = "sinter";
+    info["implementation_version"] = SINTER_VERSION;
+    info["banner"] = "sinter " SINTER_VERSION ": C++20 cells on clang-repl, with dsl/sinter.hpp";
+    nl::json language;
+    language["name"] = "c++";
+    language["version"] = "20";
+    language["mimetype"] = "text/x-c++src";
+    language["file_extension"] = ".cpp";
+    language["codemirror_mode"] = "text/x-c++src";
+    info["language_info"] = language;
+    return info;
+  }
+
+  void shutdown_request_impl() override {}
+
+  CellInterpreterOptions options_;
+  std::unique_ptr<CellInterpreter> interpreter_;
+  std::string startup_error_;
+  CellThread cells_; // declared last: joined first, before the interpreter goes
+};
+
+} // namespace
+} // namespace sinter::notebook
+
+// The cells' way to the notebook (declared in jit/notebook/display.hpp; the executable exports
+// them so the interpreter's code links against them).
+extern "C" void sinter_notebook_show_text(const char* text, const char* html, bool as_result) {
+  sinter::notebook::queue_shown({text, html, as_result});
+}
+
+extern "C" void sinter_notebook_show_tensor(const sinter::HostTensor* tensor, bool as_result) {
+  sinter::notebook::queue_shown(
+      {sinter::notebook::tensor_text(*tensor), sinter::notebook::tensor_html(*tensor), as_result});
+}
+
+int main(int argc, char** argv) {
+  std::string connection_file;
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], "-f") == 0) connection_file = argv[i + 1];
+  if (connection_file.empty()) {
+    std::fprintf(stderr, "usage: sinter-kernel -f CONNECTION_FILE (Jupyter starts it; install "
+                         "its kernelspec with `sinter kernel install`)\n");
+    return 2;
+  }
+  sinter::notebook::CellInterpreterOptions options;
+  options.source_root = SINTER_SOURCE_ROOT;
+  options.library = SINTER_LIBRARY;
+  xeus::xconfiguration config = xeus::load_configuration(connection_file);
+  auto interpreter = std::make_unique<sinter::notebook::KernelInterpreter>(options);
+  xeus::xkernel kernel(config, xeus::get_user_name(), xeus::make_context<zmq::context_t>(),
+                       std::move(interpreter), xeus::make_xserver_zmq);
+  kernel.start();
+  // Cells' static objects live in JIT-ed code whose destructors need the interpreter: leave
+  // without running them (the session is over; nothing is left to save).
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(0);
+}

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""tests/notebook/check_kernel.py — drives sinter-kernel through jupyter_client as Jupyter does: kernelspec install, kernel_info, streams, displayed values, a compile error then a working cell, exceptions, restart and shutdown.
+
+Usage: check_kernel.py SINTER_EXE   (exit 0: every check passed; 1: the first failure is printed)
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+sinter_exe = sys.argv[1]
+prefix = tempfile.mkdtemp(prefix="sinter-kernelspec-")
+subprocess.run([sinter_exe, "kernel", "install", "--prefix", prefix], check=True)
+os.environ["JUPYTER_PATH"] = os.path.join(prefix, "share", "jupyter")
+
+from jupyter_client.manager import start_new_kernel  # noqa: E402  (after JUPYTER_PATH)
+
+
+def fail(message):
+    print("FAIL:", message)
+    sys.exit(1)
+
+
+def check(condition, message):
+    if not condition:
+        fail(message)
+
+
+def run(kc, code, timeout=120):
+    """Executes `code`; returns the reply's content and the cell's iopub outputs in order."""
+    msg_id = kc.execute(code)
+    outputs = []
+    while True:
+        msg = kc.get_iopub_msg(timeout=timeout)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        kind = msg["msg_type"]
+        if kind == "status" and msg["content"]["execution_state"] == "idle":
+            break
+        if kind in ("stream", "execute_result", "display_data", "error"):
+            outputs.append((kind, msg["content"]))
+    reply = kc.get_shell_msg(timeout=timeout)
+    check(reply["parent_header"]["msg_id"] == msg_id, "the shell reply answers another request")
+    return reply["content"], outputs
+
+
+def stream_text(outputs, name):
+    return "".join(c["text"] for kind, c in outputs if kind == "stream" and c["name"] == name)
+
+
+def result_data(outputs):
+    found = [c["data"] for kind, c in outputs if kind == "execute_result"]
+    return found[0] if found else None
+
+
+started = time.time()
+km, kc = start_new_kernel(kernel_name="sinter", startup_timeout=120)
+try:
+    kc.kernel_info()
+    info = kc.get_shell_msg(timeout=60)["content"]
+    check(info["implementation"] == "sinter", f"kernel_info names {info.get('implementation')}")
+    check(info["language_info"]["name"] == "c++", f"language_info: {info['language_info']}")
+
+    reply, outputs = run(kc, 'std::printf("hello %d\\n", 42);')
+    first = time.time() - started
+    check(reply["status"] == "ok", f"printf cell: {reply}")
+    check(stream_text(outputs, "stdout") == "hello 42\n", f"stdout stream: {outputs}")
+    print(f"kernel start to the first cell's result: {first:.2f} s")
+
+    reply, outputs = run(kc, 'std::cerr << "to stderr" << std::endl;')
+    check(stream_text(outputs, "stderr") == "to stderr\n", f"stderr stream: {outputs}")
+
+    reply, outputs = run(kc, "40 + 2")
+    data = result_data(outputs)
+    check(data is not None and data["text/plain"] == "42", f"trailing value: {outputs}")
+    reply, outputs = run(kc, "0.5 * 3")
+    check(result_data(outputs)["text/plain"] == "1.5", f"double value: {outputs}")
+    reply, outputs = run(kc, "int quiet = 7;")
+    check(result_data(outputs) is None, f"a statement with ';' shows nothing: {outputs}")
+
+    reply, outputs = run(kc, "auto t = HostTensor::from_doubles(DType::f32, {2, 3}, "
+                             "std::vector<double>{1, 2, 3, 4, 5, 6.5});\nt")
+    data = result_data(outputs)
+    check(data is not None, f"tensor display: {outputs}")
+    check(data["text/plain"].startswith("f32[2,3]") and "6.5" in data["text/plain"],
+          f"tensor text: {data['text/plain']!r}")
+    check("<table>" in data["text/html"] and data["text/html"].count("<tr>") == 2,
+          f"tensor html: {data['text/html']!r}")
+    reply, outputs = run(kc, "HostTensor::from_doubles(DType::i32, {100}, "
+                             "std::vector<double>(100, 1.0))")
+    text = result_data(outputs)["text/plain"]
+    check("…" in text and text.count(" 1") == 6, f"a long tensor is elided in the middle: {text!r}")
+
+    # A compile error: clang's diagnostics come back, and the kernel goes on.
+    reply, outputs = run(kc, "int broken = ;")
+    check(reply["status"] == "error" and reply["ename"] == "compile error",
+          f"compile error reply: {reply}")
+    check("expected expression" in reply["evalue"], f"diagnostics: {reply['evalue']!r}")
+    check(any(kind == "error" for kind, _ in outputs), "no error message on iopub")
+    reply, outputs = run(kc, "int twice(int x) { return 2 * x; }\ntwice(21)")
+    check(reply["status"] == "ok" and result_data(outputs)["text/plain"] == "42",
+          f"a working cell after the error: {reply} {outputs}")
+
+    # Exceptions become error replies, with the type and what().
+    reply, _ = run(kc, 'throw std::runtime_error("boom");')
+    check(reply["status"] == "error" and reply["ename"] == "std::runtime_error" and
+          reply["evalue"] == "boom", f"exception reply: {reply}")
+    reply, _ = run(kc, "HostTensor::from_doubles(DType::f32, {2, 2}, std::vector<double>{1.0});")
+    check(reply["status"] == "error" and reply["ename"].startswith("std::"),
+          f"sinter's error: {reply}")
+    reply, outputs = run(kc, "twice(quiet)")
+    check(result_data(outputs)["text/plain"] == "14", "state survives errors")
+
+    # Restart: a fresh session, without the earlier definitions.
+    km.restart_kernel(now=True)
+    kc.wait_for_ready(timeout=120)
+    reply, _ = run(kc, "twice(1)")
+    check(reply["status"] == "error" and "twice" in reply["evalue"],
+          f"after a restart the old definitions are gone: {reply}")
+    reply, outputs = run(kc, "1 + 1")
+    check(result_data(outputs)["text/plain"] == "2", "a cell after the restart")
+finally:
+    kc.stop_channels()
+    km.shutdown_kernel(now=False)
+check(not km.is_alive(), "the kernel is still alive after shutdown")
+print("all kernel checks passed")
