@@ -23,16 +23,15 @@ namespace sinter {
 namespace detail {
 
 // NOTE: scope() and full() run inside the user's traced function, which is handed Tensors but
-// no Graph. The tracer points this at the graph for the duration of one trace (restoring the
-// previous value, so traces nest); a trace runs on the thread that called the jit function, so
-// thread_local keeps concurrent traces on different threads apart.
-inline thread_local Graph* active_graph = nullptr;
+// no Graph. The tracer points active_trace_graph() (ops/value.hpp: a thread_local inside
+// libsinter, so code compiled by a notebook's interpreter shares it) at the graph for the
+// duration of one trace, restoring the previous value so traces nest.
 
 /// Makes `g` the graph being traced on this thread while it lives.
 class ActiveTrace {
 public:
-  explicit ActiveTrace(Graph& g) : previous_(std::exchange(active_graph, &g)) {}
-  ~ActiveTrace() { active_graph = previous_; }
+  explicit ActiveTrace(Graph& g) : previous_(std::exchange(active_trace_graph(), &g)) {}
+  ~ActiveTrace() { active_trace_graph() = previous_; }
   ActiveTrace(const ActiveTrace&) = delete;
   ActiveTrace& operator=(const ActiveTrace&) = delete;
 
@@ -41,6 +40,7 @@ private:
 };
 
 inline Graph& current_graph(std::string_view who) {
+  Graph* active_graph = active_trace_graph();
   if (!active_graph)
     throw std::logic_error("sinter: " + std::string(who) +
                            " is only valid inside a function traced by sinter::jit, "

@@ -116,6 +116,14 @@ Value scalar_like(Value x, double value) { return constant(*x.graph, value, x.dt
 Value zeros_like(Value x) { return constant(*x.graph, 0.0, x.dtype(), x.shape()); }
 Value ones_like(Value x) { return constant(*x.graph, 1.0, x.dtype(), x.shape()); }
 
+Graph*& active_trace_graph() {
+  // Defined here, not inline in a header: code JIT-compiled by a notebook's interpreter gets
+  // emulated TLS for an inline thread_local, which clang 19's incremental JIT cannot define
+  // twice, and which would not be libsinter's variable anyway.
+  thread_local Graph* graph = nullptr;
+  return graph;
+}
+
 Value iota(Graph& g, DType dtype, Shape shape, int64_t axis) {
   Node n;
   n.op = OpId::iota;

@@ -30,6 +30,10 @@ Value emit(OpId op, std::initializer_list<Value> operands, Attrs attrs = {});
 /// Same, naming the graph explicitly (needed by ops without operands: constant, iota).
 Value emit(Graph& graph, OpId op, std::span<const Value> operands, Attrs attrs = {});
 
+/// The graph a trace is building on this thread (nullptr: none). A trace runs on the thread
+/// that called the traced function, so concurrent traces on other threads stay apart.
+Graph*& active_trace_graph();
+
 Value input(Graph& g, std::string name, TensorType type);
 Value constant(Graph& g, double value, DType dtype, Shape shape = {});
 /// A rank-0 constant with x's dtype (broadcasts against x in elementwise ops).

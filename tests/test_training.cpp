@@ -68,6 +68,28 @@ TEST_CASE("a tiny MLP trains to near-zero loss on a fixed batch", "[training]") 
   CHECK(step.runtime().compilations() == 1);
 }
 
+TEST_CASE("an interrupt makes the next step throw Interrupted and change nothing; the step "
+          "then goes on",
+          "[training]") {
+  Regression model{Parameter(tensor(DType::f64, {2, 1}, {0.5, -0.5}))};
+  auto step = compile_step(model, regression_loss, sgd{.lr = 0.1});
+  auto [x, y] = four_samples();
+  step(x, y);
+  step(x, y);
+  const std::vector<double> before = model.w.value.to_doubles();
+  request_interrupt();
+  CHECK_THROWS_AS(step(x, y), Interrupted);
+  CHECK(step.steps() == 2);
+  CHECK(model.w.value.to_doubles() == before);
+  step(x, y); // taken once: the next call runs
+  CHECK(step.steps() == 3);
+  CHECK(model.w.value.to_doubles() != before);
+  request_interrupt();
+  clear_interrupt();
+  step(x, y); // a cleared request stops nothing
+  CHECK(step.steps() == 4);
+}
+
 TEST_CASE("SGD with momentum matches the update computed by hand", "[training]") {
   Regression model{Parameter(tensor(DType::f64, {2, 1}, {0.5, -1.0}))};
   auto step = compile_step(model, regression_loss, sgd{.lr = 0.1, .momentum = 0.9});

@@ -3,6 +3,7 @@
 #include "jit/notebook/cell_interpreter.hpp"
 #include "jit/notebook/display.hpp"
 #include "jit/notebook/tensor_display.hpp"
+#include "jit/runtime/interrupt.hpp"
 
 #include <xeus/xeus_context.hpp>
 #include <xeus/xhelper.hpp>
@@ -13,6 +14,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
@@ -20,6 +22,7 @@
 #include <mutex>
 #include <optional>
 #include <poll.h>
+#include <pthread.h>
 #include <string>
 #include <thread>
 #include <unistd.h>
@@ -183,6 +186,7 @@ private:
     while (!cells_.finished()) // the start-up include
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     if (!interpreter_) return error_reply("kernel start-up failed", startup_error_);
+    clear_interrupt(); // an interrupt sent while the kernel was idle is not this cell's
     CellResult result;
     std::optional<Shown> cell_result;
     // Shown values go out in order with the streams: what is in the pipes first.
@@ -311,6 +315,23 @@ int main(int argc, char** argv) {
   sinter::notebook::CellInterpreterOptions options;
   options.source_root = SINTER_SOURCE_ROOT;
   options.library = SINTER_LIBRARY;
+  // Jupyter interrupts by SIGINT (interrupt_mode "signal"): the cell's next training step
+  // throws sinter::Interrupted. The handler only sets a flag. Threads started after the mask
+  // below (xeus's, the cells') block SIGINT, so none of their system calls is cut short by it.
+  struct sigaction on_interrupt{};
+  on_interrupt.sa_handler = [](int) { sinter::request_interrupt(); };
+  on_interrupt.sa_flags = SA_RESTART;
+  sigemptyset(&on_interrupt.sa_mask);
+  sigaction(SIGINT, &on_interrupt, nullptr);
+  // One thread that surely takes it, whatever the libraries started before main().
+  std::thread([] {
+    for (;;)
+      ::pause();
+  }).detach();
+  sigset_t interrupt;
+  sigemptyset(&interrupt);
+  sigaddset(&interrupt, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &interrupt, nullptr);
   xeus::xconfiguration config = xeus::load_configuration(connection_file);
   auto interpreter = std::make_unique<sinter::notebook::KernelInterpreter>(options);
   xeus::xkernel kernel(config, xeus::get_user_name(), xeus::make_context<zmq::context_t>(),

@@ -807,6 +807,10 @@ const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> b
 }
 
 LossHandle TrainStep::operator()(std::span<const HostTensor> batch, double lr) {
+  if (take_interrupt())
+    throw Interrupted("sinter: interrupted before step " + std::to_string(steps_ + 1) +
+                      ": the model holds the weights after step " + std::to_string(steps_) +
+                      ", and calling the step again goes on from there");
   bool first_run = !by_batch_types_.contains(batch_key(batch));
   const Compiled& c = compiled_for(batch);
   last_ = &c;

@@ -1,6 +1,7 @@
 // jit/train/train_step.hpp — a whole training step (forward, backward, update) as one program
 #pragma once
 #include "jit/runtime/host_tensor.hpp"
+#include "jit/runtime/interrupt.hpp" // Interrupted, thrown by a step
 #include "jit/runtime/memory_plan.hpp"
 #include "jit/train/optimizer.hpp"
 #include "jit/train/sift.hpp"

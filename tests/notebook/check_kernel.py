@@ -112,6 +112,35 @@ try:
     reply, outputs = run(kc, "twice(quiet)")
     check(result_data(outputs)["text/plain"] == "14", "state survives errors")
 
+    # An interrupt stops a training loop between steps; the kernel and the model live on.
+    # (A named loss function: a variable whose type involves a cell's lambda is not visible
+    # to later cells, docs/notebook.md.)
+    reply, _ = run(kc, """struct Tiny { BOOST_HANA_DEFINE_STRUCT(Tiny, (Linear, layer)); };
+Var tiny_loss(Tiny& m, Var x, Var y) { return cross_entropy_mean(m.layer(x), y); }
+Init init(1);
+Tiny tiny{Linear(8, 2, init)};
+auto tiny_step = compile_step(tiny, tiny_loss, sgd{.lr = 0.1});
+auto xs = HostTensor::from_doubles(DType::f32, {4, 8}, std::vector<double>(32, 0.5));
+auto ys = HostTensor::from_doubles(DType::i32, {4}, std::vector<double>{0, 1, 0, 1});""")
+    check(reply["status"] == "ok", f"the model cell: {reply}")
+    msg_id = kc.execute('std::printf("training\\n"); std::fflush(stdout);\n'
+                        "for (long i = 0; i < 1000000000; ++i) tiny_step(xs, ys);")
+    while True:  # wait until the loop runs
+        msg = kc.get_iopub_msg(timeout=120)
+        if (msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "stream"
+                and "training" in msg["content"]["text"]):
+            break
+    time.sleep(1.0)
+    km.interrupt_kernel()
+    reply = kc.get_shell_msg(timeout=60)["content"]
+    check(reply["status"] == "error" and reply["ename"] == "sinter::Interrupted",
+          f"interrupted training: {reply}")
+    check("interrupted before step" in reply["evalue"], f"interrupt message: {reply['evalue']}")
+    reply, outputs = run(kc, "tiny_step.steps() > 10")
+    check(result_data(outputs)["text/plain"] == "true", f"steps ran before the interrupt: {outputs}")
+    reply, outputs = run(kc, "tiny_step(xs, ys).step > 0")
+    check(result_data(outputs)["text/plain"] == "true", "the step goes on after an interrupt")
+
     # Restart: a fresh session, without the earlier definitions.
     km.restart_kernel(now=True)
     kc.wait_for_ready(timeout=120)
