@@ -117,7 +117,11 @@ public:
       ::close(ends[1]);
     }
   }
-  ~OutputCapture() { restore(); }
+  ~OutputCapture() {
+    restore();
+    for (Stream& s : streams_)
+      if (s.read >= 0) ::close(s.read);
+  }
 
   /// Forwards what has arrived (waiting up to `timeout_ms`) to `publish(name, text)`.
   void pump(int timeout_ms, const std::function<void(const char*, const std::string&)>& publish) {
