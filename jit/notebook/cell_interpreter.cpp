@@ -1,6 +1,8 @@
 // jit/notebook/cell_interpreter.cpp — clang::Interpreter set up for sinter cells: diagnostics
 // captured per cell, exceptions caught, trailing values shown
 #include "jit/notebook/cell_interpreter.hpp"
+#include "jit/notebook/cell_source.hpp"
+#include "jit/notebook/redefinition.hpp"
 
 #include <clang/Basic/DiagnosticOptions.h>
 #include <clang/Frontend/CompilerInstance.h>
@@ -17,11 +19,39 @@
 
 namespace sinter::notebook {
 
+namespace {
+
+/// clang's text diagnostics for the cell's error reply, and the names its errors say are
+/// defined twice.
+class CellDiagnostics final : public clang::DiagnosticConsumer {
+public:
+  CellDiagnostics(llvm::raw_ostream& out, clang::DiagnosticOptions* options)
+      : printer_(out, options) {}
+  void BeginSourceFile(const clang::LangOptions& language,
+                       const clang::Preprocessor* preprocessor) override {
+    printer_.BeginSourceFile(language, preprocessor);
+  }
+  void EndSourceFile() override { printer_.EndSourceFile(); }
+  void HandleDiagnostic(clang::DiagnosticsEngine::Level level,
+                        const clang::Diagnostic& info) override {
+    clang::DiagnosticConsumer::HandleDiagnostic(level, info);
+    if (std::string name = redefined_name(info); !name.empty()) redefined.push_back(name);
+    printer_.HandleDiagnostic(level, info);
+  }
+  std::vector<std::string> redefined;
+
+private:
+  clang::TextDiagnosticPrinter printer_;
+};
+
+} // namespace
+
 struct CellInterpreter::State {
   std::string diagnostics;
   llvm::raw_string_ostream diagnostics_stream{diagnostics};
-  std::unique_ptr<clang::TextDiagnosticPrinter> printer;
+  std::unique_ptr<CellDiagnostics> printer;
   std::unique_ptr<clang::Interpreter> interpreter;
+  unsigned cells = 0; // run so far: names each cell's namespace
 };
 
 namespace {
@@ -44,69 +74,6 @@ std::string exception_type_name() {
   return out;
 }
 
-/// Where a cell's trailing expression starts: after the last `;`, `}` or preprocessor line at
-/// the top level (outside brackets, strings and comments), when something other than blanks
-/// and comments follows. Otherwise npos.
-std::size_t trailing_expression(std::string_view code) {
-  std::size_t boundary = 0, depth = 0, i = 0;
-  bool line_start = true;
-  for (; i < code.size(); ++i) {
-    char c = code[i];
-    if (line_start && c == '#' && depth == 0) { // a directive: to the end of its line
-      while (i < code.size() && code[i] != '\n')
-        i += code[i] == '\\' ? 2 : 1;
-      boundary = std::min(i, code.size());
-      continue;
-    }
-    if (c == '\n') {
-      line_start = true;
-      continue;
-    }
-    if (c != ' ' && c != '\t' && c != '\r') line_start = false;
-    if (c == '/' && i + 1 < code.size() && code[i + 1] == '/') {
-      while (i + 1 < code.size() && code[i + 1] != '\n')
-        ++i;
-    } else if (c == '/' && i + 1 < code.size() && code[i + 1] == '*') {
-      std::size_t end = code.find("*/", i + 2);
-      i = end == std::string_view::npos ? code.size() : end + 1;
-    } else if (c == 'R' && i + 1 < code.size() && code[i + 1] == '"') { // R"delim( ... )delim"
-      std::size_t open = code.find('(', i + 2);
-      if (open == std::string_view::npos) return std::string_view::npos;
-      std::string close = ")" + std::string(code.substr(i + 2, open - i - 2)) + "\"";
-      std::size_t end = code.find(close, open);
-      i = end == std::string_view::npos ? code.size() : end + close.size() - 1;
-    } else if (c == '"' || c == '\'') {
-      for (++i; i < code.size() && code[i] != c; ++i)
-        if (code[i] == '\\') ++i;
-    } else if (c == '(' || c == '[' || c == '{') {
-      ++depth;
-    } else if (c == ')' || c == ']' || c == '}') {
-      if (depth > 0) --depth;
-      if (c == '}' && depth == 0) boundary = i + 1;
-    } else if (c == ';' && depth == 0) {
-      boundary = i + 1;
-    }
-  }
-  // Only blanks and comments after the boundary: no trailing expression.
-  for (std::size_t j = boundary; j < code.size(); ++j) {
-    char c = code[j];
-    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') continue;
-    if (code.substr(j, 2) == "//") {
-      j = code.find('\n', j);
-      if (j == std::string_view::npos) return std::string_view::npos;
-      continue;
-    }
-    if (code.substr(j, 2) == "/*") {
-      j = code.find("*/", j);
-      if (j == std::string_view::npos) return std::string_view::npos;
-      ++j;
-      continue;
-    }
-    return boundary;
-  }
-  return std::string_view::npos;
-}
-
 } // namespace
 
 CellInterpreter::CellInterpreter(const CellInterpreterOptions& options)
@@ -121,6 +88,7 @@ CellInterpreter::CellInterpreter(const CellInterpreterOptions& options)
   std::vector<const char*> args;
   for (const std::string& f : flags)
     args.push_back(f.c_str());
+  enable_redefinition();
   clang::IncrementalCompilerBuilder builder;
   builder.SetCompilerArgs(args);
   auto compiler = builder.CreateCpp();
@@ -134,8 +102,8 @@ CellInterpreter::CellInterpreter(const CellInterpreterOptions& options)
   state_->interpreter = std::move(*interpreter);
   // Diagnostics go to a string per cell (they are the error reply), not to stderr.
   clang::CompilerInstance& ci = *state_->interpreter->getCompilerInstance();
-  state_->printer = std::make_unique<clang::TextDiagnosticPrinter>(state_->diagnostics_stream,
-                                                                   &ci.getDiagnosticOpts());
+  state_->printer =
+      std::make_unique<CellDiagnostics>(state_->diagnostics_stream, &ci.getDiagnosticOpts());
   state_->printer->BeginSourceFile(ci.getLangOpts(), &ci.getPreprocessor());
   ci.getDiagnostics().setClient(state_->printer.get(), /*ShouldOwnClient=*/false);
   if (llvm::Error e = state_->interpreter->LoadDynamicLibrary(options.library.c_str()))
@@ -152,12 +120,14 @@ CellInterpreter::CellInterpreter(const CellInterpreterOptions& options)
 CellInterpreter::~CellInterpreter() = default;
 
 CellResult CellInterpreter::run(std::string_view code) {
+  unsigned cell = state_->cells++;
   std::size_t tail = trailing_expression(code);
-  if (tail == std::string_view::npos) return run_part(code);
+  if (tail == std::string_view::npos) return run_part(wrap_declarations(code, cell));
   // The trailing expression is shown through show_result (jit/notebook/display.hpp): clang's own
   // value printing fails to link expressions that make temporaries in clang 19.
   if (tail > 0)
-    if (CellResult before = run_part(code.substr(0, tail)); !before.ok) return before;
+    if (CellResult before = run_part(wrap_declarations(code.substr(0, tail), cell)); !before.ok)
+      return before;
   std::string expression(code.substr(tail));
   CellResult shown = run_part("sinter::notebook::show_result((" + expression + "\n));");
   // Not an expression after all (a declaration missing its `;`, say): clang's own words on it.
@@ -166,8 +136,32 @@ CellResult CellInterpreter::run(std::string_view code) {
 }
 
 CellResult CellInterpreter::run_part(std::string_view code) {
+  clang::CompilerInstance& compiler = *state_->interpreter->getCompilerInstance();
+  begin_redefinitions();
+  CellResult result = run_once(code);
+  // An error that says an earlier cell's name is defined again (where hiding it as the cell
+  // was parsed came too late): hide the earlier definitions, then once more.
+  std::vector<std::string> redefined = std::exchange(state_->printer->redefined, {});
+  if (!result.ok && !redefined.empty()) {
+    bool hid = false;
+    for (const std::string& name : redefined)
+      hid |= hide_cell_declarations(compiler, name);
+    if (hid) {
+      state_->printer->clear();
+      result = run_once(code);
+    }
+  }
+  // A cell that did not compile or link leaves the earlier definitions as they were. (One
+  // that threw has run: what it defined stays.)
+  if (!result.ok && (result.error_name == "compile error" || result.error_name == "link error"))
+    undo_redefinitions(compiler);
+  return result;
+}
+
+CellResult CellInterpreter::run_once(std::string_view code) {
   CellResult result;
   state_->diagnostics.clear();
+  state_->printer->redefined.clear();
   try {
     if (llvm::Error e =
             state_->interpreter->ParseAndExecute(llvm::StringRef(code.data(), code.size()))) {
@@ -178,6 +172,7 @@ CellResult CellInterpreter::run_part(std::string_view code) {
       if (state_->diagnostics.empty()) {
         // Parsed but not linked (a symbol nothing defines): drop the cell's code, or every
         // later cell would fail on it too.
+        result.error_name = "link error";
         result.message = why;
         llvm::consumeError(state_->interpreter->Undo());
       } else {

@@ -40,6 +40,7 @@ public:
 
 private:
   CellResult run_part(std::string_view code);
+  CellResult run_once(std::string_view code);
   struct State;
   std::unique_ptr<State> state_;
 };

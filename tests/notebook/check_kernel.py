@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/notebook/check_kernel.py — drives sinter-kernel through jupyter_client as Jupyter does: kernelspec install, kernel_info, streams, displayed values, a compile error then a working cell, exceptions, restart and shutdown.
+"""tests/notebook/check_kernel.py — drives sinter-kernel through jupyter_client as Jupyter does: kernelspec install, kernel_info, streams, displayed values, a compile error then a working cell, exceptions, redefinition, an interrupt, restart and shutdown.
 
 Usage: check_kernel.py SINTER_EXE   (exit 0: every check passed; 1: the first failure is printed)
 """
@@ -112,9 +112,54 @@ try:
     reply, outputs = run(kc, "twice(quiet)")
     check(result_data(outputs)["text/plain"] == "14", "state survives errors")
 
+    # Redefinition: running a cell again with new definitions replaces the old ones.
+    reply, outputs = run(kc, "int twice(int x) { return 20 * x; }\ntwice(2)")
+    check(reply["status"] == "ok" and result_data(outputs)["text/plain"] == "40",
+          f"a redefined function: {reply} {outputs}")
+    reply, outputs = run(kc, "double twice(double x) { return x / 2; }\ntwice(3.0) + twice(1)")
+    check(result_data(outputs)["text/plain"] == "21.5", f"an overload stays beside: {outputs}")
+    reply, outputs = run(kc, "auto quiet = 2.5;\nquiet")
+    check(result_data(outputs)["text/plain"] == "2.5", f"a redefined variable: {outputs}")
+    model_cell = """struct Net {{ BOOST_HANA_DEFINE_STRUCT(Net, {layers}); }};
+Var net_loss(Net& m, Var x, Var y) {{ return cross_entropy_mean({forward}, y); }}
+Init net_init(3);
+Net net{{{make}}};
+auto net_step = compile_step(net, net_loss, sgd{{.lr = 0.1}});
+for_each_parameter(net, [](const std::string& name, Parameter&) {{ std::printf("%s ", name.c_str()); }});
+net_step(xs8, ys4).step"""
+    reply, _ = run(kc, "auto xs8 = HostTensor::from_doubles(DType::f32, {4, 8}, "
+                       "std::vector<double>(32, 0.5));\n"
+                       "auto ys4 = HostTensor::from_doubles(DType::i32, {4}, "
+                       "std::vector<double>{0, 1, 0, 1});")
+    reply, outputs = run(kc, model_cell.format(layers="(Linear, a)", forward="m.a(x)",
+                                               make="Linear(8, 2, net_init)"))
+    check(reply["status"] == "ok" and "a.weight a.bias" in stream_text(outputs, "stdout"),
+          f"the first model: {reply} {outputs}")
+    reply, _ = run(kc, "Net first_net = net;")
+    reply, outputs = run(kc, model_cell.format(
+        layers="(Linear, a), (Linear, b)", forward="m.b(relu(m.a(x)))",
+        make="Linear(8, 16, net_init), Linear(16, 2, net_init)"))
+    check(reply["status"] == "ok" and "b.weight" in stream_text(outputs, "stdout") and
+          result_data(outputs)["text/plain"] == "1",
+          f"the model redefined with a second layer trains from step 1: {reply} {outputs}")
+    reply, outputs = run(kc, "int layers = 0;\nfor_each_parameter(first_net, [&](const "
+                             "std::string&, Parameter&) { ++layers; });\nlayers")
+    check(result_data(outputs)["text/plain"] == "2",
+          f"an object of the old struct keeps its type: {reply} {outputs}")
+    # A failed cell changes nothing: the last good definition stays.
+    reply, _ = run(kc, "int twice(int x) { return x + ; }")
+    check(reply["status"] == "error", "a broken redefinition fails")
+    reply, outputs = run(kc, "twice(2)")
+    check(result_data(outputs)["text/plain"] == "40", f"the last good twice stays: {outputs}")
+    # A step over a lambda at a cell's top level works from later cells.
+    reply, _ = run(kc, "auto lambda_step = compile_step(net, [](Net& m, Var x, Var y) { "
+                       "return cross_entropy_mean(m.b(relu(m.a(x))), y); }, sgd{.lr = 0.1});")
+    check(reply["status"] == "ok", f"a lambda step: {reply}")
+    reply, outputs = run(kc, "lambda_step(xs8, ys4);\nlambda_step(xs8, ys4).step")
+    check(reply["status"] == "ok" and result_data(outputs)["text/plain"] == "2",
+          f"a lambda step from a later cell: {reply} {outputs}")
+
     # An interrupt stops a training loop between steps; the kernel and the model live on.
-    # (A named loss function: a variable whose type involves a cell's lambda is not visible
-    # to later cells, docs/notebook.md.)
     reply, _ = run(kc, """struct Tiny { BOOST_HANA_DEFINE_STRUCT(Tiny, (Linear, layer)); };
 Var tiny_loss(Tiny& m, Var x, Var y) { return cross_entropy_mean(m.layer(x), y); }
 Init init(1);

@@ -1,0 +1,325 @@
+// jit/notebook/cell_source.cpp — the cell splitter, the declaration classifier and the wrapping
+// of declarations in per-cell inline namespaces
+#include "jit/notebook/cell_source.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+
+namespace sinter::notebook {
+namespace {
+
+/// Whether `rest` (what follows a `}`) goes on with an expression: `Model{}.forward(x)`,
+/// `Point{1, 2} + offset`. Then that `}` closed a braced initialiser, not a statement.
+bool continues_expression(std::string_view rest) {
+  std::size_t next = rest.find_first_not_of(" \t\r\n");
+  if (next == std::string_view::npos) return false;
+  if (rest.substr(next, 2) == "->") return true;
+  return std::string_view(".[()+/%|^<>=?,").find(rest[next]) != std::string_view::npos;
+}
+
+/// Offset just past a comment, string or character literal starting at `i`, or `i` itself
+/// when none starts there.
+std::size_t skip_literal_or_comment(std::string_view code, std::size_t i) {
+  char c = code[i];
+  auto next = [&](std::size_t k) { return k < code.size() ? code[k] : '\0'; };
+  if (c == '/' && next(i + 1) == '/') {
+    std::size_t end = code.find('\n', i);
+    return end == std::string_view::npos ? code.size() : end;
+  }
+  if (c == '/' && next(i + 1) == '*') {
+    std::size_t end = code.find("*/", i + 2);
+    return end == std::string_view::npos ? code.size() : end + 2;
+  }
+  if (c == 'R' && next(i + 1) == '"' &&
+      (i == 0 || !(std::isalnum(static_cast<unsigned char>(code[i - 1])) || code[i - 1] == '_'))) {
+    std::size_t open = code.find('(', i + 2);
+    if (open == std::string_view::npos) return code.size();
+    std::string close = ")" + std::string(code.substr(i + 2, open - i - 2)) + "\"";
+    std::size_t end = code.find(close, open);
+    return end == std::string_view::npos ? code.size() : end + close.size();
+  }
+  if (c == '"' || c == '\'') {
+    std::size_t k = i + 1;
+    for (; k < code.size() && code[k] != c; ++k)
+      if (code[k] == '\\') ++k;
+    return std::min(k + 1, code.size());
+  }
+  return i;
+}
+
+bool is_blank(std::string_view text) {
+  for (std::size_t i = 0; i < text.size();) {
+    std::size_t past = skip_literal_or_comment(text, i);
+    if (past != i && text[i] == '/') {
+      i = past;
+      continue;
+    }
+    if (!std::isspace(static_cast<unsigned char>(text[i]))) return false;
+    ++i;
+  }
+  return true;
+}
+
+/// The cell's tokens, simplified: identifiers and keywords, `::`, `->`, `&&`, or one
+/// punctuation character. Comments are skipped; a literal is one token `"`.
+std::vector<std::string_view> tokens(std::string_view code, std::size_t limit) {
+  std::vector<std::string_view> out;
+  for (std::size_t i = 0; i < code.size() && out.size() < limit;) {
+    unsigned char c = static_cast<unsigned char>(code[i]);
+    if (std::isspace(c)) {
+      ++i;
+      continue;
+    }
+    if (std::size_t past = skip_literal_or_comment(code, i); past != i) {
+      if (code[i] != '/') out.push_back("\"");
+      i = past;
+      continue;
+    }
+    if (std::isalpha(c) || c == '_') {
+      std::size_t k = i;
+      while (k < code.size() &&
+             (std::isalnum(static_cast<unsigned char>(code[k])) || code[k] == '_'))
+        ++k;
+      out.push_back(code.substr(i, k - i));
+      i = k;
+      continue;
+    }
+    std::string_view two = code.substr(i, 2);
+    if (two == "::" || two == "->" || two == "&&" || two == "[[") {
+      out.push_back(two);
+      i += 2;
+      continue;
+    }
+    out.push_back(code.substr(i, 1));
+    ++i;
+  }
+  return out;
+}
+
+bool is_identifier(std::string_view token) {
+  return !token.empty() && (std::isalpha(static_cast<unsigned char>(token[0])) || token[0] == '_');
+}
+
+template <std::size_t N>
+bool one_of(std::string_view token, const std::array<std::string_view, N>& words) {
+  return std::find(words.begin(), words.end(), token) != words.end();
+}
+
+constexpr std::array<std::string_view, 20> statement_keywords{
+    "if",       "for",  "while",   "do",    "switch",   "return", "break",
+    "continue", "goto", "try",     "throw", "delete",   "new",    "co_return",
+    "co_await", "case", "default", "else",  "co_yield", "this"};
+constexpr std::array<std::string_view, 22> declaration_keywords{
+    "struct",   "class",    "union",        "enum",      "typedef",   "static_assert",
+    "inline",   "static",   "constexpr",    "consteval", "constinit", "const",
+    "volatile", "auto",     "thread_local", "alignas",   "void",      "bool",
+    "char",     "decltype", "concept",      "mutable"};
+constexpr std::array<std::string_view, 12> builtin_types{
+    "int",      "short",   "long",    "float",    "double",   "signed",
+    "unsigned", "wchar_t", "char8_t", "char16_t", "char32_t", "size_t"};
+
+} // namespace
+
+std::vector<CellChunk> split_cell(std::string_view code) {
+  std::vector<CellChunk> chunks;
+  std::size_t begin = 0, depth = 0;
+  bool line_start = true;
+  auto cut = [&](std::size_t end, bool directive, bool terminated = true) {
+    chunks.push_back({begin, end, directive, terminated});
+    begin = end;
+  };
+  for (std::size_t i = 0; i < code.size();) {
+    char c = code[i];
+    if (line_start && c == '#' && depth == 0) { // a directive: to the end of its line
+      std::size_t k = i;
+      while (k < code.size() && code[k] != '\n')
+        k += code[k] == '\\' ? 2 : 1;
+      k = std::min(k, code.size());
+      cut(k, true);
+      i = k;
+      continue;
+    }
+    if (c == '\n') {
+      line_start = true;
+      ++i;
+      continue;
+    }
+    if (c != ' ' && c != '\t' && c != '\r') line_start = false;
+    if (std::size_t past = skip_literal_or_comment(code, i); past != i) {
+      i = past;
+      continue;
+    }
+    if (c == '(' || c == '[' || c == '{') {
+      ++depth;
+    } else if (c == ')' || c == ']' || c == '}') {
+      if (depth > 0) --depth;
+      if (c == '}' && depth == 0 && !continues_expression(code.substr(i + 1))) {
+        // `struct S { … };`, `auto f = [] { … };`: the chunk ends at the `;` after the brace.
+        std::size_t next = code.find_first_not_of(" \t\r\n", i + 1);
+        if (next == std::string_view::npos || code[next] != ';') cut(i + 1, false);
+      }
+    } else if (c == ';' && depth == 0) {
+      cut(i + 1, false);
+    }
+    ++i;
+  }
+  if (begin < code.size()) cut(code.size(), false, false);
+  return chunks;
+}
+
+std::size_t trailing_expression(std::string_view code) {
+  std::vector<CellChunk> chunks = split_cell(code);
+  if (chunks.empty()) return std::string_view::npos;
+  const CellChunk& last = chunks.back();
+  if (last.directive || last.terminated || is_blank(code.substr(last.begin, last.end - last.begin)))
+    return std::string_view::npos;
+  return last.begin;
+}
+
+bool is_redefinable_declaration(std::string_view chunk) {
+  std::vector<std::string_view> t = tokens(chunk, 64);
+  if (t.empty()) return false;
+  std::size_t i = 0;
+  while (i < t.size() && t[i] == "[[") { // attributes
+    int depth = 1;
+    for (++i; i < t.size() && depth > 0; ++i)
+      depth += t[i] == "[" ? 1 : t[i] == "]" ? -1 : 0;
+    ++i; // the second `]`
+  }
+  if (i >= t.size()) return false;
+  std::string_view first = t[i];
+  if (one_of(first, statement_keywords)) return false;
+  if (first == "using") // `using X = …;` is an alias; `using namespace`/`using a::b;` are not
+    return i + 2 < t.size() && is_identifier(t[i + 1]) && t[i + 1] != "namespace" &&
+           t[i + 2] == "=";
+  if (first == "namespace" || first == "extern" || first == "export" || first == "module" ||
+      first == "import" || first == "friend" || first == "operator")
+    return false;
+  if (first == "template") // not `template <>` (a specialisation) or `template class X<int>;`
+    return i + 2 < t.size() && t[i + 1] == "<" && t[i + 2] != ">";
+  // A qualified declarator (`int Model::size() const {…}`, `Model::Model() {}`) defines a
+  // member of a class that lives where it was declared: the name before the first `(`, `=`,
+  // `{` or `;` outside template arguments follows a `::`.
+  int angle = 0;
+  for (std::size_t k = i; k < t.size(); ++k) {
+    if (t[k] == "<") ++angle;
+    if (t[k] == ">" && angle > 0) --angle;
+    if (angle == 0 && (t[k] == "(" || t[k] == "=" || t[k] == "{" || t[k] == ";")) {
+      if (k >= 2 && t[k - 2] == "::") return false;
+      break;
+    }
+  }
+  if (one_of(first, declaration_keywords) || one_of(first, builtin_types)) return true;
+  if (!is_identifier(first)) return false; // `*p = 1;`, `++i;`, `(void)f();`
+  // A type name: `a::b<…>::c`, then `*`, `&`, `&&`, `const`; then a declarator identifier.
+  std::size_t k = i;
+  for (;;) {
+    if (k >= t.size() || !is_identifier(t[k])) return false;
+    ++k;
+    if (k < t.size() && t[k] == "<") { // template arguments, balanced
+      int angle = 0;
+      for (; k < t.size(); ++k) {
+        if (t[k] == "<") ++angle;
+        if (t[k] == ">" && --angle == 0) break;
+        if (t[k] == ";" || t[k] == "{") return false; // `a < b;`: a comparison
+      }
+      if (k >= t.size()) return false;
+      ++k;
+    }
+    if (k < t.size() && t[k] == "::") {
+      ++k;
+      continue;
+    }
+    break;
+  }
+  while (k < t.size() && (t[k] == "*" || t[k] == "&" || t[k] == "&&" || t[k] == "const"))
+    ++k;
+  if (k >= t.size() || !is_identifier(t[k]) || one_of(t[k], statement_keywords)) return false;
+  return k + 1 >= t.size() || t[k + 1] != "::"; // not `Var Model::forward(…)`
+}
+
+bool is_variable_definition(std::string_view chunk) {
+  if (!is_redefinable_declaration(chunk)) return false;
+  std::vector<std::string_view> t = tokens(chunk, 64);
+  constexpr std::array<std::string_view, 16> not_variables{
+      "static", "extern", "inline", "thread_local",  "template", "typedef",   "using", "struct",
+      "class",  "union",  "enum",   "static_assert", "concept",  "constinit", "[[",    "friend"};
+  if (t.empty() || one_of(t[0], not_variables)) return false;
+  // The first `(`, `=`, `{` or `;` outside template arguments: `=` or `;` ends a variable's
+  // declarator, and so does `{` right after a name (`Model model{…}`); `(` may start a
+  // function's parameters (`Init init(1);` stays as it is).
+  int angle = 0;
+  for (std::size_t k = 0; k < t.size(); ++k) {
+    if (t[k] == "<") ++angle;
+    if (t[k] == ">" && angle > 0) --angle;
+    if (angle > 0) continue;
+    if (t[k] == "=" || t[k] == ";") return k >= 2 && is_identifier(t[k - 1]);
+    if (t[k] == "{") return k >= 2 && is_identifier(t[k - 1]) && t[k - 1] != "const";
+    if (t[k] == "(" || t[k] == "[") return false;
+  }
+  return false;
+}
+
+std::string wrap_declarations(std::string_view code, unsigned cell) {
+  std::vector<CellChunk> chunks = split_cell(code);
+  std::string out;
+  out.reserve(code.size() + 128);
+  auto line_of = [&](std::size_t offset) {
+    return 1 + static_cast<std::size_t>(std::count(code.begin(), code.begin() + offset, '\n'));
+  };
+  const std::string open = "inline namespace __sinter_cell_" + std::to_string(cell) + " {\n";
+  bool inside = false;
+  for (const CellChunk& chunk : chunks) {
+    std::string_view text = code.substr(chunk.begin, chunk.end - chunk.begin);
+    bool wrap = !chunk.directive && is_redefinable_declaration(text);
+    if (wrap && !inside) {
+      if (!out.empty() && out.back() != '\n') out += '\n';
+      out += open;
+      out += "#line " + std::to_string(line_of(chunk.begin)) + "\n";
+      // The chunk's own first line keeps its columns: what went before it on that line is
+      // kept as blanks.
+      std::size_t line_begin = code.rfind('\n', chunk.begin == 0 ? 0 : chunk.begin - 1);
+      line_begin = line_begin == std::string_view::npos || chunk.begin == 0 ? 0 : line_begin + 1;
+      if (chunk.begin > line_begin && code[chunk.begin] != '\n')
+        out.append(chunk.begin - line_begin, ' ');
+      inside = true;
+    } else if (!wrap && inside) {
+      out += "\n}\n#line " + std::to_string(line_of(chunk.begin)) + "\n";
+      std::size_t line_begin = code.rfind('\n', chunk.begin - 1);
+      line_begin = line_begin == std::string_view::npos ? 0 : line_begin + 1;
+      if (chunk.begin > line_begin && code[chunk.begin] != '\n')
+        out.append(chunk.begin - line_begin, ' ');
+      inside = false;
+    }
+    if (wrap && is_variable_definition(text)) {
+      // `inline`: a variable whose type involves a lambda (`auto step = compile_step(model,
+      // [](…) {…}, …)`) then has a name later cells link to; without it each cell would get a
+      // copy of its own, never initialised. Put on a line of its own, the columns stay.
+      std::size_t first = chunk.begin;
+      while (first < chunk.end) {
+        std::size_t past = skip_literal_or_comment(code, first);
+        if (past != first && code[first] == '/') {
+          first = past;
+        } else if (std::isspace(static_cast<unsigned char>(code[first]))) {
+          ++first;
+        } else {
+          break;
+        }
+      }
+      std::size_t line_begin = code.rfind('\n', first == 0 ? 0 : first - 1);
+      line_begin = line_begin == std::string_view::npos || first == 0 ? 0 : line_begin + 1;
+      out += code.substr(chunk.begin, std::max(line_begin, chunk.begin) - chunk.begin);
+      if (!out.empty() && out.back() != '\n') out += '\n';
+      out += "inline\n#line " + std::to_string(line_of(first)) + "\n";
+      out.append(first - line_begin, ' ');
+      out += code.substr(first, chunk.end - first);
+      continue;
+    }
+    out += text;
+  }
+  if (inside) out += "\n}\n";
+  return out;
+}
+
+} // namespace sinter::notebook
