@@ -24,6 +24,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <string>
+#include <sys/syscall.h>
 #include <thread>
 #include <unistd.h>
 #include <utility>
@@ -56,6 +57,51 @@ std::vector<Shown> take_shown() {
   return std::exchange(shown_queue, {});
 }
 
+/// A crash in a cell: the signal (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) that stopped the
+/// thread it hit, or 0. The thread sleeps in the handler; the shell thread reports the crash as
+/// the cell's error and the kernel exits, for Jupyter to restart it.
+std::atomic<int> crash_signal{0};
+pid_t main_thread_id = 0;
+
+extern "C" void on_crash(int signal) {
+  // The thread serving Jupyter cannot report its own crash: die as the signal would have.
+  if (static_cast<pid_t>(::syscall(SYS_gettid)) == main_thread_id) {
+    ::signal(signal, SIG_DFL);
+    ::raise(signal);
+    return;
+  }
+  int none = 0;
+  crash_signal.compare_exchange_strong(none, signal);
+  ::alarm(10); // should reporting hang on a lock the crash left held, SIGALRM ends the kernel
+  for (;;)
+    ::pause();
+}
+
+std::string crash_message(int signal) {
+  const char* name = signal == SIGSEGV   ? "SIGSEGV (segmentation fault: a bad or null pointer, "
+                                           "a use after free, an index out of range, or a stack "
+                                           "overflow)"
+                     : signal == SIGBUS  ? "SIGBUS (bus error: a bad memory access)"
+                     : signal == SIGFPE  ? "SIGFPE (an integer division by zero)"
+                     : signal == SIGILL  ? "SIGILL (an illegal instruction)"
+                     : signal == SIGABRT ? "SIGABRT (abort: a failed assert, std::terminate, or a "
+                                           "C++ exception thrown where none may be)"
+                                         : "a fatal signal";
+  return std::string("the cell crashed with ") + name +
+         ". The kernel exits and Jupyter restarts it: every definition and variable of this "
+         "session is lost. What the cell printed before the crash is above.";
+}
+
+void install_crash_handlers() {
+  main_thread_id = static_cast<pid_t>(::syscall(SYS_gettid));
+  struct sigaction on_fatal{};
+  on_fatal.sa_handler = on_crash;
+  on_fatal.sa_flags = SA_ONSTACK; // a stack overflow leaves no stack but the alternate one
+  sigemptyset(&on_fatal.sa_mask);
+  for (int signal : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT})
+    sigaction(signal, &on_fatal, nullptr);
+}
+
 /// Runs jobs one at a time on one long-lived thread, so every cell sees the same thread (its
 /// thread-locals, its stack) while the shell thread stays free to forward the cell's output.
 class CellThread {
@@ -80,6 +126,13 @@ public:
 
 private:
   void loop() {
+    // A cell that recurses without end overflows this thread's stack: the crash handler then
+    // runs on this one.
+    static thread_local std::vector<char> alternate_stack(1 << 16);
+    stack_t alternate{};
+    alternate.ss_sp = alternate_stack.data();
+    alternate.ss_size = alternate_stack.size();
+    ::sigaltstack(&alternate, nullptr);
     std::unique_lock lock(mutex_);
     for (;;) {
       wake_.wait(lock, [&] { return stopping_ || job_; });
@@ -209,12 +262,22 @@ private:
     {
       OutputCapture capture;
       cells_.start([&] { result = interpreter_->run(code); });
-      while (!cells_.finished()) {
+      while (!cells_.finished() && crash_signal == 0) {
         capture.pump(20, publish);
         publish_shown(capture);
       }
       capture.finish(publish);
       publish_shown(capture);
+    }
+    if (int signal = crash_signal.load()) {
+      std::string message = crash_message(signal);
+      std::fprintf(stderr, "sinter-kernel: %s\n", message.c_str());
+      // Exit once the reply is out; Jupyter sees the kernel die and restarts it.
+      std::thread([] {
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+        std::_Exit(70);
+      }).detach();
+      return error_reply("crash", message);
     }
     if (!result.ok) return error_reply(result.error_name, result.message);
     if (cell_result && !silent)
@@ -322,6 +385,7 @@ int main(int argc, char** argv) {
   // Jupyter interrupts by SIGINT (interrupt_mode "signal"): the cell's next training step
   // throws sinter::Interrupted. The handler only sets a flag. Threads started after the mask
   // below (xeus's, the cells') block SIGINT, so none of their system calls is cut short by it.
+  sinter::notebook::install_crash_handlers();
   struct sigaction on_interrupt{};
   on_interrupt.sa_handler = [](int) { sinter::request_interrupt(); };
   on_interrupt.sa_flags = SA_RESTART;

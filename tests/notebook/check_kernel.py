@@ -186,6 +186,35 @@ auto ys = HostTensor::from_doubles(DType::i32, {4}, std::vector<double>{0, 1, 0,
     reply, outputs = run(kc, "tiny_step(xs, ys).step > 0")
     check(result_data(outputs)["text/plain"] == "true", "the step goes on after an interrupt")
 
+    # A crash (a null pointer written through) is the cell's error, with a clear message;
+    # then the kernel exits, and Jupyter restarts it.
+    reply, outputs = run(kc, 'std::printf("before the crash\\n");\nint* nowhere = nullptr;\n'
+                             '*nowhere = 1;')
+    check(reply["status"] == "error" and reply["ename"] == "crash" and
+          "SIGSEGV" in reply["evalue"] and "restarts" in reply["evalue"],
+          f"crash reply: {reply}")
+    check(stream_text(outputs, "stdout") == "before the crash\n",
+          f"what the cell printed before the crash: {outputs}")
+    deadline = time.time() + 15
+    while km.is_alive() and time.time() < deadline:
+        time.sleep(0.1)
+    check(not km.is_alive(), "the kernel did not exit after a crash")
+    km.restart_kernel(now=True)
+    kc.wait_for_ready(timeout=120)
+    reply, outputs = run(kc, "int after_crash = 5;\nafter_crash")
+    check(result_data(outputs)["text/plain"] == "5", f"a cell after the crash: {outputs}")
+    reply, _ = run(kc, "int recurse(int n) { return n == 0 ? 0 : 1 + recurse(n + 1); }\n"
+                       "recurse(1)")
+    check(reply["status"] == "error" and reply["ename"] == "crash",
+          f"a stack overflow is a crash too: {reply}")
+    deadline = time.time() + 15
+    while km.is_alive() and time.time() < deadline:
+        time.sleep(0.1)
+    km.restart_kernel(now=True)
+    kc.wait_for_ready(timeout=120)
+    reply, _ = run(kc, "int twice(int x) { return 2 * x; }")
+    check(reply["status"] == "ok", f"a fresh kernel after the crashes: {reply}")
+
     # Restart: a fresh session, without the earlier definitions.
     km.restart_kernel(now=True)
     kc.wait_for_ready(timeout=120)
