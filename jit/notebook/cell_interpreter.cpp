@@ -111,7 +111,8 @@ CellInterpreter::CellInterpreter(const CellInterpreterOptions& options)
                              error_text(std::move(e)));
   CellResult prelude =
       run_part("#include \"dsl/sinter.hpp\"\n#include \"jit/notebook/display.hpp\"\n"
-               "#include <iostream>\nusing namespace sinter;\nusing sinter::notebook::display;");
+               "#include <iostream>\n#include <thread>\nusing namespace sinter;\n"
+               "using namespace sinter::notebook;");
   if (!prelude.ok)
     throw std::runtime_error("sinter-kernel: cannot include dsl/sinter.hpp from " +
                              options.source_root + ": " + prelude.message);

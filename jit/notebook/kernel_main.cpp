@@ -2,6 +2,7 @@
 // clang's incremental interpreter with sinter loaded
 #include "jit/notebook/cell_interpreter.hpp"
 #include "jit/notebook/display.hpp"
+#include "jit/notebook/plot_svg.hpp"
 #include "jit/notebook/tensor_display.hpp"
 #include "jit/runtime/interrupt.hpp"
 
@@ -12,6 +13,7 @@
 #include <xeus/xkernel_configuration.hpp>
 #include <xeus/xserver_zmq.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <csignal>
@@ -38,8 +40,10 @@ namespace {
 /// A value a cell showed (display(x), or its trailing expression), waiting for the shell
 /// thread to publish it.
 struct Shown {
-  std::string text, html;
+  std::string text, html, svg;
   bool as_result = false;
+  int display_id = -1;   // ≥ 0: a display shown in place (a progress bar)
+  bool replaces = false; // replaces display `display_id` (update_display_data)
 };
 std::mutex shown_mutex;
 std::vector<Shown> shown_queue;
@@ -251,12 +255,29 @@ private:
       std::vector<Shown> shown = take_shown();
       if (shown.empty()) return;
       capture.pump(0, publish);
-      for (Shown& v : shown) {
+      for (std::size_t i = 0; i < shown.size(); ++i) {
+        Shown& v = shown[i];
         if (v.as_result) {
           cell_result = std::move(v);
           continue;
         }
-        if (!silent) display_data(mime_bundle(v), nl::json::object(), nl::json::object());
+        if (silent) continue;
+        if (v.display_id < 0) {
+          display_data(mime_bundle(v), nl::json::object(), nl::json::object());
+          continue;
+        }
+        // An in-place display updated again before it was published: only the newest counts.
+        bool newer_follows =
+            v.replaces && std::any_of(shown.begin() + i + 1, shown.end(), [&](const Shown& later) {
+              return later.replaces && later.display_id == v.display_id;
+            });
+        if (newer_follows) continue;
+        nl::json transient;
+        transient["display_id"] = "sinter-" + std::to_string(v.display_id);
+        if (v.replaces)
+          update_display_data(mime_bundle(v), nl::json::object(), transient);
+        else
+          display_data(mime_bundle(v), nl::json::object(), transient);
       }
     };
     {
@@ -293,6 +314,7 @@ private:
     nl::json data;
     data["text/plain"] = shown.text;
     if (!shown.html.empty()) data["text/html"] = shown.html;
+    if (!shown.svg.empty()) data["image/svg+xml"] = shown.svg;
     return data;
   }
 
@@ -362,12 +384,28 @@ private:
 // The cells' way to the notebook (declared in jit/notebook/display.hpp; the executable exports
 // them so the interpreter's code links against them).
 extern "C" void sinter_notebook_show_text(const char* text, const char* html, bool as_result) {
-  sinter::notebook::queue_shown({text, html, as_result});
+  sinter::notebook::queue_shown({.text = text, .html = html, .as_result = as_result});
 }
 
 extern "C" void sinter_notebook_show_tensor(const sinter::HostTensor* tensor, bool as_result) {
+  sinter::notebook::queue_shown({.text = sinter::notebook::tensor_text(*tensor),
+                                 .html = sinter::notebook::tensor_html(*tensor),
+                                 .as_result = as_result});
+}
+
+extern "C" void sinter_notebook_show_plot(const sinter::notebook::LinePlot* plot, bool as_result) {
+  sinter::notebook::queue_shown({.text = sinter::notebook::line_plot_text(*plot),
+                                 .svg = sinter::notebook::line_plot_svg(*plot),
+                                 .as_result = as_result});
+}
+
+extern "C" int sinter_notebook_show_in_place(int id, const char* text, const char* html) {
+  static std::atomic<int> next_id{0};
+  bool replaces = id >= 0;
+  if (!replaces) id = next_id++;
   sinter::notebook::queue_shown(
-      {sinter::notebook::tensor_text(*tensor), sinter::notebook::tensor_html(*tensor), as_result});
+      {.text = text, .html = html, .display_id = id, .replaces = replaces});
+  return id;
 }
 
 int main(int argc, char** argv) {

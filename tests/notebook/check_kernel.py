@@ -92,6 +92,36 @@ try:
     text = result_data(outputs)["text/plain"]
     check("…" in text and text.count(" 1") == 6, f"a long tensor is elided in the middle: {text!r}")
 
+    # A loss curve is an inline image; a progress bar updates in place.
+    reply, outputs = run(kc, "std::vector<double> curve{3, 2, 1.5, 1.2, 1.1};\n"
+                             "plot(curve, \"training loss\")")
+    data = result_data(outputs)
+    check(data is not None and data.get("image/svg+xml", "").startswith("<svg") and
+          data["image/svg+xml"].count("<path") == 1 and "training loss" in data["text/plain"],
+          f"a loss curve: {reply} {outputs}")
+    msg_id = kc.execute("ProgressBar bar(5, \"demo\");\nfor (int i = 1; i <= 5; ++i) {\n"
+                        "  std::this_thread::sleep_for(std::chrono::milliseconds(150));\n"
+                        "  bar.update(i, 1.0 / i);\n}")
+    shown, updates = [], []
+    while True:
+        msg = kc.get_iopub_msg(timeout=60)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "display_data":
+            shown.append(msg["content"])
+        if msg["msg_type"] == "update_display_data":
+            updates.append(msg["content"])
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            break
+    kc.get_shell_msg(timeout=60)
+    check(len(shown) == 1 and shown[0]["transient"]["display_id"], f"progress shown: {shown}")
+    display_id = shown[0]["transient"]["display_id"]
+    check(len(updates) >= 3 and all(u["transient"]["display_id"] == display_id for u in updates),
+          f"progress updated in place: {updates}")
+    last = updates[-1]["data"]
+    check("demo 5/5 (100.0%)" in last["text/plain"] and "loss 0.2000" in last["text/plain"] and
+          "<progress value=\"5\" max=\"5\"" in last["text/html"], f"the last update: {last}")
+
     # A compile error: clang's diagnostics come back, and the kernel goes on.
     reply, outputs = run(kc, "int broken = ;")
     check(reply["status"] == "error" and reply["ename"] == "compile error",
