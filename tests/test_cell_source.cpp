@@ -52,34 +52,41 @@ TEST_CASE("declarations a later cell may redefine are told from statements", "[n
   }
 }
 
-TEST_CASE("variable definitions are told from functions", "[notebook]") {
-  CHECK(is_variable_definition("auto step = compile_step(m, [](M& m) { return 1; }, sgd{});"));
-  CHECK(is_variable_definition("Net net{Linear(8, 2, init)};"));
-  CHECK(is_variable_definition("HostTensor t;"));
-  CHECK(is_variable_definition("const double rate = 0.1;"));
-  CHECK_FALSE(is_variable_definition("int twice(int x) { return 2 * x; }"));
-  CHECK_FALSE(is_variable_definition("Init init(1);")); // could declare a function
-  CHECK_FALSE(is_variable_definition("struct Net { int a; };"));
-  CHECK_FALSE(is_variable_definition("static int counter = 0;"));
-  CHECK_FALSE(is_variable_definition("step(xs, ys);"));
+TEST_CASE("variable definitions take inline; functions with bodies do not", "[notebook]") {
+  CHECK(takes_inline("auto step = compile_step(m, [](M& m) { return 1; }, sgd{});"));
+  CHECK(takes_inline("Net net{Linear(8, 2, init)};"));
+  CHECK(takes_inline("HostTensor t;"));
+  CHECK(takes_inline("const double rate = 0.1;"));
+  CHECK(takes_inline("Init init(1);"));
+  CHECK(takes_inline("int later(int);")); // a declaration: inline changes nothing
+  CHECK_FALSE(takes_inline("int twice(int x) { return 2 * x; }"));
+  CHECK_FALSE(takes_inline("struct Net { int a; };"));
+  CHECK_FALSE(takes_inline("static int counter = 0;"));
+  CHECK_FALSE(takes_inline("using Num = double;"));
+  CHECK_FALSE(takes_inline("step(xs, ys);"));
 }
 
-TEST_CASE("declarations are wrapped in the cell's inline namespace, lines kept", "[notebook]") {
-  std::string wrapped = wrap_declarations("#include <cmath>\nint twice(int x) { return 2 * x; }\n"
-                                          "twice(2);\nauto v = 1;",
-                                          7);
-  CHECK(wrapped == "#include <cmath>\n"
-                   "inline namespace __sinter_cell_7 {\n#line 1\n"
-                   "\nint twice(int x) { return 2 * x; }"
-                   "\n}\n#line 2\n"
-                   "\ntwice(2);\n"
-                   "inline namespace __sinter_cell_7 {\n#line 3\n"
-                   "\ninline\n#line 4\nauto v = 1;"
-                   "\n}\n");
+TEST_CASE("a cell runs as pieces in order: declarations wrapped, statements apart", "[notebook]") {
+  std::vector<CellPart> parts = cell_parts("#include <cmath>\nInit init(1);\n"
+                                           "int twice(int x) { return 2 * x; }\n"
+                                           "twice(2);\nauto v = 1;\nstatic int n = 0;\nn += v;",
+                                           7);
+  REQUIRE(parts.size() == 6);
+  CHECK(parts[0].code == "#line 1\n#include <cmath>");
+  CHECK_FALSE(parts[0].declarations);
+  CHECK(parts[1].code == "inline namespace __sinter_cell_7 {\n#line 1\ninline\n#line 2\nInit "
+                         "init(1);\nint twice(int x) { return 2 * x; }\n}\n");
+  CHECK(parts[1].declarations);
+  CHECK(parts[2].code == "#line 3\n\ntwice(2);");
+  CHECK(parts[3].code == "inline namespace __sinter_cell_7 {\n#line 4\ninline\n#line 5\nauto "
+                         "v = 1;\n}\n");
+  // Cannot take inline: a piece of its own, in order with the rest.
+  CHECK(parts[4].code == "inline namespace __sinter_cell_7 {\n#line 5\n\nstatic int n = 0;\n}\n");
+  CHECK(parts[5].code == "#line 6\n\nn += v;");
   // A declaration after a statement on the same line keeps its column.
-  CHECK(wrap_declarations("f(); int a = 1;", 2) ==
-        "f();\ninline namespace __sinter_cell_2 {\n#line 1\n    \ninline\n#line 1\n     int a = "
-        "1;\n}\n");
-  // Statements alone: unchanged.
-  CHECK(wrap_declarations("step(xs, ys);\nx = 3;", 1) == "step(xs, ys);\nx = 3;");
+  parts = cell_parts("f(); int a = 1;", 2);
+  REQUIRE(parts.size() == 2);
+  CHECK(parts[1].code ==
+        "inline namespace __sinter_cell_2 {\n#line 1\n    inline\n#line 1\n     int a = 1;\n}\n");
+  CHECK(cell_parts("  \n// nothing\n", 1).empty());
 }

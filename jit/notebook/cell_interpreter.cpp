@@ -123,14 +123,14 @@ CellInterpreter::~CellInterpreter() = default;
 CellResult CellInterpreter::run(std::string_view code) {
   unsigned cell = state_->cells++;
   std::size_t tail = trailing_expression(code);
-  if (tail == std::string_view::npos) return run_part(wrap_declarations(code, cell));
+  // Piece by piece, in order (cell_source.hpp says why); the first that fails ends the cell.
+  for (const CellPart& part : cell_parts(code.substr(0, std::min(tail, code.size())), cell))
+    if (CellResult result = run_part(part.code); !result.ok) return result;
+  if (tail == std::string_view::npos) return {};
   // The trailing expression is shown through show_result (jit/notebook/display.hpp): clang's own
   // value printing fails to link expressions that make temporaries in clang 19.
-  if (tail > 0)
-    if (CellResult before = run_part(wrap_declarations(code.substr(0, tail), cell)); !before.ok)
-      return before;
-  std::string expression(code.substr(tail));
-  CellResult shown = run_part("sinter::notebook::show_result((" + expression + "\n));");
+  std::string expression = line_directive(code, tail) + std::string(code.substr(tail));
+  CellResult shown = run_part("sinter::notebook::show_result((\n" + expression + "\n));");
   // Not an expression after all (a declaration missing its `;`, say): clang's own words on it.
   if (!shown.ok && shown.error_name == "compile error") return run_part(expression);
   return shown;

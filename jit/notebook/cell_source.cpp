@@ -239,87 +239,89 @@ bool is_redefinable_declaration(std::string_view chunk) {
   return k + 1 >= t.size() || t[k + 1] != "::"; // not `Var Model::forward(…)`
 }
 
-bool is_variable_definition(std::string_view chunk) {
+std::string line_directive(std::string_view code, std::size_t offset) {
+  std::size_t line =
+      1 + static_cast<std::size_t>(std::count(code.begin(), code.begin() + offset, '\n'));
+  std::string out = "#line " + std::to_string(line) + "\n";
+  std::size_t line_begin = offset == 0 ? std::string_view::npos : code.rfind('\n', offset - 1);
+  line_begin = line_begin == std::string_view::npos ? 0 : line_begin + 1;
+  if (offset < code.size() && code[offset] != '\n') out.append(offset - line_begin, ' ');
+  return out;
+}
+
+bool takes_inline(std::string_view chunk) {
   if (!is_redefinable_declaration(chunk)) return false;
   std::vector<std::string_view> t = tokens(chunk, 64);
   constexpr std::array<std::string_view, 16> not_variables{
       "static", "extern", "inline", "thread_local",  "template", "typedef",   "using", "struct",
       "class",  "union",  "enum",   "static_assert", "concept",  "constinit", "[[",    "friend"};
-  if (t.empty() || one_of(t[0], not_variables)) return false;
-  // The first `(`, `=`, `{` or `;` outside template arguments: `=` or `;` ends a variable's
-  // declarator, and so does `{` right after a name (`Model model{…}`); `(` may start a
-  // function's parameters (`Init init(1);` stays as it is).
+  if (t.empty() || one_of(t[0], not_variables) || t.back() != ";") return false;
+  // The first `(`, `=`, `{`, `[` or `;` outside template arguments, right after the declared
+  // name: a variable (`= …`, `{…}`, `(…)`, `;`) or a function's declaration (`(…);`), never
+  // a function's body (the chunk would end with `}`).
   int angle = 0;
   for (std::size_t k = 0; k < t.size(); ++k) {
     if (t[k] == "<") ++angle;
     if (t[k] == ">" && angle > 0) --angle;
     if (angle > 0) continue;
-    if (t[k] == "=" || t[k] == ";") return k >= 2 && is_identifier(t[k - 1]);
-    if (t[k] == "{") return k >= 2 && is_identifier(t[k - 1]) && t[k - 1] != "const";
-    if (t[k] == "(" || t[k] == "[") return false;
+    if (t[k] == "=" || t[k] == ";" || t[k] == "{" || t[k] == "(" || t[k] == "[")
+      return k >= 2 && is_identifier(t[k - 1]) && t[k - 1] != "const" && t[k - 1] != "operator";
   }
   return false;
 }
 
-std::string wrap_declarations(std::string_view code, unsigned cell) {
-  std::vector<CellChunk> chunks = split_cell(code);
-  std::string out;
-  out.reserve(code.size() + 128);
-  auto line_of = [&](std::size_t offset) {
-    return 1 + static_cast<std::size_t>(std::count(code.begin(), code.begin() + offset, '\n'));
-  };
+std::vector<CellPart> cell_parts(std::string_view code, unsigned cell) {
+  enum class Kind { directive, declaration, statement };
+  std::vector<CellPart> parts;
+  auto position = [&](std::size_t offset) { return line_directive(code, offset); };
   const std::string open = "inline namespace __sinter_cell_" + std::to_string(cell) + " {\n";
-  bool inside = false;
-  for (const CellChunk& chunk : chunks) {
+  Kind current = Kind::directive;
+  bool alone = false; // the last part takes no more chunks
+  for (const CellChunk& chunk : split_cell(code)) {
     std::string_view text = code.substr(chunk.begin, chunk.end - chunk.begin);
-    bool wrap = !chunk.directive && is_redefinable_declaration(text);
-    if (wrap && !inside) {
-      if (!out.empty() && out.back() != '\n') out += '\n';
-      out += open;
-      out += "#line " + std::to_string(line_of(chunk.begin)) + "\n";
-      // The chunk's own first line keeps its columns: what went before it on that line is
-      // kept as blanks.
-      std::size_t line_begin = code.rfind('\n', chunk.begin == 0 ? 0 : chunk.begin - 1);
-      line_begin = line_begin == std::string_view::npos || chunk.begin == 0 ? 0 : line_begin + 1;
-      if (chunk.begin > line_begin && code[chunk.begin] != '\n')
-        out.append(chunk.begin - line_begin, ' ');
-      inside = true;
-    } else if (!wrap && inside) {
-      out += "\n}\n#line " + std::to_string(line_of(chunk.begin)) + "\n";
-      std::size_t line_begin = code.rfind('\n', chunk.begin - 1);
-      line_begin = line_begin == std::string_view::npos ? 0 : line_begin + 1;
-      if (chunk.begin > line_begin && code[chunk.begin] != '\n')
-        out.append(chunk.begin - line_begin, ' ');
-      inside = false;
+    if (is_blank(text)) continue;
+    Kind kind = chunk.directive                    ? Kind::directive
+                : is_redefinable_declaration(text) ? Kind::declaration
+                                                   : Kind::statement;
+    // A declaration that ends with `;` and cannot take `inline` (`static int n = 0;`,
+    // `struct S {…};`) may initialise something out of order with the inline variables beside
+    // it: it gets a part of its own.
+    bool own_part = kind == Kind::declaration && !takes_inline(text) &&
+                    text.substr(0, text.find_last_not_of(" \t\r\n") + 1).ends_with(';');
+    bool starts_part =
+        parts.empty() || kind == Kind::directive || kind != current || alone || own_part;
+    alone = own_part || kind == Kind::directive;
+    if (starts_part) {
+      if (!parts.empty() && current == Kind::declaration) parts.back().code += "\n}\n";
+      parts.push_back({});
+      parts.back().declarations = kind == Kind::declaration;
+      if (kind == Kind::declaration) parts.back().code += open;
+      parts.back().code += position(chunk.begin);
     }
-    if (wrap && is_variable_definition(text)) {
-      // `inline`: a variable whose type involves a lambda (`auto step = compile_step(model,
-      // [](…) {…}, …)`) then has a name later cells link to; without it each cell would get a
-      // copy of its own, never initialised. Put on a line of its own, the columns stay.
+    current = kind;
+    if (kind == Kind::declaration && takes_inline(text)) {
+      // `inline`, on a line of its own so the columns stay: see the header.
       std::size_t first = chunk.begin;
       while (first < chunk.end) {
         std::size_t past = skip_literal_or_comment(code, first);
-        if (past != first && code[first] == '/') {
+        if (past != first && code[first] == '/')
           first = past;
-        } else if (std::isspace(static_cast<unsigned char>(code[first]))) {
+        else if (std::isspace(static_cast<unsigned char>(code[first])))
           ++first;
-        } else {
+        else
           break;
-        }
       }
-      std::size_t line_begin = code.rfind('\n', first == 0 ? 0 : first - 1);
-      line_begin = line_begin == std::string_view::npos || first == 0 ? 0 : line_begin + 1;
-      out += code.substr(chunk.begin, std::max(line_begin, chunk.begin) - chunk.begin);
-      if (!out.empty() && out.back() != '\n') out += '\n';
-      out += "inline\n#line " + std::to_string(line_of(first)) + "\n";
-      out.append(first - line_begin, ' ');
-      out += code.substr(first, chunk.end - first);
-      continue;
+      // (The blanks and comments before it go: they change nothing.)
+      std::string& out = parts.back().code;
+      if (!out.empty() && out.back() != '\n' && out.back() != ' ') out += '\n';
+      out += "inline\n" + position(first);
+      parts.back().code += code.substr(first, chunk.end - first);
+    } else {
+      parts.back().code += text;
     }
-    out += text;
   }
-  if (inside) out += "\n}\n";
-  return out;
+  if (!parts.empty() && current == Kind::declaration) parts.back().code += "\n}\n";
+  return parts;
 }
 
 } // namespace sinter::notebook

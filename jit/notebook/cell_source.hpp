@@ -33,13 +33,35 @@ std::size_t trailing_expression(std::string_view code);
 /// specialisations and out-of-class member definitions are not: they stay where they are.
 bool is_redefinable_declaration(std::string_view chunk);
 
-/// Whether a redefinable declaration defines variables (`auto step = …;`, `Model model{…};`,
-/// `HostTensor t;`): those get `inline`, so their names link from later cells.
-bool is_variable_definition(std::string_view chunk);
+/// A `#line` directive that makes what follows it count as the cell's line at `offset`, then
+/// blanks up to `offset`'s column (none when `offset` is a line's end).
+std::string line_directive(std::string_view code, std::size_t offset);
 
-/// The cell with each run of redefinable declarations wrapped in
-/// `inline namespace __sinter_cell_<cell> { … }`, #line directives keeping clang's line numbers
-/// those of the cell as typed. Variable definitions among them are made `inline`.
-std::string wrap_declarations(std::string_view code, unsigned cell);
+/// Whether a redefinable declaration gets `inline`: one that ends with `;` and declares
+/// variables (`auto step = …;`, `Model model{…};`, `Init init(1);`, `HostTensor t;`) or a
+/// function without its body. An inline variable has a name later cells link to even when its
+/// type involves a lambda (`auto step = compile_step(model, [](…) {…}, …)`); without it each
+/// cell would get a copy of its own, never initialised. (On a function declaration `inline`
+/// changes nothing that matters.) Not: `static`, `extern`, `thread_local` ones, structs,
+/// templates, aliases.
+bool takes_inline(std::string_view chunk);
+
+/// One piece of a cell, parsed and run on its own (one clang-repl input), in order.
+struct CellPart {
+  std::string code;
+  bool declarations = false; ///< wrapped in the cell's inline namespace
+};
+
+/// The cell as the pieces the kernel runs one after another:
+/// - runs of redefinable declarations, wrapped in `inline namespace __sinter_cell_<cell> {…}`,
+///   with `inline` given to those takes_inline() accepts;
+/// - runs of statements (and of what the classifier leaves alone), as they are;
+/// - each preprocessor directive, and each declaration that cannot take `inline`, alone.
+/// Why pieces: clang runs an inline variable's initialiser before the ordinary ones of the same
+/// input, so a cell run whole would initialise `auto step = compile_step(model, …)` before the
+/// `model` a statement or non-inline variable above it made. Every piece starts with a #line
+/// directive (and blanks up to the column), so clang's diagnostics name the cell's own lines
+/// and columns.
+std::vector<CellPart> cell_parts(std::string_view code, unsigned cell);
 
 } // namespace sinter::notebook

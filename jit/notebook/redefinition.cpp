@@ -153,8 +153,10 @@ private:
     std::vector<NamedDecl*> earlier(found.begin(), found.end());
     for (NamedDecl* older : earlier) {
       if (older == decl || !is_cell_namespace(older->getDeclContext())) continue;
-      if (older->getDeclContext() == decl->getDeclContext()) continue; // the same cell
-      if (is_definition(older) && !is_definition(decl)) continue;      // `struct M;` after M
+      if (older->getDeclContext()->getPrimaryContext() ==
+          decl->getDeclContext()->getPrimaryContext())
+        continue; // the same cell (its namespace reopened by a later piece)
+      if (is_definition(older) && !is_definition(decl)) continue; // `struct M;` after M
       // An overload stays, unless its signature names a type redefined since (a loss
       // function of the old Model): nothing could call it, and it would make the name
       // ambiguous where it is passed as a value (compile_step(model, loss, …)).

@@ -92,6 +92,17 @@ try:
     text = result_data(outputs)["text/plain"]
     check("…" in text and text.count(" 1") == 6, f"a long tensor is elided in the middle: {text!r}")
 
+    # A cell runs in order: variables, statements and inline variables mixed.
+    reply, outputs = run(kc, "std::vector<int> order_log;\n"
+                             "int note(int k) { order_log.push_back(k); return k; }\n"
+                             "static int first_noted = note(1);\nnote(2);\n"
+                             "auto third_noted = note(3);\nInit fourth_noted(note(4));\n"
+                             "note(5);\nstd::to_string(order_log.size()) + \": \" + "
+                             "std::to_string(order_log[0]) + std::to_string(order_log[1]) + "
+                             "std::to_string(order_log[2]) + std::to_string(order_log[3]) + "
+                             "std::to_string(order_log[4])")
+    check(result_data(outputs)["text/plain"] == "5: 12345", f"the cell's order: {reply} {outputs}")
+
     # A loss curve is an inline image; a progress bar updates in place.
     reply, outputs = run(kc, "std::vector<double> curve{3, 2, 1.5, 1.2, 1.1};\n"
                              "plot(curve, \"training loss\")")
