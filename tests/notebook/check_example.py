@@ -13,25 +13,15 @@ import subprocess
 import sys
 import tempfile
 
+from checks import check, install_kernelspec
+
 sinter_exe, notebook = sys.argv[1], sys.argv[2]
-prefix = tempfile.mkdtemp(prefix="sinter-kernelspec-")
-subprocess.run([sinter_exe, "kernel", "install", "--prefix", prefix], check=True)
-env = dict(os.environ, JUPYTER_PATH=os.path.join(prefix, "share", "jupyter"))
+env = dict(os.environ, JUPYTER_PATH=install_kernelspec(sinter_exe))
 out_dir = tempfile.mkdtemp(prefix="sinter-notebook-")
 subprocess.run(["jupyter", "nbconvert", "--to", "notebook", "--execute",
                 "--ExecutePreprocessor.timeout=600", "--output-dir", out_dir,
                 "--output", "executed.ipynb", notebook], check=True, env=env)
 executed = json.load(open(os.path.join(out_dir, "executed.ipynb")))
-
-
-def fail(message):
-    print("FAIL:", message)
-    sys.exit(1)
-
-
-def check(condition, message):
-    if not condition:
-        fail(message)
 
 
 def text_of(output):

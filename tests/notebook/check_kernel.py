@@ -4,27 +4,14 @@
 Usage: check_kernel.py SINTER_EXE   (exit 0: every check passed; 1: the first failure is printed)
 """
 import os
-import subprocess
 import sys
-import tempfile
 import time
 
-sinter_exe = sys.argv[1]
-prefix = tempfile.mkdtemp(prefix="sinter-kernelspec-")
-subprocess.run([sinter_exe, "kernel", "install", "--prefix", prefix], check=True)
-os.environ["JUPYTER_PATH"] = os.path.join(prefix, "share", "jupyter")
+from checks import check, install_kernelspec
+
+os.environ["JUPYTER_PATH"] = install_kernelspec(sys.argv[1])
 
 from jupyter_client.manager import start_new_kernel  # noqa: E402  (after JUPYTER_PATH)
-
-
-def fail(message):
-    print("FAIL:", message)
-    sys.exit(1)
-
-
-def check(condition, message):
-    if not condition:
-        fail(message)
 
 
 def run(kc, code, timeout=120):
