@@ -38,6 +38,19 @@ public:
   /// sinter::notebook::show_result, which hands it to the kernel to show.
   CellResult run(std::string_view code);
 
+  /// What may complete the name being typed at byte `cursor` of `code`: clang's code
+  /// completion in the context of everything the session defined, plus `code` itself.
+  struct Completion {
+    std::vector<std::string> matches; ///< sorted, no duplicates
+    std::size_t start = 0;            ///< byte offset where the completed name begins
+  };
+  Completion complete(std::string_view code, std::size_t cursor);
+
+  /// What the session knows of the (possibly qualified) name at byte `cursor` of `code`:
+  /// each declaration of it, as clang prints it, with its documentation comment. Empty when
+  /// there is no name there or nothing declares it.
+  std::string inspect(std::string_view code, std::size_t cursor);
+
 private:
   CellResult run_part(std::string_view code);
   CellResult run_once(std::string_view code);

@@ -329,23 +329,62 @@ private:
     return reply;
   }
 
-  nl::json complete_request_impl(const std::string& /*code*/, int cursor_pos) override {
+  /// Runs `job` on the cell thread (where the interpreter lives) once it is free, and waits.
+  /// Jupyter sends completion and inspection between cells: the shell thread that receives
+  /// them is the one a running cell keeps busy.
+  template <class Job> void on_cell_thread(Job job) {
+    while (!cells_.finished())
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    cells_.start(std::move(job));
+    while (!cells_.finished())
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+
+  nl::json complete_request_impl(const std::string& code, int cursor_pos) override {
+    CellInterpreter::Completion completion;
+    std::size_t cursor = byte_offset(code, cursor_pos);
+    completion.start = cursor;
+    on_cell_thread([&] {
+      if (interpreter_) completion = interpreter_->complete(code, cursor);
+    });
     nl::json reply;
     reply["status"] = "ok";
-    reply["matches"] = nl::json::array();
-    reply["cursor_start"] = cursor_pos;
+    reply["matches"] = completion.matches;
+    reply["cursor_start"] = code_points(code, completion.start);
     reply["cursor_end"] = cursor_pos;
     reply["metadata"] = nl::json::object();
     return reply;
   }
 
-  nl::json inspect_request_impl(const std::string&, int, int) override {
+  nl::json inspect_request_impl(const std::string& code, int cursor_pos,
+                                int /*detail_level*/) override {
+    std::string text;
+    on_cell_thread([&] {
+      if (interpreter_) text = interpreter_->inspect(code, byte_offset(code, cursor_pos));
+    });
     nl::json reply;
     reply["status"] = "ok";
-    reply["found"] = false;
+    reply["found"] = !text.empty();
     reply["data"] = nl::json::object();
+    if (!text.empty()) reply["data"]["text/plain"] = text;
     reply["metadata"] = nl::json::object();
     return reply;
+  }
+
+  /// Jupyter counts cursor positions in Unicode code points; the code is UTF-8.
+  static std::size_t byte_offset(const std::string& code, int code_point) {
+    std::size_t byte = 0;
+    for (int n = 0; byte < code.size() && n < code_point; ++n)
+      do
+        ++byte;
+      while (byte < code.size() && (static_cast<unsigned char>(code[byte]) & 0xC0) == 0x80);
+    return byte;
+  }
+  static int code_points(const std::string& code, std::size_t bytes) {
+    int n = 0;
+    for (std::size_t i = 0; i < bytes && i < code.size(); ++i)
+      n += (static_cast<unsigned char>(code[i]) & 0xC0) != 0x80;
+    return n;
   }
 
   nl::json is_complete_request_impl(const std::string&) override {

@@ -214,6 +214,31 @@ auto ys = HostTensor::from_doubles(DType::i32, {4}, std::vector<double>{0, 1, 0,
     reply, outputs = run(kc, "tiny_step(xs, ys).step > 0")
     check(result_data(outputs)["text/plain"] == "true", "the step goes on after an interrupt")
 
+    # Completion and inspection, from what the session defined and the DSL.
+    def complete(code):
+        kc.complete(code, len(code))
+        return kc.get_shell_msg(timeout=60)["content"]
+    reply = complete("compile_st")
+    check(reply["matches"] == ["compile_step"] and reply["cursor_start"] == 0,
+          f"completing a DSL function: {reply}")
+    reply = complete("auto s = tiny_step.ste")
+    check("steps" in reply["matches"] and reply["cursor_start"] == len("auto s = tiny_step."),
+          f"completing a member of a session variable: {reply}")
+    reply = complete("data::DataLo")
+    check(reply["matches"] == ["DataLoader"], f"completing in a namespace: {reply}")
+    reply = complete("twi")
+    check(reply["matches"] == ["twice"], f"completing a cell's function: {reply}")
+    kc.inspect("auto s = compile_step(model, loss, sgd{});", len("auto s = compile_"))
+    reply = kc.get_shell_msg(timeout=60)["content"]
+    check(reply["found"] and "auto compile_step(Model &model" in reply["data"]["text/plain"] and
+          "into one program" in reply["data"]["text/plain"], f"inspecting a DSL function: {reply}")
+    kc.inspect("quiet", 2)
+    reply = kc.get_shell_msg(timeout=60)["content"]
+    check(reply["found"] and reply["data"]["text/plain"] == "double quiet",
+          f"inspecting a redefined variable: {reply}")
+    kc.inspect("nothing_has_this_name", 3)
+    check(not kc.get_shell_msg(timeout=60)["content"]["found"], "inspecting an unknown name")
+
     # A crash (a null pointer written through) is the cell's error, with a clear message;
     # then the kernel exits, and Jupyter restarts it.
     reply, outputs = run(kc, 'std::printf("before the crash\\n");\nint* nowhere = nullptr;\n'
