@@ -66,27 +66,31 @@ TEST_CASE("variable definitions take inline; functions with bodies do not", "[no
   CHECK_FALSE(takes_inline("step(xs, ys);"));
 }
 
-TEST_CASE("a cell runs as pieces in order: declarations wrapped, statements apart", "[notebook]") {
+TEST_CASE("a cell runs as pieces in order: declarations wrapped, statements after", "[notebook]") {
   std::vector<CellPart> parts = cell_parts("#include <cmath>\nInit init(1);\n"
                                            "int twice(int x) { return 2 * x; }\n"
                                            "twice(2);\nauto v = 1;\nstatic int n = 0;\nn += v;",
                                            7);
-  REQUIRE(parts.size() == 6);
+  REQUIRE(parts.size() == 4);
   CHECK(parts[0].code == "#line 1\n#include <cmath>");
   CHECK_FALSE(parts[0].declarations);
+  // Declarations, then the statement after them.
   CHECK(parts[1].code == "inline namespace __sinter_cell_7 {\n#line 1\ninline\n#line 2\nInit "
-                         "init(1);\nint twice(int x) { return 2 * x; }\n}\n");
+                         "init(1);\nint twice(int x) { return 2 * x; }\n}\n#line 3\n\ntwice(2);");
   CHECK(parts[1].declarations);
-  CHECK(parts[2].code == "#line 3\n\ntwice(2);");
-  CHECK(parts[3].code == "inline namespace __sinter_cell_7 {\n#line 4\ninline\n#line 5\nauto "
-                         "v = 1;\n}\n");
-  // Cannot take inline: a piece of its own, in order with the rest.
-  CHECK(parts[4].code == "inline namespace __sinter_cell_7 {\n#line 5\n\nstatic int n = 0;\n}\n");
-  CHECK(parts[5].code == "#line 6\n\nn += v;");
+  // A declaration after a statement starts a piece.
+  CHECK(parts[2].code ==
+        "inline namespace __sinter_cell_7 {\n#line 4\ninline\n#line 5\nauto v = 1;\n}\n");
+  // Cannot take inline: a piece of its own, the statements after it with it.
+  CHECK(parts[3].code == "inline namespace __sinter_cell_7 {\n#line 5\n\nstatic int n = "
+                         "0;\n}\n#line 6\n\nn += v;");
   // A declaration after a statement on the same line keeps its column.
   parts = cell_parts("f(); int a = 1;", 2);
   REQUIRE(parts.size() == 2);
   CHECK(parts[1].code ==
         "inline namespace __sinter_cell_2 {\n#line 1\n    inline\n#line 1\n     int a = 1;\n}\n");
   CHECK(cell_parts("  \n// nothing\n", 1).empty());
+  // Types and functions join the declarations around them; `struct … } s;` defines a variable.
+  CHECK(cell_parts("struct A { int a; };\nauto x = 1;\nusing B = A;\nx++;", 1).size() == 1);
+  CHECK(cell_parts("struct A { int a; } a;\nauto x = 1;", 1).size() == 2);
 }

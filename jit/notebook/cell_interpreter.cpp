@@ -22,6 +22,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
+#include <cstdio>
 #include <cxxabi.h>
 #include <exception>
 #include <stdexcept>
@@ -89,6 +91,14 @@ std::string exception_type_name() {
 
 CellInterpreter::CellInterpreter(const CellInterpreterOptions& options)
     : state_(std::make_unique<State>()) {
+  // SINTER_KERNEL_TIMING=1: the start-up's phases on stderr (the kernel's log).
+  auto started = std::chrono::steady_clock::now();
+  auto phase = [&, timing = std::getenv("SINTER_KERNEL_TIMING") != nullptr](const char* what) {
+    if (timing)
+      std::fprintf(
+          stderr, "sinter-kernel: %s after %.3f s\n", what,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  };
   llvm::InitializeNativeTarget();
   llvm::InitializeNativeTargetAsmPrinter();
   // -O0: at -O1 an inline function emitted for one cell is dropped from its module, and a later
@@ -112,6 +122,7 @@ CellInterpreter::CellInterpreter(const CellInterpreterOptions& options)
     throw std::runtime_error("sinter-kernel: cannot start clang's interpreter: " +
                              error_text(interpreter.takeError()));
   state_->interpreter = std::move(*interpreter);
+  phase("clang's interpreter created");
   // Diagnostics go to a string per cell (they are the error reply), not to stderr.
   clang::CompilerInstance& ci = *state_->interpreter->getCompilerInstance();
   state_->printer =
@@ -121,6 +132,7 @@ CellInterpreter::CellInterpreter(const CellInterpreterOptions& options)
   if (llvm::Error e = state_->interpreter->LoadDynamicLibrary(options.library.c_str()))
     throw std::runtime_error("sinter-kernel: cannot load " + options.library + ": " +
                              error_text(std::move(e)));
+  phase("libsinter loaded");
   CellResult prelude =
       run_part("#include \"dsl/sinter.hpp\"\n#include \"jit/notebook/display.hpp\"\n"
                "#include <iostream>\n#include <thread>\nusing namespace sinter;\n"
@@ -128,6 +140,7 @@ CellInterpreter::CellInterpreter(const CellInterpreterOptions& options)
   if (!prelude.ok)
     throw std::runtime_error("sinter-kernel: cannot include dsl/sinter.hpp from " +
                              options.source_root + ": " + prelude.message);
+  phase("dsl/sinter.hpp included: ready for the first cell");
 }
 
 CellInterpreter::~CellInterpreter() = default;

@@ -121,6 +121,25 @@ constexpr std::array<std::string_view, 12> builtin_types{
 
 } // namespace
 
+/// A chunk that defines a struct, class, union or enum (perhaps with a typedef or a template
+/// head) ends at its `;`, not at its body's `}`: `struct S { … } s;`.
+bool defines_type(std::string_view chunk) {
+  constexpr std::array<std::string_view, 5> tags{"struct", "class", "union", "enum", "typedef"};
+  std::vector<std::string_view> t = tokens(chunk, 64);
+  std::size_t i = 0;
+  if (i < t.size() && t[i] == "template") { // skip `template <…>`
+    int angle = 0;
+    for (++i; i < t.size(); ++i) {
+      if (t[i] == "<") ++angle;
+      if (t[i] == ">" && --angle == 0) {
+        ++i;
+        break;
+      }
+    }
+  }
+  return i < t.size() && one_of(t[i], tags);
+}
+
 std::vector<CellChunk> split_cell(std::string_view code) {
   std::vector<CellChunk> chunks;
   std::size_t begin = 0, depth = 0;
@@ -154,8 +173,9 @@ std::vector<CellChunk> split_cell(std::string_view code) {
       ++depth;
     } else if (c == ')' || c == ']' || c == '}') {
       if (depth > 0) --depth;
-      if (c == '}' && depth == 0 && !continues_expression(code.substr(i + 1))) {
-        // `struct S { … };`, `auto f = [] { … };`: the chunk ends at the `;` after the brace.
+      if (c == '}' && depth == 0 && !continues_expression(code.substr(i + 1)) &&
+          !defines_type(code.substr(begin, i - begin))) {
+        // `auto f = [] { … };`: the chunk ends at the `;` after the brace.
         std::size_t next = code.find_first_not_of(" \t\r\n", i + 1);
         if (next == std::string_view::npos || code[next] != ';') cut(i + 1, false);
       }
@@ -270,37 +290,69 @@ bool takes_inline(std::string_view chunk) {
   return false;
 }
 
+namespace {
+
+/// A declaration that defines variables without taking `inline`: `static int n = 0;`,
+/// `extern`, `thread_local`, `constinit` ones, and `struct S { … } s;`. Its initialiser runs
+/// with the ordinary ones, after the inline variables of the same input.
+bool initialises_in_place(std::string_view chunk) {
+  std::vector<std::string_view> t = tokens(chunk, 1 << 20);
+  if (t.empty() || t.back() != ";" || takes_inline(chunk)) return false;
+  constexpr std::array<std::string_view, 4> storage{"static", "extern", "thread_local",
+                                                    "constinit"};
+  constexpr std::array<std::string_view, 4> tags{"struct", "class", "union", "enum"};
+  if (one_of(t[0], storage)) return true;
+  if (!one_of(t[0], tags)) return false;
+  // `struct S { … } s;`: a name between the body's `}` and the `;`.
+  auto close = std::find(t.rbegin(), t.rend(), std::string_view("}"));
+  return close != t.rend() && std::any_of(t.rbegin() + 1, close, is_identifier);
+}
+
+} // namespace
+
 std::vector<CellPart> cell_parts(std::string_view code, unsigned cell) {
-  enum class Kind { directive, declaration, statement };
   std::vector<CellPart> parts;
   auto position = [&](std::size_t offset) { return line_directive(code, offset); };
   const std::string open = "inline namespace __sinter_cell_" + std::to_string(cell) + " {\n";
-  Kind current = Kind::directive;
-  bool alone = false; // the last part takes no more chunks
+  // Where the last part is: taking declarations (inside the namespace), taking statements
+  // (after them), or closed (a directive, or a declaration that had to be alone).
+  enum class Phase { closed, declarations, statements };
+  Phase phase = Phase::closed;
+  auto close_namespace = [&] {
+    if (phase == Phase::declarations) parts.back().code += "\n}\n";
+  };
   for (const CellChunk& chunk : split_cell(code)) {
     std::string_view text = code.substr(chunk.begin, chunk.end - chunk.begin);
     if (is_blank(text)) continue;
-    Kind kind = chunk.directive                    ? Kind::directive
-                : is_redefinable_declaration(text) ? Kind::declaration
-                                                   : Kind::statement;
-    // A declaration that ends with `;` and cannot take `inline` (`static int n = 0;`,
-    // `struct S {…};`) may initialise something out of order with the inline variables beside
-    // it: it gets a part of its own.
-    bool own_part = kind == Kind::declaration && !takes_inline(text) &&
-                    text.substr(0, text.find_last_not_of(" \t\r\n") + 1).ends_with(';');
-    bool starts_part =
-        parts.empty() || kind == Kind::directive || kind != current || alone || own_part;
-    alone = own_part || kind == Kind::directive;
-    if (starts_part) {
-      if (!parts.empty() && current == Kind::declaration) parts.back().code += "\n}\n";
-      parts.push_back({});
-      parts.back().declarations = kind == Kind::declaration;
-      if (kind == Kind::declaration) parts.back().code += open;
-      parts.back().code += position(chunk.begin);
+    if (chunk.directive) {
+      close_namespace();
+      parts.push_back({position(chunk.begin) + std::string(text), false});
+      phase = Phase::closed;
+      continue;
     }
-    current = kind;
-    if (kind == Kind::declaration && takes_inline(text)) {
-      // `inline`, on a line of its own so the columns stay: see the header.
+    if (!is_redefinable_declaration(text)) { // a statement: after the declarations before it
+      if (phase == Phase::declarations) {
+        close_namespace();
+        parts.back().code += position(chunk.begin);
+      } else if (phase == Phase::closed) {
+        parts.push_back({position(chunk.begin), false});
+      }
+      parts.back().code += text;
+      phase = Phase::statements;
+      continue;
+    }
+    // A declaration. After a statement it starts a new part: an inline variable's initialiser
+    // would otherwise run before that statement. One that initialises in place (`static int
+    // n = 0;`) runs with the statements, after the inline variables of its part: alone.
+    bool alone = initialises_in_place(text);
+    if (phase != Phase::declarations || alone) {
+      close_namespace();
+      parts.push_back({open + position(chunk.begin), true});
+    }
+    CellPart& part = parts.back();
+    if (takes_inline(text)) {
+      // `inline`, on a line of its own so the columns stay: see the header. (The blanks and
+      // comments before it go: they change nothing.)
       std::size_t first = chunk.begin;
       while (first < chunk.end) {
         std::size_t past = skip_literal_or_comment(code, first);
@@ -311,16 +363,21 @@ std::vector<CellPart> cell_parts(std::string_view code, unsigned cell) {
         else
           break;
       }
-      // (The blanks and comments before it go: they change nothing.)
-      std::string& out = parts.back().code;
-      if (!out.empty() && out.back() != '\n' && out.back() != ' ') out += '\n';
-      out += "inline\n" + position(first);
-      parts.back().code += code.substr(first, chunk.end - first);
+      if (!part.code.empty() && part.code.back() != '\n' && part.code.back() != ' ')
+        part.code += '\n';
+      part.code += "inline\n" + position(first);
+      part.code += code.substr(first, chunk.end - first);
     } else {
-      parts.back().code += text;
+      part.code += text;
+    }
+    phase = Phase::declarations;
+    if (alone) { // the statements after it may join it, declarations may not
+      close_namespace();
+      parts.back().code += position(chunk.end);
+      phase = Phase::statements;
     }
   }
-  if (!parts.empty() && current == Kind::declaration) parts.back().code += "\n}\n";
+  close_namespace();
   return parts;
 }
 

@@ -52,16 +52,16 @@ struct CellPart {
   bool declarations = false; ///< wrapped in the cell's inline namespace
 };
 
-/// The cell as the pieces the kernel runs one after another:
-/// - runs of redefinable declarations, wrapped in `inline namespace __sinter_cell_<cell> {…}`,
-///   with `inline` given to those takes_inline() accepts;
-/// - runs of statements (and of what the classifier leaves alone), as they are;
-/// - each preprocessor directive, and each declaration that cannot take `inline`, alone.
-/// Why pieces: clang runs an inline variable's initialiser before the ordinary ones of the same
-/// input, so a cell run whole would initialise `auto step = compile_step(model, …)` before the
-/// `model` a statement or non-inline variable above it made. Every piece starts with a #line
-/// directive (and blanks up to the column), so clang's diagnostics name the cell's own lines
-/// and columns.
+/// The cell as the pieces the kernel runs one after another. A piece is a run of redefinable
+/// declarations, wrapped in `inline namespace __sinter_cell_<cell> {…}` (those takes_inline()
+/// accepts get `inline`), then the run of statements after it, as they are. A new piece
+/// starts at each preprocessor directive and at a declaration that follows a statement; a
+/// declaration that initialises in place (`static int n = 0;`) is a piece of its own. Why:
+/// clang runs an inline variable's initialiser before the ordinary ones (and the statements)
+/// of the same input, so a cell run whole would build `auto step = compile_step(model, …)`
+/// before the `model` a statement above it made. Every piece starts with a #line directive
+/// (and blanks up to the column), so clang's diagnostics name the cell's own lines and
+/// columns.
 std::vector<CellPart> cell_parts(std::string_view code, unsigned cell);
 
 } // namespace sinter::notebook

@@ -126,6 +126,9 @@ try:
           f"compile error reply: {reply}")
     check("expected expression" in reply["evalue"], f"diagnostics: {reply['evalue']!r}")
     check(any(kind == "error" for kind, _ in outputs), "no error message on iopub")
+    reply, _ = run(kc, "int fine = 1;\nfine++;\n  int broken2 = ;")
+    check(":3:17: error: expected expression" in reply["evalue"],
+          f"diagnostics name the cell's own line and column: {reply['evalue']!r}")
     reply, outputs = run(kc, "int twice(int x) { return 2 * x; }\ntwice(21)")
     check(reply["status"] == "ok" and result_data(outputs)["text/plain"] == "42",
           f"a working cell after the error: {reply} {outputs}")
