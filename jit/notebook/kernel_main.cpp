@@ -66,10 +66,16 @@ std::vector<Shown> take_shown() {
 /// the cell's error and the kernel exits, for Jupyter to restart it.
 std::atomic<int> crash_signal{0};
 pid_t main_thread_id = 0;
+/// Whether a cell is running: a crash outside one has no cell to report it to.
+std::atomic<bool> cell_running{false};
 
 extern "C" void on_crash(int signal) {
-  // The thread serving Jupyter cannot report its own crash: die as the signal would have.
-  if (static_cast<pid_t>(::syscall(SYS_gettid)) == main_thread_id) {
+  // The thread serving Jupyter cannot report its own crash, and a crash between cells has no
+  // cell to report it: say so in the kernel's log and die as the signal would have.
+  if (static_cast<pid_t>(::syscall(SYS_gettid)) == main_thread_id || !cell_running) {
+    constexpr char message[] = "sinter-kernel: crashed outside a cell (a fatal signal)\n";
+    ssize_t ignored = ::write(2, message, sizeof message - 1);
+    (void)ignored;
     ::signal(signal, SIG_DFL);
     ::raise(signal);
     return;
@@ -282,7 +288,11 @@ private:
     };
     {
       OutputCapture capture;
-      cells_.start([&] { result = interpreter_->run(code); });
+      cell_running = true;
+      cells_.start([&] {
+        result = interpreter_->run(code);
+        cell_running = false;
+      });
       while (!cells_.finished() && crash_signal == 0) {
         capture.pump(20, publish);
         publish_shown(capture);

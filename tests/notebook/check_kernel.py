@@ -4,10 +4,11 @@
 Usage: check_kernel.py SINTER_EXE   (exit 0: every check passed; 1: the first failure is printed)
 """
 import os
+import queue
 import sys
 import time
 
-from checks import check, install_kernelspec
+from checks import check, fail, install_kernelspec
 
 os.environ["JUPYTER_PATH"] = install_kernelspec(sys.argv[1])
 
@@ -19,7 +20,11 @@ def run(kc, code, timeout=120):
     msg_id = kc.execute(code)
     outputs = []
     while True:
-        msg = kc.get_iopub_msg(timeout=timeout)
+        try:
+            msg = kc.get_iopub_msg(timeout=timeout)
+        except queue.Empty:
+            fail(f"no end of the cell {code!r} after {timeout} s; the kernel is "
+                 f"{'alive' if km.is_alive() else 'dead'}; outputs so far: {outputs}")
         if msg["parent_header"].get("msg_id") != msg_id:
             continue
         kind = msg["msg_type"]
