@@ -5,6 +5,8 @@ Usage: check_kernel.py SINTER_EXE   (exit 0: every check passed; 1: the first fa
 """
 import os
 import queue
+import shutil
+import subprocess
 import sys
 import time
 
@@ -13,6 +15,17 @@ from checks import check, fail, install_kernelspec
 os.environ["JUPYTER_PATH"] = install_kernelspec(sys.argv[1])
 
 from jupyter_client.manager import start_new_kernel  # noqa: E402  (after JUPYTER_PATH)
+
+
+def kernel_stacks():
+    """The kernel's threads' stacks (gdb, where installed): what a hung kernel waits on."""
+    if not shutil.which("gdb") or not km.is_alive():
+        return ""
+    pid = km.provisioner.process.pid
+    dump = subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt 30"],
+                          capture_output=True, text=True, timeout=120).stdout
+    return "\nthe kernel's stacks:\n" + "\n".join(
+        line for line in dump.splitlines() if line.startswith(("#", "Thread")))
 
 
 def run(kc, code, timeout=120):
@@ -24,7 +37,8 @@ def run(kc, code, timeout=120):
             msg = kc.get_iopub_msg(timeout=timeout)
         except queue.Empty:
             fail(f"no end of the cell {code!r} after {timeout} s; the kernel is "
-                 f"{'alive' if km.is_alive() else 'dead'}; outputs so far: {outputs}")
+                 f"{'alive' if km.is_alive() else 'dead'}; outputs so far: {outputs}"
+                 f"{kernel_stacks()}")
         if msg["parent_header"].get("msg_id") != msg_id:
             continue
         kind = msg["msg_type"]
