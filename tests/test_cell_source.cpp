@@ -59,6 +59,12 @@ TEST_CASE("variable definitions take inline; functions with bodies do not", "[no
   CHECK(takes_inline("const double rate = 0.1;"));
   CHECK(takes_inline("Init init(1);"));
   CHECK(takes_inline("int later(int);")); // a declaration: inline changes nothing
+  // However long it is.
+  std::string long_step = "auto long_step = compile_step(net, [](Net& m, Var x, Var y) {";
+  for (int i = 0; i < 20; ++i)
+    long_step += " x = relu(x);";
+  long_step += " return cross_entropy_mean(m(x), y); }, sgd{.lr = 0.1});";
+  CHECK(takes_inline(long_step));
   CHECK_FALSE(takes_inline("int twice(int x) { return 2 * x; }"));
   CHECK_FALSE(takes_inline("struct Net { int a; };"));
   CHECK_FALSE(takes_inline("static int counter = 0;"));

@@ -110,7 +110,6 @@ CellInterpreter::CellInterpreter(const CellInterpreterOptions& options)
   std::vector<const char*> args;
   for (const std::string& f : flags)
     args.push_back(f.c_str());
-  enable_redefinition();
   clang::IncrementalCompilerBuilder builder;
   builder.SetCompilerArgs(args);
   auto compiler = builder.CreateCpp();

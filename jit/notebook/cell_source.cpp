@@ -119,8 +119,6 @@ constexpr std::array<std::string_view, 12> builtin_types{
     "int",      "short",   "long",    "float",    "double",   "signed",
     "unsigned", "wchar_t", "char8_t", "char16_t", "char32_t", "size_t"};
 
-} // namespace
-
 /// A chunk that defines a struct, class, union or enum (perhaps with a typedef or a template
 /// head) ends at its `;`, not at its body's `}`: `struct S { … } s;`.
 bool defines_type(std::string_view chunk) {
@@ -139,6 +137,8 @@ bool defines_type(std::string_view chunk) {
   }
   return i < t.size() && one_of(t[i], tags);
 }
+
+} // namespace
 
 std::vector<CellChunk> split_cell(std::string_view code) {
   std::vector<CellChunk> chunks;
@@ -269,13 +269,21 @@ std::string line_directive(std::string_view code, std::size_t offset) {
   return out;
 }
 
-bool takes_inline(std::string_view chunk) {
-  if (!is_redefinable_declaration(chunk)) return false;
+namespace {
+
+bool ends_with_semicolon(std::string_view text) {
+  std::size_t last = text.find_last_not_of(" \t\r\n");
+  return last != std::string_view::npos && text[last] == ';';
+}
+
+/// takes_inline() for a chunk already known to be a redefinable declaration.
+bool declares_inline_candidate(std::string_view chunk) {
+  if (!ends_with_semicolon(chunk)) return false;
   std::vector<std::string_view> t = tokens(chunk, 64);
   constexpr std::array<std::string_view, 16> not_variables{
       "static", "extern", "inline", "thread_local",  "template", "typedef",   "using", "struct",
       "class",  "union",  "enum",   "static_assert", "concept",  "constinit", "[[",    "friend"};
-  if (t.empty() || one_of(t[0], not_variables) || t.back() != ";") return false;
+  if (t.empty() || one_of(t[0], not_variables)) return false;
   // The first `(`, `=`, `{`, `[` or `;` outside template arguments, right after the declared
   // name: a variable (`= …`, `{…}`, `(…)`, `;`) or a function's declaration (`(…);`), never
   // a function's body (the chunk would end with `}`).
@@ -290,17 +298,16 @@ bool takes_inline(std::string_view chunk) {
   return false;
 }
 
-namespace {
-
-/// A declaration that defines variables without taking `inline`: `static int n = 0;`,
-/// `extern`, `thread_local`, `constinit` ones, and `struct S { … } s;`. Its initialiser runs
-/// with the ordinary ones, after the inline variables of the same input.
+/// For a declaration that does not take `inline`: whether it defines variables all the same
+/// (`static int n = 0;`, `extern`, `thread_local`, `constinit` ones, `struct S { … } s;`).
+/// Its initialiser runs with the ordinary ones, after the inline variables of the same input.
 bool initialises_in_place(std::string_view chunk) {
+  if (!ends_with_semicolon(chunk)) return false;
   std::vector<std::string_view> t = tokens(chunk, 1 << 20);
-  if (t.empty() || t.back() != ";" || takes_inline(chunk)) return false;
   constexpr std::array<std::string_view, 4> storage{"static", "extern", "thread_local",
                                                     "constinit"};
   constexpr std::array<std::string_view, 4> tags{"struct", "class", "union", "enum"};
+  if (t.empty()) return false;
   if (one_of(t[0], storage)) return true;
   if (!one_of(t[0], tags)) return false;
   // `struct S { … } s;`: a name between the body's `}` and the `;`.
@@ -309,6 +316,10 @@ bool initialises_in_place(std::string_view chunk) {
 }
 
 } // namespace
+
+bool takes_inline(std::string_view chunk) {
+  return is_redefinable_declaration(chunk) && declares_inline_candidate(chunk);
+}
 
 std::vector<CellPart> cell_parts(std::string_view code, unsigned cell) {
   std::vector<CellPart> parts;
@@ -344,13 +355,14 @@ std::vector<CellPart> cell_parts(std::string_view code, unsigned cell) {
     // A declaration. After a statement it starts a new part: an inline variable's initialiser
     // would otherwise run before that statement. One that initialises in place (`static int
     // n = 0;`) runs with the statements, after the inline variables of its part: alone.
-    bool alone = initialises_in_place(text);
+    bool gets_inline = declares_inline_candidate(text);
+    bool alone = !gets_inline && initialises_in_place(text);
     if (phase != Phase::declarations || alone) {
       close_namespace();
       parts.push_back({open + position(chunk.begin), true});
     }
     CellPart& part = parts.back();
-    if (takes_inline(text)) {
+    if (gets_inline) {
       // `inline`, on a line of its own so the columns stay: see the header. (The blanks and
       // comments before it go: they change nothing.)
       std::size_t first = chunk.begin;

@@ -133,6 +133,11 @@ public:
     wake_.notify_all();
   }
   bool finished() const { return done_.load(); }
+  /// Waits until the job started last has returned.
+  void wait() const {
+    while (!finished())
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 
 private:
   void loop() {
@@ -250,8 +255,7 @@ private:
     auto publish = [&](const char* name, const std::string& text) {
       if (!silent) publish_stream(name, text);
     };
-    while (!cells_.finished()) // the start-up include
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    cells_.wait(); // the start-up include
     if (!interpreter_) return error_reply("kernel start-up failed", startup_error_);
     clear_interrupt(); // an interrupt sent while the kernel was idle is not this cell's
     CellResult result;
@@ -343,11 +347,9 @@ private:
   /// Jupyter sends completion and inspection between cells: the shell thread that receives
   /// them is the one a running cell keeps busy.
   template <class Job> void on_cell_thread(Job job) {
-    while (!cells_.finished())
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    cells_.wait();
     cells_.start(std::move(job));
-    while (!cells_.finished())
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    cells_.wait();
   }
 
   nl::json complete_request_impl(const std::string& code, int cursor_pos) override {

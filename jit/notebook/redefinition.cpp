@@ -1,5 +1,5 @@
-// jit/notebook/redefinition.cpp — per-cell inline namespaces and hiding of earlier definitions,
-// done on each declaration before clang's code generator sees it
+// jit/notebook/redefinition.cpp — hiding the earlier cells' definitions of what a cell's inline
+// namespace declares, before clang's code generator sees it
 #include "jit/notebook/redefinition.hpp"
 
 #include <clang/AST/ASTConsumer.h>
@@ -17,7 +17,6 @@
 #include <clang/Sema/Sema.h>
 
 #include <algorithm>
-#include <atomic>
 #include <unordered_set>
 
 namespace sinter::notebook {
@@ -25,7 +24,6 @@ namespace {
 
 using namespace clang;
 
-std::atomic<bool> redefinition_enabled{false};
 constexpr llvm::StringLiteral cell_namespace_prefix = "__sinter_cell_";
 
 bool is_cell_namespace(const DeclContext* context) {
@@ -117,6 +115,15 @@ bool is_overload_of(Sema& sema, NamedDecl* newer, NamedDecl* older) {
   return sema.IsOverload(a, b, /*UseMemberUsingDeclRules=*/false);
 }
 
+/// The declarations named `name` that earlier cells' namespaces put in the top-level lookup
+/// table (a copy: hiding one changes the table).
+std::vector<NamedDecl*> cell_declarations_named(TranslationUnitDecl* unit, DeclarationName name) {
+  std::vector<NamedDecl*> found;
+  for (NamedDecl* decl : unit->getPrimaryContext()->lookup(name))
+    if (is_cell_namespace(decl->getDeclContext())) found.push_back(decl);
+  return found;
+}
+
 /// When a cell's inline namespace (cell_source.hpp wraps its declarations in one) has been
 /// parsed, hides what its declarations redefine. Code the cell compiled before that point
 /// already looked its names up inside its own namespace, where the new declarations are found
@@ -126,7 +133,6 @@ public:
   explicit CellShadowing(CompilerInstance& compiler) : compiler_(compiler) {}
 
   bool HandleTopLevelDecl(DeclGroupRef group) override {
-    if (!redefinition_enabled) return true;
     for (Decl* decl : group)
       if (auto* ns = dyn_cast<NamespaceDecl>(decl); ns && is_cell_namespace(ns))
         for (Decl* member : ns->decls())
@@ -149,10 +155,7 @@ private:
   void hide_earlier(NamedDecl* decl) {
     Sema& sema = compiler_.getSema();
     TranslationUnitDecl* unit = compiler_.getASTContext().getTranslationUnitDecl();
-    DeclContext::lookup_result found = unit->getPrimaryContext()->lookup(decl->getDeclName());
-    std::vector<NamedDecl*> earlier(found.begin(), found.end());
-    for (NamedDecl* older : earlier) {
-      if (older == decl || !is_cell_namespace(older->getDeclContext())) continue;
+    for (NamedDecl* older : cell_declarations_named(unit, decl->getDeclName())) {
       if (older->getDeclContext()->getPrimaryContext() ==
           decl->getDeclContext()->getPrimaryContext())
         continue; // the same cell (its namespace reopened by a later piece)
@@ -182,8 +185,6 @@ FrontendPluginRegistry::Add<CellShadowingAction>
     cell_shadowing("sinter-cell-shadowing", "notebook cells may redefine earlier definitions");
 
 } // namespace
-
-void enable_redefinition() { redefinition_enabled = true; }
 
 void begin_redefinitions() { hidden_in_part.clear(); }
 
@@ -234,16 +235,11 @@ bool hide_cell_declarations(CompilerInstance& compiler, const std::string& name)
   Sema& sema = compiler.getSema();
   ASTContext& context = compiler.getASTContext();
   TranslationUnitDecl* unit = context.getTranslationUnitDecl();
-  DeclContext::lookup_result found =
-      unit->getPrimaryContext()->lookup(DeclarationName(&context.Idents.get(name)));
-  std::vector<NamedDecl*> earlier(found.begin(), found.end());
-  bool any = false;
+  std::vector<NamedDecl*> earlier =
+      cell_declarations_named(unit, DeclarationName(&context.Idents.get(name)));
   for (NamedDecl* older : earlier)
-    if (is_cell_namespace(older->getDeclContext())) {
-      hide(sema, unit, older);
-      any = true;
-    }
-  return any;
+    hide(sema, unit, older);
+  return !earlier.empty();
 }
 
 } // namespace sinter::notebook

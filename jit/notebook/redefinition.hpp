@@ -11,14 +11,13 @@ class Diagnostic;
 
 namespace sinter::notebook {
 
-/// Turns on redefinition for the clang::Interpreter built next in this process (the kernel
-/// builds one). A cell's declarations are wrapped in an inline namespace of their own
-/// (wrap_declarations, cell_source.hpp), so a new `struct Model` is a new type, with symbols of
-/// its own in the JIT; once that namespace is parsed, the earlier cells' declarations of the
-/// same names are hidden from lookup — except function overloads, which stay side by side
-/// while their signatures name no hidden type. Code compiled earlier keeps what it was built
-/// with: an object of the old `Model` stays an old `Model`.
-void enable_redefinition();
+// Redefinition is on wherever this file is linked in (sinter-kernel): it registers a clang
+// frontend plugin that runs ahead of the code generator. A cell's declarations are wrapped in
+// an inline namespace of their own (cell_parts, cell_source.hpp), so a new `struct Model` is a
+// new type, with symbols of its own in the JIT; once that namespace is parsed, the earlier
+// cells' declarations of the same names are hidden from lookup — except function overloads,
+// which stay side by side while their signatures name no hidden type. Code compiled earlier
+// keeps what it was built with: an object of the old `Model` stays an old `Model`.
 
 /// Starts a journal of the declarations hidden from here on (a part of a cell is about to be
 /// parsed); undo_redefinitions() puts them back when that part fails, so a failed cell changes
