@@ -7,16 +7,24 @@
 #include <clang/AST/ASTContext.h>
 #include <clang/AST/Decl.h>
 #include <clang/AST/DeclCXX.h>
+#include <clang/AST/ExternalASTSource.h>
 #include <clang/AST/PrettyPrinter.h>
 #include <clang/AST/RawCommentList.h>
 #include <clang/Basic/DiagnosticOptions.h>
+#include <clang/CodeGen/CodeGenAction.h>
 #include <clang/Frontend/CompilerInstance.h>
+#include <clang/Frontend/FrontendActions.h>
 #include <clang/Frontend/TextDiagnosticPrinter.h>
-#include <clang/Interpreter/CodeCompletion.h>
 #include <clang/Interpreter/Interpreter.h>
+#include <clang/Lex/Preprocessor.h>
 #include <clang/Sema/Lookup.h>
 #include <clang/Sema/Sema.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/Object/ObjectFile.h>
+#include <llvm/Support/DynamicLibrary.h>
 #include <llvm/Support/Error.h>
+#include <llvm/Support/FileSystem.h>
+#include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 
@@ -56,9 +64,28 @@ private:
   clang::TextDiagnosticPrinter printer_;
 };
 
+/// Hands each declaration clang reads from the precompiled prelude, as a cell first uses it, to
+/// the code generator. clang 19 drops them (its BackendConsumer ignores the "interesting"
+/// declarations a precompiled header yields once it has finished its first module), and then a
+/// cell cannot emit what it uses of the header's non-exported code: `static` and
+/// `always_inline` functions, hana's `constexpr` function objects.
+class PreludeDeclarationsToCodegen final : public clang::ASTConsumer {
+public:
+  explicit PreludeDeclarationsToCodegen(clang::ASTConsumer& codegen) : codegen_(codegen) {}
+  void HandleInterestingDecl(clang::DeclGroupRef group) override {
+    codegen_.HandleTopLevelDecl(group);
+  }
+  void HandleVTable(clang::CXXRecordDecl* record) override { codegen_.HandleVTable(record); }
+
+private:
+  clang::ASTConsumer& codegen_;
+};
+
 } // namespace
 
 struct CellInterpreter::State {
+  // Outlives the interpreter, whose precompiled header's reader points to it.
+  std::unique_ptr<PreludeDeclarationsToCodegen> prelude_to_codegen;
   std::string diagnostics;
   llvm::raw_string_ostream diagnostics_stream{diagnostics};
   std::unique_ptr<CellDiagnostics> printer;
@@ -89,24 +116,21 @@ std::string exception_type_name() {
 
 } // namespace
 
-CellInterpreter::CellInterpreter(const CellInterpreterOptions& options)
-    : state_(std::make_unique<State>()) {
-  // SINTER_KERNEL_TIMING=1: the start-up's phases on stderr (the kernel's log).
-  auto started = std::chrono::steady_clock::now();
-  auto phase = [&, timing = std::getenv("SINTER_KERNEL_TIMING") != nullptr](const char* what) {
-    if (timing)
-      std::fprintf(
-          stderr, "sinter-kernel: %s after %.3f s\n", what,
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-  };
-  llvm::InitializeNativeTarget();
-  llvm::InitializeNativeTargetAsmPrinter();
+namespace {
+
+std::vector<std::string> compiler_flags(const CellInterpreterOptions& options) {
   // -O0: at -O1 an inline function emitted for one cell is dropped from its module, and a later
   // cell that needs it fails to link (clang-repl keeps no copy). Cells are glue: the work runs
   // in libsinter and its JIT-compiled kernels.
   std::vector<std::string> flags{"-std=c++20", "-O0", "-fexceptions", "-I" + options.source_root};
   flags.insert(flags.end(), options.flags.begin(), options.flags.end());
-  state_->flags = flags;
+  return flags;
+}
+
+/// A compiler set up exactly as clang::Interpreter sets up its own (driver, target,
+/// -fincremental-extensions), so that what it writes loads into the interpreter.
+std::unique_ptr<clang::CompilerInstance>
+interpreter_like_compiler(const std::vector<std::string>& flags) {
   std::vector<const char*> args;
   for (const std::string& f : flags)
     args.push_back(f.c_str());
@@ -116,12 +140,158 @@ CellInterpreter::CellInterpreter(const CellInterpreterOptions& options)
   if (!compiler)
     throw std::runtime_error("sinter-kernel: cannot set up clang: " +
                              error_text(compiler.takeError()));
-  auto interpreter = clang::Interpreter::create(std::move(*compiler));
+  return std::move(*compiler);
+}
+
+void initialize_native_target() {
+  llvm::InitializeNativeTarget();
+  llvm::InitializeNativeTargetAsmPrinter();
+}
+
+/// What is wrong with the precompiled header that `flags` include (not one, from another clang,
+/// a header changed since), as clang says it; empty when it loads.
+std::string precompiled_header_problem(const std::vector<std::string>& flags) {
+  std::unique_ptr<clang::CompilerInstance> compiler = interpreter_like_compiler(flags);
+  std::string said;
+  llvm::raw_string_ostream said_stream(said);
+  clang::TextDiagnosticPrinter printer(said_stream, &compiler->getDiagnosticOpts());
+  compiler->getDiagnostics().setClient(&printer, /*ShouldOwnClient=*/false);
+  auto nothing = llvm::MemoryBuffer::getMemBuffer("", "<check the precompiled prelude>");
+  compiler->getFrontendOpts().Inputs = {
+      clang::FrontendInputFile(nothing->getMemBufferRef(), clang::InputKind(clang::Language::CXX))};
+  compiler->setVerboseOutputStream(std::make_unique<llvm::raw_null_ostream>());
+  clang::SyntaxOnlyAction load;
+  bool loaded = compiler->ExecuteAction(load) && !compiler->getDiagnostics().hasErrorOccurred();
+  said_stream.flush();
+  if (loaded) return {};
+  if (said.size() > 600) said = said.substr(0, 600) + "…";
+  while (!said.empty() && said.back() == '\n')
+    said.pop_back();
+  return said.empty() ? "clang cannot read it" : said;
+}
+
+std::string pch_path(const std::string& prelude) { return prelude + ".pch"; }
+std::string object_path(const std::string& prelude) { return prelude + ".o"; }
+
+/// The global symbols an object file defines and those it needs from elsewhere.
+struct ObjectSymbols {
+  std::vector<std::string> defined, undefined;
+};
+
+ObjectSymbols object_symbols(const llvm::MemoryBuffer& object) {
+  ObjectSymbols symbols;
+  auto file = llvm::object::ObjectFile::createObjectFile(object.getMemBufferRef());
+  if (!file) return (llvm::consumeError(file.takeError()), symbols);
+  for (const llvm::object::SymbolRef& symbol : (*file)->symbols()) {
+    auto flags = symbol.getFlags();
+    auto name = symbol.getName();
+    if (!flags || !name) {
+      if (!flags) llvm::consumeError(flags.takeError());
+      if (!name) llvm::consumeError(name.takeError());
+      continue;
+    }
+    if (!(*flags & llvm::object::SymbolRef::SF_Global) || name->empty()) continue;
+    (*flags & llvm::object::SymbolRef::SF_Undefined ? symbols.undefined : symbols.defined)
+        .push_back(name->str());
+  }
+  return symbols;
+}
+
+/// Stands in for a function the precompiled prelude's code calls but no library exports: one
+/// of libstdc++'s internals, which only code the library itself runs calls (std::filesystem's
+/// `path(string_view, _Type)`). A parsed prelude emits no code for it; the precompiled one emits
+/// every inline function, so its code names it.
+[[noreturn]] void call_to_missing_function() {
+  std::fputs("sinter-kernel: a cell called a function that no loaded library exports (a "
+             "library's internal function)\n",
+             stderr);
+  std::abort();
+}
+
+/// Links the precompiled prelude's code into the session.
+void link_prelude_object(clang::Interpreter& interpreter, const std::string& path) {
+  auto jit = interpreter.getExecutionEngine();
+  if (!jit) throw std::runtime_error(error_text(jit.takeError()));
+  auto object = llvm::MemoryBuffer::getFile(path);
+  if (!object) throw std::runtime_error("cannot read " + path + ": " + object.getError().message());
+  ObjectSymbols symbols = object_symbols(**object);
+  if (symbols.defined.empty()) throw std::runtime_error(path + " is not an object file");
+  llvm::orc::SymbolMap missing;
+  for (const std::string& name : symbols.undefined)
+    if (name != "__dso_handle" && // the JIT defines it
+        llvm::sys::DynamicLibrary::SearchForAddressOfSymbol(name.c_str()) == nullptr)
+      missing[jit->getExecutionSession().intern(name)] = {
+          llvm::orc::ExecutorAddr::fromPtr(&call_to_missing_function),
+          llvm::JITSymbolFlags::Exported};
+  if (!missing.empty())
+    if (llvm::Error e =
+            jit->getMainJITDylib().define(llvm::orc::absoluteSymbols(std::move(missing))))
+      throw std::runtime_error(error_text(std::move(e)));
+  if (llvm::Error e = jit->addObjectFile(std::move(*object)))
+    throw std::runtime_error(error_text(std::move(e)));
+  // Link it now (one symbol pulls in the whole object), so that a problem shows here.
+  if (auto linked = jit->lookupLinkerMangled(symbols.defined.front()); !linked) {
+    std::string why = error_text(linked.takeError());
+    if (why.size() > 400) why = why.substr(0, 400) + "…";
+    throw std::runtime_error("its code does not link: " + why);
+  }
+}
+
+} // namespace
+
+CellInterpreter::CellInterpreter(const CellInterpreterOptions& options) {
+  bool precompiled = !options.prelude.empty() && llvm::sys::fs::exists(pch_path(options.prelude)) &&
+                     llvm::sys::fs::exists(object_path(options.prelude));
+  if (precompiled) {
+    try {
+      start(options, /*precompiled=*/true);
+      return;
+    } catch (const std::exception& e) {
+      // Stale (a header changed since the build) or from another clang: parse it instead.
+      std::fprintf(stderr,
+                   "sinter-kernel: not using the precompiled prelude %s.pch (%s); parsing "
+                   "dsl/sinter.hpp instead, which takes about 3 s (`ninja -C build` writes the "
+                   "prelude again)\n",
+                   options.prelude.c_str(), e.what());
+    }
+  }
+  start(options, /*precompiled=*/false);
+}
+
+void CellInterpreter::start(const CellInterpreterOptions& options, bool precompiled) {
+  state_ = std::make_unique<State>();
+  // SINTER_KERNEL_TIMING=1: the start-up's phases on stderr (the kernel's log).
+  auto started = std::chrono::steady_clock::now();
+  auto phase = [&, timing = std::getenv("SINTER_KERNEL_TIMING") != nullptr](const char* what) {
+    if (timing)
+      std::fprintf(
+          stderr, "sinter-kernel: %s after %.3f s\n", what,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  };
+  initialize_native_target();
+  state_->flags = compiler_flags(options);
+  std::vector<std::string> flags = state_->flags;
+  if (precompiled) {
+    flags.insert(flags.end(), {"-include-pch", pch_path(options.prelude)});
+    // clang 19's interpreter crashes on a precompiled header it cannot read: try it first.
+    if (std::string why = precompiled_header_problem(flags); !why.empty())
+      throw std::runtime_error(why);
+  }
+  // clang's own diagnostics while it starts (a stale precompiled header, say) are the error.
+  auto interpreter = clang::Interpreter::create(interpreter_like_compiler(flags));
   if (!interpreter)
     throw std::runtime_error("sinter-kernel: cannot start clang's interpreter: " +
                              error_text(interpreter.takeError()));
   state_->interpreter = std::move(*interpreter);
-  phase("clang's interpreter created");
+  if (precompiled) {
+    clang::CompilerInstance& compiler = *state_->interpreter->getCompilerInstance();
+    state_->prelude_to_codegen =
+        std::make_unique<PreludeDeclarationsToCodegen>(compiler.getASTConsumer());
+    if (clang::ExternalASTSource* header = compiler.getASTContext().getExternalSource())
+      header->StartTranslationUnit(state_->prelude_to_codegen.get());
+  }
+  phase(precompiled ? "clang's interpreter created, the precompiled prelude read"
+                    : "clang's interpreter created");
   // Diagnostics go to a string per cell (they are the error reply), not to stderr.
   clang::CompilerInstance& ci = *state_->interpreter->getCompilerInstance();
   state_->printer =
@@ -132,14 +302,59 @@ CellInterpreter::CellInterpreter(const CellInterpreterOptions& options)
     throw std::runtime_error("sinter-kernel: cannot load " + options.library + ": " +
                              error_text(std::move(e)));
   phase("libsinter loaded");
-  CellResult prelude =
-      run_part("#include \"dsl/sinter.hpp\"\n#include \"jit/notebook/display.hpp\"\n"
-               "#include <iostream>\n#include <thread>\nusing namespace sinter;\n"
-               "using namespace sinter::notebook;");
+  if (precompiled) {
+    // The prelude's inline functions and template instantiations were compiled with the
+    // header: clang's interpreter emits no code for what a precompiled header instantiated.
+    link_prelude_object(*state_->interpreter, object_path(options.prelude));
+    phase("the prelude's code linked: ready for the first cell");
+    return;
+  }
+  CellResult prelude = run_part("#include \"jit/notebook/prelude.hpp\"");
   if (!prelude.ok)
     throw std::runtime_error("sinter-kernel: cannot include dsl/sinter.hpp from " +
                              options.source_root + ": " + prelude.message);
   phase("dsl/sinter.hpp included: ready for the first cell");
+}
+
+void write_prelude(const CellInterpreterOptions& options, const std::string& prelude,
+                   const std::string& depfile) {
+  initialize_native_target();
+  std::vector<std::string> flags = compiler_flags(options);
+  std::string header = options.source_root + "/jit/notebook/prelude.hpp";
+  auto run = [&](clang::FrontendAction& action, clang::InputKind kind, const std::string& input,
+                 const std::string& output, bool codegen_in_pch) {
+    std::unique_ptr<clang::CompilerInstance> compiler = interpreter_like_compiler(flags);
+    clang::FrontendOptions& frontend = compiler->getFrontendOpts();
+    frontend.Inputs = {clang::FrontendInputFile(input, kind)};
+    frontend.OutputFile = output;
+    if (codegen_in_pch) {
+      // Every inline function and instantiation the header makes is compiled once, into the
+      // object; sessions link to it instead of emitting their own (they cannot: see start()).
+      compiler->getLangOpts().ModulesCodegen = true;
+      compiler->getLangOpts().PCHInstantiateTemplates = true;
+      if (!depfile.empty()) {
+        compiler->getDependencyOutputOpts().OutputFile = depfile;
+        compiler->getDependencyOutputOpts().Targets = {pch_path(prelude)};
+      }
+    }
+    if (!compiler->ExecuteAction(action) || compiler->getDiagnostics().hasErrorOccurred())
+      throw std::runtime_error("sinter-kernel: cannot write " + output);
+  };
+  // Written under temporary names and renamed into place, so that a session never reads half a
+  // prelude.
+  std::string pch_temporary = pch_path(prelude) + ".partial";
+  std::string object_temporary = object_path(prelude) + ".partial";
+  clang::GeneratePCHAction write_pch;
+  run(write_pch, clang::InputKind(clang::Language::CXX).getHeader(), header, pch_temporary, true);
+  clang::EmitObjAction write_object;
+  run(write_object, clang::InputKind(clang::Language::CXX, clang::InputKind::Precompiled),
+      pch_temporary, object_temporary, false);
+  if (std::error_code e = llvm::sys::fs::rename(pch_temporary, pch_path(prelude)))
+    throw std::runtime_error("sinter-kernel: cannot write " + pch_path(prelude) + ": " +
+                             e.message());
+  if (std::error_code e = llvm::sys::fs::rename(object_temporary, object_path(prelude)))
+    throw std::runtime_error("sinter-kernel: cannot write " + object_path(prelude) + ": " +
+                             e.message());
 }
 
 CellInterpreter::~CellInterpreter() = default;
@@ -314,6 +529,17 @@ private:
 
 } // namespace
 
+namespace {
+
+/// Looking names up reads declarations from the precompiled prelude; should that report an
+/// error, it belongs to no cell, and left standing it would fail the next one ("Parsing
+/// failed").
+void forget_lookup_errors(clang::CompilerInstance& compiler) {
+  if (compiler.getDiagnostics().hasErrorOccurred()) compiler.getDiagnostics().Reset(/*soft=*/true);
+}
+
+} // namespace
+
 CellInterpreter::Completion CellInterpreter::complete(std::string_view code, std::size_t cursor) {
   cursor = std::min(cursor, code.size());
   Completion out;
@@ -350,37 +576,20 @@ CellInterpreter::Completion CellInterpreter::complete(std::string_view code, std
                                   /*IncludeGlobalScope=*/false);
       }
   } else {
-    // Everything visible at the top level, and clang-repl's completion of the line typed so
-    // far (keywords, builtin types).
+    // Everything visible at the top level, and the language's keywords (builtin types among
+    // them).
     sema.LookupVisibleDecls(sema.TUScope, clang::Sema::LookupOrdinaryName, collect);
-    std::vector<const char*> args;
-    for (const std::string& f : state_->flags)
-      args.push_back(f.c_str());
-    clang::IncrementalCompilerBuilder builder;
-    builder.SetCompilerArgs(args);
-    if (auto completer_compiler = builder.CreateCpp()) {
-      if (auto completer = clang::Interpreter::create(std::move(*completer_compiler))) {
-        std::size_t line_begin = code.rfind('\n', cursor == 0 ? 0 : cursor - 1);
-        line_begin = line_begin == std::string_view::npos || cursor == 0 ? 0 : line_begin + 1;
-        std::string_view line = code.substr(line_begin, cursor - line_begin);
-        clang::ReplCodeCompleter completion;
-        std::vector<std::string> results;
-        completion.codeComplete((*completer)->getCompilerInstance(),
-                                llvm::StringRef(line.data(), line.size()),
-                                /*Line=*/1, static_cast<unsigned>(line.size()) + 1,
-                                state_->interpreter->getCompilerInstance(), results);
-        for (std::string& r : results)
-          if (std::string_view(r).starts_with(typed) && !r.starts_with("__"))
-            out.matches.push_back(std::move(r));
-      } else {
-        llvm::consumeError(completer.takeError());
-      }
-    } else {
-      llvm::consumeError(completer_compiler.takeError());
+    const clang::LangOptions& language = compiler.getLangOpts();
+    for (const auto& entry : compiler.getPreprocessor().getIdentifierTable()) {
+      llvm::StringRef word = entry.getKey();
+      if (entry.getValue()->isKeyword(language) && !word.starts_with("_") &&
+          word.starts_with(llvm::StringRef(typed.data(), typed.size())))
+        out.matches.push_back(word.str());
     }
   }
   std::sort(out.matches.begin(), out.matches.end());
   out.matches.erase(std::unique(out.matches.begin(), out.matches.end()), out.matches.end());
+  forget_lookup_errors(compiler);
   return out;
 }
 
@@ -414,6 +623,7 @@ std::string CellInterpreter::inspect(std::string_view code, std::size_t cursor) 
           << comment->getFormattedText(context.getSourceManager(), context.getDiagnostics());
   }
   out.flush();
+  forget_lookup_errors(compiler);
   return text;
 }
 

@@ -22,7 +22,19 @@ struct CellInterpreterOptions {
   std::string source_root, library;
   /// Further compiler flags (-I, -D, …).
   std::vector<std::string> flags;
+  /// The precompiled prelude (jit/notebook/prelude.hpp) that write_prelude() wrote:
+  /// `<prelude>.pch` and `<prelude>.o`. Empty, missing or out of date: the prelude is parsed
+  /// instead, which takes about 3 s.
+  std::string prelude;
 };
+
+/// Precompiles jit/notebook/prelude.hpp for sessions with `options`: writes `<prelude>.pch` (the
+/// parsed header) and `<prelude>.o` (the code of its inline functions and template
+/// instantiations), and, unless `depfile` is empty, the headers it read as a Makefile rule.
+/// Throws std::runtime_error, with clang's diagnostics on stderr, when the header does not
+/// compile.
+void write_prelude(const CellInterpreterOptions& options, const std::string& prelude,
+                   const std::string& depfile);
 
 /// One clang::Interpreter for a session. Cells run one at a time, each on the thread that
 /// calls run(). The constructor loads libsinter and includes "dsl/sinter.hpp" with
@@ -52,6 +64,7 @@ public:
   std::string inspect(std::string_view code, std::size_t cursor);
 
 private:
+  void start(const CellInterpreterOptions& options, bool precompiled);
   CellResult run_part(std::string_view code);
   CellResult run_once(std::string_view code);
   struct State;

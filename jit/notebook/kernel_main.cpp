@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <functional>
@@ -460,17 +461,33 @@ extern "C" int sinter_notebook_show_in_place(int id, const char* text, const cha
 }
 
 int main(int argc, char** argv) {
-  std::string connection_file;
-  for (int i = 1; i + 1 < argc; ++i)
+  sinter::notebook::CellInterpreterOptions options;
+  options.source_root = SINTER_SOURCE_ROOT;
+  options.library = SINTER_LIBRARY;
+  options.prelude = SINTER_PRELUDE;
+  // Another precompiled prelude (an installed kernel's), or none when empty.
+  if (const char* prelude = std::getenv("SINTER_KERNEL_PRELUDE")) options.prelude = prelude;
+  std::string connection_file, write_prelude, depfile;
+  for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "-f") == 0) connection_file = argv[i + 1];
+    if (std::strcmp(argv[i], "--write-prelude") == 0) write_prelude = argv[i + 1];
+    if (std::strcmp(argv[i], "--depfile") == 0) depfile = argv[i + 1];
+  }
+  // The build precompiles the prelude (meson.build): `sinter-kernel --write-prelude PATH`.
+  if (!write_prelude.empty()) {
+    try {
+      sinter::notebook::write_prelude(options, write_prelude, depfile);
+      return 0;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      return 1;
+    }
+  }
   if (connection_file.empty()) {
     std::fprintf(stderr, "usage: sinter-kernel -f CONNECTION_FILE (Jupyter starts it; install "
                          "its kernelspec with `sinter kernel install`)\n");
     return 2;
   }
-  sinter::notebook::CellInterpreterOptions options;
-  options.source_root = SINTER_SOURCE_ROOT;
-  options.library = SINTER_LIBRARY;
   // Jupyter interrupts by SIGINT (interrupt_mode "signal"): the cell's next training step
   // throws sinter::Interrupted. The handler only sets a flag. Threads started after the mask
   // below (xeus's, the cells') block SIGINT, so none of their system calls is cut short by it.

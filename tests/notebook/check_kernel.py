@@ -8,6 +8,7 @@ import queue
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 from checks import check, fail, install_kernelspec
@@ -60,8 +61,14 @@ def result_data(outputs):
     return found[0] if found else None
 
 
+# The kernel's log (its stderr), with its start-up phases.
+kernel_log = tempfile.NamedTemporaryFile("w+", prefix="sinter-kernel-log-", suffix=".txt")
+kernel_env = dict(os.environ, SINTER_KERNEL_TIMING="1")
+prelude = os.path.join(os.path.dirname(os.path.abspath(sys.argv[1])), "sinter-kernel-prelude")
+
 started = time.time()
-km, kc = start_new_kernel(kernel_name="sinter", startup_timeout=120)
+km, kc = start_new_kernel(kernel_name="sinter", startup_timeout=120, env=kernel_env,
+                          stderr=kernel_log)
 try:
     kc.kernel_info()
     info = kc.get_shell_msg(timeout=60)["content"]
@@ -73,6 +80,11 @@ try:
     check(reply["status"] == "ok", f"printf cell: {reply}")
     check(stream_text(outputs, "stdout") == "hello 42\n", f"stdout stream: {outputs}")
     print(f"kernel start to the first cell's result: {first:.2f} s")
+    kernel_log.seek(0)
+    log = kernel_log.read()
+    if os.path.exists(prelude + ".pch"):
+        check("the prelude's code linked" in log and "not using" not in log,
+              f"the kernel did not start from the build's precompiled prelude; its log:\n{log}")
 
     reply, outputs = run(kc, 'std::cerr << "to stderr" << std::endl;')
     check(stream_text(outputs, "stderr") == "to stderr\n", f"stderr stream: {outputs}")
@@ -232,6 +244,10 @@ auto ys = HostTensor::from_doubles(DType::i32, {4}, std::vector<double>{0, 1, 0,
     check(reply["matches"] == ["DataLoader"], f"completing in a namespace: {reply}")
     reply = complete("twi")
     check(reply["matches"] == ["twice"], f"completing a cell's function: {reply}")
+    reply = complete("for (int i = 0; i < 3; ++i) retu")
+    check(reply["matches"] == ["return"], f"completing a keyword: {reply}")
+    reply, outputs = run(kc, "boost::hana::size(boost::hana::make_tuple(1, 2.0, 'c'))")
+    check(result_data(outputs)["text/plain"] == "3", f"a cell after completion: {reply} {outputs}")
     kc.inspect("auto s = compile_step(model, loss, sgd{});", len("auto s = compile_"))
     reply = kc.get_shell_msg(timeout=60)["content"]
     check(reply["found"] and "auto compile_step(Model &model" in reply["data"]["text/plain"] and
@@ -304,4 +320,26 @@ finally:
     kc.stop_channels()
     km.shutdown_kernel(now=False)
 check(not km.is_alive(), "the kernel is still alive after shutdown")
+
+# A corrupt precompiled prelude: the kernel says so in its log and parses the DSL instead.
+with tempfile.TemporaryDirectory(prefix="sinter-bad-prelude-") as bad:
+    for suffix in (".pch", ".o"):
+        with open(os.path.join(bad, "prelude" + suffix), "w") as junk:
+            junk.write("not a precompiled header\n")
+    bad_log = tempfile.NamedTemporaryFile("w+", prefix="sinter-kernel-log-", suffix=".txt")
+    km, kc = start_new_kernel(kernel_name="sinter", startup_timeout=120, stderr=bad_log,
+                              env=dict(os.environ,
+                                       SINTER_KERNEL_PRELUDE=os.path.join(bad, "prelude")))
+    try:
+        reply, outputs = run(kc, "auto parsed = HostTensor::from_doubles(DType::f32, {2}, "
+                                 "std::vector<double>{1, 2});\nparsed.shape()[0]")
+        check(reply["status"] == "ok" and result_data(outputs)["text/plain"] == "2",
+              f"a kernel with a corrupt prelude runs cells: {reply} {outputs}")
+        bad_log.seek(0)
+        log = bad_log.read()
+        check("not using the precompiled prelude" in log and "prelude.pch" in log,
+              f"the kernel's log names the corrupt prelude: {log}")
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
 print("all kernel checks passed")
