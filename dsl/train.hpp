@@ -129,6 +129,52 @@ inline Optimizer to_optimizer(const adamw& a) {
 }
 inline Optimizer to_optimizer(const sgd& s) { return SGD{s.momentum, s.nesterov, s.weight_decay}; }
 
+/// The model's parameters as the graph's first inputs while it is traced (the part of
+/// trace_with_model that is the same for every model type).
+class TracedParameters {
+public:
+  TracedParameters(Graph& g, std::vector<Parameter*> parameters,
+                   const std::vector<std::string>& names)
+      : parameters_(std::move(parameters)) {
+    for (std::size_t i = 0; i < parameters_.size(); ++i) {
+      Parameter& p = *parameters_[i];
+      p.traced = Var(input(g, names[i], TensorType{p.value.dtype(), p.value.shape()}));
+    }
+  }
+  ~TracedParameters() {
+    for (Parameter* p : parameters_)
+      p->traced = Var();
+  }
+  TracedParameters(const TracedParameters&) = delete;
+  TracedParameters& operator=(const TracedParameters&) = delete;
+
+private:
+  std::vector<Parameter*> parameters_;
+};
+
+inline void check_batch_size(std::size_t given, std::size_t expected, bool bucketed) {
+  if (given != expected + (bucketed ? 1 : 0))
+    throw std::invalid_argument("sinter: the function takes " + std::to_string(expected) +
+                                " batch inputs after the model, got " +
+                                std::to_string(given - (bucketed ? 1 : 0)) +
+                                " — pass one HostTensor each");
+}
+
+/// With `buckets`, the padding the bucketed batch (pad_to_bucket's, the lengths last) is traced
+/// under: the lengths become the input bucket_lengths_name.
+inline void begin_padding(Graph& g, std::span<const HostTensor> batch,
+                          const std::vector<std::string>& batch_names, const ShapeBuckets* buckets,
+                          std::optional<SequencePaddingScope>& padding) {
+  if (!buckets) return;
+  const HostTensor& lengths = batch.back();
+  int64_t extent = 0;
+  for (std::size_t i = 0; i + 1 < batch.size(); ++i)
+    if (buckets->contains(batch_names[i])) extent = batch[i].shape().at(bucketed_dim);
+  padding.emplace(
+      SequencePadding{bucketed_dim, extent,
+                      input(g, bucket_lengths_name, TensorType{lengths.dtype(), lengths.shape()})});
+}
+
 /// Traces `fn(model, batch...)` with the model's parameters as named inputs. With `buckets`,
 /// `batch` is pad_to_bucket's (the lengths last): they become the input bucket_lengths_name,
 /// and the function is traced with the padding current (ops/padding.hpp).
@@ -137,34 +183,21 @@ Graph trace_with_model(Model& model, const Fn& fn, std::span<const HostTensor> b
                        const std::vector<std::string>& batch_names, std::index_sequence<I...>,
                        const ShapeBuckets* buckets = nullptr) {
   using params = typename signature<Fn>::params; // (Model, batch types...)
-  if (batch.size() != sizeof...(I) + (buckets ? 1 : 0))
-    throw std::invalid_argument("sinter: the function takes " + std::to_string(sizeof...(I)) +
-                                " batch inputs after the model, got " +
-                                std::to_string(batch.size()) + " — pass one HostTensor each");
+  check_batch_size(batch.size(), sizeof...(I), buckets != nullptr);
   Graph g;
   ActiveTrace active(g);
+  std::vector<Parameter*> parameters;
+  std::vector<std::string> names;
   for_each_parameter(model, [&](const std::string& name, Parameter& p) {
-    p.traced = Var(input(g, name, TensorType{p.value.dtype(), p.value.shape()}));
+    parameters.push_back(&p);
+    names.push_back(name);
   });
-  struct Untrace {
-    Model& m;
-    ~Untrace() {
-      for_each_parameter(m, [](const std::string&, Parameter& p) { p.traced = Var(); });
-    }
-  } untrace{model};
+  TracedParameters traced(g, std::move(parameters), names);
   // Braced initialisation creates the batch inputs in call order (function arguments would not).
   std::tuple<std::tuple_element_t<I + 1, params>...> inputs{
       make_parameter<std::tuple_element_t<I + 1, params>>(g, batch[I], batch_names[I], I)...};
   std::optional<SequencePaddingScope> padding;
-  if (buckets) {
-    const HostTensor& lengths = batch.back();
-    int64_t extent = 0;
-    for (std::size_t i = 0; i < sizeof...(I); ++i)
-      if (buckets->contains(batch_names[i])) extent = batch[i].shape().at(bucketed_dim);
-    padding.emplace(SequencePadding{
-        bucketed_dim, extent,
-        input(g, bucket_lengths_name, TensorType{lengths.dtype(), lengths.shape()})});
-  }
+  begin_padding(g, batch, batch_names, buckets, padding);
   auto result = std::apply([&](auto&... in) { return fn(model, in...); }, inputs);
   add_outputs(g, result);
   return g;
@@ -184,23 +217,58 @@ inline std::vector<std::string> default_batch_names(std::vector<std::string> nam
   return names;
 }
 
-} // namespace detail
+/// How a step traces `fn(model, batch...)`: `trace(function, batch, batch_names, buckets)`,
+/// where `function` holds the model and the loss. A function pointer rather than a
+/// std::function, which would instantiate its machinery once more for every model type.
+struct StepTracer {
+  Graph (*trace)(const void* function, std::span<const HostTensor> batch,
+                 const std::vector<std::string>& batch_names, const ShapeBuckets* buckets);
+  std::shared_ptr<const void> function;
+};
 
-/// A compiled training step over a model: call it with one HostTensor per batch parameter.
-template <class Model, class LossFn> class CompiledStep {
-  static constexpr std::size_t arity = detail::batch_arity<LossFn>();
+template <class Model, class LossFn> struct ModelAndLoss {
+  Model& model;
+  LossFn fn;
+  static Graph trace(const void* function, std::span<const HostTensor> batch,
+                     const std::vector<std::string>& batch_names, const ShapeBuckets* buckets) {
+    const auto& self = *static_cast<const ModelAndLoss*>(function);
+    return trace_with_model(self.model, self.fn, batch, batch_names,
+                            std::make_index_sequence<batch_arity<LossFn>()>{}, buckets);
+  }
+  static void destroy(const void* function) { delete static_cast<const ModelAndLoss*>(function); }
+};
 
+template <class Model, class LossFn> StepTracer step_tracer(Model& model, LossFn fn) {
+  using Function = ModelAndLoss<Model, LossFn>;
+  return {&Function::trace,
+          std::shared_ptr<const void>(static_cast<const void*>(new Function{model, std::move(fn)}),
+                                      &Function::destroy)};
+}
+
+/// Each parameter of `model`, by name, and its value.
+template <class Model>
+std::pair<std::vector<std::string>, std::vector<HostTensor*>> named_parameters(Model& model) {
+  std::pair<std::vector<std::string>, std::vector<HostTensor*>> named;
+  for_each_parameter(model, [&](const std::string& name, Parameter& p) {
+    named.first.push_back(name);
+    named.second.push_back(&p.value);
+  });
+  return named;
+}
+
+/// What a compiled step does that depends on neither the model's type nor the loss's: kept out
+/// of the CompiledStep template, so that a new model type (a notebook defines one per cell)
+/// instantiates only its tracing.
+class StepCore {
 public:
-  /// `frozen`: further graph inputs the step reads but never trains (a teacher's weights),
-  /// by name; `before_call` runs before every call (refreshing them).
-  CompiledStep(Model& model, LossFn fn, Optimizer optimizer, double lr, StepOptions options,
-               std::vector<std::pair<std::string, const HostTensor*>> frozen = {},
-               std::function<void()> before_call = {})
+  StepCore(std::size_t arity, StepTracer tracer,
+           std::pair<std::vector<std::string>, std::vector<HostTensor*>> parameters,
+           Optimizer optimizer, double lr, StepOptions options,
+           std::vector<std::pair<std::string, const HostTensor*>> frozen,
+           std::function<void()> before_call)
       : before_call_(std::move(before_call)),
         schedule_(options.schedule ? options.schedule : constant_schedule(lr)),
-        batch_names_(detail::default_batch_names(options.batch_names, arity)),
-        buckets_(options.buckets) {
-    const std::vector<std::string>& batch_names = batch_names_;
+        batch_names_(default_batch_names(options.batch_names, arity)), buckets_(options.buckets) {
     if (!buckets_.empty()) {
       check_shape_buckets(buckets_, batch_names_);
       if (options.sift)
@@ -210,16 +278,10 @@ public:
       bucketed_names_ = batch_names_;
       bucketed_names_.push_back(bucket_lengths_name);
     }
-    std::vector<std::string> names;
-    std::vector<HostTensor*> values;
-    for_each_parameter(model, [&](const std::string& name, Parameter& p) {
-      names.push_back(name);
-      values.push_back(&p.value);
-    });
-    auto trace = [&model, fn, batch_names, buckets = buckets_](std::span<const HostTensor> batch) {
-      Graph g =
-          detail::trace_with_model(model, fn, batch, batch_names, std::make_index_sequence<arity>{},
-                                   buckets.empty() ? nullptr : &buckets);
+    auto trace = [tracer = std::move(tracer), batch_names = batch_names_,
+                  buckets = buckets_](std::span<const HostTensor> batch) {
+      Graph g = tracer.trace(tracer.function.get(), batch, batch_names,
+                             buckets.empty() ? nullptr : &buckets);
       // The step needs the loss only: further results of a std::tuple are dropped.
       auto& outputs = g.mutable_outputs();
       if (outputs.size() > 1) outputs.erase(outputs.begin() + 1, outputs.end());
@@ -236,20 +298,13 @@ public:
     step_options.check_every = options.check_every;
     step_options.sift = options.sift;
     step_options.sift_rows = options.sift_rows;
-    runtime_ = std::make_unique<TrainStep>(trace, names, values, step_options);
+    runtime_ =
+        std::make_unique<TrainStep>(trace, parameters.first, parameters.second, step_options);
   }
 
-  template <class... H>
-    requires(std::same_as<std::remove_cvref_t<H>, HostTensor> && ...)
-  StepOutput operator()(detail::CallSite first, H&&... rest) {
-    static_assert(sizeof...(H) + 1 == arity, "sinter: pass one HostTensor per batch parameter");
-    std::array<HostTensor, sizeof...(H) + 1> packed{first.tensor, std::forward<H>(rest)...};
-    return call(packed, first.where);
-  }
-
-  /// The same, with the batch in a span. The first call with new batch types compiles (and
-  /// logs the compile line); later calls with types seen before reuse that program. A
-  /// recompile's line names the calling source line.
+  /// The step on a batch (one HostTensor per batch parameter) in a span. The first call with
+  /// new batch types compiles (and logs the compile line); later calls with types seen before
+  /// reuse that program. A recompile's line names the calling source line.
   StepOutput call(std::span<const HostTensor> batch,
                   std::source_location where = std::source_location::current()) {
     if (before_call_) before_call_();
@@ -295,7 +350,34 @@ private:
   std::vector<std::string> bucketed_names_; // batch_names_ and the lengths, with buckets
   std::unique_ptr<TrainStep> runtime_;
   std::size_t logged_ = 0; // compilations already logged
-  detail::CompileLog log_;
+  CompileLog log_;
+};
+
+} // namespace detail
+
+/// A compiled training step over a model: call it with one HostTensor per batch parameter
+/// (or a span of them with call()); steps(), runtime(), plan_memory() and max_batch() as in
+/// detail::StepCore.
+template <class Model, class LossFn> class CompiledStep : public detail::StepCore {
+  static constexpr std::size_t arity = detail::batch_arity<LossFn>();
+
+public:
+  /// `frozen`: further graph inputs the step reads but never trains (a teacher's weights),
+  /// by name; `before_call` runs before every call (refreshing them).
+  CompiledStep(Model& model, LossFn fn, Optimizer optimizer, double lr, StepOptions options,
+               std::vector<std::pair<std::string, const HostTensor*>> frozen = {},
+               std::function<void()> before_call = {})
+      : detail::StepCore(arity, detail::step_tracer(model, std::move(fn)),
+                         detail::named_parameters(model), optimizer, lr, std::move(options),
+                         std::move(frozen), std::move(before_call)) {}
+
+  template <class... H>
+    requires(std::same_as<std::remove_cvref_t<H>, HostTensor> && ...)
+  StepOutput operator()(detail::CallSite first, H&&... rest) {
+    static_assert(sizeof...(H) + 1 == arity, "sinter: pass one HostTensor per batch parameter");
+    std::array<HostTensor, sizeof...(H) + 1> packed{first.tensor, std::forward<H>(rest)...};
+    return call(packed, first.where);
+  }
 };
 
 /// Compiles `loss(model, batch...)` (a scalar) together with its gradients and the optimizer

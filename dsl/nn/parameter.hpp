@@ -70,23 +70,49 @@ inline std::string join_path(const std::string& prefix, const std::string& name)
 }
 } // namespace detail
 
+namespace detail {
+
+/// A callback over (dotted name, Parameter&) that is not a template parameter, so that the walk
+/// over a model's modules is instantiated once per module type rather than once per callback
+/// (a notebook session pays in memory for every instantiation).
+class ParameterVisitor {
+public:
+  template <class F>
+  explicit ParameterVisitor(F& f)
+      : callback_(&f), call_([](void* callback, const std::string& name, Parameter& p) {
+          (*static_cast<F*>(callback))(name, p);
+        }) {}
+  void operator()(const std::string& name, Parameter& p) const { call_(callback_, name, p); }
+
+private:
+  void* callback_;
+  void (*call_)(void*, const std::string&, Parameter&);
+};
+
+template <class M>
+void visit_parameters(M& module, ParameterVisitor visit, const std::string& prefix) {
+  using T = std::remove_cvref_t<M>;
+  if constexpr (std::is_same_v<T, Parameter>) {
+    visit(prefix, module);
+  } else if constexpr (is_std_vector<T>::value) {
+    for (std::size_t i = 0; i < module.size(); ++i)
+      visit_parameters(module[i], visit, join_path(prefix, std::to_string(i)));
+  } else if constexpr (boost::hana::Struct<T>::value) {
+    boost::hana::for_each(boost::hana::accessors<T>(), [&](auto pair) {
+      std::string name = boost::hana::to<const char*>(boost::hana::first(pair));
+      visit_parameters(boost::hana::second(pair)(module), visit, join_path(prefix, name));
+    });
+  }
+}
+
+} // namespace detail
+
 /// Calls f(dotted_name, Parameter&) for every parameter of a module, in declaration order:
 /// members declared with BOOST_HANA_DEFINE_STRUCT, recursing into sub-modules and
 /// std::vectors of them (`blocks.3.attn.qkv.weight`). Other members are configuration.
 template <class M, class F>
 void for_each_parameter(M& module, F&& f, const std::string& prefix = "") {
-  using T = std::remove_cvref_t<M>;
-  if constexpr (std::is_same_v<T, Parameter>) {
-    f(prefix, module);
-  } else if constexpr (detail::is_std_vector<T>::value) {
-    for (std::size_t i = 0; i < module.size(); ++i)
-      for_each_parameter(module[i], f, detail::join_path(prefix, std::to_string(i)));
-  } else if constexpr (boost::hana::Struct<T>::value) {
-    boost::hana::for_each(boost::hana::accessors<T>(), [&](auto pair) {
-      std::string name = boost::hana::to<const char*>(boost::hana::first(pair));
-      for_each_parameter(boost::hana::second(pair)(module), f, detail::join_path(prefix, name));
-    });
-  }
+  detail::visit_parameters(module, detail::ParameterVisitor(f), prefix);
 }
 
 /// Number of scalar weights in the model.
