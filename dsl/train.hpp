@@ -129,16 +129,35 @@ inline Optimizer to_optimizer(const adamw& a) {
 }
 inline Optimizer to_optimizer(const sgd& s) { return SGD{s.momentum, s.nesterov, s.weight_decay}; }
 
+/// A model's parameters in for_each_parameter's order, with their names.
+struct NamedParameters {
+  std::vector<std::string> names;
+  std::vector<Parameter*> parameters;
+  std::vector<HostTensor*> values() const {
+    std::vector<HostTensor*> out;
+    for (Parameter* p : parameters)
+      out.push_back(&p->value);
+    return out;
+  }
+};
+
+template <class Model> NamedParameters named_parameters(Model& model) {
+  NamedParameters named;
+  for_each_parameter(model, [&](const std::string& name, Parameter& p) {
+    named.names.push_back(name);
+    named.parameters.push_back(&p);
+  });
+  return named;
+}
+
 /// The model's parameters as the graph's first inputs while it is traced (the part of
 /// trace_with_model that is the same for every model type).
 class TracedParameters {
 public:
-  TracedParameters(Graph& g, std::vector<Parameter*> parameters,
-                   const std::vector<std::string>& names)
-      : parameters_(std::move(parameters)) {
+  TracedParameters(Graph& g, const NamedParameters& named) : parameters_(named.parameters) {
     for (std::size_t i = 0; i < parameters_.size(); ++i) {
       Parameter& p = *parameters_[i];
-      p.traced = Var(input(g, names[i], TensorType{p.value.dtype(), p.value.shape()}));
+      p.traced = Var(input(g, named.names[i], TensorType{p.value.dtype(), p.value.shape()}));
     }
   }
   ~TracedParameters() {
@@ -186,13 +205,7 @@ Graph trace_with_model(Model& model, const Fn& fn, std::span<const HostTensor> b
   check_batch_size(batch.size(), sizeof...(I), buckets != nullptr);
   Graph g;
   ActiveTrace active(g);
-  std::vector<Parameter*> parameters;
-  std::vector<std::string> names;
-  for_each_parameter(model, [&](const std::string& name, Parameter& p) {
-    parameters.push_back(&p);
-    names.push_back(name);
-  });
-  TracedParameters traced(g, std::move(parameters), names);
+  TracedParameters traced(g, named_parameters(model));
   // Braced initialisation creates the batch inputs in call order (function arguments would not).
   std::tuple<std::tuple_element_t<I + 1, params>...> inputs{
       make_parameter<std::tuple_element_t<I + 1, params>>(g, batch[I], batch_names[I], I)...};
@@ -245,24 +258,12 @@ template <class Model, class LossFn> StepTracer step_tracer(Model& model, LossFn
                                       &Function::destroy)};
 }
 
-/// Each parameter of `model`, by name, and its value.
-template <class Model>
-std::pair<std::vector<std::string>, std::vector<HostTensor*>> named_parameters(Model& model) {
-  std::pair<std::vector<std::string>, std::vector<HostTensor*>> named;
-  for_each_parameter(model, [&](const std::string& name, Parameter& p) {
-    named.first.push_back(name);
-    named.second.push_back(&p.value);
-  });
-  return named;
-}
-
 /// What a compiled step does that depends on neither the model's type nor the loss's: kept out
 /// of the CompiledStep template, so that a new model type (a notebook defines one per cell)
 /// instantiates only its tracing.
 class StepCore {
 public:
-  StepCore(std::size_t arity, StepTracer tracer,
-           std::pair<std::vector<std::string>, std::vector<HostTensor*>> parameters,
+  StepCore(std::size_t arity, StepTracer tracer, const NamedParameters& parameters,
            Optimizer optimizer, double lr, StepOptions options,
            std::vector<std::pair<std::string, const HostTensor*>> frozen,
            std::function<void()> before_call)
@@ -299,7 +300,7 @@ public:
     step_options.sift = options.sift;
     step_options.sift_rows = options.sift_rows;
     runtime_ =
-        std::make_unique<TrainStep>(trace, parameters.first, parameters.second, step_options);
+        std::make_unique<TrainStep>(trace, parameters.names, parameters.values(), step_options);
   }
 
   /// The step on a batch (one HostTensor per batch parameter) in a span. The first call with
@@ -404,10 +405,9 @@ public:
   ModelProgram(Model& model, Fn fn, std::vector<std::string> batch_names, bool gradients)
       : model_(model), fn_(std::move(fn)),
         batch_names_(default_batch_names(std::move(batch_names), arity)) {
-    for_each_parameter(model_, [&](const std::string& name, Parameter& p) {
-      names_.push_back(name);
-      params_.push_back(&p.value);
-    });
+    NamedParameters named = named_parameters(model_);
+    names_ = std::move(named.names);
+    params_ = named.values();
     if (!gradients) return;
     if (names_.empty())
       throw std::invalid_argument(

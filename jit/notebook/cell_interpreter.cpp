@@ -143,6 +143,12 @@ interpreter_like_compiler(const std::vector<std::string>& flags) {
   return std::move(*compiler);
 }
 
+/// `text` cut to `limit` bytes, for a log line (a link error can list thousands of symbols).
+std::string shortened(std::string text, std::size_t limit) {
+  if (text.size() > limit) text = text.substr(0, limit) + "…";
+  return text;
+}
+
 void initialize_native_target() {
   llvm::InitializeNativeTarget();
   llvm::InitializeNativeTargetAsmPrinter();
@@ -164,10 +170,9 @@ std::string precompiled_header_problem(const std::vector<std::string>& flags) {
   bool loaded = compiler->ExecuteAction(load) && !compiler->getDiagnostics().hasErrorOccurred();
   said_stream.flush();
   if (loaded) return {};
-  if (said.size() > 600) said = said.substr(0, 600) + "…";
   while (!said.empty() && said.back() == '\n')
     said.pop_back();
-  return said.empty() ? "clang cannot read it" : said;
+  return said.empty() ? "clang cannot read it" : shortened(said, 600);
 }
 
 std::string pch_path(const std::string& prelude) { return prelude + ".pch"; }
@@ -230,11 +235,9 @@ void link_prelude_object(clang::Interpreter& interpreter, const std::string& pat
   if (llvm::Error e = jit->addObjectFile(std::move(*object)))
     throw std::runtime_error(error_text(std::move(e)));
   // Link it now (one symbol pulls in the whole object), so that a problem shows here.
-  if (auto linked = jit->lookupLinkerMangled(symbols.defined.front()); !linked) {
-    std::string why = error_text(linked.takeError());
-    if (why.size() > 400) why = why.substr(0, 400) + "…";
-    throw std::runtime_error("its code does not link: " + why);
-  }
+  if (auto linked = jit->lookupLinkerMangled(symbols.defined.front()); !linked)
+    throw std::runtime_error("its code does not link: " +
+                             shortened(error_text(linked.takeError()), 400));
 }
 
 } // namespace
@@ -321,34 +324,36 @@ void write_prelude(const CellInterpreterOptions& options, const std::string& pre
   initialize_native_target();
   std::vector<std::string> flags = compiler_flags(options);
   std::string header = options.source_root + "/jit/notebook/prelude.hpp";
-  auto run = [&](clang::FrontendAction& action, clang::InputKind kind, const std::string& input,
-                 const std::string& output, bool codegen_in_pch) {
+  auto compiler_for = [&](clang::InputKind kind, const std::string& input,
+                          const std::string& output) {
     std::unique_ptr<clang::CompilerInstance> compiler = interpreter_like_compiler(flags);
-    clang::FrontendOptions& frontend = compiler->getFrontendOpts();
-    frontend.Inputs = {clang::FrontendInputFile(input, kind)};
-    frontend.OutputFile = output;
-    if (codegen_in_pch) {
-      // Every inline function and instantiation the header makes is compiled once, into the
-      // object; sessions link to it instead of emitting their own (they cannot: see start()).
-      compiler->getLangOpts().ModulesCodegen = true;
-      compiler->getLangOpts().PCHInstantiateTemplates = true;
-      if (!depfile.empty()) {
-        compiler->getDependencyOutputOpts().OutputFile = depfile;
-        compiler->getDependencyOutputOpts().Targets = {pch_path(prelude)};
-      }
-    }
-    if (!compiler->ExecuteAction(action) || compiler->getDiagnostics().hasErrorOccurred())
-      throw std::runtime_error("sinter-kernel: cannot write " + output);
+    compiler->getFrontendOpts().Inputs = {clang::FrontendInputFile(input, kind)};
+    compiler->getFrontendOpts().OutputFile = output;
+    return compiler;
+  };
+  auto execute = [](clang::CompilerInstance& compiler, clang::FrontendAction&& action) {
+    if (!compiler.ExecuteAction(action) || compiler.getDiagnostics().hasErrorOccurred())
+      throw std::runtime_error("sinter-kernel: cannot write " +
+                               compiler.getFrontendOpts().OutputFile);
   };
   // Written under temporary names and renamed into place, so that a session never reads half a
   // prelude.
   std::string pch_temporary = pch_path(prelude) + ".partial";
   std::string object_temporary = object_path(prelude) + ".partial";
-  clang::GeneratePCHAction write_pch;
-  run(write_pch, clang::InputKind(clang::Language::CXX).getHeader(), header, pch_temporary, true);
-  clang::EmitObjAction write_object;
-  run(write_object, clang::InputKind(clang::Language::CXX, clang::InputKind::Precompiled),
-      pch_temporary, object_temporary, false);
+  auto pch =
+      compiler_for(clang::InputKind(clang::Language::CXX).getHeader(), header, pch_temporary);
+  // Every inline function and instantiation the header makes is compiled once, into the object;
+  // sessions link to it instead of emitting their own (they cannot: see start()).
+  pch->getLangOpts().ModulesCodegen = true;
+  pch->getLangOpts().PCHInstantiateTemplates = true;
+  if (!depfile.empty()) {
+    pch->getDependencyOutputOpts().OutputFile = depfile;
+    pch->getDependencyOutputOpts().Targets = {pch_path(prelude)};
+  }
+  execute(*pch, clang::GeneratePCHAction());
+  execute(*compiler_for(clang::InputKind(clang::Language::CXX, clang::InputKind::Precompiled),
+                        pch_temporary, object_temporary),
+          clang::EmitObjAction());
   if (std::error_code e = llvm::sys::fs::rename(pch_temporary, pch_path(prelude)))
     throw std::runtime_error("sinter-kernel: cannot write " + pch_path(prelude) + ": " +
                              e.message());
@@ -526,10 +531,6 @@ private:
   std::string_view typed_;
   std::vector<std::string>& names_;
 };
-
-} // namespace
-
-namespace {
 
 /// Looking names up reads declarations from the precompiled prelude; should that report an
 /// error, it belongs to no cell, and left standing it would fail the next one ("Parsing
