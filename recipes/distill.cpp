@@ -104,10 +104,11 @@ int main(int argc, char** argv) {
 
     // In-step sifting scores batches of about batch·(1+beta) rows and trains on `batch` of them.
     data::DataLoader loader(
-        *train, recipe::sharded(
-                    {.batch_size = in_step ? recipe::sift_scored_batch(batch, sift->beta) : batch,
-                     .shuffle = true,
-                     .seed = seed}));
+        *train,
+        recipe::sharded(
+            {.batch_size = in_step ? recipe::sift_scored_batch(flags, batch, sift->beta) : batch,
+             .shuffle = true,
+             .seed = seed}));
     int64_t per_epoch = loader.batches_per_epoch();
     auto at_epoch_end = [&](int64_t, const auto& l) { return l.position().batch == per_epoch; };
 

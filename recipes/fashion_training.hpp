@@ -25,7 +25,10 @@ inline std::vector<Flag> fashion_flags(const std::map<std::string, std::string>&
       {"resume", "0", "switch: continue from the checkpoint in --checkpoint-dir"},
       {"eval-every-epoch", "0",
        "switch: after each epoch print `epoch E test_accuracy=A steps=N seconds=S` (the "
-       "evaluation is left out of the training time)"}};
+       "evaluation is left out of the training time)"},
+      {"evals-per-epoch", "1",
+       "with --eval-every-epoch: evaluate N times per epoch, at every 1/N of its batches (E is "
+       "then fractional, e.g. 2.25)"}};
   for (Flag& f : flags)
     if (auto it = defaults.find(f.name); it != defaults.end()) f.default_value = it->second;
   flags.insert(flags.end(), extra.begin(), extra.end());
@@ -90,7 +93,7 @@ int train_fashion(const std::string& name, const Flags& flags, Model& model) {
   // Every mode backpropagates --batch-size samples per update: in-step sifting scores batches
   // of about batch·(1+beta) rows and trains on `batch` of them.
   data::DataLoader loader(
-      *train, sharded({.batch_size = in_step ? sift_scored_batch(batch, sift->beta) : batch,
+      *train, sharded({.batch_size = in_step ? sift_scored_batch(flags, batch, sift->beta) : batch,
                        .shuffle = true,
                        .seed = seed}));
   int64_t per_epoch = loader.batches_per_epoch();
@@ -109,17 +112,43 @@ int train_fashion(const std::string& name, const Flags& flags, Model& model) {
                      ? (" over " + std::to_string(ranks.size()) + " ranks (data parallel)").c_str()
                      : "");
   auto at_epoch_end = [&](int64_t, const auto& l) { return l.position().batch == per_epoch; };
-  int64_t epochs_done = 0;
-  std::function<void(int64_t, double)> evaluate_epoch;
-  if (flags.on("eval-every-epoch"))
-    evaluate_epoch = [&](int64_t steps, double seconds) {
+  const int64_t evals_per_epoch = flags.integer("evals-per-epoch");
+  if (evals_per_epoch < 1 || evals_per_epoch > per_epoch)
+    flags.fail("--evals-per-epoch must be between 1 and the " + std::to_string(per_epoch) +
+               " batches of an epoch");
+  // Evaluations are numbered from the run's start: evaluation n is at epoch n / evals_per_epoch.
+  int64_t evaluations_done = -1; // unknown until the first step: a resumed run starts mid-epoch
+  Evaluation evaluation;
+  if (flags.on("eval-every-epoch")) {
+    auto evaluate = [&](int64_t steps, double seconds) {
       double a = accuracy(logits, *test, 500);
       if (leader())
-        std::printf("epoch %lld test_accuracy=%.4f steps=%lld seconds=%.1f\n",
-                    static_cast<long long>(++epochs_done), a, static_cast<long long>(steps),
-                    seconds);
+        std::printf("epoch %s test_accuracy=%.4f steps=%lld seconds=%.1f\n",
+                    epoch_label(evaluations_done, evals_per_epoch).c_str(), a,
+                    static_cast<long long>(steps), seconds);
       std::fflush(stdout);
     };
+    // The inner loader's position counts scored batches in every mode (a sifting loader reads
+    // several of them per batch it hands out), so 1/N of an epoch is 1/N of the data scored.
+    auto evaluations_passed = [&] {
+      data::DataLoader::Position at = loader.position();
+      return at.epoch * evals_per_epoch + at.batch * evals_per_epoch / per_epoch;
+    };
+    evaluation.at_epoch_end = [&, evaluate](int64_t steps, double seconds) {
+      evaluations_done = (loader.position().epoch + 1) * evals_per_epoch;
+      evaluate(steps, seconds);
+    };
+    if (evals_per_epoch > 1)
+      evaluation.within_epoch = [&, evaluate, evaluations_passed](int64_t steps, double seconds) {
+        int64_t passed = evaluations_passed();
+        if (evaluations_done < 0) evaluations_done = passed; // points before a resume are past
+        // The epoch's last point is its end, which at_epoch_end evaluates.
+        if (passed <= evaluations_done || passed % evals_per_epoch == 0) return false;
+        evaluations_done = passed;
+        evaluate(steps, seconds);
+        return true;
+      };
+  }
   LoopResult run;
   std::string sifted;
   int64_t steps_done = 0;
@@ -133,8 +162,7 @@ int train_fashion(const std::string& name, const Flags& flags, Model& model) {
           return cross_entropy_loss(m(images), labels, {}, Reduction::none);
         },
         optimizer, options);
-    run =
-        run_training(name, flags, model, step, loader, total, at_epoch_end, false, evaluate_epoch);
+    run = run_training(name, flags, model, step, loader, total, at_epoch_end, false, evaluation);
     SiftCounts counts = step.runtime().sift_counts();
     sifted = sifted_result(counts.kept_fraction(), counts.kept * ranks.size());
     steps_done = step.steps();
@@ -148,14 +176,12 @@ int train_fashion(const std::string& name, const Flags& flags, Model& model) {
                      {"images", "labels"});
     SiftingLoader sifting(
         loader, [&](const data::Batch& b) { return per_sample(b.examples, b.labels); }, *sift);
-    run =
-        run_training(name, flags, model, step, sifting, total, at_epoch_end, false, evaluate_epoch);
+    run = run_training(name, flags, model, step, sifting, total, at_epoch_end, false, evaluation);
     sifted = sifted_result(sifting.rule().kept_fraction(), sifting.delivered());
     steps_done = step.steps();
   } else {
     auto step = make_step(total);
-    run =
-        run_training(name, flags, model, step, loader, total, at_epoch_end, false, evaluate_epoch);
+    run = run_training(name, flags, model, step, loader, total, at_epoch_end, false, evaluation);
     steps_done = step.steps();
   }
   double test_accuracy = accuracy(logits, *test, 500);

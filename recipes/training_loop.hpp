@@ -88,18 +88,26 @@ inline std::vector<Flag> sift_flags() {
           {"sift-mode", "loader",
            "sifting: loader (score each batch, then train on full batches of kept samples) or "
            "in-step (the step scores its batch and trains on round(B/(1+beta)) drawn rows)"},
-          {"sift-repeat-delay", "0", "switch: sifting's delay again at every epoch's start"}};
+          {"sift-repeat-delay", "0", "switch: sifting's delay again at every epoch's start"},
+          {"sift-scored-batch", "0",
+           "in-step sifting: rows each step scores, of which it trains on --batch-size (0: "
+           "round(batch-size x (1 + beta)), the rule's expected share)"}};
 }
 
 /// The sifting options of `--sift-*`, or none without `--sift-beta`; bad values exit 2.
 inline std::optional<sinter::SiftOptions> sift_options(const Flags& flags) {
   double beta = flags.real("sift-beta");
+  if (beta == 0 && flags.integer("sift-scored-batch") != 0)
+    flags.fail("--sift-scored-batch needs sifting on: add --sift-beta B --sift-mode in-step");
   if (beta == 0) return std::nullopt;
   if (!(beta > 0)) flags.fail("--sift-beta must be a number above 0 (0: no sifting)");
   if (flags.integer("sift-history") < 1) flags.fail("--sift-history must be at least 1");
   if (flags.integer("sift-delay") < 0) flags.fail("--sift-delay must be 0 or more steps");
   if (flags.str("sift-mode") != "loader" && flags.str("sift-mode") != "in-step")
     flags.fail("--sift-mode takes loader or in-step");
+  if (flags.str("sift-mode") == "loader" && flags.integer("sift-scored-batch") != 0)
+    flags.fail("--sift-scored-batch sets in-step sifting's scored rows; the loader mode keeps "
+               "each sample by the rule (add --sift-mode in-step)");
   if (flags.str("sift-mode") == "loader" && sinter::world().size() > 1)
     flags.fail("--sift-mode loader under mpirun would keep different numbers of samples on each "
                "rank; use --sift-mode in-step, which every rank runs in step");
@@ -113,11 +121,20 @@ inline std::optional<sinter::SiftOptions> sift_options(const Flags& flags) {
 /// Whether `--sift-mode in-step` asks for sifting inside the compiled step.
 inline bool sift_in_step(const Flags& flags) { return flags.str("sift-mode") == "in-step"; }
 
-/// In-step sifting's scored batch for updates of `batch` rows: round(batch · (1 + beta)),
-/// rounded up to whole shards under mpirun (the sifting loader scores as many per update).
-inline int64_t sift_scored_batch(int64_t batch, double beta) {
+/// In-step sifting's scored batch for updates of `batch` rows: --sift-scored-batch, or by
+/// default round(batch · (1 + beta)) (the sifting loader scores as many per update), rounded up
+/// to whole shards under mpirun.
+inline int64_t sift_scored_batch(const Flags& flags, int64_t batch, double beta) {
   const int64_t ranks = sinter::world().size();
-  auto scored = static_cast<int64_t>(std::llround(static_cast<double>(batch) * (1.0 + beta)));
+  int64_t scored = flags.integer("sift-scored-batch");
+  if (scored < 0)
+    flags.fail("--sift-scored-batch must be 0 (from --sift-beta) or a number of rows");
+  if (scored == 0)
+    scored = static_cast<int64_t>(std::llround(static_cast<double>(batch) * (1.0 + beta)));
+  else if (scored < batch)
+    flags.fail("--sift-scored-batch " + std::to_string(scored) +
+               " is smaller than the --batch-size " + std::to_string(batch) +
+               " rows each update trains on: score at least as many rows as are trained");
   return (scored + ranks - 1) / ranks * ranks;
 }
 
@@ -235,6 +252,25 @@ inline std::vector<sinter::HostTensor> example_batch(const sinter::data::Dataset
   return {one(data.example_type()), one(data.label_type())};
 }
 
+/// Evaluations while training, left out of the training time: `at_epoch_end(steps, seconds)`
+/// runs whenever the loader finishes an epoch; `within_epoch(steps, seconds)` after every step,
+/// returning whether it evaluated (mid-epoch points such as --evals-per-epoch's).
+struct Evaluation {
+  std::function<void(int64_t, double)> at_epoch_end;
+  std::function<bool(int64_t, double)> within_epoch;
+};
+
+/// Evaluation `n` of a run evaluating `per_epoch` times an epoch, as the epoch it ends: "3",
+/// "2.25", "0.333".
+inline std::string epoch_label(int64_t n, int64_t per_epoch) {
+  if (n % per_epoch == 0) return std::to_string(n / per_epoch);
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3f", static_cast<double>(n) / static_cast<double>(per_epoch));
+  std::string label = text;
+  label.erase(label.find_last_not_of('0') + 1);
+  return label;
+}
+
 struct LoopResult {
   double last_loss = 0;
   int64_t steps_run = 0; ///< steps taken by this process (after any resume)
@@ -245,15 +281,15 @@ struct LoopResult {
 /// steps, cycling epochs, showing progress, and saving `<dir>/<name>.safetensors` (with the
 /// loader position) whenever `save_now(step, loader)` says so. With `resume_if_present`, a
 /// missing checkpoint starts the run afresh (a later phase of a recipe interrupted earlier).
-/// `at_epoch_end(steps, seconds)` runs whenever the loader finishes an epoch, outside the
-/// training time it is given and that the result reports (an evaluation).
+/// `evaluation`'s calls run outside the training time they are given and that the result
+/// reports.
 /// `before_step(batch, steps)` may change each batch before the step takes it (gpt's
 /// --variable-length crops it); `steps` is the optimizer steps done so far.
 template <class Model, class Step, class Loader, class SaveNow>
 LoopResult
 run_training(const std::string& name, const Flags& flags, Model& model, Step& step, Loader& loader,
              int64_t total, SaveNow save_now, bool resume_if_present = false,
-             const std::function<void(int64_t, double)>& at_epoch_end = {},
+             const Evaluation& evaluation = {},
              const std::function<void(sinter::data::Batch&, int64_t)>& before_step = {}) {
   // A sifting loader's state (its loss history, draws and waiting samples) is checkpointed.
   constexpr bool sifting = std::is_same_v<Loader, sinter::SiftingLoader>;
@@ -292,9 +328,9 @@ run_training(const std::string& name, const Flags& flags, Model& model, Step& st
     stop = std::min(total, start_step + flags.integer("stop-after"));
   while (step.steps() < stop) {
     if (!loader.next(b)) {
-      if (at_epoch_end) {
+      if (evaluation.at_epoch_end) {
         auto began = std::chrono::steady_clock::now();
-        at_epoch_end(step.steps(), progress.seconds());
+        evaluation.at_epoch_end(step.steps(), progress.seconds());
         progress.leave_out(
             std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
       }
@@ -316,6 +352,12 @@ run_training(const std::string& name, const Flags& flags, Model& model, Step& st
           std::snprintf(kept, sizeof kept, "kept %.3f", fraction);
           return std::string(kept);
         });
+    if (evaluation.within_epoch) {
+      auto began = std::chrono::steady_clock::now();
+      if (evaluation.within_epoch(step.steps(), progress.seconds()))
+        progress.leave_out(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
+    }
     if (writes && (save_now(step.steps(), loader) || step.steps() == stop)) {
       std::vector<std::pair<std::string, HostTensor>> state;
       if constexpr (sifting) state = loader.state();

@@ -26,6 +26,39 @@ out=$("$vit" --steps 10 2>/dev/null)
 echo "vit: $out"
 grep -q "^result: test_accuracy=" <<<"$out" || { echo "vit printed no result line"; exit 1; }
 
+# --eval-every-epoch --evals-per-epoch 4: a line at every quarter of an epoch's 30 batches
+# (the last epoch's end is usually the result line), in loader-mode sifting too (a quarter of
+# the data scored), with training steps and seconds that only grow; resumed mid-epoch, the labels go on.
+check_evals() {
+  python3 - "$1" "$2" <<'PY' || { echo "--evals-per-epoch $3: wrong epoch lines:"; echo "$1"; exit 1; }
+import re, sys
+lines = [l for l in sys.argv[1].splitlines() if l.startswith("epoch ")]
+labels = [l.split()[1] for l in lines]
+# A sifting loader may end an epoch's data before the run's last step: one more line then.
+assert labels in (sys.argv[2].split(), sys.argv[2].split() + ["2"]), labels
+steps = [int(re.search(r"steps=(\d+)", l).group(1)) for l in lines]
+seconds = [float(re.search(r"seconds=([0-9.]+)", l).group(1)) for l in lines]
+assert steps == sorted(steps) and len(set(steps)) == len(steps), steps
+assert seconds == sorted(seconds), seconds
+PY
+}
+quarters="0.25 0.5 0.75 1 1.25 1.5 1.75"
+args=(--epochs 2 --batch-size 2000 --hidden 32 --threads 1 --eval-every-epoch --evals-per-epoch 4)
+out=$("$mlp" "${args[@]}" 2>/dev/null)
+check_evals "$out" "$quarters" "plain"
+grep -q "epoch 0.25 test_accuracy=0\.[0-9]* steps=8 " <<<"$out" || { echo "the first quarter is not after batch 8 of 30 (7.5 rounded up):"; echo "$out"; exit 1; }
+out=$("$mlp" "${args[@]}" --sift-beta 1 2>/dev/null)
+check_evals "$out" "$quarters" "loader sifting"
+"$mlp" "${args[@]}" --checkpoint-dir "$ckpt/q" --stop-after 20 >/dev/null 2>&1
+out=$("$mlp" "${args[@]}" --checkpoint-dir "$ckpt/q" --resume 2>/dev/null)
+check_evals "$out" "0.75 1 1.25 1.5 1.75" "resumed at batch 20"
+if "$mlp" --epochs 1 --eval-every-epoch --evals-per-epoch 0 2>"$ckpt/err"; then
+  echo "--evals-per-epoch 0 accepted"; exit 1
+fi
+grep -q "evals-per-epoch must be between 1 and the 468 batches" "$ckpt/err" \
+  || { echo "bad --evals-per-epoch not explained:"; cat "$ckpt/err"; exit 1; }
+echo "mlp --evals-per-epoch 4: quarters in plain, loader-sifted and resumed runs"
+
 out=$("$gpt" --steps 20 --sample-bytes 40 2>/dev/null)
 echo "gpt: $(grep '^result' <<<"$out")"
 grep -q "^result: holdout_loss=" <<<"$out" || { echo "gpt printed no result line"; exit 1; }

@@ -41,6 +41,21 @@ check in-step 'kept_fraction=0\.5417 samples_backpropagated=4160$'
 "$recipe" --steps 1 --sift-beta 1 --sift-mode sometimes >/dev/null 2>"$dir/err"; status=$?
 ((status == 2)) && grep -q "sift-mode takes loader or in-step" "$dir/err" ||
   { echo "FAIL: --sift-mode sometimes (exit $status)"; cat "$dir/err"; fail=1; }
+# --sift-scored-batch: in-step scores 96 rows per step and trains on 32, at beta 1 as well
+# (10 steps: 320 of 960 scored); too few rows, the loader mode and no sifting are refused.
+line=$("$recipe" --steps 10 --batch-size 32 --threads 1 --hidden 32 --sift-beta 1 --sift-mode in-step \
+       --sift-scored-batch 96 2>"$dir/err" | grep '^result:')
+echo "in-step, 96 scored: $line"
+[[ $line =~ kept_fraction=0\.3333\ samples_backpropagated=320$ ]] && grep -q "steps of batch 32" "$dir/err" ||
+  { echo "FAIL: --sift-scored-batch 96 of --batch-size 32"; cat "$dir/err"; fail=1; }
+refused() {
+  local want=$1; shift
+  "$recipe" --steps 1 --batch-size 32 "$@" >/dev/null 2>"$dir/err"; local status=$?
+  ((status == 2)) && grep -q -- "$want" "$dir/err" || { echo "FAIL: $* (exit $status)"; cat "$dir/err"; fail=1; }
+}
+refused "smaller than the --batch-size 32" --sift-beta 1 --sift-mode in-step --sift-scored-batch 16
+refused "add --sift-mode in-step" --sift-beta 1 --sift-scored-batch 64
+refused "needs sifting on" --sift-scored-batch 64
 # distill: 20 steps of batch 64 after a 10-step teacher; in-step scores 128 rows per step.
 for mode in loader in-step; do
   line=$("$distill" --teacher-steps 10 --steps 20 --batch-size 64 --threads 1 --no-baseline \
