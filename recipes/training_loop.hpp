@@ -326,14 +326,20 @@ run_training(const std::string& name, const Flags& flags, Model& model, Step& st
   if (flags.integer("stop-after") < 0) flags.fail("--stop-after must be 0 or a number of steps");
   if (flags.integer("stop-after") > 0)
     stop = std::min(total, start_step + flags.integer("stop-after"));
+  // Runs `evaluate`; the time it took leaves the training time when it says it evaluated.
+  auto left_out = [&](auto evaluate) {
+    auto began = std::chrono::steady_clock::now();
+    if (evaluate())
+      progress.leave_out(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
+  };
   while (step.steps() < stop) {
     if (!loader.next(b)) {
-      if (evaluation.at_epoch_end) {
-        auto began = std::chrono::steady_clock::now();
-        evaluation.at_epoch_end(step.steps(), progress.seconds());
-        progress.leave_out(
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
-      }
+      if (evaluation.at_epoch_end)
+        left_out([&] {
+          evaluation.at_epoch_end(step.steps(), progress.seconds());
+          return true;
+        });
       loader.start_epoch(loader.position().epoch + 1);
       if (step.runtime().sifts_in_step()) step.runtime().start_sift_epoch();
       continue;
@@ -352,12 +358,8 @@ run_training(const std::string& name, const Flags& flags, Model& model, Step& st
           std::snprintf(kept, sizeof kept, "kept %.3f", fraction);
           return std::string(kept);
         });
-    if (evaluation.within_epoch) {
-      auto began = std::chrono::steady_clock::now();
-      if (evaluation.within_epoch(step.steps(), progress.seconds()))
-        progress.leave_out(
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
-    }
+    if (evaluation.within_epoch)
+      left_out([&] { return evaluation.within_epoch(step.steps(), progress.seconds()); });
     if (writes && (save_now(step.steps(), loader) || step.steps() == stop)) {
       std::vector<std::pair<std::string, HostTensor>> state;
       if constexpr (sifting) state = loader.state();
