@@ -138,7 +138,9 @@ inline std::string describe_compile(std::span<const CompiledGraph* const> progra
   CompileReport r;
   double seconds = 0;
   std::size_t peak = 0;
+  std::vector<StageTime> stages;
   for (const CompiledGraph* c : programs) {
+    stages.insert(stages.end(), c->stage_times().begin(), c->stage_times().end());
     const CompileReport& p = c->compile_report();
     r.kernels += p.kernels;
     r.compiled += p.compiled;
@@ -154,7 +156,8 @@ inline std::string describe_compile(std::span<const CompiledGraph* const> progra
                 "reused in memory, %zu library GEMMs); peak memory %.1f KiB",
                 seconds * 1e3, r.kernels, r.compiled, r.from_disk, r.from_memory,
                 r.kernels - r.generated, static_cast<double>(peak) / 1024);
-  return buf;
+  // Where the time went: a slow compile names its stage (SINTER_TIME_PHASES=1: every stage).
+  return buf + ("; slowest stages: " + slowest_stages(stages, 3));
 }
 
 /// A batch argument and the source line of the call it was passed to: the first parameter of

@@ -1,6 +1,5 @@
 // jit/api.cpp — CompiledGraph: pipeline at construction, checked inputs, interpreter execution
 #include "jit/api.hpp"
-#include "jit/runtime/phase_timer.hpp"
 #include "jit/runtime/profiler.hpp"
 
 #include "jit/backend/backends.hpp"
@@ -68,19 +67,32 @@ void log_line(const std::string& line) {
 CompiledGraph::CompiledGraph(Graph traced, std::optional<AutodiffOptions> autodiff, Device device,
                              Context* context)
     : device_(device) {
+  CompileRun run("program");
+  run.given("trace", traced, 0); // traced by the caller
+  compile(std::move(traced), Pipeline::standard(std::move(autodiff)), run, context);
+}
+
+CompiledGraph::CompiledGraph(Graph graph, const Pipeline& stages, CompileRun& run, Device device,
+                             Context* context)
+    : device_(device) {
+  compile(std::move(graph), stages, run, context);
+}
+
+void CompiledGraph::compile(Graph graph, const Pipeline& stages, CompileRun& run,
+                            Context* context) {
   profile::start_from_environment();
   const int64_t start_ns = profile::now_ns();
+  const double before_ms = run.total_ms(); // stages the caller ran (trace, autodiff, update)
   auto start = std::chrono::steady_clock::now();
-  DumpSelection dump = DumpSelection::from_environment();
-  graph_ = Pipeline::standard(std::move(autodiff)).run(std::move(traced), dump, std::cerr);
+  graph_ = stages.run(std::move(graph), run);
   Context& ctx = context ? *context : Context::global();
-  {
-    PhaseTimer timer("backend (fuse, plan, kernels)");
-    executable_ = backend_entry(device_.backend).compile(graph_, device_, ctx);
-  }
-  executable_->dump(dump, std::cerr);
+  const BackendEntry& backend = backend_entry(device_.backend);
+  executable_ = backend.compile(prepare_for(graph_, device_, run), device_, ctx, run);
   compile_seconds_ =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() +
+      before_ms * 1e-3;
+  stage_times_ = run.times();
+  run.finish(device_.name());
   profile::compiled("program", start_ns, profile::now_ns());
 }
 

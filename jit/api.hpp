@@ -3,6 +3,7 @@
 #include "jit/backend/device.hpp"
 #include "jit/backend/numerics_check.hpp"
 #include "jit/passes/passes.hpp"
+#include "jit/pipeline/stage.hpp"
 #include "jit/runtime/compile_report.hpp"
 #include "jit/runtime/host_tensor.hpp"
 #include "jit/runtime/memory_plan.hpp"
@@ -23,6 +24,7 @@ class Communicator;
 
 class Context;
 class Executable;
+class Pipeline;
 
 /// Where graphs compile when no device is named: set_default_device(), else `SINTER_DEVICE`,
 /// else `SINTER_BACKEND` (cpu|interpreter), else cpu. Bad values → std::invalid_argument.
@@ -37,6 +39,10 @@ class CompiledGraph {
 public:
   CompiledGraph(Graph traced, std::optional<AutodiffOptions> autodiff,
                 Device device = default_device(), Context* context = nullptr);
+  /// A graph whose earlier stages ran in `run` (a training step's trace, autocast, autodiff,
+  /// update): `stages`, then the backend's, in the same compile.
+  CompiledGraph(Graph graph, const Pipeline& stages, CompileRun& run, Device device,
+                Context* context = nullptr);
   ~CompiledGraph();
   CompiledGraph(CompiledGraph&&) noexcept;
   CompiledGraph& operator=(CompiledGraph&&) noexcept;
@@ -74,16 +80,21 @@ public:
   /// The kernels the backend runs, as SINTER_DUMP=fuse prints them (CPU and CUDA; null on
   /// the interpreter).
   const FusionPlan* fusion_plan() const;
-  /// Wall time of the pipeline and compilation, in seconds.
+  /// Wall time of the pipeline and compilation, in seconds (with the stages that ran before
+  /// the constructor in its CompileRun).
   double compile_seconds() const { return compile_seconds_; }
+  /// Every stage of its compile, in order, with its time.
+  const std::vector<StageTime>& stage_times() const { return stage_times_; }
 
 private:
+  void compile(Graph graph, const Pipeline& stages, CompileRun& run, Context* context);
   void check_inputs(std::span<const HostTensor* const> inputs) const;
 
   Graph graph_;
   Device device_;
   std::unique_ptr<Executable> executable_;
   double compile_seconds_ = 0;
+  std::vector<StageTime> stage_times_;
 };
 
 /// Memory free for new steps on `device` now, in bytes: the GPU's free memory (cuMemGetInfo),

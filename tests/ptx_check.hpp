@@ -77,9 +77,10 @@ inline NvptxTarget& nvptx_target(int capability) {
 inline std::size_t check_ptx(const Graph& graph) {
   static TempDir dir("sinter-ptx");
   static std::optional<std::filesystem::path> ptxas = find_ptxas();
-  REQUIRE(ptxas);                   // assembling nothing must not pass
-  Graph gpu = for_nvptx(graph, 80); // sm_80 and sm_90 take the same fused kernels
-  FusionPlan plan = fuse(gpu, gpu_fusion_options);
+  REQUIRE(ptxas); // assembling nothing must not pass
+  CompileRun run("ptx check", false, DumpSelection(""));
+  Prepared prepared = prepare_for_nvptx(graph, 80, run); // sm_80 and sm_90 fuse alike
+  const FusionPlan& plan = prepared.fusion;
   std::size_t checked = 0;
   for (std::size_t i = 0; i < plan.kernels.size(); ++i) {
     const Kernel& kernel = plan.kernels[i];

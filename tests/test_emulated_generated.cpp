@@ -43,10 +43,13 @@ const bool gradient_registered =
 
 /// The GPU's plan for an optimised graph (what GpuExecutable fuses on an sm_90 device).
 struct GpuPlan {
-  Graph graph;
-  FusionPlan plan;
+  CompileRun run{"gpu plan", false, DumpSelection("")};
+  Prepared prepared;
+  const Graph& graph;
+  const FusionPlan& plan;
   explicit GpuPlan(const Graph& optimized)
-      : graph(for_nvptx(optimized, 90)), plan(fuse(graph, gpu_fusion_options)) {}
+      : prepared(prepare_for_nvptx(optimized, 90, run)), graph(*prepared.graph),
+        plan(prepared.fusion) {}
   std::size_t count(KernelKind kind) const {
     return static_cast<std::size_t>(std::count_if(plan.kernels.begin(), plan.kernels.end(),
                                                   [&](const Kernel& k) { return k.kind == kind; }));

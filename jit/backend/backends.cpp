@@ -6,12 +6,9 @@
 #include "jit/backend/cpu/cpu_executable.hpp"
 #include "jit/backend/cuda/gpu_executable.hpp"
 #include "jit/interp/interpreter.hpp"
-#include "jit/pipeline/pipeline.hpp"
 
 #include <cstdlib>
 #include <fstream>
-#include <iostream>
-#include <ostream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -31,7 +28,7 @@ namespace {
 /// The float64 reference interpreter behind the Executable interface: no kernels, no arena.
 class InterpreterExecutable final : public Executable {
 public:
-  explicit InterpreterExecutable(Graph graph) : graph_(std::move(graph)) {}
+  explicit InterpreterExecutable(const Graph& graph) : graph_(graph) {}
 
   void run_into(std::span<const HostTensor* const> inputs,
                 std::span<HostTensor> outputs) const override {
@@ -52,24 +49,32 @@ private:
   CompileReport report_;
 };
 
-std::unique_ptr<Executable> compile_for_interpreter(const Graph& graph, const Device&, Context&) {
-  return std::make_unique<InterpreterExecutable>(graph);
+BackendGraphStages interpreter_graph_stages(const Graph&, const Device&) {
+  return BackendGraphStages{.fuses = false}; // it runs the graph node by node
+}
+
+std::unique_ptr<Executable> compile_for_interpreter(Prepared prepared, const Device&, Context&,
+                                                    CompileRun&) {
+  return std::make_unique<InterpreterExecutable>(*prepared.graph);
 }
 
 // NOTE: a new backend is a folder under jit/backend/ with a compile function, a Backend value
 // and one line here.
-StepMemory plan_memory_for_interpreter(const Graph& graph, const Device&, std::span<const bool>) {
+StepMemory plan_memory_for_interpreter(const Prepared& prepared, const Device&,
+                                       std::span<const bool>) {
   StepMemory memory;
-  memory.inputs = input_bytes(graph);
+  memory.inputs = input_bytes(*prepared.graph);
   return memory; // values live in float64 vectors the interpreter makes as it goes
 }
 
 int64_t host_free_memory(const Device&) { return host_available_memory(); }
 
 constexpr BackendEntry table[] = {
-    {Backend::cpu, "cpu", false, compile_for_cpu, plan_memory_for_cpu, host_free_memory},
-    {Backend::cuda, "cuda", true, compile_for_cuda, plan_memory_for_cuda, cuda_free_memory},
-    {Backend::interpreter, "interpreter", false, compile_for_interpreter,
+    {Backend::cpu, "cpu", false, cpu_graph_stages, compile_for_cpu, plan_memory_for_cpu,
+     host_free_memory},
+    {Backend::cuda, "cuda", true, cuda_graph_stages, compile_for_cuda, plan_memory_for_cuda,
+     cuda_free_memory},
+    {Backend::interpreter, "interpreter", false, interpreter_graph_stages, compile_for_interpreter,
      plan_memory_for_interpreter, host_free_memory},
 };
 
@@ -105,17 +110,10 @@ int64_t input_bytes(const Graph& graph) {
 
 Communicator& Executable::communicator() const { return communicator_ ? *communicator_ : world(); }
 
-void Executable::dump(const DumpSelection& dump, std::ostream& out) const {
-  const FusionPlan* fusion = fusion_plan();
-  if (!fusion) return;
-  if (dump.wants("fuse")) out << "// sinter " << fusion->print();
-  if (dump.wants("memory")) out << "// sinter " << memory_plan().print();
-}
-
-void dump_planned(const FusionPlan& fusion, const MemoryPlan& memory) {
-  DumpSelection dump = DumpSelection::from_environment();
-  if (dump.wants("fuse")) std::cerr << "// sinter (planned) " << fusion.print();
-  if (dump.wants("memory")) std::cerr << "// sinter (planned) " << memory.print();
+Prepared prepare_for(Graph optimized, const Device& device, CompileRun& run) {
+  const BackendEntry& backend = backend_entry(device.backend);
+  BackendGraphStages stages = backend.graph_stages(optimized, device);
+  return prepare(std::move(optimized), stages, run);
 }
 
 std::span<const BackendEntry> backends() { return table; }

@@ -2,6 +2,7 @@
 #pragma once
 #include "jit/backend/device.hpp"
 #include "jit/backend/executable.hpp"
+#include "jit/pipeline/prepare.hpp"
 
 #include <memory>
 #include <span>
@@ -10,21 +11,21 @@
 namespace sinter {
 
 class Context;
-class Graph;
-class MemoryPlan;
-struct FusionPlan;
 
 /// One backend's registration.
 struct BackendEntry {
   Backend backend;
   std::string_view name; ///< what Device::parse accepts
   bool numbered;         ///< devices are NAME:N (N = 0, 1, ...), NAME alone meaning NAME:0
-  /// Compiles an optimised graph (the pass pipeline already ran) for `device`.
-  std::unique_ptr<Executable> (*compile)(const Graph& optimized, const Device& device,
-                                         Context& context);
-  /// The memory compiling and running `optimized` would take on `device`, planned without
-  /// generating code. `single_copy[i]`: input i keeps one device copy (carried or resident).
-  StepMemory (*plan_memory)(const Graph& optimized, const Device& device,
+  /// The backend's graph stages for `optimized` on `device`, and how it fuses (what
+  /// prepare_for runs before compile or plan_memory).
+  BackendGraphStages (*graph_stages)(const Graph& optimized, const Device& device);
+  /// Compiles a prepared graph for `device`; its stages (launch-plan, kernels) go through `run`.
+  std::unique_ptr<Executable> (*compile)(Prepared prepared, const Device& device, Context& context,
+                                         CompileRun& run);
+  /// The memory running a prepared graph would take on `device`, planned without generating
+  /// code. `single_copy[i]`: input i keeps one device copy (carried or resident).
+  StepMemory (*plan_memory)(const Prepared& prepared, const Device& device,
                             std::span<const bool> single_copy);
   /// Memory free for a new step on `device` now: the GPU's free memory, or on the CPU the
   /// host's available memory (MemAvailable).
@@ -43,9 +44,9 @@ int64_t host_available_memory();
 /// The bytes of `optimized`'s inputs (each once), for backends whose inputs are the caller's.
 int64_t input_bytes(const Graph& optimized);
 
-/// SINTER_DUMP=fuse,memory when a step is planned without compiling (plan_memory): the fusion
-/// and memory plans it measured, to stderr.
-void dump_planned(const FusionPlan& fusion, const MemoryPlan& memory);
+/// The backend stages of `device`'s backend, `fuse` and `memory` on an optimised graph
+/// (prepare() with BackendEntry::graph_stages).
+Prepared prepare_for(Graph optimized, const Device& device, CompileRun& run);
 
 /// The entry of `backend`; std::logic_error if it has none.
 const BackendEntry& backend_entry(Backend backend);

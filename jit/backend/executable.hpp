@@ -4,7 +4,6 @@
 #include "jit/runtime/kernel_lookup.hpp"
 #include "jit/runtime/memory_plan.hpp"
 
-#include <iosfwd>
 #include <span>
 #include <string>
 #include <string_view>
@@ -13,7 +12,6 @@
 namespace sinter {
 
 class Communicator;
-class DumpSelection;
 
 /// A graph compiled for one backend. Inputs follow the graph's inputs and are already checked
 /// (CompiledGraph checks dtypes and shapes); outputs are tensors of the graph's output types.
@@ -35,8 +33,6 @@ public:
   virtual void set_resident(std::span<const std::size_t>) {}
   /// The kernels the step runs; null where there are none (the interpreter).
   virtual const FusionPlan* fusion_plan() const { return nullptr; }
-  /// Writes the dumps `dump` asks for (SINTER_DUMP=fuse, memory) to `out`.
-  void dump(const DumpSelection& dump, std::ostream& out) const;
   /// What the program is, as profiles name it (`train step`, `eval`; default `program`).
   void set_label(std::string label) { label_ = std::move(label); }
   const std::string& label() const { return label_; }

@@ -1,60 +1,44 @@
-// jit/pipeline/pipeline.cpp — runs the named passes, verify() after each, SINTER_DUMP output
+// jit/pipeline/pipeline.cpp — runs a list of graph stages in order; the standard middle passes
 #include "jit/pipeline/pipeline.hpp"
 
-#include "jit/runtime/phase_timer.hpp"
-
-#include "ops/registry.hpp"
-
-#include <cstdlib>
+#include <algorithm>
 #include <iostream>
-#include <sstream>
 
 namespace sinter {
 
-DumpSelection::DumpSelection(std::string spec) {
-  std::stringstream ss(spec);
-  std::string name;
-  while (std::getline(ss, name, ','))
-    if (!name.empty()) names_.push_back(name);
-}
-
-DumpSelection DumpSelection::from_environment() {
-  const char* spec = std::getenv("SINTER_DUMP");
-  return DumpSelection(spec ? spec : "");
-}
-
-bool DumpSelection::wants(std::string_view pass) const {
-  for (const std::string& n : names_)
-    if (n == pass || n == "all") return true;
-  return false;
+Graph Pipeline::run(Graph graph, CompileRun& run) const {
+  for (const Stage& stage : stages_)
+    graph = run.run(stage, std::move(graph));
+  return graph;
 }
 
 Graph Pipeline::run(Graph graph, const DumpSelection& dump, std::ostream& dump_to) const {
-  verify(graph);
-  if (dump.wants("trace")) dump_to << "// sinter IR after trace\n" << graph.print();
-  for (const Pass& pass : passes_) {
-    PhaseTimer timer(pass.name);
-    graph = pass.run(graph);
-    verify(graph);
-    if (dump.wants(pass.name))
-      dump_to << "// sinter IR after " << pass.name << "\n" << graph.print();
-  }
-  return graph;
+  CompileRun compile("program", false, dump, &dump_to);
+  compile.given("trace", graph, 0);
+  return run(std::move(graph), compile);
 }
 
 Graph Pipeline::run(Graph graph) const {
   return run(std::move(graph), DumpSelection::from_environment(), std::cerr);
 }
 
+Pipeline Pipeline::with(Stage stage) && {
+  std::size_t at = stage_position(stage.name);
+  auto place = std::find_if(stages_.begin(), stages_.end(),
+                            [&](const Stage& s) { return stage_position(s.name) > at; });
+  stages_.insert(place, std::move(stage));
+  return std::move(*this);
+}
+
 Pipeline Pipeline::standard(std::optional<AutodiffOptions> autodiff_options) {
-  std::vector<Pass> passes;
+  std::vector<Stage> stages;
   if (autodiff_options)
-    passes.push_back(
-        {"autodiff", [opts = *autodiff_options](const Graph& g) { return autodiff(g, opts); }});
-  passes.push_back({"lower", lower});
-  passes.push_back({"simplify", simplify});
-  passes.push_back({"cse", cse});
-  return Pipeline(std::move(passes));
+    stages.push_back(
+        {"autodiff", [opts = *autodiff_options](Graph g) { return autodiff(g, opts); }});
+  stages.push_back({"lower", [](Graph g) { return lower(g); }});
+  stages.push_back({"simplify", [](Graph g) { return simplify(g); }});
+  stages.push_back({"cse", [](Graph g) { return cse(g); }});
+  return Pipeline(std::move(stages));
 }
 
 } // namespace sinter

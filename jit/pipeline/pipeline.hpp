@@ -1,46 +1,34 @@
-// jit/pipeline/pipeline.hpp — a flat, named list of passes, verified and optionally dumped
+// jit/pipeline/pipeline.hpp — an ordered list of graph stages, run through one CompileRun
 #pragma once
 #include "jit/passes/passes.hpp"
+#include "jit/pipeline/stage.hpp"
 
-#include <functional>
 #include <iosfwd>
 #include <optional>
-#include <string>
 #include <vector>
 
 namespace sinter {
 
-struct Pass {
-  std::string name;
-  std::function<Graph(const Graph&)> run;
-};
-
-/// Which IR dumps to print: pass names, "trace" (the graph as traced) or "all".
-/// Parsed from SINTER_DUMP (comma-separated) unless given explicitly.
-class DumpSelection {
-public:
-  static DumpSelection from_environment();
-  explicit DumpSelection(std::string spec = "");
-  bool wants(std::string_view pass) const;
-
-private:
-  std::vector<std::string> names_;
-};
-
 class Pipeline {
 public:
-  explicit Pipeline(std::vector<Pass> passes) : passes_(std::move(passes)) {}
+  explicit Pipeline(std::vector<Stage> stages = {}) : stages_(std::move(stages)) {}
 
-  /// Runs every pass in order, verifying after each and dumping where selected.
+  /// Runs every stage in order through `run` (verified, timed, dumped where selected).
+  Graph run(Graph graph, CompileRun& run) const;
+  /// The same in a compile of its own, dumping what `dump` selects to `dump_to`.
   Graph run(Graph graph, const DumpSelection& dump, std::ostream& dump_to) const;
+  /// The same, with SINTER_DUMP's selection, to stderr.
   Graph run(Graph graph) const;
-  const std::vector<Pass>& passes() const { return passes_; }
+  const std::vector<Stage>& stages() const { return stages_; }
+
+  /// This pipeline with `stage` at its place in stage_order().
+  Pipeline with(Stage stage) &&;
 
   /// autodiff (when options are given) → lower → simplify → cse.
   static Pipeline standard(std::optional<AutodiffOptions> autodiff_options);
 
 private:
-  std::vector<Pass> passes_;
+  std::vector<Stage> stages_;
 };
 
 } // namespace sinter

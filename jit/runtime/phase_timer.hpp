@@ -1,17 +1,18 @@
 // jit/runtime/phase_timer.hpp — SINTER_TIME_PHASES=1: one stderr line per compile phase and its
 // time
 #pragma once
+#include "jit/settings.hpp"
+
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <string_view>
 
 namespace sinter {
 
 /// Times the scope it lives in and, when SINTER_TIME_PHASES=1, prints
-/// `sinter: phase <name> <ms> ms` when it ends (tracing, autocast, autodiff, each pass, the
-/// backend's compile, the first run), so where a compile spends its time can be read off.
+/// `sinter: phase <name> <ms> ms` when it ends, like each compile stage (CompileRun) does: for
+/// what is not a stage, such as a program's first run.
 class PhaseTimer {
 public:
   explicit PhaseTimer(std::string_view name)
@@ -26,13 +27,7 @@ public:
   PhaseTimer(const PhaseTimer&) = delete;
   PhaseTimer& operator=(const PhaseTimer&) = delete;
 
-  static bool enabled() {
-    static const bool on = [] {
-      const char* v = std::getenv("SINTER_TIME_PHASES");
-      return v && std::string_view(v) == "1";
-    }();
-    return on;
-  }
+  static bool enabled() { return settings().time_phases; }
 
 private:
   std::string name_;

@@ -9,9 +9,11 @@
 #include "jit/backend/context.hpp"
 #include "jit/passes/passes.hpp"
 #include "jit/pipeline/pipeline.hpp"
+#include "jit/pipeline/prepare.hpp"
 #include "jit/runtime/communicator.hpp"
 #include "jit/runtime/phase_timer.hpp"
 #include "jit/train/data_parallel.hpp"
+#include "jit/train/step_stages.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -30,47 +32,6 @@ struct Slot {
   std::size_t index = 0; ///< parameter, batch, scalar or grad-sum index
   std::string state;     ///< state key for Source::state
 };
-
-ValueId input_named(const Graph& g, const std::string& name) {
-  for (const NamedValue& in : g.inputs())
-    if (in.name == name) return in.id;
-  throw std::logic_error("sinter: no graph input named " + name);
-}
-
-ValueId output_named(const Graph& g, const std::string& name) {
-  for (const NamedValue& out : g.outputs())
-    if (out.name == name) return out.id;
-  throw std::logic_error("sinter: no graph output named " + name);
-}
-
-/// Makes the update outputs of `g` (after append_update) its only outputs besides the loss.
-void set_update_outputs(Graph& g, const std::vector<std::string>& names,
-                        const UpdateResult& updates, const Optimizer& optimizer, bool keep_loss) {
-  std::vector<NamedValue> outputs;
-  if (keep_loss) outputs.push_back(g.outputs().at(0));
-  auto states = state_names(optimizer);
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    const UpdatedParameter& u = updates.parameters[i];
-    outputs.push_back({"new." + names[i], u.parameter.id});
-    for (std::size_t s = 0; s < states.size(); ++s)
-      outputs.push_back({"new.state." + states[s] + "." + names[i], u.state[s].id});
-  }
-  for (const auto& [name, value] : updates.state)
-    outputs.push_back({"new." + name, value.id});
-  g.mutable_outputs() = std::move(outputs);
-}
-
-/// The forward graph under mixed precision: autocast, and with loss scaling one more output,
-/// the loss times `state.amp.scale`, which autodiff then differentiates (returns its index).
-std::size_t apply_amp(Graph& forward, const TrainStepOptions& options) {
-  if (options.amp == AmpMode::off) return 0;
-  forward = autocast(forward, options.amp == AmpMode::bf16 ? DType::bf16 : DType::f16);
-  if (!options.update.loss_scaling) return 0;
-  Value loss{&forward, forward.outputs()[0].id};
-  Value scale = input_once(forward, "state.amp.scale", TensorType{DType::f32, {}});
-  forward.add_output("amp.scaled_loss", (loss * cast(scale, loss.dtype())).id);
-  return forward.outputs().size() - 1;
-}
 
 } // namespace
 
@@ -182,7 +143,7 @@ Graph TrainStep::read_low_copies(const Graph& forward) {
     if (it == parameter_of.end()) return {};
     std::string state = "state.low." + names_[it->second];
     if (!state_.contains(state)) {
-      low_copies_.push_back({it->second, n.attrs.dtype, state});
+      low_copies_.push_back(WorkingCopy{it->second, n.attrs.dtype, state});
       parameter_stamps_.assign(parameters_.size(), 0); // made below, before the first run
       state_.emplace(state, HostTensor(n.attrs.dtype, parameters_[it->second]->shape()));
     }
@@ -191,7 +152,7 @@ Graph TrainStep::read_low_copies(const Graph& forward) {
 }
 
 void TrainStep::refresh_low_copies() {
-  for (const LowCopy& copy : low_copies_) {
+  for (const WorkingCopy& copy : low_copies_) {
     const HostTensor& p = *parameters_[copy.parameter];
     if (p.stamp() == parameter_stamps_[copy.parameter]) continue;
     HostTensor& low = state_.at(copy.state);
@@ -300,64 +261,6 @@ const HostTensor& TrainStep::sift_rows() const {
   return *sift_rows_;
 }
 
-Graph TrainStep::sifting_forward(Graph g, std::span<const HostTensor> batch,
-                                 const std::vector<std::string>& batch_names, Sifting sifting) {
-  const SiftOptions& sift = *options_.sift;
-  const int64_t rows = batch.front().shape().at(0);
-  for (const HostTensor& t : batch)
-    if (t.shape().empty() || t.shape()[0] != rows)
-      throw std::invalid_argument(
-          "sinter: in-step sifting draws rows of the batch, so dim 0 of every batch input is "
-          "the batch size; got " +
-          to_string(TensorType{t.dtype(), t.shape()}) + " beside " + std::to_string(rows) +
-          " rows");
-  auto per_row_losses = [](const Graph& traced, int64_t n) {
-    const TensorType& t = traced.type(traced.outputs().at(0).id);
-    if (!is_float(t.dtype) || t.shape != Shape{n})
-      throw std::invalid_argument(
-          "sinter: with in-step sifting the loss function returns each row's loss, f32[" +
-          std::to_string(n) + "] (the loss with Reduction::none), got " + to_string(t));
-    return Value{const_cast<Graph*>(&traced), traced.outputs()[0].id};
-  };
-  Value losses = cast(per_row_losses(g, rows), DType::f32);
-  const int64_t h = sift.history;
-  Value history = input(g, "state.sift.history", TensorType{DType::f32, {h}});
-  Value filled = input(g, "state.sift.filled", TensorType{DType::f32, {}});
-  // Data parallel: every rank records the whole global batch, so the history (and the
-  // percentiles) are the same on every rank.
-  Value scored = ranks() > 1 ? all_gather(losses, ranks()) : losses;
-  const int64_t scored_rows = rows * ranks();
-  std::vector<Value> newest_first{scored, history};
-  Value recorded = slice(concat(newest_first, 0), {0}, {h});
-  Value now_filled = minimum(filled + static_cast<double>(scored_rows),
-                             scalar_like(filled, static_cast<double>(h)));
-  Value batch_loss = mean(losses);
-  Value loss = batch_loss, selected;
-  if (sifting == Sifting::select) {
-    const int64_t k = sift_rows_for(rows);
-    Value uniforms = input(g, "sift.uniforms", TensorType{DType::f32, {rows}});
-    selected = sift_selection(losses, history, filled, uniforms, sift.beta, k);
-    // The drawn rows' forward pass, traced at k rows on gathers of the batch; share_taken_rows
-    // later reads its values from the batch's.
-    Graph part = trace_(resized_batch(batch, k));
-    per_row_losses(part, k);
-    std::vector<Value> part_outputs = inline_graph(g, part, [&](const NamedValue& in) {
-      Value whole{&g, input_named(g, in.name)};
-      bool is_batch =
-          std::find(batch_names.begin(), batch_names.end(), in.name) != batch_names.end();
-      return is_batch ? gather(whole, selected) : whole;
-    });
-    loss = mean(cast(part_outputs[0], DType::f32));
-  }
-  std::vector<NamedValue> outputs{{"loss", loss.id},
-                                  {"sift.batch_loss", batch_loss.id},
-                                  {"new.state.sift.history", recorded.id},
-                                  {"new.state.sift.filled", now_filled.id}};
-  if (selected) outputs.push_back({"sift.rows", selected.id});
-  g.mutable_outputs() = std::move(outputs);
-  return g;
-}
-
 Shape TrainStep::state_shape(const std::string& name) const {
   for (std::size_t i = 0; i < names_.size(); ++i)
     for (const std::string& st : state_names(options_.update.optimizer))
@@ -372,20 +275,49 @@ std::string TrainStep::batch_key(std::span<const HostTensor> batch) {
   return key;
 }
 
-TrainStep::Built TrainStep::build(std::span<const HostTensor> batch, Sifting sifting) {
-  std::optional<PhaseTimer> phase;
-  phase.emplace("trace");
-  Graph forward_ = trace_(batch);
-  phase.reset();
-  if (forward_.outputs().empty())
+TrainStep::Built TrainStep::build(std::span<const HostTensor> batch, Sifting sifting,
+                                  CompileRun& run) {
+  Built built;
+  Graph graph = run.run({"trace", [&](Graph) { return traced(batch, sifting, built); }}, Graph());
+  const StepGraphFacts facts{names_, built.batch_names, ranks()};
+  // The step's features, each contributing its stages (the order is jit/pipeline/stage.cpp's).
+  std::vector<Stage> stages;
+  if (sifting != Sifting::none)
+    stages.push_back(sift_stage(
+        *options_.sift, batch, facts, sifting == Sifting::select,
+        sifting == Sifting::select ? sift_rows_for(batch.front().shape().at(0)) : 0, trace_));
+  if (options_.amp != AmpMode::off) {
+    stages.push_back(autocast_stage(options_.amp == AmpMode::bf16 ? DType::bf16 : DType::f16));
+    if (options_.update.loss_scaling) stages.push_back(loss_scale_stage());
+    stages.push_back({"working-copies", [this](Graph g) { return read_low_copies(g); }});
+  }
+  stages.push_back(step_autodiff_stage(facts, low_copies_));
+  if (options_.amp != AmpMode::off) stages.push_back(merge_gradients_stage(facts, low_copies_));
+  if (ranks() > 1) stages.push_back(loss_all_reduce_stage(ranks()));
+  DataParallelLayout layout{ranks(), options_.zero, options_.bucket_bytes};
+  stages.push_back(update_stage(facts, low_copies_, options_.update, layout, !split_update()));
+  built.step = Pipeline(std::move(stages)).run(std::move(graph), run);
+  built.later = Pipeline::standard(std::nullopt);
+  if (sifting == Sifting::select)
+    built.later = std::move(built.later).with(share_taken_rows_stage());
+  if (split_update()) {
+    std::vector<TensorType> types;
+    for (const HostTensor* p : parameters_)
+      types.push_back(TensorType{p->dtype(), p->shape()});
+    built.apply = update_program(facts, low_copies_, types, options_.update, layout);
+  }
+  return built;
+}
+
+Graph TrainStep::traced(std::span<const HostTensor> batch, Sifting sifting, Built& built) {
+  Graph forward = trace_(batch);
+  if (forward.outputs().empty())
     throw std::invalid_argument("sinter: the loss function returned nothing");
-  if (sifting == Sifting::none && !forward_.type(forward_.outputs()[0].id).shape.empty())
+  if (sifting == Sifting::none && !forward.type(forward.outputs()[0].id).shape.empty())
     throw std::invalid_argument("sinter: the loss (output 0) must be a scalar, got " +
-                                (forward_.outputs().empty()
-                                     ? std::string("no output")
-                                     : to_string(forward_.type(forward_.outputs()[0].id))));
+                                to_string(forward.type(forward.outputs()[0].id)));
   for (std::size_t i = 0; i < names_.size(); ++i) {
-    const TensorType& t = forward_.type(input_named(forward_, names_[i]));
+    const TensorType& t = forward.type(input_named(forward, names_[i]));
     if (t.dtype != parameters_[i]->dtype() || t.shape != parameters_[i]->shape())
       throw std::invalid_argument(
           "sinter: parameter '" + names_[i] + "' holds " +
@@ -397,19 +329,18 @@ TrainStep::Built TrainStep::build(std::span<const HostTensor> batch, Sifting sif
                        [&](const auto& f) { return f.first == name; });
   };
   for (const auto& [name, tensor] : options_.frozen) {
-    auto in = std::find_if(forward_.inputs().begin(), forward_.inputs().end(),
+    auto in = std::find_if(forward.inputs().begin(), forward.inputs().end(),
                            [&](const NamedValue& v) { return v.name == name; });
-    if (in == forward_.inputs().end()) continue; // traced but unused: nothing to feed
-    const TensorType& t = forward_.type(in->id);
+    if (in == forward.inputs().end()) continue; // traced but unused: nothing to feed
+    const TensorType& t = forward.type(in->id);
     if (t.dtype != tensor->dtype() || t.shape != tensor->shape())
       throw std::invalid_argument("sinter: frozen input '" + name + "' holds " +
                                   to_string(TensorType{tensor->dtype(), tensor->shape()}) +
                                   " but the step uses it as " + to_string(t));
   }
-  Built built;
   // Batch inputs: every input that is neither a parameter nor frozen, in graph order (= call
   // order).
-  for (const NamedValue& in : forward_.inputs())
+  for (const NamedValue& in : forward.inputs())
     if (std::find(names_.begin(), names_.end(), in.name) == names_.end() && !is_frozen(in.name))
       built.batch_names.push_back(in.name);
   if (batch.size() != built.batch_names.size())
@@ -417,116 +348,23 @@ TrainStep::Built TrainStep::build(std::span<const HostTensor> batch, Sifting sif
                                 std::to_string(built.batch_names.size()) + " batch inputs, got " +
                                 std::to_string(batch.size()));
   for (std::size_t j = 0; j < batch.size(); ++j) {
-    const TensorType& want = forward_.type(input_named(forward_, built.batch_names[j]));
+    const TensorType& want = forward.type(input_named(forward, built.batch_names[j]));
     if (batch[j].dtype() != want.dtype || batch[j].shape() != want.shape)
       throw std::invalid_argument("sinter: batch input '" + built.batch_names[j] + "' expects " +
                                   to_string(want) + ", got " +
                                   to_string(TensorType{batch[j].dtype(), batch[j].shape()}));
   }
+  return forward;
+}
 
-  if (sifting != Sifting::none) {
-    phase.emplace("sifting");
-    forward_ = sifting_forward(std::move(forward_), batch, built.batch_names, sifting);
-  }
-  phase.emplace("autocast");
-  std::size_t differentiated = apply_amp(forward_, options_);
-  if (options_.amp != AmpMode::off) forward_ = read_low_copies(forward_);
-  phase.emplace("autodiff and update");
-  // Only the parameters (and their working copies) are differentiated: frozen inputs get no
-  // gradient, so nothing computed from them alone is kept for the backward pass.
-  std::vector<std::string> wrt = names_;
-  for (const LowCopy& copy : low_copies_)
-    if (std::any_of(forward_.inputs().begin(), forward_.inputs().end(),
-                    [&](const NamedValue& in) { return in.name == copy.state; }))
-      wrt.push_back(copy.state);
-  Graph grads = autodiff(forward_, AutodiffOptions{wrt, differentiated});
-  // A parameter's gradient is its own plus its working copy's, raised to f32 (what autodiff
-  // through the cast would give).
-  for (std::size_t w = names_.size(); w < wrt.size(); ++w) {
-    const std::string& name =
-        names_[std::find_if(low_copies_.begin(), low_copies_.end(), [&](const LowCopy& c) {
-                 return c.state == wrt[w];
-               })->parameter];
-    auto& outs = grads.mutable_outputs();
-    auto own = std::find_if(outs.begin(), outs.end(),
-                            [&](const NamedValue& o) { return o.name == "grad:" + name; });
-    auto via_copy = std::find_if(outs.begin(), outs.end(),
-                                 [&](const NamedValue& o) { return o.name == "grad:" + wrt[w]; });
-    Value sum =
-        Value{&grads, own->id} + cast(Value{&grads, via_copy->id}, grads.type(own->id).dtype);
-    own->id = sum.id;
-    outs.erase(via_copy);
-  }
-  if (differentiated != 0) // the scaled loss was only there to be differentiated
-    std::erase_if(grads.mutable_outputs(),
-                  [](const NamedValue& out) { return out.name == "amp.scaled_loss"; });
-  // In-step sifting: the history's update and the drawn rows leave the step beside the update;
-  // the loss it reports is the whole batch's mean (what a plain step reports), not the rows'.
-  std::vector<NamedValue> sift_outputs;
-  if (sifting != Sifting::none) {
-    auto& outs = grads.mutable_outputs();
-    for (const NamedValue& out : outs)
-      if (out.name == "sift.batch_loss")
-        outs[0].id = out.id;
-      else if (out.name.starts_with("sift.") || out.name.starts_with("new.state.sift."))
-        sift_outputs.push_back(out);
-    std::erase_if(outs, [](const NamedValue& out) {
-      return out.name.starts_with("sift.") || out.name.starts_with("new.state.sift.");
-    });
-  }
-  auto finish_step = [&](Graph step) {
-    for (const NamedValue& out : sift_outputs)
-      step.add_output(out.name, out.id);
-    if (sifting != Sifting::select) return step;
-    phase.emplace("sharing the batch's forward values with the drawn rows");
-    Graph lowered = lower(step);
-    return share_taken_rows(lowered, output_named(lowered, "sift.rows"));
-  };
-  if (ranks() > 1) {
-    // The loss every rank reports is the mean over the ranks: the global batch's loss.
-    NamedValue& loss = grads.mutable_outputs()[0];
-    Value local{&grads, loss.id};
-    loss.id = (reshape(all_reduce(reshape(local, {1}), ranks()), {}) * (1.0 / ranks())).id;
-  }
-  DataParallelLayout layout{ranks(), options_.zero, options_.bucket_bytes};
-  auto add_low_copy_outputs = [&](Graph& g, const UpdateResult& updates) {
-    for (const LowCopy& copy : low_copies_)
-      g.add_output("new." + copy.state,
-                   cast(updates.parameters[copy.parameter].parameter, copy.dtype).id);
-  };
-  auto gather_values = [&](Graph& g, const std::string& prefix, bool from_outputs) {
-    std::vector<Value> values;
-    for (const std::string& n : names_)
-      values.push_back(
-          Value{&g, from_outputs ? output_named(g, prefix + n) : input_named(g, prefix + n)});
-    return values;
-  };
-  if (!split_update()) {
-    std::vector<Value> params = gather_values(grads, "", false);
-    std::vector<Value> gs = gather_values(grads, "grad:", true);
-    auto updates = append_data_parallel_update(grads, names_, params, gs, options_.update, layout);
-    set_update_outputs(grads, names_, updates, options_.update.optimizer, true);
-    add_low_copy_outputs(grads, updates);
-    built.step = finish_step(std::move(grads));
-    return built;
-  }
-  built.step = finish_step(std::move(grads));
-  Graph& apply = built.apply;
-  std::vector<Value> params, gs;
-  for (std::size_t i = 0; i < names_.size(); ++i)
-    params.push_back(
-        input(apply, names_[i], TensorType{parameters_[i]->dtype(), parameters_[i]->shape()}));
-  for (std::size_t i = 0; i < names_.size(); ++i)
-    gs.push_back(input(apply, "grad." + names_[i], params[i].type()));
-  auto updates = append_data_parallel_update(apply, names_, params, gs, options_.update, layout);
-  set_update_outputs(apply, names_, updates, options_.update.optimizer, false);
-  add_low_copy_outputs(apply, updates);
-  return built;
+Graph TrainStep::plan_graph(std::span<const HostTensor> batch, CompileRun& run) {
+  Built built = build(batch, options_.sift ? Sifting::select : Sifting::none, run);
+  return built.later.run(std::move(built.step), run);
 }
 
 Graph TrainStep::plan_graph(std::span<const HostTensor> batch) {
-  return Pipeline::standard(std::nullopt)
-      .run(build(batch, options_.sift ? Sifting::select : Sifting::none).step);
+  CompileRun run("train step", true);
+  return plan_graph(batch, run);
 }
 
 TrainStep::ResidentBytes TrainStep::resident_bytes() const {
@@ -560,10 +398,11 @@ std::string MaxBatch::line() const {
 }
 
 StepMemory TrainStep::plan_memory(std::span<const HostTensor> batch) {
-  return plan_for(plan_graph(batch));
+  CompileRun run("train step", true);
+  return plan_for(plan_graph(batch, run), run);
 }
 
-StepMemory TrainStep::plan_for(const Graph& optimized) const {
+StepMemory TrainStep::plan_for(const Graph& optimized, CompileRun& run) const {
   const auto& inputs = optimized.inputs();
   // Parameters and optimizer state are carried, frozen inputs resident: one copy each.
   auto single = std::make_unique<bool[]>(inputs.size());
@@ -575,8 +414,10 @@ StepMemory TrainStep::plan_for(const Graph& optimized) const {
                             [&](const auto& f) { return f.first == n; });
   }
   Device device = default_device();
+  Prepared prepared = prepare_for(optimized, device, run);
+  run.finish(device.name());
   return backend_entry(device.backend)
-      .plan_memory(optimized, device, std::span<const bool>(single.get(), inputs.size()));
+      .plan_memory(prepared, device, std::span<const bool>(single.get(), inputs.size()));
 }
 
 MaxBatch TrainStep::max_batch(std::span<const HostTensor> example, int64_t budget_bytes) {
@@ -677,11 +518,13 @@ const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> b
   std::string key = batch_key(batch);
   if (auto it = by_batch_types_.find(key); it != by_batch_types_.end()) return *it->second;
 
-  Built built = build(batch, options_.sift ? Sifting::select : Sifting::none);
+  CompileRun run(split_update() ? "train step (gradients)" : "train step");
+  Built built = build(batch, options_.sift ? Sifting::select : Sifting::none, run);
   // In-step sifting compiles the delay's whole-batch step up front, so entering or leaving
   // the delay never compiles anything.
   std::optional<Built> delay;
-  if (options_.sift && (options_.sift->delay > 0)) delay = build(batch, Sifting::delay);
+  CompileRun delay_run("train step (sifting delay)");
+  if (options_.sift && (options_.sift->delay > 0)) delay = build(batch, Sifting::delay, delay_run);
   const std::vector<std::string>& batch_names = built.batch_names;
   if (options_.communicator->size() > 1) {
     // Data parallel: every rank must train the same model from the same values on shards of
@@ -705,7 +548,8 @@ const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> b
   auto compiled = std::make_unique<Compiled>();
   Device backend = default_device();
   if (std::optional<int64_t> limit = memory_limit_from_environment()) {
-    StepMemory planned = plan_for(Pipeline::standard(std::nullopt).run(Graph(built.step)));
+    CompileRun planning("train step", true);
+    StepMemory planned = plan_for(built.later.run(Graph(built.step), planning), planning);
     if (planned.total() > *limit)
       explain_out_of_memory(batch, planned, *limit,
                             "the planned peak is over SINTER_MEMORY_LIMIT=" +
@@ -713,20 +557,22 @@ const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> b
   }
   try {
     compiled->step =
-        std::make_unique<CompiledGraph>(std::move(built.step), std::nullopt, backend, context_);
+        std::make_unique<CompiledGraph>(std::move(built.step), built.later, run, backend, context_);
     compiled->step->set_communicator(*options_.communicator);
-    compiled->step->set_label(split_update() ? "train step (gradients)" : "train step");
+    compiled->step->set_label(run.program());
     if (delay) {
-      compiled->delay =
-          std::make_unique<CompiledGraph>(std::move(delay->step), std::nullopt, backend, context_);
+      compiled->delay = std::make_unique<CompiledGraph>(std::move(delay->step), delay->later,
+                                                        delay_run, backend, context_);
       compiled->delay->set_communicator(*options_.communicator);
-      compiled->delay->set_label("train step (sifting delay)");
+      compiled->delay->set_label(delay_run.program());
     }
     if (split_update()) {
-      compiled->apply =
-          std::make_unique<CompiledGraph>(std::move(built.apply), std::nullopt, backend, context_);
+      CompileRun apply_run("train step (update)");
+      apply_run.given("update", built.apply, 0); // built with the step's graph
+      compiled->apply = std::make_unique<CompiledGraph>(
+          std::move(built.apply), Pipeline::standard(std::nullopt), apply_run, backend, context_);
       compiled->apply->set_communicator(*options_.communicator);
-      compiled->apply->set_label("train step (update)");
+      compiled->apply->set_label(apply_run.program());
     }
   } catch (const OutOfMemory& e) {
     explain_out_of_memory(batch, plan_memory(batch), e.available_bytes(), e.what());

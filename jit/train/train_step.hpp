@@ -1,10 +1,12 @@
 // jit/train/train_step.hpp — a whole training step (forward, backward, update) as one program
 #pragma once
+#include "jit/pipeline/pipeline.hpp"
 #include "jit/runtime/host_tensor.hpp"
 #include "jit/runtime/interrupt.hpp" // Interrupted, thrown by a step
 #include "jit/runtime/memory_plan.hpp"
 #include "jit/train/optimizer.hpp"
 #include "jit/train/sift.hpp"
+#include "jit/train/step_stages.hpp"
 
 #include <functional>
 #include <map>
@@ -182,33 +184,27 @@ public:
 
 private:
   struct Compiled;
-  /// A parameter's low-precision working copy under AMP (`state.low.<name>`): what its GEMMs
-  /// read, written by the update kernel next to the f32 master weight, so no step has a
-  /// kernel that only casts weights.
-  struct LowCopy {
-    std::size_t parameter;
-    DType dtype;
-    std::string state;
-  };
   const Compiled& compiled_for(std::span<const HostTensor> batch);
-  /// The step graphs for a batch (traced, autocast, differentiated, with the update): `step`,
-  /// and with accumulation `apply`. Checks the batch against the trace.
+  /// The step graphs for a batch after its feature stages (traced, autocast, differentiated,
+  /// with the update): `step`, `later` (the stages CompiledGraph runs next), and with
+  /// accumulation `apply`. Checks the batch against the trace.
   struct Built {
     Graph step, apply;
+    Pipeline later;
     std::vector<std::string> batch_names;
   };
   /// In-step sifting builds two steps per batch type: `select` draws rows and trains on them;
   /// `delay` trains on the whole batch (SiftOptions::delay). Both record the losses.
   enum class Sifting { none, select, delay };
-  Built build(std::span<const HostTensor> batch, Sifting sifting = Sifting::none);
-  /// The forward graph of in-step sifting: `forward` (per-row losses) turned into a scalar loss
-  /// over the drawn rows (select) or the whole batch (delay), with the loss history's update.
-  Graph sifting_forward(Graph forward, std::span<const HostTensor> batch,
-                        const std::vector<std::string>& batch_names, Sifting sifting);
+  Built build(std::span<const HostTensor> batch, Sifting sifting, CompileRun& run);
+  /// The `trace` stage: the forward graph for `batch`, checked against the parameters, the
+  /// frozen inputs and the batch (whose input names it records in `built`).
+  Graph traced(std::span<const HostTensor> batch, Sifting sifting, Built& built);
+  Graph plan_graph(std::span<const HostTensor> batch, CompileRun& run);
   /// Rows a sifting update trains on for a batch of `rows` rows.
   int64_t sift_rows_for(int64_t rows) const;
   bool sift_delaying() const;
-  StepMemory plan_for(const Graph& optimized) const;
+  StepMemory plan_for(const Graph& optimized, CompileRun& run) const;
   /// Throws OutOfMemory saying what the step planned, what was free, its largest buffers and
   /// the largest batch that fits `available`.
   [[noreturn]] void explain_out_of_memory(std::span<const HostTensor> batch,
@@ -239,7 +235,7 @@ private:
   HostTensor sift_uniforms_;                    ///< sift.uniforms: this call's draws, one per row
   std::shared_ptr<const HostTensor> sift_rows_; ///< the latest selection
   std::shared_ptr<const HostTensor> every_row_; ///< 0..B-1: what the delay trains on
-  std::vector<LowCopy> low_copies_;
+  std::vector<WorkingCopy> low_copies_;
   /// Each parameter's stamp after the step last wrote it: a different stamp means the caller
   /// replaced or edited it, and its working copy is made again.
   std::vector<uint64_t> parameter_stamps_;

@@ -15,10 +15,13 @@ grep -Eq 'sinter: compiled .* \(0 compiled, [1-9][0-9]* loaded from the disk cac
 # Both runs print the same results.
 [ "$(grep -v 'sinter:' <<<"$first")" = "$(grep -v 'sinter:' <<<"$second")" ] \
   || { echo "results differ between the cold and the warm run"; exit 1; }
-# SINTER_TIME_PHASES=1 names each compile phase with its time; without it nothing is printed.
+# SINTER_TIME_PHASES=1 names each compile stage with its time; without it nothing is printed.
 timed=$(SINTER_TIME_PHASES=1 SINTER_CACHE_DIR="$cache" "$program" 2>&1)
-for phase in lower simplify cse 'backend (fuse, plan, kernels)'; do
-  grep -Eq "^sinter: phase $(sed 's/[()]/\\&/g' <<<"$phase") [0-9]+\.[0-9] ms$" <<<"$timed" \
-    || { echo "SINTER_TIME_PHASES=1 should print the $phase phase"; exit 1; }
+for stage in autodiff lower simplify cse small-matmuls fuse memory kernels; do
+  grep -Eq "^sinter: phase $stage [0-9]+\.[0-9] ms$" <<<"$timed" \
+    || { echo "SINTER_TIME_PHASES=1 should print the $stage stage"; exit 1; }
 done
+# The compile line names its slowest stages.
+grep -Eq 'sinter: compiled .*; slowest stages: [a-z-]+ [0-9]+\.[0-9] ms' <<<"$first" \
+  || { echo "the compile line should name the slowest stages"; exit 1; }
 ! grep -q 'sinter: phase' <<<"$second" || { echo "phases printed without SINTER_TIME_PHASES"; exit 1; }

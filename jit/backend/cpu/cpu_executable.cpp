@@ -166,18 +166,20 @@ std::optional<GatherCopy> gather_copy(const FusionPlan& plan, const Kernel& k) {
 
 } // namespace
 
-CpuExecutable::CpuExecutable(Graph graph, KernelLibrary& library, ThreadPool& pool)
-    : graph_(std::make_unique<Graph>(small_matmuls_as_reductions(graph))),
-      fusion_(fuse(*graph_, FusionOptions{.row_kernels = true, .sibling_reductions = true})),
-      memory_(fusion_), pool_(pool) {
+CpuExecutable::CpuExecutable(Prepared prepared, KernelLibrary& library, ThreadPool& pool,
+                             CompileRun& run)
+    : graph_(std::move(prepared.graph)), fusion_(std::move(prepared.fusion)),
+      memory_(std::move(prepared.memory)), pool_(pool) {
   auto start = std::chrono::steady_clock::now();
   kernels::set_gemm_threads(1);
   report_.kernels = fusion_.kernels.size();
-  for (const Kernel& k : fusion_.kernels)
-    entries_.push_back(k.kind == KernelKind::gemm || k.kind == KernelKind::attention ||
-                               k.kind == KernelKind::collective
-                           ? nullptr
-                           : library.get(fusion_, k, report_));
+  run.timed("kernels", [&] {
+    for (const Kernel& k : fusion_.kernels)
+      entries_.push_back(k.kind == KernelKind::gemm || k.kind == KernelKind::attention ||
+                                 k.kind == KernelKind::collective
+                             ? nullptr
+                             : library.get(fusion_, k, report_));
+  });
   for (const Kernel& k : fusion_.kernels) {
     copies_.push_back(concat_copy(fusion_, k));
     gathers_.push_back(gather_copy(fusion_, k));
@@ -193,6 +195,14 @@ CpuExecutable::CpuExecutable(Graph graph, KernelLibrary& library, ThreadPool& po
       new (std::align_val_t(MemoryPlan::alignment))
           std::byte[static_cast<std::size_t>(std::max<int64_t>(memory_.arena_bytes(), 1))]);
 }
+
+CpuExecutable::CpuExecutable(const Graph& optimized, KernelLibrary& library, ThreadPool& pool)
+    : CpuExecutable(optimized, library, pool, CompileRun("program", false, DumpSelection(""))) {}
+
+CpuExecutable::CpuExecutable(const Graph& optimized, KernelLibrary& library, ThreadPool& pool,
+                             CompileRun&& run)
+    : CpuExecutable(prepare(optimized, cpu_graph_stages(optimized, Device(Backend::cpu)), run),
+                    library, pool, run) {}
 
 std::vector<HostTensor> CpuExecutable::run(std::span<const HostTensor> inputs) const {
   std::vector<HostTensor> results;
@@ -364,27 +374,32 @@ void CpuExecutable::run_into(std::span<const HostTensor* const> inputs,
   }
 }
 
-std::unique_ptr<Executable> compile_for_cpu(const Graph& graph, const Device&, Context& context) {
-  bool decompose_attention = has_fused_attention(graph) && attention_decomposition_requested();
-  if (decompose_attention) {
+BackendGraphStages cpu_graph_stages(const Graph& optimized, const Device&) {
+  BackendGraphStages out;
+  out.fusion = FusionOptions{.row_kernels = true, .sibling_reductions = true};
+  if (has_fused_attention(optimized) && attention_decomposition_requested()) {
     static std::once_flag said;
     std::call_once(said, [] {
       log_line("sinter: attention on cpu: decomposed (SINTER_ATTENTION=decomposed)");
     });
+    out.stages.push_back(
+        {"decompose-attention", [](Graph g) { return decompose(g, is_fused_attention); }});
   }
-  auto executable = std::make_unique<CpuExecutable>(
-      decompose_attention ? decompose(graph, is_fused_attention) : graph, context.kernels(),
-      context.pool());
+  out.stages.push_back({"small-matmuls", [](Graph g) { return small_matmuls_as_reductions(g); }});
+  return out;
+}
+
+std::unique_ptr<Executable> compile_for_cpu(Prepared prepared, const Device&, Context& context,
+                                            CompileRun& run) {
+  auto executable =
+      std::make_unique<CpuExecutable>(std::move(prepared), context.kernels(), context.pool(), run);
   context.cache().record_run_stats();
   return executable;
 }
 
-StepMemory plan_memory_for_cpu(const Graph& optimized, const Device&, std::span<const bool>) {
-  // The executable's own graph and fusion: the plan is the one it would allocate.
-  Graph graph = small_matmuls_as_reductions(optimized);
-  FusionPlan fusion = fuse(graph, FusionOptions{.row_kernels = true, .sibling_reductions = true});
-  MemoryPlan memory(fusion);
-  dump_planned(fusion, memory);
+StepMemory plan_memory_for_cpu(const Prepared& prepared, const Device&, std::span<const bool>) {
+  const Graph& graph = *prepared.graph;
+  const MemoryPlan& memory = prepared.memory;
   StepMemory out;
   out.arena = memory.arena_bytes();
   out.outputs = memory.peak_bytes() - memory.arena_bytes();

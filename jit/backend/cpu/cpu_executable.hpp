@@ -4,6 +4,7 @@
 #include "jit/backend/cpu/thread_pool.hpp"
 #include "jit/backend/device.hpp"
 #include "jit/backend/executable.hpp"
+#include "jit/pipeline/prepare.hpp"
 #include "jit/runtime/profiler.hpp"
 
 #include <memory>
@@ -38,8 +39,11 @@ struct GatherCopy {
 
 class CpuExecutable final : public Executable {
 public:
-  /// Fuses `graph` (primitives only), plans its memory and fetches or compiles every kernel.
-  CpuExecutable(Graph graph, KernelLibrary& library, ThreadPool& pool);
+  /// Fetches or compiles every kernel of a prepared graph (cpu_graph_stages, fused and
+  /// planned); the `kernels` stage goes through `run`.
+  CpuExecutable(Prepared prepared, KernelLibrary& library, ThreadPool& pool, CompileRun& run);
+  /// Prepares an optimised graph itself (no dumps), then as above.
+  CpuExecutable(const Graph& optimized, KernelLibrary& library, ThreadPool& pool);
 
   /// Runs one step. Inputs follow graph().inputs() and must already have the right types.
   /// Not re-entrant: concurrent calls on one executable are serialised (they share the arena).
@@ -58,6 +62,8 @@ public:
   const FusionPlan* fusion_plan() const override { return &fusion_; }
 
 private:
+  CpuExecutable(const Graph& optimized, KernelLibrary& library, ThreadPool& pool, CompileRun&& run);
+
   std::unique_ptr<Graph> graph_; // stable address: the fusion plan points at it
   FusionPlan fusion_;
   MemoryPlan memory_;
@@ -76,10 +82,13 @@ private:
 
 class Context;
 /// The CPU's entry in the backend table: kernels from the context's library, its thread pool.
-std::unique_ptr<Executable> compile_for_cpu(const Graph& optimized, const Device& device,
-                                            Context& context);
-/// The CPU's memory plan for `optimized` (arena, outputs, the caller's inputs), without code.
-StepMemory plan_memory_for_cpu(const Graph& optimized, const Device& device,
+std::unique_ptr<Executable> compile_for_cpu(Prepared prepared, const Device& device,
+                                            Context& context, CompileRun& run);
+/// The CPU's graph stages: `decompose-attention` under SINTER_ATTENTION=decomposed, then
+/// `small-matmuls` (small batched matmuls as loops that fuse); row kernels, sibling reductions.
+BackendGraphStages cpu_graph_stages(const Graph& optimized, const Device& device);
+/// The CPU's memory plan for a prepared graph (arena, outputs, the caller's inputs).
+StepMemory plan_memory_for_cpu(const Prepared& prepared, const Device& device,
                                std::span<const bool> single_copy);
 
 } // namespace sinter

@@ -5,6 +5,7 @@
 #include "jit/backend/backends.hpp"
 #include "jit/backend/collective_launch.hpp"
 #include "jit/backend/context.hpp"
+#include "jit/backend/cuda/gemm_epilogue.hpp"
 #include "jit/backend/cuda/nvptx_target.hpp"
 #include "jit/backend/kernel_costs.hpp"
 
@@ -213,10 +214,13 @@ profile::DevicePeak measure_gpu_peak(CudaDevice& device, kernels::Fp32Math fp32)
   return peak;
 }
 
-/// The graph the GPU runs, saying once per process how attention runs on it.
-Graph gpu_graph(const Graph& optimized, const CudaDevice& device) {
+} // namespace
+
+BackendGraphStages cuda_graph_stages(const Graph& optimized, const Device& device) {
+  int capability = 90; // an H100 where no GPU can be asked (planning on a build machine)
+  if (cuda::driver()) capability = CudaDevice::get(device.ordinal).info().compute_capability;
   NvptxAttentionChoice choice;
-  Graph g = for_nvptx(optimized, device.info().compute_capability, &choice);
+  BackendGraphStages stages = nvptx_graph_stages(optimized, capability, &choice);
   static std::once_flag said_fused, said_decomposed;
   if (choice.fused)
     std::call_once(said_fused, [] {
@@ -227,13 +231,21 @@ Graph gpu_graph(const Graph& optimized, const CudaDevice& device) {
       log_line("sinter: attention on cuda: decomposed (scores and softmax in memory): " +
                choice.why);
     });
-  return g;
+  return stages;
 }
-} // namespace
 
-GpuExecutable::GpuExecutable(Graph graph, CudaDevice& device, KernelCache& cache)
-    : graph_(std::make_unique<Graph>(gpu_graph(graph, device))),
-      fusion_(fuse(*graph_, gpu_fusion_options)), memory_(fusion_), device_(device),
+GpuExecutable::GpuExecutable(const Graph& optimized, CudaDevice& device, KernelCache& cache)
+    : GpuExecutable(optimized, device, cache, CompileRun("program", false, DumpSelection(""))) {}
+
+GpuExecutable::GpuExecutable(const Graph& optimized, CudaDevice& device, KernelCache& cache,
+                             CompileRun&& run)
+    : GpuExecutable(prepare_for_nvptx(optimized, device.info().compute_capability, run), device,
+                    cache, run) {}
+
+GpuExecutable::GpuExecutable(Prepared prepared, CudaDevice& device, KernelCache& cache,
+                             CompileRun& run)
+    : graph_(std::move(prepared.graph)), fusion_(std::move(prepared.fusion)),
+      memory_(std::move(prepared.memory)), device_(device),
       fp32_(kernels::fp32_math_from_environment()) {
   auto start = std::chrono::steady_clock::now();
   device_.make_current();
@@ -275,8 +287,12 @@ GpuExecutable::GpuExecutable(Graph graph, CudaDevice& device, KernelCache& cache
 
   // What to launch is decided once, from the fusion and memory plans; an epilogue cuBLASLt
   // turns down for the real buffers is planned as separate kernels.
-  launches_ = plan_launches(fusion_, memory_, device_, cache, fp32_, report_,
-                            [&](ValueId node) { return pointer_for(*sets_[0], node); });
+  std::vector<GemmEpilogue> epilogues =
+      run.timed("launch-plan", [&] { return find_gemm_epilogues(fusion_, memory_); });
+  launches_ = run.timed("kernels", [&] {
+    return plan_launches(fusion_, epilogues, device_, cache, fp32_, report_,
+                         [&](ValueId node) { return pointer_for(*sets_[0], node); });
+  });
   for (auto& set : sets_)
     bind(*set);
   report_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -611,22 +627,19 @@ void GpuExecutable::run_into(std::span<const HostTensor* const> inputs,
   }
 }
 
-std::unique_ptr<Executable> compile_for_cuda(const Graph& graph, const Device& device,
-                                             Context& context) {
-  auto executable =
-      std::make_unique<GpuExecutable>(graph, CudaDevice::get(device.ordinal), context.cache());
+std::unique_ptr<Executable> compile_for_cuda(Prepared prepared, const Device& device,
+                                             Context& context, CompileRun& run) {
+  auto executable = std::make_unique<GpuExecutable>(
+      std::move(prepared), CudaDevice::get(device.ordinal), context.cache(), run);
   context.cache().record_run_stats();
   return executable;
 }
 
-StepMemory plan_memory_for_cuda(const Graph& optimized, const Device& device,
+StepMemory plan_memory_for_cuda(const Prepared& prepared, const Device&,
                                 std::span<const bool> single_copy) {
-  int capability = 90; // an H100 where no GPU can be asked (planning on a build machine)
-  if (cuda::driver()) capability = CudaDevice::get(device.ordinal).info().compute_capability;
-  Graph g = for_nvptx(optimized, capability);
-  FusionPlan fusion = fuse(g, gpu_fusion_options);
-  MemoryPlan memory(fusion);
-  dump_planned(fusion, memory);
+  const Graph& g = *prepared.graph;
+  const FusionPlan& fusion = prepared.fusion;
+  const MemoryPlan& memory = prepared.memory;
   // As the constructor allocates: the arena, a buffer per output outside it, each input's
   // buffer in both sets (one shared where carried or resident), and the GEMM workspace.
   StepMemory out;

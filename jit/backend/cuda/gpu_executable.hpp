@@ -24,9 +24,12 @@ namespace sinter {
 /// while the current step still runs.
 class GpuExecutable final : public Executable {
 public:
-  /// Fuses `graph` (primitives only), plans its memory, allocates the device arena, both input
-  /// sets and the pinned staging buffers, and fetches or compiles every kernel for `device`.
-  GpuExecutable(Graph graph, CudaDevice& device, KernelCache& cache);
+  /// Allocates the device arena of a prepared graph (prepare_for_nvptx), both input sets and
+  /// the pinned staging buffers, plans the launches (`launch-plan`: GEMM epilogues) and
+  /// fetches or compiles every kernel for `device` (`kernels`), the stages through `run`.
+  GpuExecutable(Prepared prepared, CudaDevice& device, KernelCache& cache, CompileRun& run);
+  /// Prepares an optimised graph itself for `device` (no dumps), then as above.
+  GpuExecutable(const Graph& optimized, CudaDevice& device, KernelCache& cache);
   /// Waits for the last steps and keeps every output handed out readable.
   ~GpuExecutable();
 
@@ -57,6 +60,8 @@ public:
   double last_step_device_ms() const;
 
 private:
+  GpuExecutable(const Graph& optimized, CudaDevice& device, KernelCache& cache, CompileRun&& run);
+
   struct Bound;
   struct Carried;
   struct InputSet;
@@ -105,12 +110,14 @@ private:
 
 class Context;
 /// CUDA's entry in the backend table: GPU `device.ordinal`, kernels cached in the context's cache.
-std::unique_ptr<Executable> compile_for_cuda(const Graph& optimized, const Device& device,
-                                             Context& context);
-/// What GpuExecutable would allocate for `optimized` on `device`: the arena, outputs, input
-/// buffers (two sets; one copy where `single_copy`) and the cuBLASLt workspace. Planned for
-/// the GPU's compute capability, or sm_90 where no driver is loadable.
-StepMemory plan_memory_for_cuda(const Graph& optimized, const Device& device,
+std::unique_ptr<Executable> compile_for_cuda(Prepared prepared, const Device& device,
+                                             Context& context, CompileRun& run);
+/// nvptx_graph_stages for `device`'s compute capability, or sm_90 where no driver is loadable
+/// (planning on a build machine); says once per process how attention runs.
+BackendGraphStages cuda_graph_stages(const Graph& optimized, const Device& device);
+/// What GpuExecutable would allocate for a prepared graph on `device`: the arena, outputs,
+/// input buffers (two sets; one copy where `single_copy`) and the cuBLASLt workspace.
+StepMemory plan_memory_for_cuda(const Prepared& prepared, const Device& device,
                                 std::span<const bool> single_copy);
 /// The GPU's free memory (cuMemGetInfo); std::runtime_error saying why without a driver.
 int64_t cuda_free_memory(const Device& device);

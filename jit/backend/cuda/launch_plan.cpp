@@ -7,7 +7,8 @@
 #include <stdexcept>
 
 namespace sinter {
-std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion, const MemoryPlan& memory,
+std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion,
+                                         std::span<const GemmEpilogue> epilogues,
                                          CudaDevice& device, KernelCache& cache,
                                          kernels::Fp32Math fp32, CompileReport& report,
                                          const NodePointer& pointer_of) {
@@ -72,7 +73,6 @@ std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion, const MemoryP
   // has no algorithm for that combination (bind() finds out; then both run as usual).
   std::vector<const GemmEpilogue*> epilogue_of(fusion.kernels.size(), nullptr);
   std::vector<bool> absorbed(fusion.kernels.size(), false);
-  std::vector<GemmEpilogue> epilogues = find_gemm_epilogues(fusion, memory);
   for (const GemmEpilogue& e : epilogues) {
     epilogue_of[e.gemm] = &e;
     absorbed[e.absorbed] = true;

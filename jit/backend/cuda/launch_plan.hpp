@@ -2,6 +2,7 @@
 // generated kernels with their grids, cuBLASLt GEMMs with their epilogues, by graph node
 #pragma once
 #include "jit/backend/cuda/cuda_device.hpp"
+#include "jit/backend/cuda/gemm_epilogue.hpp"
 #include "jit/backend/cuda/gpu_launch.hpp"
 #include "jit/runtime/compile_report.hpp"
 #include "jit/runtime/memory_plan.hpp"
@@ -9,6 +10,7 @@
 
 #include <functional>
 #include <optional>
+#include <span>
 #include <vector>
 
 namespace sinter {
@@ -33,11 +35,12 @@ using NodePointer = std::function<cuda::DevicePtr(ValueId)>;
 
 /// The step's launches in order. Generated kernels are fetched or compiled for `device`
 /// (counted in `report`); GEMMs whose neighbouring bias, bias+ReLU, bias+GELU or bias-gradient
-/// kernel cuBLASLt can run as an epilogue absorb it, unless cuBLASLt has no algorithm for that
-/// combination, in which case both are launched. Prepares cuBLASLt plans and the workspace now,
-/// so nothing is planned during CUDA graph capture. Throws when GEMMs need cuBLASLt and it is
-/// missing.
-std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion, const MemoryPlan& memory,
+/// kernel cuBLASLt can run as an epilogue (`epilogues`: find_gemm_epilogues) absorb it, unless
+/// cuBLASLt has no algorithm for that combination, in which case both are launched. Prepares
+/// cuBLASLt plans and the workspace now, so nothing is planned during CUDA graph capture. Throws
+/// when GEMMs need cuBLASLt and it is missing.
+std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion,
+                                         std::span<const GemmEpilogue> epilogues,
                                          CudaDevice& device, KernelCache& cache,
                                          kernels::Fp32Math fp32, CompileReport& report,
                                          const NodePointer& pointer_of);

@@ -407,12 +407,14 @@ void emulate_nvptx_kernel(const FusionPlan& plan, const Kernel& kernel,
 
 std::vector<HostTensor> emulate_nvptx_step(const Graph& optimized,
                                            std::span<const HostTensor> inputs, int capability) {
-  Graph g = for_nvptx(optimized, capability);
+  CompileRun run("emulated step", false, DumpSelection(""));
+  Prepared prepared = prepare_for_nvptx(optimized, capability, run);
+  const Graph& g = *prepared.graph;
   if (inputs.size() != g.inputs().size())
     throw std::invalid_argument("emulator: the step takes " + std::to_string(g.inputs().size()) +
                                 " inputs, got " + std::to_string(inputs.size()));
-  FusionPlan plan = fuse(g, gpu_fusion_options);
-  MemoryPlan memory(plan);
+  const FusionPlan& plan = prepared.fusion;
+  const MemoryPlan& memory = prepared.memory;
   // Buffers as the CUDA executable lays them out: inputs in their own buffers, intermediates
   // in one arena (shared where lifetimes allow), outputs the arena does not hold on their own.
   std::vector<std::byte> arena(

@@ -178,15 +178,16 @@ std::optional<std::filesystem::path> NvptxTarget::find_libdevice() {
   return std::nullopt;
 }
 
-Graph for_nvptx(const Graph& optimized, int compute_capability, NvptxAttentionChoice* choice) {
+BackendGraphStages nvptx_graph_stages(const Graph& optimized, int compute_capability,
+                                      NvptxAttentionChoice* choice) {
   NvptxAttentionChoice seen;
   bool requested = has_fused_attention(optimized) && attention_decomposition_requested();
   // Why this GPU decomposes a fused attention node with these operands; empty: it fuses it.
-  auto why = [&](std::span<const TensorType> operands) {
+  auto why = [requested, compute_capability](std::span<const TensorType> operands) {
     return requested ? std::string("SINTER_ATTENTION=decomposed")
                      : nvptx_attention_unsupported(operands, compute_capability);
   };
-  bool rebuild = false;
+  bool decompose_some = false;
   for (ValueId id = 0; id < optimized.size(); ++id) {
     const Node& n = optimized.node(id);
     if (!is_fused_attention(n.op)) continue;
@@ -194,7 +195,7 @@ Graph for_nvptx(const Graph& optimized, int compute_capability, NvptxAttentionCh
     for (ValueId in : n.inputs)
       types.push_back(optimized.type(in));
     std::string reason = why(types);
-    rebuild = rebuild || !reason.empty();
+    decompose_some = decompose_some || !reason.empty();
     // Forwards and gradients count; a log-sum-exp runs in its forward's kernel (a graph may
     // still hold one alone, which is decomposed like the others).
     if (n.op == OpId::fused_attention_lse) continue;
@@ -202,16 +203,35 @@ Graph for_nvptx(const Graph& optimized, int compute_capability, NvptxAttentionCh
     if (!reason.empty() && seen.why.empty()) seen.why = reason;
   }
   if (choice) *choice = seen;
-  if (!rebuild) return recompute_late_gemm_operands(optimized, gpu_fusion_options);
-  Graph decomposed =
-      decompose_nodes(optimized, [&](const Node& n, std::span<const Value> operands) {
-        if (!is_fused_attention(n.op)) return false;
-        std::vector<TensorType> types;
-        for (const Value& v : operands)
-          types.push_back(v.type());
-        return !why(types).empty();
-      });
-  return recompute_late_gemm_operands(decomposed, gpu_fusion_options);
+  BackendGraphStages out;
+  out.fusion = gpu_fusion_options;
+  if (decompose_some)
+    out.stages.push_back({"decompose-attention", [why](Graph g) {
+                            return decompose_nodes(
+                                g, [&](const Node& n, std::span<const Value> operands) {
+                                  if (!is_fused_attention(n.op)) return false;
+                                  std::vector<TensorType> types;
+                                  for (const Value& v : operands)
+                                    types.push_back(v.type());
+                                  return !why(types).empty();
+                                });
+                          }});
+  out.stages.push_back({"rematerialize", [](Graph g) {
+                          return recompute_late_gemm_operands(g, gpu_fusion_options);
+                        }});
+  return out;
+}
+
+Prepared prepare_for_nvptx(Graph optimized, int compute_capability, CompileRun& run) {
+  BackendGraphStages stages = nvptx_graph_stages(optimized, compute_capability);
+  return prepare(std::move(optimized), stages, run);
+}
+
+Graph for_nvptx(const Graph& optimized, int compute_capability, NvptxAttentionChoice* choice) {
+  CompileRun run("program", false, DumpSelection(""));
+  BackendGraphStages stages = nvptx_graph_stages(optimized, compute_capability, choice);
+  stages.fuses = false;
+  return std::move(*prepare(optimized, stages, run).graph);
 }
 
 } // namespace sinter

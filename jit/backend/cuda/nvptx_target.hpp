@@ -1,6 +1,7 @@
 // jit/backend/cuda/nvptx_target.hpp — the NVPTX target: shared emitter → libdevice → O3 → PTX
 #pragma once
 #include "jit/passes/fuse.hpp"
+#include "jit/pipeline/prepare.hpp"
 
 #include <filesystem>
 #include <memory>
@@ -17,11 +18,18 @@ struct NvptxAttentionChoice {
   std::string why;    ///< why the first decomposed node was
 };
 
-/// The optimised graph as a GPU of `compute_capability` runs it: fused attention nodes the
-/// NVPTX attention kernels cannot take (see nvptx_attention_unsupported), or all of them under
-/// SINTER_ATTENTION=decomposed, decomposed into primitives that have a kernel; then GEMM
-/// operands read long after they were computed are recomputed before them
-/// (recompute_late_gemm_operands). `choice`, when given, says what happened to attention.
+/// The CUDA backend's graph stages for a GPU of `compute_capability`: `decompose-attention`
+/// (when some fused attention node needs it: one the NVPTX attention kernels cannot take, see
+/// nvptx_attention_unsupported, or all of them under SINTER_ATTENTION=decomposed) expands
+/// those nodes into primitives that have a kernel; `rematerialize` recomputes GEMM operands
+/// read long after they were computed (recompute_late_gemm_operands). Fused with
+/// gpu_fusion_options. `choice`, when given, says what happens to attention.
+BackendGraphStages nvptx_graph_stages(const Graph& optimized, int compute_capability,
+                                      NvptxAttentionChoice* choice = nullptr);
+/// prepare() with those stages: the graph, kernels and buffers a GPU of `compute_capability`
+/// runs (the CUDA executable, its memory planner, the emulator and the PTX tests all use it).
+Prepared prepare_for_nvptx(Graph optimized, int compute_capability, CompileRun& run);
+/// The graph stages alone (no fusion), in a compile of their own.
 Graph for_nvptx(const Graph& optimized, int compute_capability,
                 NvptxAttentionChoice* choice = nullptr);
 

@@ -1,0 +1,48 @@
+// jit/settings.hpp — every SINTER_* environment variable in one table, and the parsed settings
+#pragma once
+#include <cstddef>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace sinter {
+
+/// Who reads a setting: the library and its programs, the notebook kernel, or the test suite.
+enum class SettingScope { library, notebook, tests };
+
+/// One environment variable sinter reads.
+struct SettingInfo {
+  std::string_view name;     ///< SINTER_...
+  std::string_view type;     ///< `bool (1)`, `path`, `bytes`, `seconds`, `choice`, ...
+  std::string_view fallback; ///< what applies when the variable is unset
+  std::string_view meaning;
+  SettingScope scope = SettingScope::library;
+};
+
+/// Every SINTER_* variable, in the order docs/compiling.md's table lists them (a test checks
+/// the docs against it).
+std::span<const SettingInfo> setting_table();
+/// The entry of `name`, or null for a variable sinter does not read.
+const SettingInfo* find_setting(std::string_view name);
+/// The listed variable nearest to `name` by edit distance (for "did you mean").
+std::string_view closest_setting(std::string_view name);
+
+/// Levenshtein distance between two names (what "did you mean" picks by).
+std::size_t edit_distance(std::string_view a, std::string_view b);
+
+/// The settings the compiler reads on every compile, parsed once from the environment.
+struct Settings {
+  std::string dump;         ///< SINTER_DUMP: comma-separated stage names, `list`, `all`
+  bool time_phases = false; ///< SINTER_TIME_PHASES=1
+  bool log = true;          ///< SINTER_LOG (0: no compile lines)
+};
+/// The parsed settings. The first call also warns once, on stderr, about each SINTER_*
+/// variable in the environment that the table does not list, naming the closest one.
+const Settings& settings();
+/// Parses the environment again (for tests that change a variable mid-process).
+void reload_settings();
+/// The warning for the SINTER_* variables in `environment` (null-terminated, like environ)
+/// that the table does not list: one line each, empty when all are known.
+std::string unknown_settings_warning(char** environment);
+
+} // namespace sinter

@@ -1,0 +1,255 @@
+// jit/train/step_stages.cpp — the stages of a training step's graph: sifting, mixed precision,
+// autodiff of the step, data parallel's loss, and the update that decides what leaves the step
+#include "jit/train/step_stages.hpp"
+
+#include "jit/passes/passes.hpp"
+#include "jit/train/train_step.hpp" // resized_batch
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace sinter {
+namespace {
+
+/// In-step sifting's output of the loss that is differentiated (the drawn rows' mean).
+const std::string trained_loss_name = "sift.trained_loss";
+
+/// Outputs of in-step sifting that leave the step: the loss history's update, the drawn rows.
+bool is_sift_output(const std::string& name) {
+  return name != trained_loss_name &&
+         (name.starts_with("sift.") || name.starts_with("new.state.sift."));
+}
+
+/// The output autodiff differentiates: the scaled loss under fp16 scaling, else the drawn
+/// rows' loss under in-step sifting, else the loss (output 0).
+std::size_t differentiated_output(const Graph& g) {
+  std::size_t chosen = 0;
+  for (std::size_t i = 0; i < g.outputs().size(); ++i) {
+    if (g.outputs()[i].name == "amp.scaled_loss") return i;
+    if (g.outputs()[i].name == trained_loss_name) chosen = i;
+  }
+  return chosen;
+}
+
+/// The loss output of the traced graph as a value of `traced`, checked to be one f32 per row.
+Value per_row_losses(const Graph& traced, int64_t rows) {
+  const TensorType& t = traced.type(traced.outputs().at(0).id);
+  if (!is_float(t.dtype) || t.shape != Shape{rows})
+    throw std::invalid_argument(
+        "sinter: with in-step sifting the loss function returns each row's loss, f32[" +
+        std::to_string(rows) + "] (the loss with Reduction::none), got " + to_string(t));
+  return Value{const_cast<Graph*>(&traced), traced.outputs()[0].id};
+}
+
+Graph sift_forward(Graph g, const SiftOptions& sift, std::span<const HostTensor> batch,
+                   const StepGraphFacts& facts, bool select, int64_t rows_trained,
+                   const StepTracer& trace) {
+  const int64_t rows = batch.front().shape().at(0);
+  for (const HostTensor& t : batch)
+    if (t.shape().empty() || t.shape()[0] != rows)
+      throw std::invalid_argument(
+          "sinter: in-step sifting draws rows of the batch, so dim 0 of every batch input is "
+          "the batch size; got " +
+          to_string(TensorType{t.dtype(), t.shape()}) + " beside " + std::to_string(rows) +
+          " rows");
+  Value losses = cast(per_row_losses(g, rows), DType::f32);
+  const int64_t h = sift.history;
+  Value history = input(g, "state.sift.history", TensorType{DType::f32, {h}});
+  Value filled = input(g, "state.sift.filled", TensorType{DType::f32, {}});
+  // Data parallel: every rank records the whole global batch, so the history (and the
+  // percentiles) are the same on every rank.
+  Value scored = facts.ranks > 1 ? all_gather(losses, facts.ranks) : losses;
+  const int64_t scored_rows = rows * facts.ranks;
+  std::vector<Value> newest_first{scored, history};
+  Value recorded = slice(concat(newest_first, 0), {0}, {h});
+  Value now_filled = minimum(filled + static_cast<double>(scored_rows),
+                             scalar_like(filled, static_cast<double>(h)));
+  Value batch_loss = mean(losses);
+  Value loss = batch_loss, selected;
+  if (select) {
+    Value uniforms = input(g, "sift.uniforms", TensorType{DType::f32, {rows}});
+    selected = sift_selection(losses, history, filled, uniforms, sift.beta, rows_trained);
+    // The drawn rows' forward pass, traced at k rows on gathers of the batch; the
+    // share-taken-rows stage later reads its values from the batch's.
+    Graph part = trace(resized_batch(batch, rows_trained));
+    per_row_losses(part, rows_trained);
+    std::vector<Value> part_outputs = inline_graph(g, part, [&](const NamedValue& in) {
+      Value whole{&g, input_named(g, in.name)};
+      bool is_batch =
+          std::find(facts.batch.begin(), facts.batch.end(), in.name) != facts.batch.end();
+      return is_batch ? gather(whole, selected) : whole;
+    });
+    loss = mean(cast(part_outputs[0], DType::f32));
+  }
+  // The step reports the whole batch's mean loss (what a plain step reports) and trains the
+  // drawn rows' mean.
+  std::vector<NamedValue> outputs{{"loss", batch_loss.id},
+                                  {trained_loss_name, loss.id},
+                                  {"new.state.sift.history", recorded.id},
+                                  {"new.state.sift.filled", now_filled.id}};
+  if (selected) outputs.push_back({"sift.rows", selected.id});
+  g.mutable_outputs() = std::move(outputs);
+  return g;
+}
+
+/// The parameters (graph inputs) or their gradients (outputs `grad:<name>`) as values of `g`.
+std::vector<Value> parameter_values(Graph& g, const std::vector<std::string>& names,
+                                    bool gradients) {
+  std::vector<Value> values;
+  for (const std::string& n : names)
+    values.push_back(Value{&g, gradients ? output_named(g, "grad:" + n) : input_named(g, n)});
+  return values;
+}
+
+/// The update's values as the program's outputs: new parameters, their state, step-wide state,
+/// then the working copies cast from the new parameters.
+void add_update_outputs(Graph& g, const StepGraphFacts& facts,
+                        const std::vector<WorkingCopy>& copies, const UpdateResult& updates,
+                        const Optimizer& optimizer) {
+  const std::vector<std::string>& names = facts.parameters;
+  auto states = state_names(optimizer);
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const UpdatedParameter& u = updates.parameters[i];
+    g.add_output("new." + names[i], u.parameter.id);
+    for (std::size_t s = 0; s < states.size(); ++s)
+      g.add_output("new.state." + states[s] + "." + names[i], u.state[s].id);
+  }
+  for (const auto& [name, value] : updates.state)
+    g.add_output("new." + name, value.id);
+  for (const WorkingCopy& copy : copies)
+    g.add_output("new." + copy.state,
+                 cast(updates.parameters[copy.parameter].parameter, copy.dtype).id);
+}
+
+} // namespace
+
+ValueId input_named(const Graph& g, const std::string& name) {
+  for (const NamedValue& in : g.inputs())
+    if (in.name == name) return in.id;
+  throw std::logic_error("sinter: no graph input named " + name);
+}
+
+ValueId output_named(const Graph& g, const std::string& name) {
+  for (const NamedValue& out : g.outputs())
+    if (out.name == name) return out.id;
+  throw std::logic_error("sinter: no graph output named " + name);
+}
+
+Stage sift_stage(const SiftOptions& sift, std::span<const HostTensor> batch,
+                 const StepGraphFacts& facts, bool select, int64_t rows_trained,
+                 const StepTracer& trace) {
+  return {"sift", [=, &sift, &trace](Graph g) {
+            return sift_forward(std::move(g), sift, batch, facts, select, rows_trained, trace);
+          }};
+}
+
+Stage share_taken_rows_stage() {
+  return {"share-taken-rows",
+          [](Graph g) { return share_taken_rows(g, output_named(g, "sift.rows")); }};
+}
+
+Stage autocast_stage(DType low) {
+  return {"autocast", [low](Graph g) { return autocast(g, low); }};
+}
+
+Stage loss_scale_stage() {
+  return {"loss-scale", [](Graph g) {
+            Value loss{&g, g.outputs()[differentiated_output(g)].id};
+            Value scale = input_once(g, "state.amp.scale", TensorType{DType::f32, {}});
+            g.add_output("amp.scaled_loss", (loss * cast(scale, loss.dtype())).id);
+            return g;
+          }};
+}
+
+Stage step_autodiff_stage(const StepGraphFacts& facts, const std::vector<WorkingCopy>& copies) {
+  return {"autodiff", [facts, &copies](Graph g) {
+            // Only the parameters (and their working copies) are differentiated: frozen inputs
+            // get no gradient, so nothing computed from them alone is kept for the backward.
+            std::vector<std::string> wrt = facts.parameters;
+            for (const WorkingCopy& copy : copies)
+              if (std::any_of(g.inputs().begin(), g.inputs().end(),
+                              [&](const NamedValue& in) { return in.name == copy.state; }))
+                wrt.push_back(copy.state);
+            return autodiff(g, AutodiffOptions{wrt, differentiated_output(g)});
+          }};
+}
+
+Stage merge_gradients_stage(const StepGraphFacts& facts, const std::vector<WorkingCopy>& copies) {
+  return {
+      "merge-gradients", [facts, &copies](Graph grads) {
+        auto& outs = grads.mutable_outputs();
+        for (const WorkingCopy& copy : copies) {
+          const std::string& name = facts.parameters[copy.parameter];
+          auto own = std::find_if(outs.begin(), outs.end(),
+                                  [&](const NamedValue& o) { return o.name == "grad:" + name; });
+          auto via_copy = std::find_if(outs.begin(), outs.end(), [&](const NamedValue& o) {
+            return o.name == "grad:" + copy.state;
+          });
+          if (via_copy == outs.end()) continue; // this batch type never read the copy
+          Value sum =
+              Value{&grads, own->id} + cast(Value{&grads, via_copy->id}, grads.type(own->id).dtype);
+          own->id = sum.id;
+          outs.erase(via_copy);
+        }
+        // The scaled loss was only there to be differentiated.
+        std::erase_if(outs, [](const NamedValue& out) { return out.name == "amp.scaled_loss"; });
+        return grads;
+      }};
+}
+
+Stage loss_all_reduce_stage(int ranks) {
+  return {"loss-all-reduce", [ranks](Graph g) {
+            NamedValue& loss = g.mutable_outputs()[0];
+            Value local{&g, loss.id};
+            loss.id = (reshape(all_reduce(reshape(local, {1}), ranks), {}) * (1.0 / ranks)).id;
+            return g;
+          }};
+}
+
+Stage update_stage(const StepGraphFacts& facts, const std::vector<WorkingCopy>& copies,
+                   const UpdateOptions& update, const DataParallelLayout& layout, bool append) {
+  return {"update", [facts, &copies, &update, layout, append](Graph g) {
+            // In-step sifting: the loss history's update and the drawn rows leave the step last.
+            std::vector<NamedValue> sift_outputs;
+            NamedValue loss = g.outputs()[0];
+            for (const NamedValue& out : g.outputs())
+              if (is_sift_output(out.name)) sift_outputs.push_back(out);
+            std::vector<NamedValue> gradients;
+            for (const std::string& n : facts.parameters)
+              gradients.push_back({"grad:" + n, output_named(g, "grad:" + n)});
+            std::vector<Value> params, grads;
+            if (append) {
+              params = parameter_values(g, facts.parameters, false);
+              grads = parameter_values(g, facts.parameters, true);
+            }
+            g.mutable_outputs() = {loss};
+            if (append) {
+              UpdateResult updates =
+                  append_data_parallel_update(g, facts.parameters, params, grads, update, layout);
+              add_update_outputs(g, facts, copies, updates, update.optimizer);
+            } else {
+              for (const NamedValue& grad : gradients)
+                g.add_output(grad.name, grad.id);
+            }
+            for (const NamedValue& out : sift_outputs)
+              g.add_output(out.name, out.id);
+            return g;
+          }};
+}
+
+Graph update_program(const StepGraphFacts& facts, const std::vector<WorkingCopy>& copies,
+                     const std::vector<TensorType>& parameter_types, const UpdateOptions& update,
+                     const DataParallelLayout& layout) {
+  Graph apply;
+  std::vector<Value> params, grads;
+  for (std::size_t i = 0; i < facts.parameters.size(); ++i)
+    params.push_back(input(apply, facts.parameters[i], parameter_types[i]));
+  for (std::size_t i = 0; i < facts.parameters.size(); ++i)
+    grads.push_back(input(apply, "grad." + facts.parameters[i], parameter_types[i]));
+  UpdateResult updates =
+      append_data_parallel_update(apply, facts.parameters, params, grads, update, layout);
+  add_update_outputs(apply, facts, copies, updates, update.optimizer);
+  return apply;
+}
+
+} // namespace sinter

@@ -1,0 +1,75 @@
+// jit/train/step_stages.hpp — the graph stages a training step's features contribute: in-step
+// sifting, mixed precision, data parallel and the update, each built from what it needs
+#pragma once
+#include "jit/pipeline/pipeline.hpp"
+#include "jit/runtime/host_tensor.hpp"
+#include "jit/train/data_parallel.hpp"
+#include "jit/train/optimizer.hpp"
+#include "jit/train/sift.hpp"
+
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace sinter {
+
+/// Traces the user's loss function for a batch of these types.
+using StepTracer = std::function<Graph(std::span<const HostTensor> batch)>;
+
+/// A parameter's low-precision working copy under AMP (`state.low.<name>`): what its GEMMs
+/// read, written by the update next to the f32 master weight.
+struct WorkingCopy {
+  std::size_t parameter;
+  DType dtype;
+  std::string state;
+};
+
+/// What the stages know of the step they build: its parameters, batch and ranks.
+struct StepGraphFacts {
+  const std::vector<std::string>& parameters; ///< names of the trained parameters
+  const std::vector<std::string>& batch;      ///< names of the batch inputs, in call order
+  int ranks = 1;
+};
+
+/// In-step sifting's `sift` stage: the traced per-row losses are recorded in the loss history,
+/// `rows_trained` rows drawn by the rule (select) or every row kept (delay), and the loss
+/// differentiated is their mean; the batch's mean is what the step reports.
+Stage sift_stage(const SiftOptions& sift, std::span<const HostTensor> batch,
+                 const StepGraphFacts& facts, bool select, int64_t rows_trained,
+                 const StepTracer& trace);
+/// In-step sifting's `share-taken-rows` stage (after lower): the drawn rows' forward values
+/// are read from the batch's.
+Stage share_taken_rows_stage();
+
+/// Mixed precision's `autocast` stage (low: bf16 or f16).
+Stage autocast_stage(DType low);
+/// fp16 loss scaling's `loss-scale` stage: one more output, `amp.scaled_loss`, the loss times
+/// `state.amp.scale`, which autodiff then differentiates.
+Stage loss_scale_stage();
+/// The `autodiff` stage of a step: the gradients of the loss (the scaled loss under fp16
+/// scaling) with respect to the parameters and the working copies the graph reads.
+Stage step_autodiff_stage(const StepGraphFacts& facts, const std::vector<WorkingCopy>& copies);
+/// Mixed precision's `merge-gradients` stage: each parameter's gradient plus its working
+/// copy's, raised to f32 (what autodiff through the cast would give); the scaled loss dropped.
+Stage merge_gradients_stage(const StepGraphFacts& facts, const std::vector<WorkingCopy>& copies);
+/// Data parallel's `loss-all-reduce` stage: the reported loss is the mean over the ranks.
+Stage loss_all_reduce_stage(int ranks);
+
+/// The `update` stage: the outputs of the step program are the loss, then with `update` the
+/// new parameters, optimizer state and working copies (the optimizer appended, gradients
+/// reduced across ranks per `layout`), or without it the gradients (accumulation: the update
+/// program sums them first); in-step sifting's outputs follow.
+Stage update_stage(const StepGraphFacts& facts, const std::vector<WorkingCopy>& copies,
+                   const UpdateOptions& update, const DataParallelLayout& layout, bool append);
+/// The update program of accumulation: parameters and summed gradients (`grad.<name>`) in,
+/// new parameters, optimizer state and working copies out.
+Graph update_program(const StepGraphFacts& facts, const std::vector<WorkingCopy>& copies,
+                     const std::vector<TensorType>& parameter_types, const UpdateOptions& update,
+                     const DataParallelLayout& layout);
+
+/// The graph input or output named `name`; std::logic_error when there is none.
+ValueId input_named(const Graph& g, const std::string& name);
+ValueId output_named(const Graph& g, const std::string& name);
+
+} // namespace sinter
