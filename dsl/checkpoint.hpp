@@ -3,6 +3,7 @@
 #include "dsl/train.hpp"
 #include "jit/io/checkpoint.hpp"
 #include "jit/io/sharded_checkpoint.hpp"
+#include "jit/train/step_roles.hpp"
 
 #include <filesystem>
 #include <map>
@@ -30,7 +31,7 @@ void save_checkpoint(const std::filesystem::path& file, Model& model,
   });
   std::vector<ShardedTensor> pieces;
   for (auto& [name, tensor] : runtime.state()) {
-    std::string key = "optimizer." + name.substr(6); // drop "state."
+    std::string key = step_names::checkpoint_key(name);
     if (runtime.state_pieces(name) > 1)
       pieces.push_back({key, tensor, runtime.state_shape(name)});
     else
@@ -60,11 +61,11 @@ std::map<std::string, std::string> load_checkpoint(const std::filesystem::path& 
   });
   TrainStep& runtime = step.runtime();
   for (auto& [name, tensor] : runtime.state()) {
-    std::string key = "optimizer." + name.substr(6);
+    std::string key = step_names::checkpoint_key(name);
     // fp16 loss-scaling state is optional: a run resumed under fp16 from a bf16 or f32
     // checkpoint starts from the initial scale. So is in-step sifting's: a run that starts
     // sifting from a checkpoint written without it starts with an empty loss history.
-    if (name.starts_with("state.amp.") || name.starts_with("state.sift.")) {
+    if (step_names::is_step_wide_state(name)) {
       if (reader.contains(key)) *tensor = reader.read(key, tensor->dtype(), tensor->shape());
       continue;
     }

@@ -265,8 +265,8 @@ inline GradResult split_gradients(const Graph& compiled, std::vector<HostTensor>
   bool has_value = false;
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     std::string_view name = named[i].name;
-    if (name.starts_with("grad:"))
-      grads.push_back({std::string(name.substr(5)), std::move(outputs[i])});
+    if (std::optional<std::string> input = gradient_input_name(name))
+      grads.push_back({*input, std::move(outputs[i])});
     else if (!std::exchange(has_value, true))
       split.value = std::move(outputs[i]);
     else

@@ -1,6 +1,7 @@
 // jit/api.cpp — CompiledGraph: pipeline at construction, checked inputs, interpreter execution
 #include "jit/api.hpp"
 #include "jit/runtime/profiler.hpp"
+#include "jit/settings.hpp"
 
 #include "jit/backend/backends.hpp"
 #include "jit/backend/context.hpp"
@@ -38,14 +39,14 @@ Device default_device() {
     std::lock_guard lock(default_device_mutex);
     if (chosen_device) return *chosen_device;
   }
-  if (const char* value = std::getenv("SINTER_DEVICE"); value && *value) {
+  if (const char* value = setting("SINTER_DEVICE"); value && *value) {
     try {
       return Device::parse(value);
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(std::string("SINTER_DEVICE: ") + e.what());
     }
   }
-  const char* value = std::getenv("SINTER_BACKEND");
+  const char* value = setting("SINTER_BACKEND");
   if (!value || !*value || std::string_view(value) == "cpu") return Backend::cpu;
   if (std::string_view(value) == "interpreter") return Backend::interpreter;
   throw std::invalid_argument(std::string("sinter: SINTER_BACKEND='") + value +
@@ -59,8 +60,7 @@ int64_t free_memory(const Device& device) {
 }
 
 void log_line(const std::string& line) {
-  const char* setting = std::getenv("SINTER_LOG");
-  if (setting && std::string_view(setting) == "0") return;
+  if (!settings().log) return;
   std::fprintf(stderr, "%s\n", line.c_str());
 }
 

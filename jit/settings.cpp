@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -17,45 +18,67 @@ namespace {
 using enum SettingScope;
 
 constexpr SettingInfo table[] = {
-    {"SINTER_NUM_THREADS", "count", "hardware threads", "threads for kernels on the CPU"},
-    {"SINTER_CACHE_DIR", "path", "$XDG_CACHE_HOME/sinter, else ~/.cache/sinter",
+    {"SINTER_NUM_THREADS", "count", "hardware threads",
+     "threads for kernels on the CPU (a bad value is an error naming it)"},
+    {"SINTER_CACHE_DIR", "path", "`$XDG_CACHE_HOME/sinter`, else `~/.cache/sinter`",
      "the persistent kernel cache"},
-    {"SINTER_BACKEND", "choice: cpu, interpreter", "cpu",
-     "the default backend (the interpreter is the float64 reference)"},
-    {"SINTER_DEVICE", "device: cpu, cuda, cuda:N, interpreter", "cpu",
-     "the default device; wins over SINTER_BACKEND"},
-    {"SINTER_LOG", "0 or 1", "1", "0 silences the compile lines"},
-    {"SINTER_MEMORY_LIMIT", "bytes (K, M, G, T suffixes)", "unlimited",
-     "the largest peak a training step may plan (sinter::OutOfMemory beyond it)"},
-    {"SINTER_ATTENTION", "choice: fused, decomposed", "fused",
-     "attention on fused kernels, or as GEMMs and a softmax"},
-    {"SINTER_DUMP", "stage names, list, all", "off",
-     "prints the graph or plan after each named stage; list: the stages a compile ran"},
-    {"SINTER_COLLECTIVE_TIMEOUT", "seconds", "300", "how long a collective waits for the ranks"},
-    {"SINTER_TIME_PHASES", "0 or 1", "0", "1 prints each compile stage's time as it ends"},
-    {"SINTER_PROFILE", "path", "off", "profiles the run into this directory"},
-    {"SINTER_CHECK_NUMERICS", "0 or 1", "0",
-     "checks every kernel's outputs for NaN and infinity, naming the op"},
-    {"SINTER_TF32", "0 or 1", "0", "cuda: f32 GEMMs may use TF32 tensor cores"},
-    {"SINTER_CUDA_GRAPH", "0 or 1", "1", "cuda: steps are captured as CUDA graphs"},
-    {"SINTER_LIBCUDA", "path", "libcuda.so.1", "cuda: the driver library"},
-    {"SINTER_LIBDEVICE", "path", "found beside libsinter or the CUDA toolkit",
-     "cuda: libdevice.10.bc"},
-    {"SINTER_LIBNCCL", "path", "libnccl.so.2", "cuda: the NCCL library"},
-    {"SINTER_FASHION_MNIST_DIR", "path", "/usr/share/datasets/fashion-mnist",
-     "where the Fashion-MNIST loader looks"},
-    {"SINTER_FORTUNES_DIR", "path", "/usr/share/games/fortunes",
-     "where the text loader finds fortunes"},
-    {"SINTER_KERNEL_PRELUDE", "path", "the installed prelude",
-     "notebook: the precompiled DSL prelude (empty: parse it)", notebook},
-    {"SINTER_KERNEL_TIMING", "0 or 1", "0", "notebook: prints the kernel's start-up phases",
+    {"SINTER_BACKEND", "`cpu`, `interpreter`", "`cpu`",
+     "the default backend; the interpreter is the float64 reference (slow)"},
+    {"SINTER_DEVICE", "`cpu`, `cuda`, `cuda:N`, `interpreter`", "`cpu`",
+     "the default device; wins over `SINTER_BACKEND` (GPU settings: `docs/gpu.md`)"},
+    {"SINTER_LOG", "`0`, `1`", "`1`", "`0` silences the compile lines"},
+    {"SINTER_MEMORY_LIMIT", "bytes (suffixes `K`, `M`, `G`, `T`: powers of 1024)", "unlimited",
+     "the peak a training step may plan; a larger one throws `sinter::OutOfMemory` with the "
+     "plan, its largest buffers and the largest batch that fits, as a device of that size would "
+     "(docs/distillation.md §5). A malformed value is an error naming it"},
+    {"SINTER_ATTENTION", "`fused`, `decomposed`", "`fused`",
+     "`fused` runs `attention` on the backend's fused kernels where it has them (the CPU always; "
+     "CUDA in bf16/f16 on sm_80 or newer, see `docs/gpu.md`); `decomposed` runs it as GEMMs and "
+     "a softmax with the scores in memory, and says so once: `sinter: attention on cpu: "
+     "decomposed (SINTER_ATTENTION=decomposed)`. Any other value is an error naming both"},
+    {"SINTER_DUMP", "stage names, `list`, `all` (comma-separated)", "off",
+     "prints what each named compile stage made (the graph, or the fusion, memory or launch "
+     "plan, or the kernels) and `list` the stages each compile ran, in order, with their times "
+     "(see *The stages of a compile*). Plans a step measures without compiling (`--max-batch`, "
+     "`SINTER_MEMORY_LIMIT`, `TrainStep::plan_memory`) are marked `(planned)`. A name that is "
+     "no stage gets a warning naming the closest"},
+    {"SINTER_TIME_PHASES", "`0`, `1`", "`0`",
+     "`1` prints `sinter: phase <stage> <ms> ms` as each compile stage ends, and `first run` (a "
+     "program's first call: uploads, and on a GPU graph capture)"},
+    {"SINTER_COLLECTIVE_TIMEOUT", "seconds (decimals allowed)", "300",
+     "how long a collective between ranks may wait before the job ends with the missing ranks "
+     "named (docs/distributed.md); a malformed value is an error naming it"},
+    {"SINTER_PROFILE", "path", "off",
+     "profiles any program into this directory (docs/profiling.md)"},
+    {"SINTER_CHECK_NUMERICS", "`0`, `1`", "`0`",
+     "stops at the first kernel that writes an infinity or NaN, naming the op (docs/profiling.md)"},
+    {"SINTER_TF32", "`0`, `1`", "`0`", "cuda: f32 GEMMs may use TF32 tensor cores"},
+    {"SINTER_CUDA_GRAPH", "`0`, `1`", "`1`",
+     "cuda: `0` never captures steps as CUDA graphs (for `compute-sanitizer`)"},
+    {"SINTER_LIBCUDA", "path", "`libcuda.so.1`", "cuda: the driver library to load"},
+    {"SINTER_LIBDEVICE", "path", "beside libsinter, then the CUDA toolkit",
+     "cuda: `libdevice.10.bc` (a wrong path is an error, not a fallback)"},
+    {"SINTER_LIBNCCL", "path", "`libnccl.so.2`",
+     "cuda: the NCCL library for collectives (docs/distributed.md)"},
+    {"SINTER_FASHION_MNIST_DIR", "path", "`/usr/share/datasets/fashion-mnist`",
+     "where the Fashion-MNIST loader reads its IDX files"},
+    {"SINTER_FORTUNES_DIR", "path", "`/usr/share/games/fortunes`",
+     "where the text loader finds the fortunes"},
+    {"SINTER_KERNEL_PRELUDE", "path, or empty", "the prelude built with sinter",
+     "notebook: the precompiled DSL prelude (`PATH.pch`, `PATH.o`); empty parses the DSL in "
+     "each kernel (docs/notebook.md)",
      notebook},
-    {"SINTER_REQUIRE_GPU", "0 or 1", "0", "tests: CUDA suites fail instead of skipping", tests},
-    {"SINTER_REQUIRE_PTXAS", "0 or 1", "0", "tests: PTX suites fail instead of skipping", tests},
-    {"SINTER_PTXAS", "path", "ptxas on PATH", "tests: the ptxas the PTX tests use", tests},
-    {"SINTER_INTEROP_PYTHON", "path", "python3",
-     "tests: the Python with numpy and safetensors for the interop test", tests},
-    {"SINTER_INTEROP_REEXEC", "0 or 1", "0", "tests: set by the interop test for itself", tests},
+    {"SINTER_KERNEL_TIMING", "`0`, `1`", "`0`", "notebook: prints the kernel's start-up phases",
+     notebook},
+    {"SINTER_REQUIRE_GPU", "`0`, `1`", "`0`",
+     "tests: the CUDA suites fail instead of skipping where there is no GPU", tests},
+    {"SINTER_REQUIRE_PTXAS", "`0`, `1`", "`0`",
+     "tests: the PTX suites fail instead of skipping where there is no `ptxas`", tests},
+    {"SINTER_PTXAS", "path", "`ptxas` on `PATH`", "tests: the `ptxas` the PTX tests use", tests},
+    {"SINTER_INTEROP_PYTHON", "path", "`python3`",
+     "tests: a Python with numpy and safetensors for the checkpoint interop test", tests},
+    {"SINTER_INTEROP_REEXEC", "`0`, `1`", "`0`",
+     "tests: set by the checkpoint interop test when it runs itself again", tests},
 };
 
 } // namespace
@@ -85,6 +108,9 @@ const char* variable(const char* name) {
 
 Settings parse() {
   Settings s;
+  for (const SettingInfo& info : table)
+    if (const char* value = std::getenv(std::string(info.name).c_str()))
+      s.values.emplace_back(info.name, value);
   s.dump = variable("SINTER_DUMP");
   s.time_phases = std::string_view(variable("SINTER_TIME_PHASES")) == "1";
   s.log = std::string_view(variable("SINTER_LOG")) != "0";
@@ -115,6 +141,14 @@ std::string_view closest_setting(std::string_view name) {
   return best;
 }
 
+std::string settings_markdown() {
+  std::string out = "| variable | values | default | effect |\n| --- | --- | --- | --- |\n";
+  for (const SettingInfo& s : table)
+    out += "| `" + std::string(s.name) + "` | " + std::string(s.type) + " | " +
+           std::string(s.fallback) + " | " + std::string(s.meaning) + " |\n";
+  return out;
+}
+
 std::string unknown_settings_warning(char** environment) {
   std::string out;
   for (char** entry = environment; entry && *entry; ++entry) {
@@ -136,6 +170,16 @@ const Settings& settings() {
       std::fputs(warning.c_str(), stderr);
   }
   return *current;
+}
+
+const char* setting(std::string_view name) {
+  if (!find_setting(name))
+    throw std::logic_error("sinter: setting " + std::string(name) +
+                           " is not in jit/settings.cpp's table");
+  const Settings& current_settings = settings();
+  for (const auto& [variable, value] : current_settings.values)
+    if (variable == name) return value.c_str();
+  return nullptr;
 }
 
 void reload_settings() {

@@ -1,5 +1,6 @@
 // kernels/cublaslt_gemm.cpp — cuBLASLt descriptors, heuristics per shape, row-major via swap
 #include "kernels/cublaslt_gemm.hpp"
+#include "jit/settings.hpp"
 
 #include "kernels/dynamic_library.hpp"
 
@@ -87,7 +88,7 @@ struct Loaded {
 } // namespace
 
 Fp32Math fp32_math_from_environment() {
-  const char* v = std::getenv("SINTER_TF32");
+  const char* v = setting("SINTER_TF32");
   if (!v || !*v || std::string_view(v) == "0") return Fp32Math::exact;
   if (std::string_view(v) == "1") return Fp32Math::tf32;
   throw std::invalid_argument(std::string("sinter: SINTER_TF32='") + v + "' — use 0 or 1");

@@ -1,5 +1,6 @@
 // kernels/nccl_bridge.cpp — libnccl.so.2 by dlopen, its communicator and collectives
 #include "kernels/nccl_bridge.hpp"
+#include "jit/settings.hpp"
 
 #include "jit/runtime/communicator.hpp"
 
@@ -65,8 +66,7 @@ Loaded& loaded() {
   static Loaded state = [] {
     Loaded out;
     std::vector<std::string> names;
-    if (const char* chosen = std::getenv("SINTER_LIBNCCL"); chosen && *chosen)
-      names.push_back(chosen);
+    if (const char* chosen = setting("SINTER_LIBNCCL"); chosen && *chosen) names.push_back(chosen);
     for (const char* name :
          {"libnccl.so.2", "/usr/local/cuda/lib64/libnccl.so.2", "/usr/local/cuda/lib/libnccl.so.2"})
       names.push_back(name);

@@ -1,5 +1,6 @@
 // tests/test_collectives.cpp — the job's communicator: alone (a world of one) and under
 // `mpirun -np 2` (meson test `collectives-2-ranks`), every collective against its definition
+#include "env_override.hpp"
 #include "jit/api.hpp"
 #include "jit/runtime/communicator.hpp"
 #include "jit/runtime/memory_plan.hpp"
@@ -93,16 +94,17 @@ TEST_CASE("collectives refuse what they cannot do, by name", "[collectives]") {
 
 TEST_CASE("SINTER_COLLECTIVE_TIMEOUT is read in seconds; a malformed value is named",
           "[collectives]") {
-  const char* saved = std::getenv("SINTER_COLLECTIVE_TIMEOUT");
-  std::string keep = saved ? saved : "";
-  setenv("SINTER_COLLECTIVE_TIMEOUT", "2.5", 1);
-  CHECK(collective_timeout_from_environment().count() == 2.5);
-  setenv("SINTER_COLLECTIVE_TIMEOUT", "soon", 1);
-  CHECK_THROWS_WITH(collective_timeout_from_environment(),
-                    Catch::Contains("SINTER_COLLECTIVE_TIMEOUT='soon'"));
-  unsetenv("SINTER_COLLECTIVE_TIMEOUT");
+  {
+    testing::EnvOverride timeout("SINTER_COLLECTIVE_TIMEOUT", "2.5");
+    CHECK(collective_timeout_from_environment().count() == 2.5);
+  }
+  {
+    testing::EnvOverride timeout("SINTER_COLLECTIVE_TIMEOUT", "soon");
+    CHECK_THROWS_WITH(collective_timeout_from_environment(),
+                      Catch::Contains("SINTER_COLLECTIVE_TIMEOUT='soon'"));
+  }
+  testing::EnvOverride unset("SINTER_COLLECTIVE_TIMEOUT", std::nullopt);
   CHECK(collective_timeout_from_environment().count() == 300);
-  if (saved) setenv("SINTER_COLLECTIVE_TIMEOUT", keep.c_str(), 1);
 }
 
 TEST_CASE("collective IR ops compiled for the CPU give every rank what they define, started "

@@ -5,6 +5,7 @@
 #include "jit/data/synthetic.hpp"
 #include "jit/data/text.hpp"
 
+#include "env_override.hpp"
 #include "temp_dir.hpp"
 
 #include <catch2/catch.hpp>
@@ -212,13 +213,12 @@ TEST_CASE("a missing Fashion-MNIST directory names the Debian package and the va
 }
 
 TEST_CASE("SINTER_FASHION_MNIST_DIR overrides the default Fashion-MNIST directory", "[data]") {
-  const char* before = std::getenv("SINTER_FASHION_MNIST_DIR");
-  std::optional<std::string> saved = before ? std::optional<std::string>(before) : std::nullopt;
-  ::setenv("SINTER_FASHION_MNIST_DIR", "/somewhere/else", 1);
-  CHECK(default_fashion_mnist_dir() == fs::path("/somewhere/else"));
-  ::unsetenv("SINTER_FASHION_MNIST_DIR");
+  {
+    testing::EnvOverride elsewhere("SINTER_FASHION_MNIST_DIR", "/somewhere/else");
+    CHECK(default_fashion_mnist_dir() == fs::path("/somewhere/else"));
+  }
+  testing::EnvOverride unset("SINTER_FASHION_MNIST_DIR", std::nullopt);
   CHECK(default_fashion_mnist_dir() == fs::path("/usr/share/datasets/fashion-mnist"));
-  if (saved) ::setenv("SINTER_FASHION_MNIST_DIR", saved->c_str(), 1);
 }
 
 TEST_CASE("a Fashion-MNIST directory of plain IDX files loads with pixels scaled to [0,1]",

@@ -1,5 +1,6 @@
 // tests/test_distill.cpp — distillation in one compiled step, teacher weights, max batch, OOM
 #include "dsl/sinter.hpp"
+#include "env_override.hpp"
 #include "temp_dir.hpp"
 
 #include <catch2/catch.hpp>
@@ -44,12 +45,8 @@ std::vector<double> weights_of(ViT& m) {
 }
 
 /// Sets an environment variable for one scope.
-struct ScopedEnv {
-  std::string name;
-  ScopedEnv(std::string n, const std::string& value) : name(std::move(n)) {
-    setenv(name.c_str(), value.c_str(), 1);
-  }
-  ~ScopedEnv() { unsetenv(name.c_str()); }
+struct ScopedEnv : testing::EnvOverride {
+  ScopedEnv(std::string n, const std::string& value) : EnvOverride(std::move(n), value) {}
 };
 
 } // namespace

@@ -2,6 +2,7 @@
 // interpreter as a backend, and what every Executable shares (its dumps)
 #include "jit/backend/backends.hpp"
 #include "jit/runtime/communicator.hpp"
+#include "jit/settings.hpp"
 
 #include "jit/backend/cpu/cpu_executable.hpp"
 #include "jit/backend/cuda/gpu_executable.hpp"
@@ -17,7 +18,7 @@
 namespace sinter {
 
 bool attention_decomposition_requested() {
-  const char* value = std::getenv("SINTER_ATTENTION");
+  const char* value = setting("SINTER_ATTENTION");
   if (!value || !*value || std::string_view(value) == "fused") return false;
   if (std::string_view(value) == "decomposed") return true;
   throw std::invalid_argument(std::string("sinter: SINTER_ATTENTION='") + value +

@@ -1,5 +1,6 @@
 // jit/backend/kernel_costs.cpp — kernel names, roles, bytes and FLOPs for the profiler
 #include "jit/backend/kernel_costs.hpp"
+#include "jit/train/step_roles.hpp"
 
 #include "jit/backend/attention_layout.hpp"
 #include "ops/registry.hpp"
@@ -69,7 +70,8 @@ std::vector<profile::KernelInfo> describe_kernels(const FusionPlan& plan) {
   // Which inputs each value depends on: a teacher's weights, a trained parameter.
   std::set<std::string> trained;
   for (const NamedValue& out : g.outputs())
-    if (out.name.starts_with("new.")) trained.insert(out.name.substr(4));
+    if (std::optional<std::string> input = step_names::replaced_input(out.name))
+      trained.insert(*input);
   std::vector<bool> reads_teacher(g.size(), false), reads_trained(g.size(), false);
   for (const NamedValue& in : g.inputs()) {
     reads_teacher[in.id] = in.name.starts_with("teacher.");

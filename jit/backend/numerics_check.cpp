@@ -1,6 +1,7 @@
 // jit/backend/numerics_check.cpp — scanning kernel outputs for inf/NaN and replaying the kernel
 // in the reference interpreter to find the op that made it
 #include "jit/backend/numerics_check.hpp"
+#include "jit/settings.hpp"
 
 #include "jit/api.hpp"
 #include "jit/backend/kernel_costs.hpp"
@@ -81,7 +82,7 @@ std::string value_name(const Graph& g, ValueId id) {
 bool check_numerics_enabled() {
   int on = g_check.load(std::memory_order_relaxed);
   if (on < 0) {
-    const char* v = std::getenv("SINTER_CHECK_NUMERICS");
+    const char* v = setting("SINTER_CHECK_NUMERICS");
     on = v && std::string_view(v) == "1";
     g_check.store(on, std::memory_order_relaxed);
   }

@@ -6,7 +6,9 @@
 #include "jit/io/atomic_file.hpp"
 #include "jit/io/json.hpp"
 #include "jit/io/sharded_checkpoint.hpp"
+#include "jit/pipeline/stage.hpp"
 #include "jit/runtime/kernel_cache.hpp"
+#include "jit/settings.hpp"
 #include "ops/registry.hpp"
 
 #include <llvm/ADT/StringMap.h>
@@ -27,20 +29,31 @@
 namespace {
 
 void print_usage(std::FILE* to) {
-  std::fprintf(to, "usage: sinter <command>\n\n"
-                   "commands:\n"
-                   "  ops        list every registered op: name arity grad=yes|no\n"
-                   "  version    print the sinter and LLVM versions\n"
-                   "  info       print the versions, host CPU, thread count, cache dir, GPUs and\n"
-                   "             whether a CUDA driver is loadable\n"
-                   "  cache stats  print the kernel cache's dir, entries, bytes and last run\n"
-                   "  cache clear  remove every kernel cache entry\n"
-                   "  checkpoint export INDEX OUT  write a checkpoint (one file, or a ZeRO index\n"
-                   "             and its shard files) as one safetensors file of whole tensors\n"
-                   "  kernel install [--user | --prefix P]  install the Jupyter kernelspec\n"
-                   "             `sinter` (default /usr/local/share/jupyter; --user: your Jupyter\n"
-                   "             data dir; --prefix: P/share/jupyter), running sinter-kernel\n"
-                   "  help       show this message\n");
+  std::fprintf(to,
+               "usage: sinter <command>\n\n"
+               "commands:\n"
+               "  ops        list every registered op: name arity grad=yes|no\n"
+               "  version    print the sinter and LLVM versions\n"
+               "  info       print the versions, host CPU, thread count, cache dir, GPUs and\n"
+               "             whether a CUDA driver is loadable\n"
+               "  cache stats  print the kernel cache's dir, entries, bytes and last run\n"
+               "  cache clear  remove every kernel cache entry\n"
+               "  checkpoint export INDEX OUT  write a checkpoint (one file, or a ZeRO index\n"
+               "             and its shard files) as one safetensors file of whole tensors\n"
+               "  kernel install [--user | --prefix P]  install the Jupyter kernelspec\n"
+               "             `sinter` (default /usr/local/share/jupyter; --user: your Jupyter\n"
+               "             data dir; --prefix: P/share/jupyter), running sinter-kernel\n"
+               "  settings   print every SINTER_* environment variable: values, default, effect\n"
+               "  stages     print every stage a compile can run, in order (SINTER_DUMP=NAME\n"
+               "             prints what one made)\n"
+               "  help       show this message\n");
+}
+
+int print_stages() {
+  for (const sinter::StageInfo& stage : sinter::stage_order())
+    std::printf("%-20.*s %.*s\n", static_cast<int>(stage.name.size()), stage.name.data(),
+                static_cast<int>(stage.does.size()), stage.does.data());
+  return 0;
 }
 
 int list_ops() {
@@ -201,6 +214,11 @@ int main(int argc, char** argv) {
   }
   std::string_view command = argv[1];
   if (command == "ops") return list_ops();
+  if (command == "settings") {
+    std::fputs(sinter::settings_markdown().c_str(), stdout);
+    return 0;
+  }
+  if (command == "stages") return print_stages();
   if (command == "version") {
     std::printf("sinter %s (LLVM %s)\n", sinter_version, LLVM_VERSION_STRING);
     return 0;

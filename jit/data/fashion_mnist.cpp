@@ -1,5 +1,6 @@
 // jit/data/fashion_mnist.cpp — loads Fashion-MNIST's IDX files and serves normalised images
 #include "jit/data/fashion_mnist.hpp"
+#include "jit/settings.hpp"
 
 #include "jit/data/idx.hpp"
 
@@ -65,7 +66,7 @@ std::runtime_error format_error(const std::filesystem::path& file, const std::st
 } // namespace
 
 std::filesystem::path default_fashion_mnist_dir() {
-  const char* env = std::getenv("SINTER_FASHION_MNIST_DIR");
+  const char* env = setting("SINTER_FASHION_MNIST_DIR");
   if (env && *env) return env;
   return "/usr/share/datasets/fashion-mnist";
 }

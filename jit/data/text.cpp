@@ -1,5 +1,6 @@
 // jit/data/text.cpp — byte windows over text files, the fortunes corpus and index-range splits
 #include "jit/data/text.hpp"
+#include "jit/settings.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -100,7 +101,7 @@ std::unique_ptr<Dataset> text_windows(std::filesystem::path file, int64_t contex
 }
 
 std::filesystem::path default_fortunes_dir() {
-  const char* env = std::getenv("SINTER_FORTUNES_DIR");
+  const char* env = setting("SINTER_FORTUNES_DIR");
   if (env && *env) return env;
   return "/usr/share/games/fortunes";
 }

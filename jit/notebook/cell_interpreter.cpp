@@ -3,6 +3,7 @@
 #include "jit/notebook/cell_interpreter.hpp"
 #include "jit/notebook/cell_source.hpp"
 #include "jit/notebook/redefinition.hpp"
+#include "jit/settings.hpp"
 
 #include <clang/AST/ASTContext.h>
 #include <clang/AST/Decl.h>
@@ -265,7 +266,7 @@ void CellInterpreter::start(const CellInterpreterOptions& options, bool precompi
   state_ = std::make_unique<State>();
   // SINTER_KERNEL_TIMING=1: the start-up's phases on stderr (the kernel's log).
   auto started = std::chrono::steady_clock::now();
-  auto phase = [&, timing = std::getenv("SINTER_KERNEL_TIMING") != nullptr](const char* what) {
+  auto phase = [&, timing = setting("SINTER_KERNEL_TIMING") != nullptr](const char* what) {
     if (timing)
       std::fprintf(
           stderr, "sinter-kernel: %s after %.3f s\n", what,

@@ -5,6 +5,7 @@
 #include "jit/notebook/plot_svg.hpp"
 #include "jit/notebook/tensor_display.hpp"
 #include "jit/runtime/interrupt.hpp"
+#include "jit/settings.hpp"
 
 #include <xeus/xeus_context.hpp>
 #include <xeus/xhelper.hpp>
@@ -466,7 +467,7 @@ int main(int argc, char** argv) {
   options.library = SINTER_LIBRARY;
   options.prelude = SINTER_PRELUDE;
   // Another precompiled prelude (an installed kernel's), or none when empty.
-  if (const char* prelude = std::getenv("SINTER_KERNEL_PRELUDE")) options.prelude = prelude;
+  if (const char* prelude = sinter::setting("SINTER_KERNEL_PRELUDE")) options.prelude = prelude;
   std::string connection_file, write_prelude, depfile;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "-f") == 0) connection_file = argv[i + 1];

@@ -117,9 +117,16 @@ Graph autodiff(const Graph& graph, const AutodiffOptions& options) {
         std::find_if(g.inputs().begin(), g.inputs().end(), [&](const NamedValue& in) {
           return in.id == id;
         })->name;
-    g.add_output("grad:" + name, grad.id);
+    g.add_output(gradient_output_name(name), grad.id);
   }
   return g;
+}
+
+std::string gradient_output_name(std::string_view input) { return "grad:" + std::string(input); }
+
+std::optional<std::string> gradient_input_name(std::string_view output) {
+  if (!output.starts_with("grad:")) return std::nullopt;
+  return std::string(output.substr(5));
 }
 
 } // namespace sinter

@@ -4,7 +4,9 @@
 #include "ops/value.hpp"
 
 #include <functional>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace sinter {
@@ -30,6 +32,10 @@ struct AutodiffOptions {
 /// Reverse-mode autodiff: appends the gradient graph and one output `grad:<input>` per wrt
 /// input. Throws std::invalid_argument for an unknown or integer wrt input.
 Graph autodiff(const Graph& graph, const AutodiffOptions& options);
+/// `grad:<input>`: the name of autodiff's output for `input`.
+std::string gradient_output_name(std::string_view input);
+/// The input whose gradient output `output` is, if it is one.
+std::optional<std::string> gradient_input_name(std::string_view output);
 
 /// Mixed precision (docs/amp.md), run on the traced graph before autodiff: every op computes
 /// in the precision its `precision` rule (or the user's amp::region) asks for, with casts

@@ -1,5 +1,6 @@
 // jit/runtime/communicator.cpp — world detection, MPI collectives with timeouts, a world of one
 #include "jit/runtime/communicator.hpp"
+#include "jit/settings.hpp"
 
 // The C API only: the deprecated C++ bindings are neither used nor warning-free.
 #define OMPI_SKIP_MPICXX 1
@@ -390,7 +391,7 @@ WorldPlace world_place_from_environment() {
 }
 
 std::chrono::duration<double> collective_timeout_from_environment() {
-  const char* value = std::getenv("SINTER_COLLECTIVE_TIMEOUT");
+  const char* value = setting("SINTER_COLLECTIVE_TIMEOUT");
   if (!value || !*value) return std::chrono::seconds(300);
   char* end = nullptr;
   double seconds = std::strtod(value, &end);

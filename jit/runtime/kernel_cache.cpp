@@ -1,6 +1,7 @@
 // jit/runtime/kernel_cache.cpp — key hashing, the .sko entry format, atomic stores and validation
 #include "jit/runtime/kernel_cache.hpp"
 #include "jit/io/atomic_file.hpp"
+#include "jit/settings.hpp"
 
 #include <algorithm>
 #include <array>
@@ -171,7 +172,7 @@ CacheKey KeyHasher::finish() const {
 KernelCache::KernelCache(fs::path dir) : dir_(std::move(dir)) {}
 
 fs::path KernelCache::default_dir() {
-  if (const char* dir = nonempty_env("SINTER_CACHE_DIR")) return dir;
+  if (const char* dir = setting("SINTER_CACHE_DIR"); dir != nullptr && *dir != '\0') return dir;
   // The XDG spec says a relative XDG_CACHE_HOME is invalid and must be ignored.
   if (const char* xdg = nonempty_env("XDG_CACHE_HOME"); xdg != nullptr && xdg[0] == '/')
     return fs::path(xdg) / "sinter";

@@ -125,3 +125,30 @@ split_named_payload(std::span<const char> payload) {
 }
 
 } // namespace sinter
+
+namespace sinter {
+
+std::string CompileReport::print(const FusionPlan& plan) const {
+  std::string out = "kernels: " + std::to_string(kernels) + " (" + std::to_string(compiled) +
+                    " compiled, " + std::to_string(from_disk) + " loaded from the disk cache, " +
+                    std::to_string(from_memory) + " reused in memory, " +
+                    std::to_string(kernels - generated) + " library calls)\n";
+  for (std::size_t i = 0; i < plan.kernels.size(); ++i) {
+    const Kernel& k = plan.kernels[i];
+    out += "  kernel " + std::to_string(i) + " " + kernel_kind_name(k.kind) + " -> %" +
+           std::to_string(k.root);
+    auto origin = std::find_if(origins.begin(), origins.end(),
+                               [&](const KernelOrigin& o) { return o.root == k.root; });
+    if (origin == origins.end()) {
+      out += "  library\n";
+      continue;
+    }
+    const char* from = origin->from == KernelOrigin::From::compiled ? "compiled"
+                       : origin->from == KernelOrigin::From::disk   ? "disk cache"
+                                                                    : "memory";
+    out += std::string("  ") + from + "  " + origin->symbol + "\n";
+  }
+  return out;
+}
+
+} // namespace sinter

@@ -56,7 +56,8 @@ public:
     std::lock_guard lock(mutex_);
     if (auto it = loaded_.find(key); it != loaded_.end()) {
       ++report.from_memory;
-      return it->second;
+      report.origins.push_back({kernel.root, KernelOrigin::From::memory, it->second.symbol});
+      return it->second.entry;
     }
     std::string symbol;
     std::vector<char> binary;
@@ -66,15 +67,17 @@ public:
       symbol = std::move(named->first);
       binary = std::move(named->second);
       ++report.from_disk;
+      report.origins.push_back({kernel.root, KernelOrigin::From::disk, symbol});
     } else {
       symbol = kernel_symbol(plan, kernel, key);
       binary = compile(symbol);
       disk.store(key, named_payload(symbol, binary));
       disk.note_compiled();
       ++report.compiled;
+      report.origins.push_back({kernel.root, KernelOrigin::From::compiled, symbol});
     }
     Entry entry = load(binary, symbol);
-    loaded_.emplace(key, entry);
+    loaded_.emplace(key, Loaded{entry, symbol});
     return entry;
   }
 
@@ -84,7 +87,11 @@ private:
   };
   std::string fingerprint_;
   std::mutex mutex_;
-  std::unordered_map<CacheKey, Entry, KeyHash> loaded_;
+  struct Loaded {
+    Entry entry;
+    std::string symbol;
+  };
+  std::unordered_map<CacheKey, Loaded, KeyHash> loaded_;
 };
 
 } // namespace sinter

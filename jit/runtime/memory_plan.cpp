@@ -1,5 +1,6 @@
 // jit/runtime/memory_plan.cpp — linear-scan, first-fit placement of buffers by lifetime
 #include "jit/runtime/memory_plan.hpp"
+#include "jit/settings.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -225,7 +226,7 @@ int64_t parse_bytes(const std::string& text) {
 }
 
 std::optional<int64_t> memory_limit_from_environment() {
-  const char* value = std::getenv("SINTER_MEMORY_LIMIT");
+  const char* value = setting("SINTER_MEMORY_LIMIT");
   if (!value || !*value) return std::nullopt;
   try {
     return parse_bytes(value);

@@ -1,6 +1,7 @@
 // jit/runtime/profiler.cpp — recording (kernels, steps, loader, CPU samples), the device peak,
 // the summary's verdicts and the trace, report and summary files
 #include "jit/runtime/profiler.hpp"
+#include "jit/settings.hpp"
 
 #include "jit/backend/cpu/thread_pool.hpp"
 #include "jit/io/atomic_file.hpp"
@@ -839,7 +840,7 @@ Summary stop() {
 void start_from_environment() {
   static std::once_flag once;
   std::call_once(once, [] {
-    const char* dir = std::getenv("SINTER_PROFILE");
+    const char* dir = setting("SINTER_PROFILE");
     if (!dir || !*dir || active()) return;
     start_until_exit(dir);
   });

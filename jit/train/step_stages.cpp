@@ -3,7 +3,8 @@
 #include "jit/train/step_stages.hpp"
 
 #include "jit/passes/passes.hpp"
-#include "jit/train/train_step.hpp" // resized_batch
+#include "jit/train/max_batch.hpp" // resized_batch
+#include "jit/train/step_roles.hpp"
 
 #include <algorithm>
 #include <stdexcept>
@@ -11,22 +12,13 @@
 namespace sinter {
 namespace {
 
-/// In-step sifting's output of the loss that is differentiated (the drawn rows' mean).
-const std::string trained_loss_name = "sift.trained_loss";
-
-/// Outputs of in-step sifting that leave the step: the loss history's update, the drawn rows.
-bool is_sift_output(const std::string& name) {
-  return name != trained_loss_name &&
-         (name.starts_with("sift.") || name.starts_with("new.state.sift."));
-}
-
 /// The output autodiff differentiates: the scaled loss under fp16 scaling, else the drawn
 /// rows' loss under in-step sifting, else the loss (output 0).
 std::size_t differentiated_output(const Graph& g) {
   std::size_t chosen = 0;
   for (std::size_t i = 0; i < g.outputs().size(); ++i) {
-    if (g.outputs()[i].name == "amp.scaled_loss") return i;
-    if (g.outputs()[i].name == trained_loss_name) chosen = i;
+    if (g.outputs()[i].name == step_names::scaled_loss) return i;
+    if (g.outputs()[i].name == step_names::trained_loss) chosen = i;
   }
   return chosen;
 }
@@ -54,8 +46,8 @@ Graph sift_forward(Graph g, const SiftOptions& sift, std::span<const HostTensor>
           " rows");
   Value losses = cast(per_row_losses(g, rows), DType::f32);
   const int64_t h = sift.history;
-  Value history = input(g, "state.sift.history", TensorType{DType::f32, {h}});
-  Value filled = input(g, "state.sift.filled", TensorType{DType::f32, {}});
+  Value history = input(g, std::string(step_names::sift_history), TensorType{DType::f32, {h}});
+  Value filled = input(g, std::string(step_names::sift_filled), TensorType{DType::f32, {}});
   // Data parallel: every rank records the whole global batch, so the history (and the
   // percentiles) are the same on every rank.
   Value scored = facts.ranks > 1 ? all_gather(losses, facts.ranks) : losses;
@@ -67,7 +59,7 @@ Graph sift_forward(Graph g, const SiftOptions& sift, std::span<const HostTensor>
   Value batch_loss = mean(losses);
   Value loss = batch_loss, selected;
   if (select) {
-    Value uniforms = input(g, "sift.uniforms", TensorType{DType::f32, {rows}});
+    Value uniforms = input(g, std::string(step_names::sift_draws), TensorType{DType::f32, {rows}});
     selected = sift_selection(losses, history, filled, uniforms, sift.beta, rows_trained);
     // The drawn rows' forward pass, traced at k rows on gathers of the batch; the
     // share-taken-rows stage later reads its values from the batch's.
@@ -84,10 +76,10 @@ Graph sift_forward(Graph g, const SiftOptions& sift, std::span<const HostTensor>
   // The step reports the whole batch's mean loss (what a plain step reports) and trains the
   // drawn rows' mean.
   std::vector<NamedValue> outputs{{"loss", batch_loss.id},
-                                  {trained_loss_name, loss.id},
-                                  {"new.state.sift.history", recorded.id},
-                                  {"new.state.sift.filled", now_filled.id}};
-  if (selected) outputs.push_back({"sift.rows", selected.id});
+                                  {std::string(step_names::trained_loss), loss.id},
+                                  {step_names::new_value(step_names::sift_history), recorded.id},
+                                  {step_names::new_value(step_names::sift_filled), now_filled.id}};
+  if (selected) outputs.push_back({std::string(step_names::sift_rows), selected.id});
   g.mutable_outputs() = std::move(outputs);
   return g;
 }
@@ -97,7 +89,8 @@ std::vector<Value> parameter_values(Graph& g, const std::vector<std::string>& na
                                     bool gradients) {
   std::vector<Value> values;
   for (const std::string& n : names)
-    values.push_back(Value{&g, gradients ? output_named(g, "grad:" + n) : input_named(g, n)});
+    values.push_back(
+        Value{&g, gradients ? output_named(g, step_names::gradient(n)) : input_named(g, n)});
   return values;
 }
 
@@ -110,14 +103,15 @@ void add_update_outputs(Graph& g, const StepGraphFacts& facts,
   auto states = state_names(optimizer);
   for (std::size_t i = 0; i < names.size(); ++i) {
     const UpdatedParameter& u = updates.parameters[i];
-    g.add_output("new." + names[i], u.parameter.id);
+    g.add_output(step_names::new_value(names[i]), u.parameter.id);
     for (std::size_t s = 0; s < states.size(); ++s)
-      g.add_output("new.state." + states[s] + "." + names[i], u.state[s].id);
+      g.add_output(step_names::new_value(step_names::optimizer_state(states[s], names[i])),
+                   u.state[s].id);
   }
   for (const auto& [name, value] : updates.state)
-    g.add_output("new." + name, value.id);
+    g.add_output(step_names::new_value(name), value.id);
   for (const WorkingCopy& copy : copies)
-    g.add_output("new." + copy.state,
+    g.add_output(step_names::new_value(copy.state),
                  cast(updates.parameters[copy.parameter].parameter, copy.dtype).id);
 }
 
@@ -144,8 +138,9 @@ Stage sift_stage(const SiftOptions& sift, std::span<const HostTensor> batch,
 }
 
 Stage share_taken_rows_stage() {
-  return {"share-taken-rows",
-          [](Graph g) { return share_taken_rows(g, output_named(g, "sift.rows")); }};
+  return {"share-taken-rows", [](Graph g) {
+            return share_taken_rows(g, output_named(g, std::string(step_names::sift_rows)));
+          }};
 }
 
 Stage autocast_stage(DType low) {
@@ -155,8 +150,10 @@ Stage autocast_stage(DType low) {
 Stage loss_scale_stage() {
   return {"loss-scale", [](Graph g) {
             Value loss{&g, g.outputs()[differentiated_output(g)].id};
-            Value scale = input_once(g, "state.amp.scale", TensorType{DType::f32, {}});
-            g.add_output("amp.scaled_loss", (loss * cast(scale, loss.dtype())).id);
+            Value scale =
+                input_once(g, std::string(step_names::loss_scale), TensorType{DType::f32, {}});
+            g.add_output(std::string(step_names::scaled_loss),
+                         (loss * cast(scale, loss.dtype())).id);
             return g;
           }};
 }
@@ -175,26 +172,27 @@ Stage step_autodiff_stage(const StepGraphFacts& facts, const std::vector<Working
 }
 
 Stage merge_gradients_stage(const StepGraphFacts& facts, const std::vector<WorkingCopy>& copies) {
-  return {
-      "merge-gradients", [facts, &copies](Graph grads) {
-        auto& outs = grads.mutable_outputs();
-        for (const WorkingCopy& copy : copies) {
-          const std::string& name = facts.parameters[copy.parameter];
-          auto own = std::find_if(outs.begin(), outs.end(),
-                                  [&](const NamedValue& o) { return o.name == "grad:" + name; });
-          auto via_copy = std::find_if(outs.begin(), outs.end(), [&](const NamedValue& o) {
-            return o.name == "grad:" + copy.state;
-          });
-          if (via_copy == outs.end()) continue; // this batch type never read the copy
-          Value sum =
-              Value{&grads, own->id} + cast(Value{&grads, via_copy->id}, grads.type(own->id).dtype);
-          own->id = sum.id;
-          outs.erase(via_copy);
-        }
-        // The scaled loss was only there to be differentiated.
-        std::erase_if(outs, [](const NamedValue& out) { return out.name == "amp.scaled_loss"; });
-        return grads;
-      }};
+  return {"merge-gradients", [facts, &copies](Graph grads) {
+            auto& outs = grads.mutable_outputs();
+            for (const WorkingCopy& copy : copies) {
+              const std::string& name = facts.parameters[copy.parameter];
+              auto own = std::find_if(outs.begin(), outs.end(), [&](const NamedValue& o) {
+                return o.name == step_names::gradient(name);
+              });
+              auto via_copy = std::find_if(outs.begin(), outs.end(), [&](const NamedValue& o) {
+                return o.name == step_names::gradient(copy.state);
+              });
+              if (via_copy == outs.end()) continue; // this batch type never read the copy
+              Value sum = Value{&grads, own->id} +
+                          cast(Value{&grads, via_copy->id}, grads.type(own->id).dtype);
+              own->id = sum.id;
+              outs.erase(via_copy);
+            }
+            // The scaled loss was only there to be differentiated.
+            std::erase_if(
+                outs, [](const NamedValue& out) { return out.name == step_names::scaled_loss; });
+            return grads;
+          }};
 }
 
 Stage loss_all_reduce_stage(int ranks) {
@@ -213,10 +211,11 @@ Stage update_stage(const StepGraphFacts& facts, const std::vector<WorkingCopy>& 
             std::vector<NamedValue> sift_outputs;
             NamedValue loss = g.outputs()[0];
             for (const NamedValue& out : g.outputs())
-              if (is_sift_output(out.name)) sift_outputs.push_back(out);
+              if (step_names::is_sift_output(out.name)) sift_outputs.push_back(out);
             std::vector<NamedValue> gradients;
             for (const std::string& n : facts.parameters)
-              gradients.push_back({"grad:" + n, output_named(g, "grad:" + n)});
+              gradients.push_back(
+                  {step_names::gradient(n), output_named(g, step_names::gradient(n))});
             std::vector<Value> params, grads;
             if (append) {
               params = parameter_values(g, facts.parameters, false);
@@ -245,7 +244,8 @@ Graph update_program(const StepGraphFacts& facts, const std::vector<WorkingCopy>
   for (std::size_t i = 0; i < facts.parameters.size(); ++i)
     params.push_back(input(apply, facts.parameters[i], parameter_types[i]));
   for (std::size_t i = 0; i < facts.parameters.size(); ++i)
-    grads.push_back(input(apply, "grad." + facts.parameters[i], parameter_types[i]));
+    grads.push_back(
+        input(apply, step_names::summed_gradient(facts.parameters[i]), parameter_types[i]));
   UpdateResult updates =
       append_data_parallel_update(apply, facts.parameters, params, grads, update, layout);
   add_update_outputs(apply, facts, copies, updates, update.optimizer);

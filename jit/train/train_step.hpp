@@ -4,9 +4,11 @@
 #include "jit/runtime/host_tensor.hpp"
 #include "jit/runtime/interrupt.hpp" // Interrupted, thrown by a step
 #include "jit/runtime/memory_plan.hpp"
+#include "jit/train/max_batch.hpp"
 #include "jit/train/optimizer.hpp"
 #include "jit/train/sift.hpp"
 #include "jit/train/step_stages.hpp"
+#include "jit/train/step_state.hpp"
 
 #include <functional>
 #include <map>
@@ -22,6 +24,7 @@ namespace sinter {
 class CompiledGraph;
 class Communicator;
 class Context;
+struct StepProgram;
 
 /// Mixed precision of a step (docs/amp.md): off, or the autocast pass with bf16 or fp16 as the
 /// low precision. fp16 always scales the loss (UpdateOptions::loss_scaling, default settings
@@ -65,16 +68,6 @@ struct TrainStepOptions {
   int64_t sift_rows = 0;
 };
 
-/// In-step sifting's counts (TrainStep::sift_counts).
-struct SiftCounts {
-  int64_t seen = 0;      ///< rows scored (on this rank)
-  int64_t kept = 0;      ///< rows backpropagated
-  bool delaying = false; ///< the next call falls in the delay (every row trained on)
-  double kept_fraction() const {
-    return seen ? static_cast<double>(kept) / static_cast<double>(seen) : 0.0;
-  }
-};
-
 /// The loss of one step. It is computed by the step itself: reading it costs nothing more and
 /// never changes or reruns the compiled program.
 class LossHandle {
@@ -87,20 +80,6 @@ public:
 private:
   std::shared_ptr<const HostTensor> loss_;
 };
-
-/// The answer of TrainStep::max_batch.
-struct MaxBatch {
-  int64_t batch = 0;           ///< the largest batch that fits (0: not even one)
-  int64_t peak_bytes = 0;      ///< the planned peak at `batch` (at 1 when batch is 0)
-  int64_t next_peak_bytes = 0; ///< the planned peak at batch + 1
-  int64_t budget_bytes = 0;
-  int64_t plans = 0; ///< memory plans the search made
-  /// `max_batch=N peak_bytes=P next_peak_bytes=Q budget_bytes=M`
-  std::string line() const;
-};
-
-/// `example` with dim 0 of every tensor set to `batch` (uninitialised: for planning).
-std::vector<HostTensor> resized_batch(std::span<const HostTensor> example, int64_t batch);
 
 class TrainStep {
 public:
@@ -203,7 +182,6 @@ private:
   Graph plan_graph(std::span<const HostTensor> batch, CompileRun& run);
   /// Rows a sifting update trains on for a batch of `rows` rows.
   int64_t sift_rows_for(int64_t rows) const;
-  bool sift_delaying() const;
   StepMemory plan_for(const Graph& optimized, CompileRun& run) const;
   /// Throws OutOfMemory saying what the step planned, what was free, its largest buffers and
   /// the largest batch that fits `available`.
@@ -218,16 +196,19 @@ private:
   std::vector<std::string> parameter_checksums() const;
   /// The number of ranks the step averages over (1 in a world of one).
   int ranks() const;
-  Graph read_low_copies(const Graph& forward);
-  void refresh_low_copies();
   std::vector<HostTensor> scalar_inputs(double lr) const;
+  /// Accumulation: adds a micro-batch's gradients (the step's `grad:` outputs) to grad_sums_.
+  void accumulate_gradients(const StepProgram& step);
+  /// After an update: the parameters' stamps, the count, the ranks' periodic agreement check.
+  void finish_update();
 
   Tracer trace_;
   std::vector<std::string> names_;
   std::vector<HostTensor*> parameters_;
   TrainStepOptions options_;
   Context* context_;
-  std::map<std::string, HostTensor> state_;
+  std::vector<std::string> frozen_names_;
+  std::unique_ptr<StepState> state_;
   std::map<std::string, std::unique_ptr<Compiled>> by_batch_types_;
   const Compiled* last_ = nullptr;
   std::vector<HostTensor> grad_sums_;           ///< accumulation only
@@ -235,10 +216,6 @@ private:
   HostTensor sift_uniforms_;                    ///< sift.uniforms: this call's draws, one per row
   std::shared_ptr<const HostTensor> sift_rows_; ///< the latest selection
   std::shared_ptr<const HostTensor> every_row_; ///< 0..B-1: what the delay trains on
-  std::vector<WorkingCopy> low_copies_;
-  /// Each parameter's stamp after the step last wrote it: a different stamp means the caller
-  /// replaced or edited it, and its working copy is made again.
-  std::vector<uint64_t> parameter_stamps_;
   int64_t micro_steps_ = 0;
   int64_t steps_ = 0;
 };

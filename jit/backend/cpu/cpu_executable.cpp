@@ -180,6 +180,7 @@ CpuExecutable::CpuExecutable(Prepared prepared, KernelLibrary& library, ThreadPo
                              ? nullptr
                              : library.get(fusion_, k, report_));
   });
+  run.dump("kernels", report_.print(fusion_));
   for (const Kernel& k : fusion_.kernels) {
     copies_.push_back(concat_copy(fusion_, k));
     gathers_.push_back(gather_copy(fusion_, k));

@@ -1,5 +1,6 @@
 // jit/backend/cpu/thread_pool.cpp — the worker loop, chunking and exception hand-off of ThreadPool
 #include "jit/backend/cpu/thread_pool.hpp"
+#include "jit/settings.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -117,7 +118,7 @@ void ThreadPool::parallel_for(int64_t count, int64_t min_chunk,
 }
 
 std::size_t default_thread_count() {
-  const char* env = std::getenv("SINTER_NUM_THREADS");
+  const char* env = setting("SINTER_NUM_THREADS");
   if (env != nullptr && *env != '\0') {
     std::string_view text = env;
     std::size_t value = 0;

@@ -1,6 +1,7 @@
 // jit/backend/cuda/cuda_driver.cpp — dlopen("libcuda.so.1"), symbol resolution, errors, device list
 #include "jit/backend/cuda/cuda_driver.hpp"
 #include "jit/runtime/memory_plan.hpp"
+#include "jit/settings.hpp"
 
 #include <dlfcn.h>
 
@@ -30,7 +31,7 @@ template <class F> bool resolve(void* library, F& slot, std::initializer_list<co
 
 Loaded load() {
   Loaded loaded;
-  const char* explicit_path = std::getenv("SINTER_LIBCUDA");
+  const char* explicit_path = setting("SINTER_LIBCUDA");
   const char* path = explicit_path ? explicit_path : "libcuda.so.1";
   void* library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!library) {

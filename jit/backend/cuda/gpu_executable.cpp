@@ -8,6 +8,7 @@
 #include "jit/backend/cuda/gemm_epilogue.hpp"
 #include "jit/backend/cuda/nvptx_target.hpp"
 #include "jit/backend/kernel_costs.hpp"
+#include "jit/settings.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -117,7 +118,7 @@ private:
 constexpr int direct_runs_before_graph = 2;
 
 bool graphs_enabled() {
-  const char* v = std::getenv("SINTER_CUDA_GRAPH");
+  const char* v = setting("SINTER_CUDA_GRAPH");
   return !v || std::string_view(v) != "0";
 }
 
@@ -293,6 +294,8 @@ GpuExecutable::GpuExecutable(Prepared prepared, CudaDevice& device, KernelCache&
     return plan_launches(fusion_, epilogues, device_, cache, fp32_, report_,
                          [&](ValueId node) { return pointer_for(*sets_[0], node); });
   });
+  run.dump("launch-plan", print_launch_plan(epilogues, launches_));
+  run.dump("kernels", report_.print(fusion_));
   for (auto& set : sets_)
     bind(*set);
   report_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

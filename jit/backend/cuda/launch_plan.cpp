@@ -123,4 +123,36 @@ std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion,
   return launches;
 }
 
+std::string print_launch_plan(std::span<const GemmEpilogue> epilogues,
+                              std::span<const GpuLaunchStep> launches) {
+  auto epilogue_name = [](EpilogueKind kind) {
+    switch (kind) {
+    case EpilogueKind::bias: return "bias";
+    case EpilogueKind::relu_bias: return "relu_bias";
+    case EpilogueKind::gelu_bias: return "gelu_bias";
+    case EpilogueKind::bias_gradient: return "bias_gradient";
+    }
+    return "?";
+  };
+  std::string out = "launch plan: " + std::to_string(launches.size()) + " launches, " +
+                    std::to_string(epilogues.size()) + " GEMM epilogues considered\n";
+  for (const GemmEpilogue& e : epilogues)
+    out += "  epilogue " + std::string(epilogue_name(e.kind)) + ": kernel " +
+           std::to_string(e.absorbed) + " into the GEMM of kernel " + std::to_string(e.gemm) + "\n";
+  for (std::size_t i = 0; i < launches.size(); ++i) {
+    const GpuLaunchStep& l = launches[i];
+    out += "  launch " + std::to_string(i) + " kernel " + std::to_string(l.kernel) + " " +
+           kernel_kind_name(l.kind);
+    if (l.kind == KernelKind::gemm)
+      out += " m=" + std::to_string(l.gemm.shape.m) + " n=" + std::to_string(l.gemm.shape.n) +
+             " k=" + std::to_string(l.gemm.shape.k) + " batch=" + std::to_string(l.gemm.batch) +
+             (l.gemm.epilogue != kernels::GemmEpilogueOp::none ? " with epilogue" : "");
+    else if (l.kind != KernelKind::collective)
+      out += " blocks=" + std::to_string(l.shape.blocks) +
+             " threads=" + std::to_string(l.shape.threads);
+    out += "\n";
+  }
+  return out;
+}
+
 } // namespace sinter

@@ -11,6 +11,7 @@
 #include <functional>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace sinter {
@@ -44,5 +45,10 @@ std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion,
                                          CudaDevice& device, KernelCache& cache,
                                          kernels::Fp32Math fp32, CompileReport& report,
                                          const NodePointer& pointer_of);
+
+/// SINTER_DUMP=launch-plan: the GEMM epilogues chosen (`epilogues`), then each launch: the
+/// fusion plan's kernel it runs, its kind, and its grid or GEMM shape.
+std::string print_launch_plan(std::span<const GemmEpilogue> epilogues,
+                              std::span<const GpuLaunchStep> launches);
 
 } // namespace sinter

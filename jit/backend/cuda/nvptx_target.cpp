@@ -1,5 +1,6 @@
 // jit/backend/cuda/nvptx_target.cpp — LLVM NVPTX: target machine, libdevice linking, O3, PTX text
 #include "jit/backend/cuda/nvptx_target.hpp"
+#include "jit/settings.hpp"
 
 #include "jit/backend/backends.hpp"
 #include "jit/backend/cuda/gpu_launch.hpp"
@@ -159,7 +160,7 @@ int NvptxTarget::best_target_for(int compute_capability) {
 std::optional<std::filesystem::path> NvptxTarget::find_libdevice() {
   namespace fs = std::filesystem;
   std::vector<fs::path> candidates;
-  if (const char* explicit_path = std::getenv("SINTER_LIBDEVICE")) {
+  if (const char* explicit_path = setting("SINTER_LIBDEVICE")) {
     // A path the user named and that is wrong is an error, not a reason to look elsewhere.
     if (!fs::is_regular_file(explicit_path))
       throw std::invalid_argument(std::string("sinter: SINTER_LIBDEVICE=") + explicit_path +
