@@ -59,8 +59,6 @@ std::unique_ptr<Executable> compile_for_interpreter(Prepared prepared, const Dev
   return std::make_unique<InterpreterExecutable>(*prepared.graph);
 }
 
-// NOTE: a new backend is a folder under jit/backend/ with a compile function, a Backend value
-// and one line here.
 StepMemory plan_memory_for_interpreter(const Prepared& prepared, const Device&,
                                        std::span<const bool>) {
   StepMemory memory;
@@ -70,18 +68,19 @@ StepMemory plan_memory_for_interpreter(const Prepared& prepared, const Device&,
 
 int64_t host_free_memory(const Device&) { return host_available_memory(); }
 
-constexpr BackendEntry table[] = {
-    {Backend::cpu, "cpu", false, cpu_graph_stages, compile_for_cpu, plan_memory_for_cpu,
-     host_free_memory},
-    {Backend::cuda, "cuda", true, cuda_graph_stages, compile_for_cuda, plan_memory_for_cuda,
-     cuda_free_memory},
-    {Backend::interpreter, "interpreter", false, interpreter_graph_stages, compile_for_interpreter,
-     plan_memory_for_interpreter, host_free_memory},
-};
+const BackendEntry interpreter_backend{
+    Backend::interpreter,     "interpreter",           false,
+    interpreter_graph_stages, compile_for_interpreter, plan_memory_for_interpreter,
+    host_free_memory};
+
+// A new backend is a folder under jit/backend/ defining one BackendEntry, and one entry here.
+// Each entry is constant-initialised, so the table is complete before any code runs.
+const BackendEntry* const table[] = {&cpu_backend, &cuda_backend, &interpreter_backend};
 
 std::string accepted_names() {
   std::string names;
-  for (const BackendEntry& e : table) {
+  for (const BackendEntry* entry : table) {
+    const BackendEntry& e = *entry;
     if (!names.empty()) names += ", ";
     names += std::string(e.name);
     if (e.numbered) names += ", " + std::string(e.name) + ":N (N = 0, 1, ...)";
@@ -117,11 +116,11 @@ Prepared prepare_for(Graph optimized, const Device& device, CompileRun& run) {
   return prepare(std::move(optimized), stages, run);
 }
 
-std::span<const BackendEntry> backends() { return table; }
+std::span<const BackendEntry* const> backends() { return table; }
 
 const BackendEntry& backend_entry(Backend backend) {
-  for (const BackendEntry& e : table)
-    if (e.backend == backend) return e;
+  for (const BackendEntry* e : table)
+    if (e->backend == backend) return *e;
   throw std::logic_error("sinter: backend " + std::to_string(static_cast<int>(backend)) +
                          " has no entry in jit/backend/backends.cpp");
 }
@@ -131,7 +130,8 @@ Device Device::parse(std::string_view text) {
     return std::invalid_argument("sinter: '" + std::string(text) + "' is not a device — use " +
                                  accepted_names());
   };
-  for (const BackendEntry& e : table) {
+  for (const BackendEntry* entry : table) {
+    const BackendEntry& e = *entry;
     if (text == e.name) return e.backend;
     if (!e.numbered || !text.starts_with(e.name) || text.size() <= e.name.size() + 1 ||
         text[e.name.size()] != ':' || text.size() > e.name.size() + 5)

@@ -38,7 +38,7 @@ struct BackendEntry {
 bool attention_decomposition_requested();
 
 /// Every backend, in the order `sinter info` and error messages list them.
-std::span<const BackendEntry> backends();
+std::span<const BackendEntry* const> backends();
 /// The host's available memory (MemAvailable in /proc/meminfo, else physical memory).
 int64_t host_available_memory();
 /// The bytes of `optimized`'s inputs (each once), for backends whose inputs are the caller's.

@@ -1,6 +1,10 @@
 // jit/train/data_parallel.cpp — gradient buckets, their collectives and ZeRO shards as graph ops
 #include "jit/train/data_parallel.hpp"
 
+#include "jit/runtime/communicator.hpp"
+
+#include <cstdio>
+
 #include <algorithm>
 #include <numeric>
 #include <stdexcept>
@@ -159,6 +163,38 @@ UpdateResult append_data_parallel_update(Graph& g, const std::vector<std::string
     }
   }
   return result;
+}
+
+std::vector<std::string> parameter_checksums(const std::vector<std::string>& names,
+                                             std::span<HostTensor* const> parameters) {
+  std::vector<std::string> lines;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    uint64_t hash = 1469598103934665603ull; // FNV-1a over the bytes
+    for (std::byte b : parameters[i]->bytes())
+      hash = (hash ^ static_cast<uint64_t>(b)) * 1099511628211ull;
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
+    lines.push_back("the values of parameter " + names[i] + " (checksum " + hex);
+  }
+  return lines;
+}
+
+void check_step_agrees(Communicator& communicator, const std::vector<std::string>& names,
+                       std::span<HostTensor* const> parameters,
+                       const std::vector<std::string>& batch_names,
+                       std::span<const HostTensor> batch, const std::string& options) {
+  std::vector<std::string> facts;
+  for (std::size_t i = 0; i < names.size(); ++i)
+    facts.push_back("parameter " + names[i] + " " +
+                    to_string(TensorType{parameters[i]->dtype(), parameters[i]->shape()}));
+  for (std::size_t j = 0; j < batch.size(); ++j)
+    facts.push_back("batch input " + batch_names[j] + " " +
+                    to_string(TensorType{batch[j].dtype(), batch[j].shape()}));
+  facts.push_back(options);
+  for (const std::string& line : parameter_checksums(names, parameters))
+    facts.push_back(line + "; start every rank from the same Init seed or checkpoint)");
+  check_ranks_agree(communicator, facts,
+                    "the data-parallel step (parameters, their values, batch types, options)");
 }
 
 } // namespace sinter

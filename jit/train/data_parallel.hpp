@@ -1,13 +1,18 @@
 // jit/train/data_parallel.hpp — the gradient reduction and sharded update of a data-parallel
 // step, as graph ops: gradient buckets, all_reduce or reduce_scatter, ZeRO shards, all_gather
 #pragma once
+#include "jit/runtime/host_tensor.hpp"
 #include "jit/train/optimizer.hpp"
+
+#include <span>
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace sinter {
+
+class Communicator;
 
 /// How the ranks of a data-parallel step share their work (docs/distributed.md).
 struct DataParallelLayout {
@@ -44,5 +49,19 @@ UpdateResult append_data_parallel_update(Graph& g, const std::vector<std::string
                                          const std::vector<Value>& grads,
                                          const UpdateOptions& options,
                                          const DataParallelLayout& layout);
+
+/// One line per parameter: its name and an FNV-1a checksum of its bytes (`the values of
+/// parameter <name> (checksum <hex>`, left open for the caller's advice).
+std::vector<std::string> parameter_checksums(const std::vector<std::string>& names,
+                                             std::span<HostTensor* const> parameters);
+
+/// Data parallel: every rank must train the same model from the same values on shards of the
+/// same types, or the averaged gradients mean nothing. Compares the parameters (types and
+/// values), the batch types and `options` across the ranks; every rank throws naming the
+/// first difference.
+void check_step_agrees(Communicator& communicator, const std::vector<std::string>& names,
+                       std::span<HostTensor* const> parameters,
+                       const std::vector<std::string>& batch_names,
+                       std::span<const HostTensor> batch, const std::string& options);
 
 } // namespace sinter

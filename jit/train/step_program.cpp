@@ -94,4 +94,30 @@ void take_new_values(const StepProgram& program, const std::vector<std::string>&
   }
 }
 
+void add_gradients(const StepProgram& step, const std::vector<std::string>& parameter_names,
+                   std::span<HostTensor* const> parameters, std::vector<HostTensor>& sums) {
+  if (sums.empty())
+    for (HostTensor* p : parameters) {
+      HostTensor zeros(p->dtype(), p->shape());
+      std::fill(zeros.bytes().begin(), zeros.bytes().end(), std::byte{0});
+      sums.push_back(std::move(zeros));
+    }
+  const auto& named = step.program->graph().outputs();
+  for (std::size_t i = 1; i < named.size(); ++i) {
+    std::optional<std::string> parameter = step_names::gradient_of(named[i].name);
+    if (!parameter) continue;
+    HostTensor& sum = sums[*index_in(parameter_names, *parameter)];
+    const HostTensor& g = step.outputs[i];
+    if (sum.dtype() == DType::f32) {
+      auto* s = reinterpret_cast<float*>(sum.bytes().data());
+      const auto* x = reinterpret_cast<const float*>(g.bytes().data());
+      for (int64_t k = 0; k < sum.size(); ++k)
+        s[k] += x[k];
+    } else {
+      for (int64_t k = 0; k < sum.size(); ++k)
+        sum.set(k, sum.at(k) + g.at(k));
+    }
+  }
+}
+
 } // namespace sinter

@@ -60,4 +60,9 @@ void take_new_values(const StepProgram& program, const std::vector<std::string>&
                      std::span<HostTensor* const> parameters,
                      std::map<std::string, HostTensor>& state);
 
+/// Accumulation: adds a micro-batch's gradients (the step's gradient outputs) to `sums`, one
+/// per parameter (made zero on first use).
+void add_gradients(const StepProgram& step, const std::vector<std::string>& parameter_names,
+                   std::span<HostTensor* const> parameters, std::vector<HostTensor>& sums);
+
 } // namespace sinter

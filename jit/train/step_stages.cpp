@@ -129,6 +129,60 @@ ValueId output_named(const Graph& g, const std::string& name) {
   throw std::logic_error("sinter: no graph output named " + name);
 }
 
+Stage trace_stage(const StepTracer& trace, std::span<const HostTensor> batch,
+                  const TracedStepCheck& check, std::vector<std::string>& batch_names) {
+  return {"trace", [&trace, batch, check, &batch_names](Graph) {
+            return checked_trace(trace(batch), batch, check, batch_names);
+          }};
+}
+
+Graph checked_trace(Graph forward, std::span<const HostTensor> batch, const TracedStepCheck& check,
+                    std::vector<std::string>& batch_names) {
+  const std::vector<std::string>& names = check.parameters;
+  if (forward.outputs().empty())
+    throw std::invalid_argument("sinter: the loss function returned nothing");
+  if (!check.per_row_loss && !forward.type(forward.outputs()[0].id).shape.empty())
+    throw std::invalid_argument("sinter: the loss (output 0) must be a scalar, got " +
+                                to_string(forward.type(forward.outputs()[0].id)));
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const TensorType& t = forward.type(input_named(forward, names[i]));
+    if (t != check.parameter_types[i])
+      throw std::invalid_argument("sinter: parameter '" + names[i] + "' holds " +
+                                  to_string(check.parameter_types[i]) +
+                                  " but the model uses it as " + to_string(t));
+  }
+  auto is_frozen = [&](const std::string& name) {
+    return std::any_of(check.frozen.begin(), check.frozen.end(),
+                       [&](const auto& f) { return f.first == name; });
+  };
+  for (const auto& [name, tensor] : check.frozen) {
+    auto in = std::find_if(forward.inputs().begin(), forward.inputs().end(),
+                           [&](const NamedValue& v) { return v.name == name; });
+    if (in == forward.inputs().end()) continue; // traced but unused: nothing to feed
+    const TensorType& t = forward.type(in->id);
+    if (t.dtype != tensor->dtype() || t.shape != tensor->shape())
+      throw std::invalid_argument("sinter: frozen input '" + name + "' holds " +
+                                  to_string(TensorType{tensor->dtype(), tensor->shape()}) +
+                                  " but the step uses it as " + to_string(t));
+  }
+  // Batch inputs: every input that is neither a parameter nor frozen, in graph order (= call
+  // order).
+  for (const NamedValue& in : forward.inputs())
+    if (std::find(names.begin(), names.end(), in.name) == names.end() && !is_frozen(in.name))
+      batch_names.push_back(in.name);
+  if (batch.size() != batch_names.size())
+    throw std::invalid_argument("sinter: the step takes " + std::to_string(batch_names.size()) +
+                                " batch inputs, got " + std::to_string(batch.size()));
+  for (std::size_t j = 0; j < batch.size(); ++j) {
+    const TensorType& want = forward.type(input_named(forward, batch_names[j]));
+    if (batch[j].dtype() != want.dtype || batch[j].shape() != want.shape)
+      throw std::invalid_argument("sinter: batch input '" + batch_names[j] + "' expects " +
+                                  to_string(want) + ", got " +
+                                  to_string(TensorType{batch[j].dtype(), batch[j].shape()}));
+  }
+  return forward;
+}
+
 Stage sift_stage(const SiftOptions& sift, std::span<const HostTensor> batch,
                  const StepGraphFacts& facts, bool select, int64_t rows_trained,
                  const StepTracer& trace) {
@@ -141,6 +195,22 @@ Stage share_taken_rows_stage() {
   return {"share-taken-rows", [](Graph g) {
             return share_taken_rows(g, output_named(g, std::string(step_names::sift_rows)));
           }};
+}
+
+std::string_view amp_name(AmpMode mode) {
+  switch (mode) {
+  case AmpMode::off: return "off";
+  case AmpMode::bf16: return "bf16";
+  case AmpMode::fp16: return "fp16";
+  }
+  return "?";
+}
+
+AmpMode amp_from_name(std::string_view name) {
+  for (AmpMode m : {AmpMode::off, AmpMode::bf16, AmpMode::fp16})
+    if (amp_name(m) == name) return m;
+  throw std::invalid_argument("sinter: unknown amp mode '" + std::string(name) +
+                              "' (use off, bf16 or fp16)");
 }
 
 Stage autocast_stage(DType low) {

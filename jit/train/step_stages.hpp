@@ -10,9 +10,18 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace sinter {
+
+/// Mixed precision of a step (docs/amp.md): off, or the autocast pass with bf16 or fp16 as the
+/// low precision. fp16 always scales the loss (UpdateOptions::loss_scaling, default settings
+/// unless given); bf16 never does.
+enum class AmpMode { off, bf16, fp16 };
+std::string_view amp_name(AmpMode mode);
+/// "off", "bf16" or "fp16"; throws std::invalid_argument naming the accepted values.
+AmpMode amp_from_name(std::string_view name);
 
 /// Traces the user's loss function for a batch of these types.
 using StepTracer = std::function<Graph(std::span<const HostTensor> batch)>;
@@ -31,6 +40,22 @@ struct StepGraphFacts {
   const std::vector<std::string>& batch;      ///< names of the batch inputs, in call order
   int ranks = 1;
 };
+
+/// What the traced forward graph of a step is checked against.
+struct TracedStepCheck {
+  const std::vector<std::string>& parameters;
+  std::vector<TensorType> parameter_types;
+  std::span<const std::pair<std::string, const HostTensor*>> frozen;
+  bool per_row_loss = false; ///< in-step sifting: output 0 is each row's loss
+};
+/// The `trace` stage: the forward graph for `batch`, checked (checked_trace).
+Stage trace_stage(const StepTracer& trace, std::span<const HostTensor> batch,
+                  const TracedStepCheck& check, std::vector<std::string>& batch_names);
+/// `forward` checked against the parameters, frozen inputs and the batch, with a message
+/// naming what differs; the batch inputs' names (every input neither a parameter nor frozen,
+/// in call order) go to `batch_names`.
+Graph checked_trace(Graph forward, std::span<const HostTensor> batch, const TracedStepCheck& check,
+                    std::vector<std::string>& batch_names);
 
 /// In-step sifting's `sift` stage: the traced per-row losses are recorded in the loss history,
 /// `rows_trained` rows drawn by the rule (select) or every row kept (delay), and the loss

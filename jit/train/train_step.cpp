@@ -100,22 +100,6 @@ void TrainStep::start_sift_epoch() { state_->start_sift_epoch(); }
 SiftCounts TrainStep::sift_counts() const { return state_->sift_counts(); }
 Shape TrainStep::state_shape(const std::string& name) const { return state_->whole_shape(name); }
 
-std::string_view amp_name(AmpMode mode) {
-  switch (mode) {
-  case AmpMode::off: return "off";
-  case AmpMode::bf16: return "bf16";
-  case AmpMode::fp16: return "fp16";
-  }
-  return "?";
-}
-
-AmpMode amp_from_name(std::string_view name) {
-  for (AmpMode m : {AmpMode::off, AmpMode::bf16, AmpMode::fp16})
-    if (amp_name(m) == name) return m;
-  throw std::invalid_argument("sinter: unknown amp mode '" + std::string(name) +
-                              "' (use off, bf16 or fp16)");
-}
-
 std::vector<HostTensor> TrainStep::scalar_inputs(double lr) const {
   // In scalar_names() order: lr, 1/(k·ranks), and t (the 1-based update count).
   // Gradients arrive summed over k micro-batches and, data parallel, over the ranks.
@@ -128,19 +112,6 @@ std::vector<HostTensor> TrainStep::scalar_inputs(double lr) const {
 }
 
 bool TrainStep::split_update() const { return options_.accumulate > 1; }
-
-std::vector<std::string> TrainStep::parameter_checksums() const {
-  std::vector<std::string> lines;
-  for (std::size_t i = 0; i < names_.size(); ++i) {
-    uint64_t hash = 1469598103934665603ull; // FNV-1a over the bytes
-    for (std::byte b : parameters_[i]->bytes())
-      hash = (hash ^ static_cast<uint64_t>(b)) * 1099511628211ull;
-    char hex[17];
-    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
-    lines.push_back("the values of parameter " + names_[i] + " (checksum " + hex);
-  }
-  return lines;
-}
 
 int TrainStep::ranks() const { return options_.communicator->size(); }
 
@@ -178,7 +149,11 @@ std::string TrainStep::batch_key(std::span<const HostTensor> batch) {
 TrainStep::Built TrainStep::build(std::span<const HostTensor> batch, Sifting sifting,
                                   CompileRun& run) {
   Built built;
-  Graph graph = run.run({"trace", [&](Graph) { return traced(batch, sifting, built); }}, Graph());
+  std::vector<TensorType> parameter_types;
+  for (const HostTensor* p : parameters_)
+    parameter_types.push_back(TensorType{p->dtype(), p->shape()});
+  const TracedStepCheck check{names_, parameter_types, options_.frozen, sifting != Sifting::none};
+  Graph graph = run.run(trace_stage(trace_, batch, check, built.batch_names), Graph());
   const StepGraphFacts facts{names_, built.batch_names, ranks()};
   const std::vector<WorkingCopy>& copies = state_->working_copies();
   // The step's features, each contributing its stages (the order is jit/pipeline/stage.cpp's).
@@ -208,53 +183,6 @@ TrainStep::Built TrainStep::build(std::span<const HostTensor> batch, Sifting sif
     built.apply = update_program(facts, copies, types, options_.update, layout);
   }
   return built;
-}
-
-Graph TrainStep::traced(std::span<const HostTensor> batch, Sifting sifting, Built& built) {
-  Graph forward = trace_(batch);
-  if (forward.outputs().empty())
-    throw std::invalid_argument("sinter: the loss function returned nothing");
-  if (sifting == Sifting::none && !forward.type(forward.outputs()[0].id).shape.empty())
-    throw std::invalid_argument("sinter: the loss (output 0) must be a scalar, got " +
-                                to_string(forward.type(forward.outputs()[0].id)));
-  for (std::size_t i = 0; i < names_.size(); ++i) {
-    const TensorType& t = forward.type(input_named(forward, names_[i]));
-    if (t.dtype != parameters_[i]->dtype() || t.shape != parameters_[i]->shape())
-      throw std::invalid_argument(
-          "sinter: parameter '" + names_[i] + "' holds " +
-          to_string(TensorType{parameters_[i]->dtype(), parameters_[i]->shape()}) +
-          " but the model uses it as " + to_string(t));
-  }
-  auto is_frozen = [&](const std::string& name) {
-    return std::find(frozen_names_.begin(), frozen_names_.end(), name) != frozen_names_.end();
-  };
-  for (const auto& [name, tensor] : options_.frozen) {
-    auto in = std::find_if(forward.inputs().begin(), forward.inputs().end(),
-                           [&](const NamedValue& v) { return v.name == name; });
-    if (in == forward.inputs().end()) continue; // traced but unused: nothing to feed
-    const TensorType& t = forward.type(in->id);
-    if (t.dtype != tensor->dtype() || t.shape != tensor->shape())
-      throw std::invalid_argument("sinter: frozen input '" + name + "' holds " +
-                                  to_string(TensorType{tensor->dtype(), tensor->shape()}) +
-                                  " but the step uses it as " + to_string(t));
-  }
-  // Batch inputs: every input that is neither a parameter nor frozen, in graph order (= call
-  // order).
-  for (const NamedValue& in : forward.inputs())
-    if (std::find(names_.begin(), names_.end(), in.name) == names_.end() && !is_frozen(in.name))
-      built.batch_names.push_back(in.name);
-  if (batch.size() != built.batch_names.size())
-    throw std::invalid_argument("sinter: the step takes " +
-                                std::to_string(built.batch_names.size()) + " batch inputs, got " +
-                                std::to_string(batch.size()));
-  for (std::size_t j = 0; j < batch.size(); ++j) {
-    const TensorType& want = forward.type(input_named(forward, built.batch_names[j]));
-    if (batch[j].dtype() != want.dtype || batch[j].shape() != want.shape)
-      throw std::invalid_argument("sinter: batch input '" + built.batch_names[j] + "' expects " +
-                                  to_string(want) + ", got " +
-                                  to_string(TensorType{batch[j].dtype(), batch[j].shape()}));
-  }
-  return forward;
 }
 
 Graph TrainStep::plan_graph(std::span<const HostTensor> batch, CompileRun& run) {
@@ -327,25 +255,12 @@ const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> b
   CompileRun delay_run("train step (sifting delay)");
   if (options_.sift && (options_.sift->delay > 0)) delay = build(batch, Sifting::delay, delay_run);
   const std::vector<std::string>& batch_names = built.batch_names;
-  if (options_.communicator->size() > 1) {
-    // Data parallel: every rank must train the same model from the same values on shards of
-    // the same types, or the averaged gradients mean nothing. Checked once per batch type.
-    std::vector<std::string> facts;
-    for (std::size_t i = 0; i < names_.size(); ++i)
-      facts.push_back("parameter " + names_[i] + " " +
-                      to_string(TensorType{parameters_[i]->dtype(), parameters_[i]->shape()}));
-    for (std::size_t j = 0; j < batch.size(); ++j)
-      facts.push_back("batch input " + batch_names[j] + " " +
-                      to_string(TensorType{batch[j].dtype(), batch[j].shape()}));
-    facts.push_back("accumulate " + std::to_string(options_.accumulate) + ", amp " +
-                    std::string(amp_name(options_.amp)) + ", zero " +
-                    std::to_string(options_.zero) + ", gradient buckets of " +
-                    std::to_string(options_.bucket_bytes) + " bytes");
-    for (const std::string& line : parameter_checksums())
-      facts.push_back(line + "; start every rank from the same Init seed or checkpoint)");
-    check_ranks_agree(*options_.communicator, facts,
-                      "the data-parallel step (parameters, their values, batch types, options)");
-  }
+  if (ranks() > 1)
+    check_step_agrees(*options_.communicator, names_, parameters_, batch_names, batch,
+                      "accumulate " + std::to_string(options_.accumulate) + ", amp " +
+                          std::string(amp_name(options_.amp)) + ", zero " +
+                          std::to_string(options_.zero) + ", gradient buckets of " +
+                          std::to_string(options_.bucket_bytes) + " bytes");
   auto compiled = std::make_unique<Compiled>();
   Device backend = default_device();
   if (std::optional<int64_t> limit = memory_limit_from_environment()) {
@@ -453,7 +368,7 @@ LossHandle TrainStep::operator()(std::span<const HostTensor> batch, double lr) {
     return LossHandle(loss);
   }
   // Accumulation: sum this micro-batch's gradients; update on the k-th.
-  accumulate_gradients(step);
+  add_gradients(step, names_, parameters_, grad_sums_);
   if (++micro_steps_ % options_.accumulate == 0) {
     // Data parallel: the update program reduces the summed gradients over the ranks
     // (grad_scale divides by k·ranks).
@@ -466,38 +381,11 @@ LossHandle TrainStep::operator()(std::span<const HostTensor> batch, double lr) {
   return LossHandle(loss);
 }
 
-void TrainStep::accumulate_gradients(const StepProgram& step) {
-  if (grad_sums_.empty())
-    for (HostTensor* p : parameters_) {
-      HostTensor zeros(p->dtype(), p->shape());
-      std::fill(zeros.bytes().begin(), zeros.bytes().end(), std::byte{0});
-      grad_sums_.push_back(std::move(zeros));
-    }
-  const auto& named = step.program->graph().outputs();
-  for (std::size_t i = 1; i < named.size(); ++i) {
-    std::optional<std::string> parameter = step_names::gradient_of(named[i].name);
-    if (!parameter) continue;
-    auto p = static_cast<std::size_t>(std::find(names_.begin(), names_.end(), *parameter) -
-                                      names_.begin());
-    HostTensor& sum = grad_sums_[p];
-    const HostTensor& g = step.outputs[i];
-    if (sum.dtype() == DType::f32) {
-      auto* s = reinterpret_cast<float*>(sum.bytes().data());
-      const auto* x = reinterpret_cast<const float*>(g.bytes().data());
-      for (int64_t k = 0; k < sum.size(); ++k)
-        s[k] += x[k];
-    } else {
-      for (int64_t k = 0; k < sum.size(); ++k)
-        sum.set(k, sum.at(k) + g.at(k));
-    }
-  }
-}
-
 void TrainStep::finish_update() {
   state_->note_parameters_written();
   ++steps_;
   if (options_.check_every <= 0 || ranks() == 1 || steps_ % options_.check_every != 0) return;
-  std::vector<std::string> lines = parameter_checksums();
+  std::vector<std::string> lines = parameter_checksums(names_, parameters_);
   for (std::string& line : lines)
     line += ")";
   check_ranks_agree(*options_.communicator, lines,

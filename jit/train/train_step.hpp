@@ -26,14 +26,6 @@ class Communicator;
 class Context;
 struct StepProgram;
 
-/// Mixed precision of a step (docs/amp.md): off, or the autocast pass with bf16 or fp16 as the
-/// low precision. fp16 always scales the loss (UpdateOptions::loss_scaling, default settings
-/// unless given); bf16 never does.
-enum class AmpMode { off, bf16, fp16 };
-std::string_view amp_name(AmpMode mode);
-/// "off", "bf16" or "fp16"; throws std::invalid_argument naming the accepted values.
-AmpMode amp_from_name(std::string_view name);
-
 struct TrainStepOptions {
   UpdateOptions update;
   /// Micro-batches whose gradients are summed before one update (1: update every call).
@@ -176,9 +168,6 @@ private:
   /// `delay` trains on the whole batch (SiftOptions::delay). Both record the losses.
   enum class Sifting { none, select, delay };
   Built build(std::span<const HostTensor> batch, Sifting sifting, CompileRun& run);
-  /// The `trace` stage: the forward graph for `batch`, checked against the parameters, the
-  /// frozen inputs and the batch (whose input names it records in `built`).
-  Graph traced(std::span<const HostTensor> batch, Sifting sifting, Built& built);
   Graph plan_graph(std::span<const HostTensor> batch, CompileRun& run);
   /// Rows a sifting update trains on for a batch of `rows` rows.
   int64_t sift_rows_for(int64_t rows) const;
@@ -192,13 +181,9 @@ private:
   /// Whether gradients leave the step program for the host before the update program
   /// (accumulation: summed over micro-batches there).
   bool split_update() const;
-  /// One line per parameter: its name and an FNV-1a checksum of its bytes.
-  std::vector<std::string> parameter_checksums() const;
   /// The number of ranks the step averages over (1 in a world of one).
   int ranks() const;
   std::vector<HostTensor> scalar_inputs(double lr) const;
-  /// Accumulation: adds a micro-batch's gradients (the step's `grad:` outputs) to grad_sums_.
-  void accumulate_gradients(const StepProgram& step);
   /// After an update: the parameters' stamps, the count, the ranks' periodic agreement check.
   void finish_update();
 

@@ -202,8 +202,9 @@ CpuExecutable::CpuExecutable(const Graph& optimized, KernelLibrary& library, Thr
 
 CpuExecutable::CpuExecutable(const Graph& optimized, KernelLibrary& library, ThreadPool& pool,
                              CompileRun&& run)
-    : CpuExecutable(prepare(optimized, cpu_graph_stages(optimized, Device(Backend::cpu)), run),
-                    library, pool, run) {}
+    : CpuExecutable(
+          prepare(optimized, cpu_backend.graph_stages(optimized, Device(Backend::cpu)), run),
+          library, pool, run) {}
 
 std::vector<HostTensor> CpuExecutable::run(std::span<const HostTensor> inputs) const {
   std::vector<HostTensor> results;
@@ -375,6 +376,8 @@ void CpuExecutable::run_into(std::span<const HostTensor* const> inputs,
   }
 }
 
+namespace {
+
 BackendGraphStages cpu_graph_stages(const Graph& optimized, const Device&) {
   BackendGraphStages out;
   out.fusion = FusionOptions{.row_kernels = true, .sibling_reductions = true};
@@ -412,5 +415,13 @@ StepMemory plan_memory_for_cpu(const Prepared& prepared, const Device&, std::spa
   out.largest = largest_buffers(std::move(buffers));
   return out;
 }
+
+int64_t host_free_memory(const Device&) { return host_available_memory(); }
+
+} // namespace
+
+extern const BackendEntry cpu_backend{Backend::cpu,     "cpu",           false,
+                                      cpu_graph_stages, compile_for_cpu, plan_memory_for_cpu,
+                                      host_free_memory};
 
 } // namespace sinter

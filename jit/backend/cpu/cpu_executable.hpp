@@ -1,5 +1,6 @@
 // jit/backend/cpu/cpu_executable.hpp — a compiled step on the CPU: kernels, arena, launches
 #pragma once
+#include "jit/backend/backends.hpp"
 #include "jit/backend/cpu/kernel_library.hpp"
 #include "jit/backend/cpu/thread_pool.hpp"
 #include "jit/backend/device.hpp"
@@ -80,15 +81,11 @@ private:
   mutable std::unique_ptr<std::byte[]> arena_;
 };
 
-class Context;
-/// The CPU's entry in the backend table: kernels from the context's library, its thread pool.
-std::unique_ptr<Executable> compile_for_cpu(Prepared prepared, const Device& device,
-                                            Context& context, CompileRun& run);
-/// The CPU's graph stages: `decompose-attention` under SINTER_ATTENTION=decomposed, then
-/// `small-matmuls` (small batched matmuls as loops that fuse); row kernels, sibling reductions.
-BackendGraphStages cpu_graph_stages(const Graph& optimized, const Device& device);
-/// The CPU's memory plan for a prepared graph (arena, outputs, the caller's inputs).
-StepMemory plan_memory_for_cpu(const Prepared& prepared, const Device& device,
-                               std::span<const bool> single_copy);
+/// The CPU's entry in the backend table. Graph stages: `decompose-attention` under
+/// SINTER_ATTENTION=decomposed, then `small-matmuls` (small batched matmuls as loops that
+/// fuse); fused with row kernels and sibling reductions. Kernels from the context's library,
+/// run on its thread pool; the memory plan counts the caller's inputs, and free memory is the
+/// host's.
+extern const BackendEntry cpu_backend;
 
 } // namespace sinter

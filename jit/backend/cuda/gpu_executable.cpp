@@ -217,24 +217,6 @@ profile::DevicePeak measure_gpu_peak(CudaDevice& device, kernels::Fp32Math fp32)
 
 } // namespace
 
-BackendGraphStages cuda_graph_stages(const Graph& optimized, const Device& device) {
-  int capability = 90; // an H100 where no GPU can be asked (planning on a build machine)
-  if (cuda::driver()) capability = CudaDevice::get(device.ordinal).info().compute_capability;
-  NvptxAttentionChoice choice;
-  BackendGraphStages stages = nvptx_graph_stages(optimized, capability, &choice);
-  static std::once_flag said_fused, said_decomposed;
-  if (choice.fused)
-    std::call_once(said_fused, [] {
-      log_line("sinter: attention on cuda: fused (NVPTX flash-attention kernels on tensor cores)");
-    });
-  if (choice.decomposed)
-    std::call_once(said_decomposed, [&] {
-      log_line("sinter: attention on cuda: decomposed (scores and softmax in memory): " +
-               choice.why);
-    });
-  return stages;
-}
-
 GpuExecutable::GpuExecutable(const Graph& optimized, CudaDevice& device, KernelCache& cache)
     : GpuExecutable(optimized, device, cache, CompileRun("program", false, DumpSelection(""))) {}
 
@@ -630,6 +612,26 @@ void GpuExecutable::run_into(std::span<const HostTensor* const> inputs,
   }
 }
 
+namespace {
+
+BackendGraphStages cuda_graph_stages(const Graph& optimized, const Device& device) {
+  int capability = 90; // an H100 where no GPU can be asked (planning on a build machine)
+  if (cuda::driver()) capability = CudaDevice::get(device.ordinal).info().compute_capability;
+  NvptxAttentionChoice choice;
+  BackendGraphStages stages = nvptx_graph_stages(optimized, capability, &choice);
+  static std::once_flag said_fused, said_decomposed;
+  if (choice.fused)
+    std::call_once(said_fused, [] {
+      log_line("sinter: attention on cuda: fused (NVPTX flash-attention kernels on tensor cores)");
+    });
+  if (choice.decomposed)
+    std::call_once(said_decomposed, [&] {
+      log_line("sinter: attention on cuda: decomposed (scores and softmax in memory): " +
+               choice.why);
+    });
+  return stages;
+}
+
 std::unique_ptr<Executable> compile_for_cuda(Prepared prepared, const Device& device,
                                              Context& context, CompileRun& run) {
   auto executable = std::make_unique<GpuExecutable>(
@@ -678,5 +680,11 @@ int64_t cuda_free_memory(const Device& device) {
   gpu.driver().check(gpu.driver().cuMemGetInfo(&free, &total), "cuMemGetInfo");
   return static_cast<int64_t>(free);
 }
+
+} // namespace
+
+extern const BackendEntry cuda_backend{Backend::cuda,     "cuda",           true,
+                                       cuda_graph_stages, compile_for_cuda, plan_memory_for_cuda,
+                                       cuda_free_memory};
 
 } // namespace sinter

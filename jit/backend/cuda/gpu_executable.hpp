@@ -1,6 +1,7 @@
 // jit/backend/cuda/gpu_executable.hpp — a compiled step on a GPU: runs the launch plan over a
 // device arena with alternating input sets, CUDA graphs, carried state and deferred outputs
 #pragma once
+#include "jit/backend/backends.hpp"
 #include "jit/backend/cuda/cuda_device.hpp"
 #include "jit/backend/cuda/launch_plan.hpp"
 #include "jit/backend/device.hpp"
@@ -108,18 +109,12 @@ private:
   mutable std::vector<cuda::EventHandle> marks_;
 };
 
-class Context;
-/// CUDA's entry in the backend table: GPU `device.ordinal`, kernels cached in the context's cache.
-std::unique_ptr<Executable> compile_for_cuda(Prepared prepared, const Device& device,
-                                             Context& context, CompileRun& run);
-/// nvptx_graph_stages for `device`'s compute capability, or sm_90 where no driver is loadable
-/// (planning on a build machine); says once per process how attention runs.
-BackendGraphStages cuda_graph_stages(const Graph& optimized, const Device& device);
-/// What GpuExecutable would allocate for a prepared graph on `device`: the arena, outputs,
-/// input buffers (two sets; one copy where `single_copy`) and the cuBLASLt workspace.
-StepMemory plan_memory_for_cuda(const Prepared& prepared, const Device& device,
-                                std::span<const bool> single_copy);
-/// The GPU's free memory (cuMemGetInfo); std::runtime_error saying why without a driver.
-int64_t cuda_free_memory(const Device& device);
+/// CUDA's entry in the backend table (devices `cuda:N`). Graph stages: nvptx_graph_stages for
+/// the device's compute capability, or sm_90 where no driver is loadable (planning on a build
+/// machine), saying once per process how attention runs. Kernels cached in the context's
+/// cache. The memory plan is what GpuExecutable allocates: the arena, outputs, input buffers
+/// (two sets; one copy where carried or resident) and the cuBLASLt workspace. Free memory is
+/// cuMemGetInfo's (std::runtime_error saying why without a driver).
+extern const BackendEntry cuda_backend;
 
 } // namespace sinter
