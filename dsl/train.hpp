@@ -3,7 +3,7 @@
 #pragma once
 #include "dsl/nn/parameter.hpp"
 #include "dsl/trace.hpp"
-#include "jit/runtime/communicator.hpp"
+#include "jit/dist/communicator.hpp"
 #include "jit/train/shape_buckets.hpp"
 #include "jit/train/train_step.hpp" // dsl/ reaches jit/ through the façade and these rooms
 #include "ops/padding.hpp"

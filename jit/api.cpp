@@ -1,6 +1,6 @@
 // jit/api.cpp — CompiledGraph: pipeline at construction, checked inputs, interpreter execution
 #include "jit/api.hpp"
-#include "jit/runtime/profiler.hpp"
+#include "jit/profile/profiler.hpp"
 #include "jit/settings.hpp"
 
 #include "jit/backend/backends.hpp"

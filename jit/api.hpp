@@ -1,13 +1,13 @@
 // jit/api.hpp — the one door from dsl/ into the compiler: build a Graph, compile it, run it
 #pragma once
 #include "jit/backend/device.hpp"
-#include "jit/backend/numerics_check.hpp"
 #include "jit/passes/passes.hpp"
 #include "jit/pipeline/stage.hpp"
+#include "jit/profile/numerics_check.hpp"
+#include "jit/profile/profiler.hpp"
 #include "jit/runtime/compile_report.hpp"
 #include "jit/runtime/host_tensor.hpp"
 #include "jit/runtime/memory_plan.hpp"
-#include "jit/runtime/profiler.hpp"
 #include "ops/registry.hpp"
 #include "ops/value.hpp"
 

@@ -5,10 +5,10 @@
 #include "env_override.hpp"
 
 #include "jit/backend/cuda/gpu_launch.hpp"
-#include "jit/backend/cuda/nvptx_emulator.hpp"
 #include "jit/backend/cuda/nvptx_target.hpp"
-#include "kernels/cpu_attention.hpp"
+#include "kernels/cpu/cpu_attention.hpp"
 #include "ptx_check.hpp"
+#include "tests/support/nvptx_emulator.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -2,9 +2,9 @@
 // `mpirun -np 2` (meson test `collectives-2-ranks`), every collective against its definition
 #include "env_override.hpp"
 #include "jit/api.hpp"
-#include "jit/runtime/communicator.hpp"
+#include "jit/dist/communicator.hpp"
 #include "jit/runtime/memory_plan.hpp"
-#include "kernels/nccl_bridge.hpp"
+#include "kernels/cuda/nccl_bridge.hpp"
 #include "ops/value.hpp"
 
 #include <catch2/catch.hpp>

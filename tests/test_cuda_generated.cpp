@@ -6,7 +6,7 @@
 #include "op_test_registry.hpp"
 
 #include "jit/backend/cuda/gpu_executable.hpp"
-#include "jit/runtime/profiler.hpp"
+#include "jit/profile/profiler.hpp"
 #include "temp_dir.hpp"
 
 #include <catch2/catch.hpp>

@@ -7,8 +7,8 @@
 #include "op_test_registry.hpp"
 
 #include "jit/backend/cuda/gpu_launch.hpp"
-#include "jit/backend/cuda/nvptx_emulator.hpp"
 #include "jit/backend/cuda/nvptx_target.hpp"
+#include "tests/support/nvptx_emulator.hpp"
 
 #include <catch2/catch.hpp>
 

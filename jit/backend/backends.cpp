@@ -1,7 +1,7 @@
 // jit/backend/backends.cpp — the backend table (one line per backend), device names, the
 // interpreter as a backend, and what every Executable shares (its dumps)
 #include "jit/backend/backends.hpp"
-#include "jit/runtime/communicator.hpp"
+#include "jit/dist/communicator.hpp"
 #include "jit/settings.hpp"
 
 #include "jit/backend/cpu/cpu_executable.hpp"

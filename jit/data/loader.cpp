@@ -1,6 +1,6 @@
 // jit/data/loader.cpp — epoch orders, batch assembly and the prefetch ring of worker threads
 #include "jit/data/loader.hpp"
-#include "jit/runtime/profiler.hpp"
+#include "jit/profile/profiler.hpp"
 
 #include <algorithm>
 #include <condition_variable>

@@ -1,8 +1,8 @@
 // jit/io/sharded_checkpoint.cpp — shard files, their index, resharding on read, consolidation
 #include "jit/io/sharded_checkpoint.hpp"
 
+#include "jit/dist/communicator.hpp"
 #include "jit/ir/graph.hpp"
-#include "jit/runtime/communicator.hpp"
 
 #include <algorithm>
 #include <cstring>

@@ -2,7 +2,7 @@
 // carried and resident inputs, new values taken back
 #include "jit/train/step_program.hpp"
 
-#include "jit/train/data_parallel.hpp"
+#include "jit/dist/data_parallel.hpp"
 #include "jit/train/optimizer.hpp"
 
 #include <algorithm>

@@ -1,9 +1,9 @@
 // jit/train/step_stages.hpp — the graph stages a training step's features contribute: in-step
 // sifting, mixed precision, data parallel and the update, each built from what it needs
 #pragma once
+#include "jit/dist/data_parallel.hpp"
 #include "jit/pipeline/pipeline.hpp"
 #include "jit/runtime/host_tensor.hpp"
-#include "jit/train/data_parallel.hpp"
 #include "jit/train/optimizer.hpp"
 #include "jit/train/sift.hpp"
 

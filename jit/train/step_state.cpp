@@ -2,8 +2,8 @@
 // sifting counters kept
 #include "jit/train/step_state.hpp"
 
+#include "jit/dist/data_parallel.hpp"
 #include "jit/passes/passes.hpp"
-#include "jit/train/data_parallel.hpp"
 #include "jit/train/step_roles.hpp"
 
 #include <algorithm>

@@ -4,12 +4,12 @@
 
 #include "jit/api.hpp"
 #include "jit/backend/backends.hpp"
-#include "jit/backend/numerics_check.hpp"
+#include "jit/dist/communicator.hpp"
+#include "jit/dist/data_parallel.hpp"
 #include "jit/pipeline/prepare.hpp"
-#include "jit/runtime/communicator.hpp"
-#include "jit/runtime/phase_timer.hpp"
-#include "jit/runtime/profiler.hpp"
-#include "jit/train/data_parallel.hpp"
+#include "jit/profile/numerics_check.hpp"
+#include "jit/profile/phase_timer.hpp"
+#include "jit/profile/profiler.hpp"
 #include "jit/train/step_program.hpp"
 
 #include <algorithm>

@@ -1,6 +1,6 @@
 // tests/distributed/collective_probe.cpp — a job of all_reduces in which one rank can stall
 // or die, for the fault tests (check_faults.sh): every other rank must end with a named error
-#include "jit/runtime/communicator.hpp"
+#include "jit/dist/communicator.hpp"
 
 #include <chrono>
 #include <csignal>

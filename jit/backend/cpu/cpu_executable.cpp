@@ -5,14 +5,14 @@
 #include "jit/api.hpp"
 #include "jit/backend/attention_layout.hpp"
 #include "jit/backend/backends.hpp"
-#include "jit/backend/collective_launch.hpp"
 #include "jit/backend/context.hpp"
 #include "jit/backend/cpu/cpu_schedule.hpp"
-#include "jit/backend/kernel_costs.hpp"
-#include "jit/backend/numerics_check.hpp"
+#include "jit/dist/collective_launch.hpp"
 #include "jit/passes/passes.hpp"
-#include "kernels/blas_gemm.hpp"
-#include "kernels/cpu_attention.hpp"
+#include "jit/profile/kernel_costs.hpp"
+#include "jit/profile/numerics_check.hpp"
+#include "kernels/cpu/blas_gemm.hpp"
+#include "kernels/cpu/cpu_attention.hpp"
 
 #include <chrono>
 #include <cmath>

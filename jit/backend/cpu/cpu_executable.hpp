@@ -6,7 +6,7 @@
 #include "jit/backend/device.hpp"
 #include "jit/backend/executable.hpp"
 #include "jit/pipeline/prepare.hpp"
-#include "jit/runtime/profiler.hpp"
+#include "jit/profile/profiler.hpp"
 
 #include <memory>
 #include <mutex>

@@ -1,7 +1,7 @@
 // jit/backend/cuda/cuda_device.cpp — contexts, buffers, and the memory → disk → LLVM kernel lookup
 #include "jit/backend/cuda/cuda_device.hpp"
 
-#include "kernels/cublaslt_gemm.hpp"
+#include "kernels/cuda/cublaslt_gemm.hpp"
 
 #include <array>
 #include <stdexcept>

@@ -6,9 +6,9 @@
 #include "jit/backend/cuda/launch_plan.hpp"
 #include "jit/backend/device.hpp"
 #include "jit/backend/executable.hpp"
-#include "jit/runtime/profiler.hpp"
-#include "kernels/cublaslt_gemm.hpp"
-#include "kernels/nccl_bridge.hpp"
+#include "jit/profile/profiler.hpp"
+#include "kernels/cuda/cublaslt_gemm.hpp"
+#include "kernels/cuda/nccl_bridge.hpp"
 
 #include <array>
 #include <memory>

@@ -6,7 +6,7 @@
 #include "jit/backend/cuda/gpu_launch.hpp"
 #include "jit/runtime/compile_report.hpp"
 #include "jit/runtime/memory_plan.hpp"
-#include "kernels/cublaslt_gemm.hpp"
+#include "kernels/cuda/cublaslt_gemm.hpp"
 
 #include <functional>
 #include <optional>

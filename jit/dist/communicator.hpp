@@ -1,4 +1,4 @@
-// jit/runtime/communicator.hpp — the ranks of a job and the collectives between them (MPI)
+// jit/dist/communicator.hpp — the ranks of a job and the collectives between them (MPI)
 #pragma once
 #include "jit/ir/dtype.hpp"
 

@@ -1,4 +1,4 @@
-// jit/backend/numerics_check.hpp — --check-numerics: the first kernel output that is not finite,
+// jit/profile/numerics_check.hpp — --check-numerics: the first kernel output that is not finite,
 // traced to the op that made it
 #pragma once
 #include "jit/passes/fuse.hpp"

@@ -1,5 +1,5 @@
-// jit/backend/kernel_costs.cpp — kernel names, roles, bytes and FLOPs for the profiler
-#include "jit/backend/kernel_costs.hpp"
+// jit/profile/kernel_costs.cpp — kernel names, roles, bytes and FLOPs for the profiler
+#include "jit/profile/kernel_costs.hpp"
 #include "jit/train/step_roles.hpp"
 
 #include "jit/backend/attention_layout.hpp"

@@ -1,8 +1,8 @@
-// kernels/nccl_bridge.cpp — libnccl.so.2 by dlopen, its communicator and collectives
-#include "kernels/nccl_bridge.hpp"
+// kernels/cuda/nccl_bridge.cpp — libnccl.so.2 by dlopen, its communicator and collectives
+#include "kernels/cuda/nccl_bridge.hpp"
 #include "jit/settings.hpp"
 
-#include "jit/runtime/communicator.hpp"
+#include "jit/dist/communicator.hpp"
 
 #include "kernels/dynamic_library.hpp"
 

@@ -1,8 +1,8 @@
-// jit/backend/kernel_costs.hpp — what each fused kernel is for the profiler: name, model path,
+// jit/profile/kernel_costs.hpp — what each fused kernel is for the profiler: name, model path,
 // role, bytes and FLOPs from the IR
 #pragma once
 #include "jit/passes/fuse.hpp"
-#include "jit/runtime/profiler.hpp"
+#include "jit/profile/profiler.hpp"
 
 #include <vector>
 

@@ -1,5 +1,5 @@
-// jit/runtime/profile_report.cpp — the report page: inline SVG charts from a profile's Summary
-#include "jit/runtime/profile_report.hpp"
+// jit/profile/report.cpp — the report page: inline SVG charts from a profile's Summary
+#include "jit/profile/report.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,9 +1,9 @@
-// kernels/cpu_attention.cpp — the CPU's fused attention: blocks of query rows against tiles of
+// kernels/cpu/cpu_attention.cpp — the CPU's fused attention: blocks of query rows against tiles of
 // keys in vector registers, the scores of a block kept in cache, never a [Tq, Tk] matrix
 //
 // Built once per x86-64 level (meson.build: baseline, v3 = AVX2+FMA, v4 = AVX-512) into the
-// namespace SINTER_ATTENTION_ISA; kernels/cpu_attention_dispatch.cpp picks one at run time.
-#include "kernels/cpu_attention.hpp"
+// namespace SINTER_ATTENTION_ISA; kernels/cpu/cpu_attention_dispatch.cpp picks one at run time.
+#include "kernels/cpu/cpu_attention.hpp"
 
 #include "jit/ir/half.hpp"
 

@@ -1,8 +1,8 @@
-// jit/backend/cuda/nvptx_emulator.cpp — runs a generated NVPTX kernel's LLVM IR on the CPU, one OS
+// tests/support/nvptx_emulator.cpp — runs a generated NVPTX kernel's LLVM IR on the CPU, one OS
 // thread per GPU thread, so kernels written for tensor cores are checked on machines without a GPU
-#include "jit/backend/cuda/nvptx_emulator.hpp"
+#include "tests/support/nvptx_emulator.hpp"
 
-#include "jit/backend/collective_launch.hpp"
+#include "jit/dist/collective_launch.hpp"
 
 #include "jit/backend/cuda/gpu_launch.hpp"
 #include "jit/backend/cuda/nvptx_schedule.hpp"

@@ -1,11 +1,11 @@
-// jit/backend/numerics_check.cpp — scanning kernel outputs for inf/NaN and replaying the kernel
+// jit/profile/numerics_check.cpp — scanning kernel outputs for inf/NaN and replaying the kernel
 // in the reference interpreter to find the op that made it
-#include "jit/backend/numerics_check.hpp"
+#include "jit/profile/numerics_check.hpp"
 #include "jit/settings.hpp"
 
 #include "jit/api.hpp"
-#include "jit/backend/kernel_costs.hpp"
 #include "jit/interp/interpreter.hpp"
+#include "jit/profile/kernel_costs.hpp"
 #include "jit/runtime/host_tensor.hpp"
 
 #include <atomic>

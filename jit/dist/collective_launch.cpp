@@ -1,5 +1,5 @@
-// jit/backend/collective_launch.cpp — collective kernels through a communicator
-#include "jit/backend/collective_launch.hpp"
+// jit/dist/collective_launch.cpp — collective kernels through a communicator
+#include "jit/dist/collective_launch.hpp"
 
 #include "ops/op_id.hpp"
 

@@ -1,8 +1,8 @@
-// kernels/cublaslt_gemm.hpp — GEMMs on the GPU through cuBLASLt, loaded with dlopen
+// kernels/cuda/cublaslt_gemm.hpp — GEMMs on the GPU through cuBLASLt, loaded with dlopen
 #pragma once
 #include "jit/backend/cuda/cuda_driver.hpp"
 #include "jit/ir/dtype.hpp"
-#include "kernels/blas_gemm.hpp"
+#include "kernels/cpu/blas_gemm.hpp"
 
 #include <cstdint>
 #include <map>

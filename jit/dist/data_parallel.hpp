@@ -1,4 +1,4 @@
-// jit/train/data_parallel.hpp — the gradient reduction and sharded update of a data-parallel
+// jit/dist/data_parallel.hpp — the gradient reduction and sharded update of a data-parallel
 // step, as graph ops: gradient buckets, all_reduce or reduce_scatter, ZeRO shards, all_gather
 #pragma once
 #include "jit/runtime/host_tensor.hpp"

@@ -1,4 +1,4 @@
-// jit/backend/cuda/nvptx_emulator.hpp — runs a generated NVPTX kernel's LLVM IR on the CPU, one OS
+// tests/support/nvptx_emulator.hpp — runs a generated NVPTX kernel's LLVM IR on the CPU, one OS
 // thread per GPU thread, so kernels written for tensor cores are checked on machines without a GPU
 #pragma once
 #include "jit/passes/fuse.hpp"

@@ -1,8 +1,8 @@
-// jit/backend/collective_launch.hpp — starting a collective kernel on host buffers through a
+// jit/dist/collective_launch.hpp — starting a collective kernel on host buffers through a
 // communicator (the CPU backend, the GPU emulator)
 #pragma once
+#include "jit/dist/communicator.hpp"
 #include "jit/passes/fuse.hpp"
-#include "jit/runtime/communicator.hpp"
 
 namespace sinter {
 

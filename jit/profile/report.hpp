@@ -1,6 +1,6 @@
-// jit/runtime/profile_report.hpp — DIR/report.html: a profile's summary as a self-contained page
+// jit/profile/report.hpp — DIR/report.html: a profile's summary as a self-contained page
 #pragma once
-#include "jit/runtime/profiler.hpp"
+#include "jit/profile/profiler.hpp"
 
 #include <string>
 

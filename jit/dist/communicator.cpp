@@ -1,5 +1,5 @@
-// jit/runtime/communicator.cpp — world detection, MPI collectives with timeouts, a world of one
-#include "jit/runtime/communicator.hpp"
+// jit/dist/communicator.cpp — world detection, MPI collectives with timeouts, a world of one
+#include "jit/dist/communicator.hpp"
 #include "jit/settings.hpp"
 
 // The C API only: the deprecated C++ bindings are neither used nor warning-free.

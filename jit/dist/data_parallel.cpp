@@ -1,7 +1,7 @@
-// jit/train/data_parallel.cpp — gradient buckets, their collectives and ZeRO shards as graph ops
-#include "jit/train/data_parallel.hpp"
+// jit/dist/data_parallel.cpp — gradient buckets, their collectives and ZeRO shards as graph ops
+#include "jit/dist/data_parallel.hpp"
 
-#include "jit/runtime/communicator.hpp"
+#include "jit/dist/communicator.hpp"
 
 #include <cstdio>
 

@@ -1,4 +1,4 @@
-// jit/runtime/phase_timer.hpp — SINTER_TIME_PHASES=1: one stderr line per compile phase and its
+// jit/profile/phase_timer.hpp — SINTER_TIME_PHASES=1: one stderr line per compile phase and its
 // time
 #pragma once
 #include "jit/settings.hpp"

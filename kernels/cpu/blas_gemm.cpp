@@ -1,5 +1,6 @@
-// kernels/blas_gemm.cpp — OpenBLAS sgemm/dgemm calls (bf16/f16 staged through f32), integer loop
-#include "kernels/blas_gemm.hpp"
+// kernels/cpu/blas_gemm.cpp — OpenBLAS sgemm/dgemm calls (bf16/f16 staged through f32), integer
+// loop
+#include "kernels/cpu/blas_gemm.hpp"
 
 #include "jit/ir/half.hpp"
 

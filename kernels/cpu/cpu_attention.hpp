@@ -1,4 +1,4 @@
-// kernels/cpu_attention.hpp — fused attention on the CPU: forward (with the row log-sum-exp)
+// kernels/cpu/cpu_attention.hpp — fused attention on the CPU: forward (with the row log-sum-exp)
 // and backward, in blocks of query rows, never storing a [Tq, Tk] matrix
 #pragma once
 #include "jit/ir/dtype.hpp"

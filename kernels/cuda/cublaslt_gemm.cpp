@@ -1,5 +1,5 @@
-// kernels/cublaslt_gemm.cpp — cuBLASLt descriptors, heuristics per shape, row-major via swap
-#include "kernels/cublaslt_gemm.hpp"
+// kernels/cuda/cublaslt_gemm.cpp — cuBLASLt descriptors, heuristics per shape, row-major via swap
+#include "kernels/cuda/cublaslt_gemm.hpp"
 #include "jit/settings.hpp"
 
 #include "kernels/dynamic_library.hpp"

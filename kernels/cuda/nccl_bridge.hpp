@@ -1,4 +1,4 @@
-// kernels/nccl_bridge.hpp — NCCL through dlopen: a communicator between the GPU ranks of a job
+// kernels/cuda/nccl_bridge.hpp — NCCL through dlopen: a communicator between the GPU ranks of a job
 // (its unique id broadcast over the host's communicator) and collectives on a CUDA stream
 #pragma once
 #include "jit/backend/cuda/cuda_driver.hpp"

@@ -1,4 +1,4 @@
-// kernels/blas_gemm.hpp — the GEMM bridge: row-major C = op(A) · op(B) through OpenBLAS
+// kernels/cpu/blas_gemm.hpp — the GEMM bridge: row-major C = op(A) · op(B) through OpenBLAS
 #pragma once
 #include "jit/ir/dtype.hpp"
 

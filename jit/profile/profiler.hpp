@@ -1,4 +1,4 @@
-// jit/runtime/profiler.hpp — the step profiler: per-kernel and per-phase times, the trace file,
+// jit/profile/profiler.hpp — the step profiler: per-kernel and per-phase times, the trace file,
 // the summary with verdicts (docs/profiling.md)
 #pragma once
 #include <chrono>

@@ -1,6 +1,6 @@
-// kernels/cpu_attention_dispatch.cpp — picks the build of the CPU attention kernel that matches
+// kernels/cpu/cpu_attention_dispatch.cpp — picks the build of the CPU attention kernel that matches
 // the processor (AVX-512, AVX2+FMA or the x86-64 baseline), once per process
-#include "kernels/cpu_attention.hpp"
+#include "kernels/cpu/cpu_attention.hpp"
 
 #include <atomic>
 #include <stdexcept>
