@@ -12,18 +12,6 @@
 
 namespace sinter {
 
-const char* kernel_kind_name(KernelKind kind) {
-  switch (kind) {
-  case KernelKind::loop: return "loop";
-  case KernelKind::reduce: return "reduce";
-  case KernelKind::gemm: return "gemm";
-  case KernelKind::scatter_add: return "scatter";
-  case KernelKind::row: return "row";
-  case KernelKind::attention: return "attention";
-  case KernelKind::collective: return "collective";
-  }
-  return "kernel";
-}
 namespace {
 
 /// Ops that only move or pick elements: recomputing them in each consumer costs no arithmetic.
@@ -32,7 +20,11 @@ bool index_only(OpId op) { return op_def(op).fusion == FusionCost::index_only; }
 /// One cheap instruction per element: worth recomputing rather than storing and reloading.
 bool cheap_elementwise(OpId op) { return op_def(op).fusion == FusionCost::cheap; }
 
-bool always_root(OpId op) { return op_def(op).fusion == FusionCost::root; }
+/// The kernel a node of `op` makes when it is a kernel's root.
+KernelKind kind_of(OpId op) { return op_def(op).kernel_kind; }
+
+/// Reductions, GEMMs, scatters, attention and collectives: never inlined into another kernel.
+bool always_root(OpId op) { return kind_of(op) != KernelKind::loop; }
 
 bool swaps_last_two(const Node& n) {
   const auto& perm = n.attrs.ints;
@@ -41,23 +33,6 @@ bool swaps_last_two(const Node& n) {
   for (std::size_t i = 0; i + 2 < r; ++i)
     if (perm[i] != static_cast<int64_t>(i)) return false;
   return perm[r - 2] == static_cast<int64_t>(r - 1) && perm[r - 1] == static_cast<int64_t>(r - 2);
-}
-
-KernelKind kind_of(OpId op) {
-  switch (op) {
-  case OpId::reduce_sum:
-  case OpId::reduce_max: return KernelKind::reduce;
-  case OpId::matmul: return KernelKind::gemm;
-  case OpId::scatter_add: return KernelKind::scatter_add;
-  case OpId::fused_attention:
-  case OpId::fused_attention_lse:
-  case OpId::fused_attention_grad: return KernelKind::attention;
-  case OpId::all_reduce:
-  case OpId::reduce_scatter:
-  case OpId::all_gather:
-  case OpId::broadcast_from: return KernelKind::collective;
-  default: return KernelKind::loop;
-  }
 }
 
 const char* kind_name(KernelKind k) {
@@ -277,7 +252,7 @@ struct RowGeometry {
 
 bool is_row_reduction(const Graph& g, ValueId v) {
   const Node& n = g.node(v);
-  if (n.op != OpId::reduce_sum && n.op != OpId::reduce_max) return false;
+  if (kind_of(n.op) != KernelKind::reduce) return false;
   std::size_t rank = g.type(n.inputs[0]).shape.size();
   return rank >= 1 && n.attrs.ints.size() == 1 && n.attrs.ints[0] == static_cast<int64_t>(rank) - 1;
 }
