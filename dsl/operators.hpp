@@ -260,6 +260,9 @@ struct mean_fn {
 struct max_fn {
   Value operator()(Value x, std::vector<int64_t> a, bool k) const { return sinter::max(x, a, k); }
 };
+struct min_fn {
+  Value operator()(Value x, std::vector<int64_t> a, bool k) const { return sinter::min(x, a, k); }
+};
 struct logsumexp_fn {
   Value operator()(Value x, std::vector<int64_t> a, bool k) const {
     return sinter::logsumexp(x, a, k);
@@ -480,6 +483,7 @@ template <int64_t... P, Operand X> auto permute(const X& x) {
 SINTER_DSL_REDUCTION(sum)
 SINTER_DSL_REDUCTION(mean)
 SINTER_DSL_REDUCTION(max)
+SINTER_DSL_REDUCTION(min)
 SINTER_DSL_REDUCTION(logsumexp)
 #undef SINTER_DSL_REDUCTION
 

@@ -301,7 +301,7 @@ const OpDef attention_op{
 const OpDef fused_attention_op{
     .arity = -1,
     .precision = Precision::low,
-    .fusion = FusionCost::root,
+    .kernel_kind = KernelKind::attention,
     .infer = forward_type,
     .grad =
         [](const GradArgs& a) {
@@ -330,7 +330,7 @@ const OpDef fused_attention_op{
 const OpDef fused_attention_lse_op{
     .arity = -1,
     .differentiable = false,
-    .fusion = FusionCost::root,
+    .kernel_kind = KernelKind::attention,
     .infer =
         [](std::span<const TensorType> in, const Attrs& a) {
           TensorType o = forward_type(in, a);
@@ -356,7 +356,7 @@ const OpDef fused_attention_lse_op{
 const OpDef fused_attention_grad_op{
     .arity = -1,
     .differentiable = false,
-    .fusion = FusionCost::root,
+    .kernel_kind = KernelKind::attention,
     .infer =
         [](std::span<const TensorType> in, const Attrs& a) {
           if (in.size() != 6 && in.size() != 7)

@@ -52,7 +52,7 @@ std::vector<OpTestCase> collective_cases(bool rows) {
 
 // attrs: ints = {ranks}. Every rank gets the sum over ranks of its operand.
 const OpDef all_reduce_op{
-    .fusion = FusionCost::root,
+    .kernel_kind = KernelKind::collective,
     .infer = [](std::span<const TensorType> in,
                 const Attrs& a) { return same_type(in, a, "all_reduce"); },
     // Each rank's operand reaches every rank's result: its cotangent is the sum of theirs.
@@ -68,7 +68,7 @@ const OpDef all_reduce_op{
 // attrs: ints = {ranks}. Dim 0 (a multiple of ranks) is cut into ranks blocks; rank r gets the
 // sum over ranks of block r.
 const OpDef reduce_scatter_op{
-    .fusion = FusionCost::root,
+    .kernel_kind = KernelKind::collective,
     .infer =
         [](std::span<const TensorType> in, const Attrs& a) {
           TensorType t = same_type(in, a, "reduce_scatter");
@@ -93,7 +93,7 @@ const OpDef reduce_scatter_op{
 // attrs: ints = {ranks}. Every rank gets the operands of all ranks joined along dim 0, in rank
 // order.
 const OpDef all_gather_op{
-    .fusion = FusionCost::root,
+    .kernel_kind = KernelKind::collective,
     .infer =
         [](std::span<const TensorType> in, const Attrs& a) {
           TensorType t = same_type(in, a, "all_gather");
@@ -113,7 +113,7 @@ const OpDef all_gather_op{
 // attrs: ints = {ranks, root}. Every rank gets rank root's operand.
 const OpDef broadcast_from_op{
     .differentiable = false,
-    .fusion = FusionCost::root,
+    .kernel_kind = KernelKind::collective,
     .infer =
         [](std::span<const TensorType> in, const Attrs& a) {
           TensorType t = same_type(in, a, "broadcast_from");

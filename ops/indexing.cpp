@@ -68,7 +68,7 @@ const OpDef gather_op{
 // row r is the sum of the update rows whose index is r.
 const OpDef scatter_add_op{
     .arity = 2,
-    .fusion = FusionCost::root,
+    .kernel_kind = KernelKind::scatter_add,
     .infer =
         [](std::span<const TensorType> in, const Attrs& a) {
           type_rules::require_integer(in[0], "scatter_add indices");

@@ -19,7 +19,7 @@ Value swap_last_two(Value x) {
 const OpDef matmul_op{
     .arity = 2,
     .precision = Precision::low,
-    .fusion = FusionCost::root,
+    .kernel_kind = KernelKind::gemm,
     .infer =
         [](std::span<const TensorType> in, const Attrs&) {
           type_rules::require_same_dtype(in);

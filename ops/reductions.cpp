@@ -1,4 +1,5 @@
-// ops/reductions.cpp — reduce_sum, reduce_max (primitives) and sum, mean, max, logsumexp
+// ops/reductions.cpp — reduce_sum, reduce_max, reduce_min (primitives) and sum, mean, max, min,
+// logsumexp
 // Primitive attrs: ints = normalised sorted axes, reduced axes dropped from the result.
 // Composite attrs: ints = axes (negative allowed, empty = all), flag = keepdims.
 #include "ops/reference.hpp"
@@ -54,10 +55,19 @@ F64Tensor max_reference(Args in, const Attrs& a, const TensorType&) {
                            [](double m, double v) { return std::max(m, v); });
 }
 
+F64Tensor min_reference(Args in, const Attrs& a, const TensorType&) {
+  auto axes = type_rules::axes(a.ints, in[0].shape.size());
+  return reference::reduce(in[0], axes, a.flag, std::numeric_limits<double>::infinity(),
+                           [](double m, double v) { return std::min(m, v); });
+}
+
+// The i32 case checks the integer identities and combines (the lowest and highest integers
+// stand for max's and min's infinities).
 std::vector<OpTestCase> primitive_cases() {
   return {{{TestOperand{DType::f64, {3, 4, 5}}}, Attrs{.ints = {1}}},
           {{TestOperand{DType::f64, {3, 4, 5}}}, Attrs{.ints = {0, 2}}},
-          {{TestOperand{DType::f64, {6}}}, Attrs{.ints = {0}}}};
+          {{TestOperand{DType::f64, {6}}}, Attrs{.ints = {0}}},
+          {{TestOperand{DType::i32, {4, 6}, -50, 50}}, Attrs{.ints = {1}}}};
 }
 
 std::vector<OpTestCase> composite_cases() {
@@ -73,12 +83,24 @@ bool reduces_other_axes(std::span<const TensorType> in, std::span<const bool> ta
   return row_rules::keeps_dim0(in, taken, result) && (a.ints.empty() || a.ints[0] != 0);
 }
 
+/// Gradient of reduce_max and reduce_min: the cotangent goes to the elements equal to the
+/// result, and ties share it equally, so it is the same whichever extreme is picked.
+std::vector<Value> grad_to_extremes(const GradArgs& g) {
+  Value x = g.operands[0];
+  Value is_extreme = cast(equal(x, expand_reduced(g.result, x, g.attrs.ints)), x.dtype());
+  Value count = emit(OpId::reduce_sum, {is_extreme}, Attrs{.ints = g.attrs.ints});
+  return {is_extreme * expand_reduced(g.cotangent / count, x, g.attrs.ints)};
+}
+
+constexpr double infinity = std::numeric_limits<double>::infinity();
+
 } // namespace
 
 const OpDef reduce_sum_op{
     .arity = 1,
     .precision = Precision::fp32,
-    .fusion = FusionCost::root,
+    .kernel_kind = KernelKind::reduce,
+    .reducer = Reducer{.combine = Reducer::Combine::add, .identity = 0.0},
     .infer = primitive_reduce_type,
     .grad =
         [](const GradArgs& g) {
@@ -89,19 +111,24 @@ const OpDef reduce_sum_op{
     .row_wise = reduces_other_axes,
 };
 
-// Ties share the cotangent equally, so the gradient is the same whichever maximum is picked.
 const OpDef reduce_max_op{
     .arity = 1,
-    .fusion = FusionCost::root,
+    .kernel_kind = KernelKind::reduce,
+    .reducer = Reducer{.combine = Reducer::Combine::max, .identity = -infinity},
     .infer = primitive_reduce_type,
-    .grad =
-        [](const GradArgs& g) {
-          Value x = g.operands[0];
-          Value is_max = cast(equal(x, expand_reduced(g.result, x, g.attrs.ints)), x.dtype());
-          Value count = emit(OpId::reduce_sum, {is_max}, Attrs{.ints = g.attrs.ints});
-          return std::vector<Value>{is_max * expand_reduced(g.cotangent / count, x, g.attrs.ints)};
-        },
+    .grad = grad_to_extremes,
     .reference = max_reference,
+    .test_cases = primitive_cases,
+    .row_wise = reduces_other_axes,
+};
+
+const OpDef reduce_min_op{
+    .arity = 1,
+    .kernel_kind = KernelKind::reduce,
+    .reducer = Reducer{.combine = Reducer::Combine::min, .identity = infinity},
+    .infer = primitive_reduce_type,
+    .grad = grad_to_extremes,
+    .reference = min_reference,
     .test_cases = primitive_cases,
     .row_wise = reduces_other_axes,
 };
@@ -149,6 +176,15 @@ const OpDef max_op{
     .lower = [](std::span<const Value> in,
                 const Attrs& a) { return reduce_keeping(OpId::reduce_max, in[0], a); },
     .reference = max_reference,
+    .test_cases = composite_cases,
+};
+
+const OpDef min_op{
+    .arity = 1,
+    .infer = reduce_type,
+    .lower = [](std::span<const Value> in,
+                const Attrs& a) { return reduce_keeping(OpId::reduce_min, in[0], a); },
+    .reference = min_reference,
     .test_cases = composite_cases,
 };
 

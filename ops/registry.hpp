@@ -1,5 +1,6 @@
 // ops/registry.hpp — OpDef: everything about one op (type rule, gradient, lowering, test cases)
 #pragma once
+#include "ops/kernel_kind.hpp"
 #include "ops/value.hpp"
 
 #include <functional>
@@ -53,12 +54,28 @@ enum class Precision {
   fp32,         ///< operands raised to f32: softmax, norms, losses, sums (accuracy-critical)
 };
 
-/// What the fusion pass may do with a primitive (composites never reach it).
+/// What the fusion pass may do with a primitive that loop kernels inline (composites never
+/// reach it; a primitive whose kernel_kind is not `loop` is always a kernel of its own).
 enum class FusionCost {
   expensive,  ///< several instructions or a libm call: computed once, stored if shared
   cheap,      ///< about one instruction per element: recomputed in each consumer
   index_only, ///< moves or picks elements, no arithmetic: always recomputed
-  root,       ///< always a kernel of its own (reductions, GEMM, scatter)
+};
+
+/// How a reduction folds the elements of its operand into each output. Every schedule starts
+/// its accumulators at `identity` and merges values and partial results (a thread's run, a warp
+/// lane's, a block's) with `combine`, in any order and grouping, so the two must agree:
+/// combine(identity, x) == x for every x.
+struct Reducer {
+  enum class Combine {
+    add, ///< acc + x (floats: reassociated, so vector loops keep several partial sums)
+    max, ///< acc < x ? x : acc (a NaN in x is skipped, as std::max(acc, x) does)
+    min, ///< x < acc ? x : acc (a NaN in x is skipped, as std::min(acc, x) does)
+  };
+  Combine combine;
+  /// The accumulators' start. Integers have no infinity: -inf and +inf stand for the integer
+  /// dtype's lowest and highest value.
+  double identity;
 };
 
 struct OpDef {
@@ -70,6 +87,12 @@ struct OpDef {
   /// `reference` on the scalars): elementwise primitives and pure layout changes.
   bool foldable = false;
   FusionCost fusion = FusionCost::expensive;
+  /// Primitives: the kernel a node of this op makes when it is a kernel's root. Anything but
+  /// `loop` is always a kernel of its own, its node never inlined into another kernel; a
+  /// `loop` primitive has an elemental case in jit/codegen's emitter (the [op-facts] test).
+  KernelKind kernel_kind = KernelKind::loop;
+  /// `reduce` primitives: how the reduction folds (the emitter's reduce_init and combine).
+  std::optional<Reducer> reducer;
   /// Result type from operand types; throws ShapeError with a message saying what is wrong.
   TensorType (*infer)(std::span<const TensorType> operands, const Attrs& attrs) = nullptr;
   /// Cotangent per operand (a null Value for none). Null rule on a composite: autodiff

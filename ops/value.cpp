@@ -172,6 +172,9 @@ Value mean(Value x, std::vector<int64_t> axes, bool keepdims) {
 Value max(Value x, std::vector<int64_t> axes, bool keepdims) {
   return emit(OpId::max, {x}, Attrs{.ints = std::move(axes), .flag = keepdims});
 }
+Value min(Value x, std::vector<int64_t> axes, bool keepdims) {
+  return emit(OpId::min, {x}, Attrs{.ints = std::move(axes), .flag = keepdims});
+}
 Value logsumexp(Value x, std::vector<int64_t> axes, bool keepdims) {
   return emit(OpId::logsumexp, {x}, Attrs{.ints = std::move(axes), .flag = keepdims});
 }

@@ -73,6 +73,7 @@ Value cast(Value x, DType dtype);
 Value sum(Value x, std::vector<int64_t> axes = {}, bool keepdims = false);
 Value mean(Value x, std::vector<int64_t> axes = {}, bool keepdims = false);
 Value max(Value x, std::vector<int64_t> axes = {}, bool keepdims = false);
+Value min(Value x, std::vector<int64_t> axes = {}, bool keepdims = false);
 Value logsumexp(Value x, std::vector<int64_t> axes = {}, bool keepdims = false);
 
 /// Matrix product over the last two dims; batch dims broadcast, a 2-D right operand is shared.

@@ -12,6 +12,17 @@
 
 namespace sinter::testing {
 
+/// The seed of `op`'s random test data, from its name alone (FNV-1a): adding an op to
+/// ops/op_list.def renumbers the OpIds after it, and must not change other ops' test data.
+inline uint64_t op_seed(OpId op) {
+  uint64_t hash = 14695981039346656037ull;
+  for (char c : op_name(op)) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 1099511628211ull;
+  }
+  return hash;
+}
+
 inline F64Tensor random_operand(const TestOperand& spec, std::mt19937_64& rng) {
   F64Tensor t{spec.shape, std::vector<double>(numel(spec.shape))};
   std::uniform_real_distribution<double> uniform(spec.lo, spec.hi);

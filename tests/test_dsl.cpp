@@ -183,10 +183,10 @@ TEST_CASE("Reductions, softmax and log_softmax compute the expected values", "[d
   auto f = jit([](Tensor<f64, 2, 3> x) {
     return std::make_tuple(sum(x), mean(x, axes<0>, keepdims), max(x, axes<1>),
                            logsumexp(x, axes<1>), softmax(x), exp(log_softmax(x)),
-                           sum(x, std::vector<int64_t>{0}));
+                           sum(x, std::vector<int64_t>{0}), min(x, axes<0>));
   });
   std::vector<HostTensor> out = f(f64_tensor({2, 3}, {1, 2, 3, 4, 5, 6}));
-  REQUIRE(out.size() == 7);
+  REQUIRE(out.size() == 8);
   CHECK(out[0].to_doubles() == std::vector<double>{21});
   CHECK(out[1].shape() == Shape{1, 3});
   CHECK(out[1].to_doubles() == std::vector<double>{2.5, 3.5, 4.5});
@@ -200,6 +200,7 @@ TEST_CASE("Reductions, softmax and log_softmax compute the expected values", "[d
     CHECK(out[5].at(i) == Approx(expected));
   }
   CHECK(out[6].to_doubles() == std::vector<double>{5, 7, 9});
+  CHECK(out[7].to_doubles() == std::vector<double>{1, 2, 3});
 }
 
 TEST_CASE("where, comparisons and cast select and convert elements", "[dsl]") {

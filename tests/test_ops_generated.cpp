@@ -51,7 +51,7 @@ void forward_matches_reference(OpId op) {
   REQUIRE_FALSE(cases.empty());
   for (std::size_t k = 0; k < cases.size(); ++k) {
     INFO(describe(op, cases[k]));
-    PreparedCase p = prepare(op, cases[k], 1000 * static_cast<uint64_t>(op) + k);
+    PreparedCase p = prepare(op, cases[k], op_seed(op) + 1000 + k);
     F64Tensor got = evaluate(p.graph, values_of(p.operands))[0];
     auto inputs = values_of(p.operands);
     F64Tensor want = def.reference(inputs, cases[k].attrs, p.result);
@@ -64,7 +64,7 @@ void gradient_matches_finite_differences(OpId op) {
   auto cases = def.test_cases();
   for (std::size_t k = 0; k < cases.size(); ++k) {
     INFO(describe(op, cases[k]));
-    PreparedCase p = prepare(op, cases[k], 1000 * static_cast<uint64_t>(op) + k);
+    PreparedCase p = prepare(op, cases[k], op_seed(op) + 1000 + k);
     std::vector<std::string> wrt;
     for (const NamedOperand& o : p.operands)
       if (is_float(o.type.dtype)) wrt.push_back(o.name);
@@ -106,7 +106,7 @@ void rows_match_row_wise_rule(OpId op) {
   int verified = 0;
   for (std::size_t k = 0; k < cases.size(); ++k) {
     INFO(describe(op, cases[k]));
-    PreparedCase p = prepare(op, cases[k], 1000 * static_cast<uint64_t>(op) + k);
+    PreparedCase p = prepare(op, cases[k], op_seed(op) + 1000 + k);
     const int64_t n = p.result.shape.empty() ? 0 : p.result.shape[0];
     if (n < 2 || p.operands.size() > 8) continue;
     // Groups: as many as divide the result's dim 0 and those of the operands that share a

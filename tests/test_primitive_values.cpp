@@ -9,13 +9,13 @@
 // Primitives covered here (ops/op_list.def is the authority): input, constant, iota, add, sub,
 // mul, div, neg, pow, maximum, minimum, exp, log, sqrt, rsqrt, tanh, erf, abs, softplus (its
 // known_values), less, less_equal,
-// equal, not_equal, where, cast, stop_gradient, reduce_sum, reduce_max, matmul, reshape,
-// permute, broadcast, slice, pad, concat, gather, scatter_add, fused_attention,
+// equal, not_equal, where, cast, stop_gradient, reduce_sum, reduce_max, reduce_min, matmul,
+// reshape, permute, broadcast, slice, pad, concat, gather, scatter_add, fused_attention,
 // fused_attention_lse, fused_attention_grad, all_reduce, reduce_scatter, all_gather,
 // broadcast_from (in a world of one; tests/test_collectives.cpp runs them across ranks).
 // Composites, not covered here: they are lowered to primitives before any backend or the
 // interpreter sees them, and their forward test compares that lowering with an independent
-// reference: greater, greater_equal, sigmoid, relu, gelu_tanh, gelu_erf, sum, mean, max,
+// reference: greater, greater_equal, sigmoid, relu, gelu_tanh, gelu_erf, sum, mean, max, min,
 // logsumexp, transpose, broadcast_to, softmax, log_softmax, layernorm, cross_entropy,
 // cross_entropy_mean, dropout, attention.
 #include "jit/interp/interpreter.hpp"
@@ -342,6 +342,15 @@ PRIMITIVE_CASE(reduce_max, "reduce_max: the largest element over the listed axes
   expect(run(OpId::reduce_max, {x}, Attrs{.ints = {1}}), f64, {2}, {3, 2});
   expect(run(OpId::reduce_max, {x}, Attrs{.ints = {0}}), f64, {3}, {1, 2, 3});
   expect(run(OpId::reduce_max, {{f64, {3}, {-3, -1, -2}}}, Attrs{.ints = {0}}), f64, {}, {-1});
+}
+
+PRIMITIVE_CASE(reduce_min, "reduce_min: the smallest element over the listed axes") {
+  Operand x{f64, {2, 3}, {1, -5, 3, -4, 2, 0}};
+  expect(run(OpId::reduce_min, {x}, Attrs{.ints = {1}}), f64, {2}, {-5, -4});
+  expect(run(OpId::reduce_min, {x}, Attrs{.ints = {0}}), f64, {3}, {-4, -5, 0});
+  expect(run(OpId::reduce_min, {{f64, {3}, {3, 1, 2}}}, Attrs{.ints = {0}}), f64, {}, {1});
+  expect(run(OpId::reduce_min, {{i32, {2, 2}, {7, -9, 4, 6}}}, Attrs{.ints = {0, 1}}), i32, {},
+         {-9});
 }
 
 // ---- linear algebra ------------------------------------------------------------------------

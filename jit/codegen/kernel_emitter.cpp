@@ -1,6 +1,8 @@
 // jit/codegen/kernel_emitter.cpp — the shared emitter: every inlined node computed at an index
 #include "jit/codegen/kernel_emitter.hpp"
 
+#include "ops/registry.hpp"
+
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
@@ -10,9 +12,22 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 namespace sinter {
+namespace {
+
+/// How the reduction `n` folds (its op's OpDef::reducer).
+const Reducer& reducer_of(const Node& n) {
+  const std::optional<Reducer>& reducer = op_def(n.op).reducer;
+  if (!reducer)
+    throw std::logic_error("sinter: " + std::string(op_name(n.op)) +
+                           " is reduced in a kernel but its OpDef has no `reducer`");
+  return *reducer;
+}
+
+} // namespace
 
 KernelEmitter::KernelEmitter(llvm::Module& module, const FusionPlan& plan, const Kernel& kernel,
                              KernelSchedule& schedule)
@@ -266,16 +281,23 @@ llvm::Value* KernelEmitter::load_output(std::size_t position, llvm::Value* flat)
   return from_storage(b_.CreateLoad(storage_type(t), output_address(flat, t, position)), t);
 }
 llvm::Value* KernelEmitter::reduce_init(const Node& root) {
+  double identity = reducer_of(root).identity;
   llvm::Type* t = compute_type(root.type.dtype);
-  if (root.op == OpId::reduce_sum)
-    return t->isFloatingPointTy() ? llvm::ConstantFP::get(t, 0.0) : llvm::ConstantInt::get(t, 0);
-  if (t->isFloatingPointTy()) return llvm::ConstantFP::getInfinity(t, true);
-  return llvm::ConstantInt::get(t, llvm::APInt::getSignedMinValue(t->getIntegerBitWidth()));
+  if (t->isFloatingPointTy()) return llvm::ConstantFP::get(t, identity);
+  unsigned bits = t->getIntegerBitWidth();
+  if (std::isinf(identity))
+    return llvm::ConstantInt::get(t, identity < 0 ? llvm::APInt::getSignedMinValue(bits)
+                                                  : llvm::APInt::getSignedMaxValue(bits));
+  return llvm::ConstantInt::get(t, static_cast<uint64_t>(static_cast<int64_t>(identity)), true);
 }
 
 llvm::Value* KernelEmitter::combine(const Node& root, llvm::Value* acc, llvm::Value* x) {
   bool fp = acc->getType()->isFloatingPointTy();
-  if (root.op == OpId::reduce_sum) {
+  auto less = [&](llvm::Value* a, llvm::Value* c) {
+    return fp ? b_.CreateFCmpOLT(a, c) : b_.CreateICmpSLT(a, c);
+  };
+  switch (reducer_of(root).combine) {
+  case Reducer::Combine::add: {
     if (!fp) return b_.CreateAdd(acc, x);
     // Reassociation lets the vectoriser keep several partial sums.
     llvm::FastMathFlags fmf;
@@ -284,8 +306,10 @@ llvm::Value* KernelEmitter::combine(const Node& root, llvm::Value* acc, llvm::Va
     llvm::cast<llvm::Instruction>(sum)->setFastMathFlags(fmf);
     return sum;
   }
-  llvm::Value* less = fp ? b_.CreateFCmpOLT(acc, x) : b_.CreateICmpSLT(acc, x);
-  return b_.CreateSelect(less, x, acc);
+  case Reducer::Combine::max: return b_.CreateSelect(less(acc, x), x, acc);
+  case Reducer::Combine::min: return b_.CreateSelect(less(x, acc), x, acc);
+  }
+  throw std::logic_error("sinter: " + std::string(op_name(root.op)) + " has an unknown combine");
 }
 
 bool KernelEmitter::reduced_axis(std::size_t d) const {

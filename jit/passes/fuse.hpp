@@ -1,31 +1,13 @@
 // jit/passes/fuse.hpp — groups primitives into kernels: fused loop nests, reductions, GEMMs
 #pragma once
 #include "jit/ir/graph.hpp"
+#include "ops/kernel_kind.hpp"
 
 #include <algorithm>
 #include <string>
 #include <vector>
 
 namespace sinter {
-
-enum class KernelKind {
-  loop,        ///< one pass over the root's elements; producers inlined elementally
-  reduce,      ///< reduce_sum / reduce_max over axes; the operand chain inlined
-  gemm,        ///< matmul through the BLAS bridge, operands read from buffers
-  scatter_add, ///< accumulating rows at indices (inlined index and update chains)
-  row,         ///< per row of the last axis: reductions over the row (layernorm's mean and
-               ///< variance, softmax's max and sum) one after another, then the elementwise
-               ///< outputs of the row (and per-row values) from them
-  attention,   ///< fused attention (forward with its row log-sum-exp, or the three gradients):
-               ///< a hand-written kernel reading its operands from buffers
-  collective,  ///< all_reduce, reduce_scatter, all_gather or broadcast_from through the
-               ///< backend's communicator: started where it stands, waited for before the
-               ///< first kernel that reads its result (collective_waits)
-};
-
-/// The kind's name in kernel symbols and profiles: loop, reduce, gemm, scatter, row,
-/// attention, collective.
-const char* kernel_kind_name(KernelKind kind);
 
 /// Whether `op` is one of the collective primitives (KernelKind::collective roots).
 bool is_collective(OpId op);

@@ -41,7 +41,7 @@ int64_t kernel_flops(const Graph& g, const FusionPlan& plan, const Kernel& k) {
         (is_primitive(n.op) && op_def(n.op).fusion == FusionCost::index_only))
       continue;
     if (plan.loads(k, id)) continue;
-    bool reduces = n.op == OpId::reduce_sum || n.op == OpId::reduce_max;
+    bool reduces = op_def(n.op).kernel_kind == KernelKind::reduce;
     flops += reduces ? numel(g.type(n.inputs[0]).shape) : numel(n.type.shape);
   }
   return flops;

@@ -1,0 +1,384 @@
+// jit/passes/fuse_merge.cpp — fusion's merges: sibling passes over one shape, fused attention
+// families, and loop kernels that take in the reductions over their rows (row kernels)
+#include "jit/passes/fuse_internal.hpp"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace sinter {
+
+using namespace fuse_steps;
+
+namespace {
+
+/// Removes the kernels marked as merged into others, keeping the order of the rest.
+void drop_merged(std::vector<Kernel>& kernels, const std::vector<bool>& merged) {
+  std::vector<Kernel> kept;
+  for (std::size_t k = 0; k < kernels.size(); ++k)
+    if (!merged[k]) kept.push_back(std::move(kernels[k]));
+  kernels = std::move(kept);
+}
+
+/// Earlier kernels (still standing) a loop kernel may join: bounds the search and how much
+/// earlier a merged kernel's outputs come to life.
+constexpr std::size_t merge_window = 32;
+
+/// Whether two kernels walk the same iteration space, so one pass can compute both: loops over
+/// one shape, or (with `reductions`) reductions over the same axes of same-shaped operands.
+bool same_pass(const Graph& g, const Kernel& a, const Kernel& b, bool reductions) {
+  if (a.kind != b.kind) return false;
+  if (a.kind == KernelKind::loop) return g.type(a.root).shape == g.type(b.root).shape;
+  if (a.kind != KernelKind::reduce || !reductions) return false;
+  const Node &x = g.node(a.root), &y = g.node(b.root);
+  return x.type.shape == y.type.shape && x.attrs.ints == y.attrs.ints &&
+         g.type(x.inputs[0]).shape == g.type(y.inputs[0]).shape;
+}
+
+/// A row kernel's shape: `rows` rows of `length` elements along the last axis.
+struct RowGeometry {
+  int64_t rows = 0, length = 0;
+  bool full_row(const Shape& s) const {
+    return !s.empty() && s.back() == length && numel(s) == rows * length;
+  }
+  bool per_row(const Shape& s) const { return numel(s) == rows; }
+};
+
+/// Whether `v` reduces its operand's last axis alone (what row kernels take in).
+bool is_row_reduction(const Graph& g, ValueId v) {
+  const Node& n = g.node(v);
+  if (kind_of(n.op) != KernelKind::reduce) return false;
+  std::size_t rank = g.type(n.inputs[0]).shape.size();
+  return rank >= 1 && n.attrs.ints.size() == 1 && n.attrs.ints[0] == static_cast<int64_t>(rank) - 1;
+}
+
+/// Whether computing `kernel` row by row is sound: every reduction in its body is reached from
+/// the outputs (and from later reductions' operands) only through ops that keep the row, so
+/// the one value computed per row is the one every use asks for.
+bool rows_stay_aligned(const FusionPlan& plan, const Kernel& kernel, const RowGeometry& geo) {
+  const Graph& g = *plan.graph;
+  std::vector<std::pair<ValueId, bool>> stack;
+  for (ValueId out : kernel.outputs())
+    stack.push_back({out, true});
+  std::set<std::pair<ValueId, bool>> seen;
+  while (!stack.empty()) {
+    auto [v, aligned] = stack.back();
+    stack.pop_back();
+    if (!seen.insert({v, aligned}).second) continue;
+    const Node& n = g.node(v);
+    if (plan.loads(kernel, v)) continue;
+    if (n.op == OpId::input) continue;
+    if (is_row_reduction(g, v)) {
+      if (!aligned || !geo.full_row(g.type(n.inputs[0]).shape)) return false;
+      stack.push_back({n.inputs[0], true}); // its operand is read along this row
+      continue;
+    }
+    if (always_root(n.op)) return false; // another kind of reduction, a GEMM, ...
+    const Shape& shape = g.type(v).shape;
+    bool keeps_row = aligned && (geo.full_row(shape) || geo.per_row(shape));
+    if (keeps_row && n.op == OpId::broadcast) {
+      const Shape& in = g.type(n.inputs[0]).shape;
+      // Only the last axis may be broadcast ([rows..., 1] -> [rows..., N]).
+      keeps_row = in.size() == shape.size() && geo.per_row(in) &&
+                  std::equal(in.begin(), in.end() - 1, shape.begin());
+    } else if (keeps_row && n.op == OpId::reshape) {
+      const Shape& in = g.type(n.inputs[0]).shape;
+      keeps_row =
+          (geo.full_row(in) && geo.full_row(shape)) || (geo.per_row(in) && geo.per_row(shape));
+    } else if (keeps_row) {
+      keeps_row = !index_only(n.op);
+    }
+    for (ValueId in : n.inputs)
+      stack.push_back({in, keeps_row});
+  }
+  return true;
+}
+
+} // namespace
+
+/// Buffers a loop kernel reads only at the index it writes (through elementwise ops alone).
+std::vector<ValueId> fuse_steps::aligned_reads(const FusionPlan& plan, const Kernel& k) {
+  const Graph& g = *plan.graph;
+  std::map<ValueId, bool> aligned; // buffer -> every access aligned so far
+  std::vector<std::pair<ValueId, bool>> stack;
+  for (ValueId out : k.outputs())
+    stack.push_back({out, true});
+  std::set<std::pair<ValueId, bool>> seen;
+  Shape root_shape = g.type(k.root).shape;
+  while (!stack.empty()) {
+    auto [v, at_root_index] = stack.back();
+    stack.pop_back();
+    if (!seen.insert({v, at_root_index}).second) continue;
+    bool in_memory = plan.loads(k, v);
+    if (in_memory) {
+      bool ok = at_root_index && g.type(v).shape == root_shape;
+      auto [it, inserted] = aligned.emplace(plan.view_of[v], ok);
+      if (!inserted) it->second = it->second && ok;
+      continue;
+    }
+    bool elementwise = g.node(v).op != OpId::input && is_primitive(g.node(v).op) &&
+                       !index_only(g.node(v).op) && !always_root(g.node(v).op);
+    for (ValueId in : g.node(v).inputs)
+      stack.push_back({in, at_root_index && elementwise});
+  }
+  std::vector<ValueId> out;
+  for (auto [buffer, ok] : aligned)
+    if (ok) out.push_back(buffer);
+  return out;
+}
+
+/// Merges loop kernels over one shape into a single pass with several outputs: kernel j joins
+/// an earlier kernel i when everything j reads exists by the time i runs (written before i, or
+/// by i itself and then read only at the element being written), and the two share a read
+/// buffer or j reads what i writes; or i moves down into j when no kernel in between reads
+/// what i writes. Saves a pass over shared inputs and a round trip through
+/// memory: AdamW's m, v and parameter updates become one kernel, a cast joins its producer.
+/// With `reductions`, sibling reductions (a bias's and a layernorm's γ and β gradients, column
+/// sums over the same rows) merge the same way, except that one never reads the other.
+void fuse_steps::merge_sibling_kernels(FusionPlan& plan, bool reductions) {
+  const Graph& g = *plan.graph;
+  auto& kernels = plan.kernels;
+  constexpr std::size_t none = static_cast<std::size_t>(-1);
+  std::vector<std::size_t> writer(g.size(), none); // buffer -> kernel writing it
+  for (std::size_t k = 0; k < kernels.size(); ++k)
+    for (ValueId out : kernels[k].outputs())
+      writer[out] = k;
+  std::vector<bool> merged(kernels.size(), false);
+  for (std::size_t j = 0; j < kernels.size(); ++j) {
+    const Kernel& late = kernels[j];
+    if (late.kind != KernelKind::loop && !(reductions && late.kind == KernelKind::reduce)) continue;
+    // A reduction's outputs are complete only at its end: nothing reads them during the pass.
+    std::vector<ValueId> aligned;
+    if (late.kind == KernelKind::loop) aligned = aligned_reads(plan, late);
+    std::size_t looked_at = 0; // kernels that still exist, counted towards the window
+    for (std::size_t i = j; i-- > 0 && looked_at < merge_window;) {
+      if (merged[i]) continue;
+      ++looked_at;
+      Kernel& early = kernels[i];
+      if (!same_pass(g, early, late, reductions)) continue;
+      bool aligned_ok = true, ready_at_early = true, related = false;
+      for (ValueId r : late.reads) {
+        if (early.writes(r)) {
+          related = true;
+          aligned_ok &= std::find(aligned.begin(), aligned.end(), r) != aligned.end();
+        } else {
+          ready_at_early &= writer[r] == none || writer[r] < i;
+          related |= std::find(early.reads.begin(), early.reads.end(), r) != early.reads.end();
+        }
+      }
+      if (!aligned_ok || !related) continue;
+      // Otherwise the early kernel may move down to the late one, if nothing in between reads
+      // what it writes.
+      bool movable = !ready_at_early;
+      for (std::size_t k = i + 1; movable && k < j; ++k)
+        if (!merged[k])
+          for (ValueId r : kernels[k].reads)
+            movable &= !early.writes(r);
+      if (!ready_at_early && !movable) continue;
+      // A value computed a second time runs late on purpose (its first copy died early).
+      if (ready_at_early && g.recomputed(late.root)) continue;
+      Kernel& into = ready_at_early ? early : kernels[j];
+      const Kernel& from = ready_at_early ? kernels[j] : early;
+      std::size_t target = ready_at_early ? i : j;
+      for (ValueId out : from.outputs()) {
+        into.extra_outputs.push_back(out);
+        writer[out] = target;
+      }
+      for (ValueId r : from.reads)
+        if (!into.writes(r) &&
+            std::find(into.reads.begin(), into.reads.end(), r) == into.reads.end())
+          into.reads.push_back(r);
+      std::erase_if(into.reads, [&](ValueId r) { return into.writes(r); });
+      into.body.insert(into.body.end(), from.body.begin(), from.body.end());
+      std::sort(into.body.begin(), into.body.end());
+      into.body.erase(std::unique(into.body.begin(), into.body.end()), into.body.end());
+      merged[ready_at_early ? j : i] = true;
+      break;
+    }
+  }
+  drop_merged(kernels, merged);
+}
+
+/// The fused attention ops over the same operands become one kernel: the forward takes its
+/// log-sum-exp (which autodiff adds later) and the three gradients share one pass over the
+/// scores. Each joins the first such kernel, which runs after all of its operands exist.
+void fuse_steps::merge_attention_kernels(FusionPlan& plan) {
+  const Graph& g = *plan.graph;
+  auto& kernels = plan.kernels;
+  auto same_family = [&](const Node& a, const Node& b) {
+    bool forward_a = a.op != OpId::fused_attention_grad;
+    bool forward_b = b.op != OpId::fused_attention_grad;
+    return forward_a == forward_b && a.inputs == b.inputs && a.attrs.real == b.attrs.real &&
+           a.attrs.flag == b.attrs.flag;
+  };
+  std::vector<bool> merged(kernels.size(), false);
+  for (std::size_t j = 0; j < kernels.size(); ++j) {
+    if (kernels[j].kind != KernelKind::attention) continue;
+    for (std::size_t i = 0; i < j; ++i) {
+      if (merged[i] || kernels[i].kind != KernelKind::attention ||
+          !same_family(g.node(kernels[i].root), g.node(kernels[j].root)))
+        continue;
+      kernels[i].extra_outputs.push_back(kernels[j].root);
+      kernels[i].body.push_back(kernels[j].root);
+      merged[j] = true;
+      break;
+    }
+  }
+  drop_merged(kernels, merged);
+}
+
+/// Turns loop kernels into row kernels: a loop over rows of `length` elements takes in the
+/// last-axis reductions it reads (layernorm's mean and variance, softmax's max and sum) and the
+/// kernels between them, when they can move down to it and every use keeps to its row. A value
+/// nothing else reads stops being stored; one still read elsewhere becomes another output.
+void fuse_steps::merge_into_row_kernels(FusionPlan& plan) {
+  const Graph& g = *plan.graph;
+  auto& kernels = plan.kernels;
+  constexpr std::size_t none = static_cast<std::size_t>(-1);
+  std::vector<bool> is_output(g.size(), false);
+  for (const NamedValue& out : g.outputs())
+    is_output[out.id] = true;
+  std::vector<bool> merged(kernels.size(), false);
+  auto writer_of = [&](ValueId buffer) {
+    for (std::size_t k = 0; k < kernels.size(); ++k)
+      if (!merged[k] && kernels[k].writes(buffer)) return k;
+    return none;
+  };
+  auto read_by_other = [&](ValueId buffer, std::size_t except_a, std::size_t except_b) {
+    if (is_output[buffer]) return true;
+    for (std::size_t k = 0; k < kernels.size(); ++k)
+      if (!merged[k] && k != except_a && k != except_b &&
+          std::find(kernels[k].reads.begin(), kernels[k].reads.end(), buffer) !=
+              kernels[k].reads.end())
+        return true;
+    return false;
+  };
+  // A loop that only reads per-row values can join once their producer became a row kernel:
+  // a few passes, latest kernels first in each.
+  bool changed = true;
+  for (int pass = 0; pass < 4 && changed; ++pass) {
+    changed = false;
+    for (std::size_t l = kernels.size(); l-- > 0;) {
+      if (merged[l] || kernels[l].kind != KernelKind::loop) continue;
+      // Undone at the end when no reduction joined (then it is no row kernel).
+      Kernel original = kernels[l];
+      std::vector<bool> original_merged = merged;
+      std::vector<bool> original_materialized = plan.materialized;
+      std::vector<ValueId> original_view_of = plan.view_of;
+      RowGeometry geo;
+      bool grew = true;
+      while (grew) {
+        grew = false;
+        Kernel& row = kernels[l];
+        for (ValueId buffer : std::vector<ValueId>(row.reads)) {
+          std::size_t p = writer_of(buffer);
+          if (p == none || p >= l) continue;
+          Kernel& producer = kernels[p];
+          RowGeometry trial = geo;
+          const Shape& root = g.type(row.root).shape;
+          if (trial.rows == 0 && producer.kind == KernelKind::reduce &&
+              is_row_reduction(g, producer.root)) { // rows of the reduction
+            const Shape& operand = g.type(g.node(producer.root).inputs[0]).shape;
+            trial = {numel(g.type(producer.root).shape), operand.back()};
+          } else if (trial.rows == 0 && producer.kind == KernelKind::row) { // rows of that kernel
+            ValueId first = row_reductions(g, producer).front();
+            trial = {numel(g.type(first).shape), g.type(g.node(first).inputs[0]).shape.back()};
+          } else if (trial.rows == 0 && !root.empty() && root.back() > 1) { // rows of the root
+            trial = {numel(root) / root.back(), root.back()};
+          }
+          if (trial.rows == 0 || (!trial.full_row(root) && !trial.per_row(root))) continue;
+          bool fits = false;
+          if (producer.kind == KernelKind::reduce)
+            fits = is_row_reduction(g, producer.root) &&
+                   trial.full_row(g.type(g.node(producer.root).inputs[0]).shape);
+          else if (producer.kind == KernelKind::row)
+            fits =
+                trial.full_row(g.type(g.node(row_reductions(g, producer).front()).inputs[0]).shape);
+          else
+            fits = producer.kind == KernelKind::loop;
+          for (ValueId out : producer.outputs())
+            fits = fits && (trial.full_row(g.type(out).shape) || trial.per_row(g.type(out).shape));
+          // It moves down to the row kernel: nothing in between may read what it writes.
+          for (std::size_t k = p + 1; fits && k < l; ++k)
+            if (!merged[k])
+              for (ValueId r : kernels[k].reads)
+                fits = fits && !producer.writes(r);
+          if (!fits) continue;
+          Kernel candidate = row;
+          std::vector<ValueId> internal;
+          for (ValueId out : producer.outputs()) {
+            if (read_by_other(out, p, l))
+              candidate.extra_outputs.push_back(out);
+            else
+              internal.push_back(out);
+          }
+          std::vector<bool> saved_materialized = plan.materialized;
+          std::vector<ValueId> saved_view_of = plan.view_of;
+          for (ValueId v : internal) {
+            plan.materialized[v] = false;
+            for (ValueId id = 0; id < g.size(); ++id)
+              if (plan.view_of[id] == v) plan.view_of[id] = id;
+          }
+          candidate.kind = KernelKind::row;
+          candidate.body.insert(candidate.body.end(), producer.body.begin(), producer.body.end());
+          std::sort(candidate.body.begin(), candidate.body.end());
+          candidate.body.erase(std::unique(candidate.body.begin(), candidate.body.end()),
+                               candidate.body.end());
+          for (ValueId r : producer.reads)
+            if (std::find(candidate.reads.begin(), candidate.reads.end(), r) ==
+                candidate.reads.end())
+              candidate.reads.push_back(r);
+          std::erase_if(candidate.reads, [&](ValueId r) {
+            return candidate.writes(r) ||
+                   std::find(internal.begin(), internal.end(), r) != internal.end();
+          });
+          if (!rows_stay_aligned(plan, candidate, trial)) {
+            plan.materialized = std::move(saved_materialized);
+            plan.view_of = std::move(saved_view_of);
+            continue;
+          }
+          row = std::move(candidate);
+          geo = trial;
+          merged[p] = true;
+          grew = true;
+          break;
+        }
+      }
+      if (kernels[l].kind == KernelKind::row && row_reductions(g, kernels[l]).empty()) {
+        kernels[l] = std::move(original);
+        merged = std::move(original_merged);
+        plan.materialized = std::move(original_materialized);
+        plan.view_of = std::move(original_view_of);
+      }
+      changed = changed || kernels[l].kind == KernelKind::row;
+    }
+  }
+  drop_merged(kernels, merged);
+}
+
+std::vector<ValueId> row_reductions(const Graph& g, const Kernel& kernel) {
+  std::vector<ValueId> out;
+  if (kernel.kind != KernelKind::row) return out;
+  for (ValueId v : kernel.body) // body is in graph order: a reduction after those it uses
+    if (is_row_reduction(g, v)) out.push_back(v);
+  return out;
+}
+
+RowLayout row_layout(const Graph& g, const Kernel& kernel) {
+  RowLayout layout;
+  layout.reductions = row_reductions(g, kernel);
+  if (layout.reductions.empty()) return layout;
+  ValueId first = layout.reductions.front();
+  layout.length = g.type(g.node(first).inputs[0]).shape.back();
+  layout.rows = numel(g.type(first).shape);
+  std::vector<ValueId> outputs = kernel.outputs();
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    const Shape& s = g.type(outputs[i]).shape;
+    bool whole_rows =
+        !s.empty() && s.back() == layout.length && numel(s) == layout.rows * layout.length;
+    (whole_rows ? layout.full : layout.per_row).push_back(i);
+  }
+  return layout;
+}
+
+} // namespace sinter

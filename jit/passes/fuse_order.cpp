@@ -1,0 +1,128 @@
+// jit/passes/fuse_order.cpp — when a fused plan's kernels run and where they write: collectives
+// started early and waited for late, buffers' last uses, in-place updates
+#include "jit/passes/fuse_internal.hpp"
+
+#include <algorithm>
+
+namespace sinter {
+
+using namespace fuse_steps;
+
+std::vector<std::size_t> collective_waits(const FusionPlan& plan) {
+  const auto& kernels = plan.kernels;
+  std::vector<std::size_t> wait(kernels.size());
+  for (std::size_t k = 0; k < kernels.size(); ++k) {
+    wait[k] = k;
+    if (kernels[k].kind != KernelKind::collective) continue;
+    wait[k] = kernels.size();
+    for (std::size_t later = k + 1; later < kernels.size() && wait[k] == kernels.size(); ++later)
+      for (ValueId r : kernels[later].reads)
+        if (kernels[k].writes(r)) {
+          wait[k] = later;
+          break;
+        }
+  }
+  return wait;
+}
+
+std::vector<std::size_t> buffer_last_use(const FusionPlan& plan) {
+  std::vector<std::size_t> wait = collective_waits(plan);
+  std::vector<std::size_t> last(plan.graph->size(), 0);
+  for (std::size_t k = 0; k < plan.kernels.size(); ++k)
+    for (ValueId r : plan.kernels[k].reads)
+      last[r] = std::max(last[r], wait[k]);
+  return last;
+}
+
+/// Moves each collective, and each loop kernel that only feeds collectives (a gradient bucket
+/// being packed), up to right after the kernels that write what it reads: a bucket's reduction
+/// then starts as soon as its last gradient exists and runs under the rest of the backward
+/// pass. Every rank compiles the same graph, so every rank starts its collectives in the same
+/// order.
+void fuse_steps::hoist_collectives(FusionPlan& plan) {
+  const Graph& g = *plan.graph;
+  if (std::none_of(plan.kernels.begin(), plan.kernels.end(),
+                   [](const Kernel& k) { return k.kind == KernelKind::collective; }))
+    return;
+  std::vector<bool> is_output(g.size(), false);
+  for (const NamedValue& out : g.outputs())
+    is_output[out.id] = true;
+  std::vector<std::vector<const Kernel*>> readers(g.size());
+  for (const Kernel& k : plan.kernels)
+    for (ValueId r : k.reads)
+      readers[r].push_back(&k);
+  auto feeds_only_collectives = [&](const Kernel& k) {
+    if (k.kind != KernelKind::loop) return false;
+    for (ValueId out : k.outputs()) {
+      if (is_output[out] || readers[out].empty()) return false;
+      for (const Kernel* reader : readers[out])
+        if (reader->kind != KernelKind::collective) return false;
+    }
+    return true;
+  };
+  std::vector<Kernel> order;
+  std::vector<std::ptrdiff_t> written_at(g.size(), -1); // buffer -> position in `order`
+  for (Kernel& k : plan.kernels) {
+    std::ptrdiff_t at = static_cast<std::ptrdiff_t>(order.size());
+    if (k.kind == KernelKind::collective || feeds_only_collectives(k)) {
+      at = 0;
+      for (ValueId r : k.reads)
+        at = std::max(at, written_at[r] + 1);
+    }
+    for (std::ptrdiff_t& position : written_at)
+      if (position >= at) ++position;
+    for (ValueId out : k.outputs())
+      written_at[out] = at;
+    order.insert(order.begin() + at, std::move(k));
+  }
+  plan.kernels = std::move(order);
+}
+
+/// Lets each loop kernel write over a buffer that dies in it, when that is safe.
+void fuse_steps::choose_in_place(FusionPlan& plan) {
+  const Graph& g = *plan.graph;
+  std::vector<bool> is_output(g.size(), false);
+  for (const NamedValue& out : g.outputs())
+    is_output[out.id] = true;
+  // A collective still reads its operands until its wait point: nothing writes over them first.
+  std::vector<std::size_t> last_use = buffer_last_use(plan);
+  std::vector<bool> taken(g.size(), false); // one kernel writes over a buffer at most once
+  for (std::size_t k = 0; k < plan.kernels.size(); ++k) {
+    Kernel& kernel = plan.kernels[k];
+    kernel.overwrites = kernel.root;
+    if (kernel.kind == KernelKind::collective && !is_output[kernel.root]) {
+      // A sum or broadcast runs in place (MPI_IN_PLACE) over an operand that dies in it.
+      OpId op = g.node(kernel.root).op;
+      ValueId r = kernel.reads[0];
+      if ((op == OpId::all_reduce || op == OpId::broadcast_from) &&
+          r == g.node(kernel.root).inputs[0] && g.node(r).op != OpId::input && !is_output[r] &&
+          !taken[r] && plan.materialized[r] &&
+          std::none_of(plan.kernels.begin() + static_cast<std::ptrdiff_t>(k) + 1,
+                       plan.kernels.end(), [&](const Kernel& other) {
+                         return std::find(other.reads.begin(), other.reads.end(), r) !=
+                                other.reads.end();
+                       })) {
+        kernel.overwrites = r;
+        taken[r] = true;
+      }
+      continue;
+    }
+    if (kernel.kind != KernelKind::loop || is_output[kernel.root]) continue;
+    // Each output is stored after every output's value is computed (the schedules do so), so
+    // an aligned read is still the old value whichever output takes over the buffer.
+    const TensorType& t = g.type(kernel.root);
+    for (ValueId r : aligned_reads(plan, kernel)) {
+      const TensorType& rt = g.type(r);
+      bool same_bytes = numel(rt.shape) * static_cast<int64_t>(dtype_bytes(rt.dtype)) ==
+                        numel(t.shape) * static_cast<int64_t>(dtype_bytes(t.dtype));
+      if (g.node(r).op == OpId::input || is_output[r] || last_use[r] != k || !same_bytes ||
+          taken[r])
+        continue;
+      kernel.overwrites = r;
+      taken[r] = true;
+      break;
+    }
+  }
+}
+
+} // namespace sinter
