@@ -120,6 +120,18 @@ TEST_CASE("a misspelt SINTER_DUMP stage or SINTER_ variable gets a warning namin
   CHECK_THAT(warning, !Catch::Contains("SINTER_DEVICE") && !Catch::Contains("HOME"));
 }
 
+TEST_CASE("docs/architecture.md and docs/compiling.md show the stage order as the code has it",
+          "[pipeline]") {
+  for (const char* page : {"/docs/architecture.md", "/docs/compiling.md"}) {
+    std::ifstream doc(std::string(SINTER_SOURCE_DIR) + page);
+    REQUIRE(doc);
+    std::string text((std::istreambuf_iterator<char>(doc)), std::istreambuf_iterator<char>());
+    INFO(page);
+    CHECK_THAT(text, Catch::Contains("```\n" + stage_table() + "```"));
+  }
+  CHECK(stage_order().size() <= 40); // the whole compile on one screen
+}
+
 TEST_CASE("docs/compiling.md's settings table is the code's table", "[pipeline]") {
   std::ifstream doc(std::string(SINTER_SOURCE_DIR) + "/docs/compiling.md");
   REQUIRE(doc);

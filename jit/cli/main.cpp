@@ -49,13 +49,6 @@ void print_usage(std::FILE* to) {
                "  help       show this message\n");
 }
 
-int print_stages() {
-  for (const sinter::StageInfo& stage : sinter::stage_order())
-    std::printf("%-20.*s %.*s\n", static_cast<int>(stage.name.size()), stage.name.data(),
-                static_cast<int>(stage.does.size()), stage.does.data());
-  return 0;
-}
-
 int list_ops() {
   for (std::size_t i = 0; i < sinter::num_ops; ++i) {
     auto op = static_cast<sinter::OpId>(i);
@@ -218,7 +211,10 @@ int main(int argc, char** argv) {
     std::fputs(sinter::settings_markdown().c_str(), stdout);
     return 0;
   }
-  if (command == "stages") return print_stages();
+  if (command == "stages") {
+    std::fputs(sinter::stage_table().c_str(), stdout);
+    return 0;
+  }
   if (command == "version") {
     std::printf("sinter %s (LLVM %s)\n", sinter_version, LLVM_VERSION_STRING);
     return 0;

@@ -46,6 +46,17 @@ bool time_phases() { return settings().time_phases; }
 
 std::span<const StageInfo> stage_order() { return order; }
 
+std::string stage_table() {
+  std::string out;
+  for (const StageInfo& stage : order) {
+    char line[160];
+    std::snprintf(line, sizeof line, "%-20.*s %.*s\n", static_cast<int>(stage.name.size()),
+                  stage.name.data(), static_cast<int>(stage.does.size()), stage.does.data());
+    out += line;
+  }
+  return out;
+}
+
 std::size_t stage_position(std::string_view name) {
   for (std::size_t i = 0; i < std::size(order); ++i)
     if (order[i].name == name) return i;

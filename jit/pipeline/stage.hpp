@@ -23,6 +23,8 @@ struct StageInfo {
 /// Every stage a compile can have, graph stages then backend stages, in the order they run
 /// (jit/pipeline/stage.cpp). A compile runs those its program and options ask for.
 std::span<const StageInfo> stage_order();
+/// The order as text, a stage a line (`sinter stages` prints it; docs show it).
+std::string stage_table();
 /// The position of `name` in stage_order(); std::logic_error for a name it does not list.
 std::size_t stage_position(std::string_view name);
 
