@@ -166,6 +166,26 @@ GpuExecutable::GpuExecutable(Prepared prepared, CudaDevice& device, KernelCache&
   device_.make_current();
   const Graph& g = *graph_;
   collective_ranks_ = collective_ranks(g);
+  run.timed("buffers", [&] { allocate_buffers(); });
+  // What to launch is decided once, from the fusion and memory plans; an epilogue cuBLASLt
+  // turns down for the real buffers is planned as separate kernels.
+  std::vector<GemmEpilogue> epilogues =
+      run.timed("launch-plan", [&] { return find_gemm_epilogues(fusion_, memory_); });
+  launches_ = run.timed("kernels", [&] {
+    return plan_launches(fusion_, epilogues, device_, cache, fp32_, report_,
+                         [&](ValueId node) { return pointer_for(*sets_[0], node); });
+  });
+  run.dump("launch-plan", print_launch_plan(epilogues, launches_));
+  run.dump("kernels", report_.print(fusion_));
+  run.timed("bind", [&] {
+    for (auto& set : sets_)
+      bind(*set);
+  });
+  report_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void GpuExecutable::allocate_buffers() {
+  const Graph& g = *graph_;
   arena_ = DeviceBuffer(static_cast<std::size_t>(std::max<int64_t>(memory_.arena_bytes(), 0)));
   pointer_.assign(g.size(), 0);
   input_index_.assign(g.size(), -1);
@@ -199,20 +219,6 @@ GpuExecutable::GpuExecutable(Prepared prepared, CudaDevice& device, KernelCache&
     set->staging_out = PinnedBuffer(staged_out);
     set->events = std::make_shared<SetEvents>(device_.driver());
   }
-
-  // What to launch is decided once, from the fusion and memory plans; an epilogue cuBLASLt
-  // turns down for the real buffers is planned as separate kernels.
-  std::vector<GemmEpilogue> epilogues =
-      run.timed("launch-plan", [&] { return find_gemm_epilogues(fusion_, memory_); });
-  launches_ = run.timed("kernels", [&] {
-    return plan_launches(fusion_, epilogues, device_, cache, fp32_, report_,
-                         [&](ValueId node) { return pointer_for(*sets_[0], node); });
-  });
-  run.dump("launch-plan", print_launch_plan(epilogues, launches_));
-  run.dump("kernels", report_.print(fusion_));
-  for (auto& set : sets_)
-    bind(*set);
-  report_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 GpuExecutable::~GpuExecutable() {

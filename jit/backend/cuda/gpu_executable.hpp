@@ -61,6 +61,9 @@ public:
   double last_step_device_ms() const;
 
 private:
+  /// The `buffers` stage: the arena, each output outside it, both input sets' device buffers,
+  /// their pinned staging and events.
+  void allocate_buffers();
   GpuExecutable(const Graph& optimized, CudaDevice& device, KernelCache& cache, CompileRun&& run);
 
   struct Bound;
