@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <map>
 #include <optional>
@@ -356,9 +357,16 @@ public:
                                   " arguments, got " + std::to_string(args.size()));
     std::string key = detail::signature_key(args);
     if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+    const auto started = std::chrono::steady_clock::now();
     Graph traced = trace(args, std::make_index_sequence<arity>{});
+    const double traced_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
+            .count();
     const CompiledGraph& compiled =
-        cache_.emplace(key, CompiledGraph(std::move(traced), autodiff_)).first->second;
+        cache_
+            .emplace(key, CompiledGraph(std::move(traced), autodiff_, default_device(), nullptr,
+                                        traced_ms, autodiff_ ? "grad" : "jit"))
+            .first->second;
     const CompiledGraph* programs[] = {&compiled};
     log_.compiled(log_.reason(args, names_), cache_.size(), args, programs, where);
     return compiled;

@@ -8,6 +8,7 @@
 #include "jit/train/train_step.hpp" // dsl/ reaches jit/ through the façade and these rooms
 #include "ops/padding.hpp"
 
+#include <chrono>
 #include <cmath>
 #include <functional>
 #include <memory>
@@ -421,14 +422,19 @@ public:
                                std::optional<std::source_location> where = std::nullopt) const {
     std::string key = signature_key(batch);
     if (auto it = compiled_.find(key); it != compiled_.end()) return *it->second;
+    const auto started = std::chrono::steady_clock::now();
     Graph g = trace_with_model(model_, fn_, batch, batch_names_, std::make_index_sequence<arity>{});
+    const double traced_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
+            .count();
     if (autodiff_ && (g.outputs().empty() || !g.type(g.outputs()[0].id).shape.empty()))
       throw std::invalid_argument(
           "sinter: value_and_grad needs a scalar loss as the function's (first) result, got " +
           (g.outputs().empty() ? std::string("none") : to_string(g.type(g.outputs()[0].id))) +
           " — reduce it, e.g. with mean(...)");
-    auto program = std::make_unique<CompiledGraph>(std::move(g), autodiff_);
-    program->set_label(autodiff_ ? "value_and_grad" : "eval");
+    auto program =
+        std::make_unique<CompiledGraph>(std::move(g), autodiff_, default_device(), nullptr,
+                                        traced_ms, autodiff_ ? "value_and_grad" : "eval");
     const CompiledGraph& compiled = *compiled_.emplace(key, std::move(program)).first->second;
     const CompiledGraph* programs[] = {&compiled};
     log_.compiled(log_.reason(batch, batch_names_), compiled_.size(), batch, programs, where);

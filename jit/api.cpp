@@ -65,11 +65,12 @@ void log_line(const std::string& line) {
 }
 
 CompiledGraph::CompiledGraph(Graph traced, std::optional<AutodiffOptions> autodiff, Device device,
-                             Context* context)
+                             Context* context, double traced_ms, const std::string& label)
     : device_(device) {
-  CompileRun run("program");
-  run.given("trace", traced, 0); // traced by the caller
+  CompileRun run(label);
+  run.given("trace", traced, traced_ms); // traced by the caller
   compile(std::move(traced), Pipeline::standard(std::move(autodiff)), run, context);
+  executable_->set_label(label);
 }
 
 CompiledGraph::CompiledGraph(Graph graph, const Pipeline& stages, CompileRun& run, Device device,

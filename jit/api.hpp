@@ -37,8 +37,11 @@ Backend backend_from_environment();
 /// and compiled for its backend.
 class CompiledGraph {
 public:
+  /// `traced_ms`: how long the caller took to trace it (the compile's `trace` stage);
+  /// `label`: what the stage list and profiles call the program.
   CompiledGraph(Graph traced, std::optional<AutodiffOptions> autodiff,
-                Device device = default_device(), Context* context = nullptr);
+                Device device = default_device(), Context* context = nullptr, double traced_ms = 0,
+                const std::string& label = "program");
   /// A graph whose earlier stages ran in `run` (a training step's trace, autocast, autodiff,
   /// update): `stages`, then the backend's, in the same compile.
   CompiledGraph(Graph graph, const Pipeline& stages, CompileRun& run, Device device,
