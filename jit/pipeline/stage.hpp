@@ -69,12 +69,13 @@ public:
   /// Runs a graph stage on `graph`: times it, verifies its result, dumps it when asked.
   Graph run(const Stage& stage, Graph graph);
   /// Runs a stage that makes something other than a graph (the fusion plan, the memory plan,
-  /// kernels) and returns what `work` returns; `print` gives its dump when SINTER_DUMP names it.
+  /// kernels), timed, and returns what `work` returns; its dump is the caller's (dump()).
   template <class Work> auto timed(std::string_view stage, Work&& work) -> decltype(work()) {
     Timing timing(*this, stage);
     return work();
   }
-  /// Records a graph made before this compile began (a DSL trace) as stage `stage`.
+  /// Records a graph made before this compile began (a DSL trace, taking `ms`) as stage
+  /// `stage`: listed, verified and dumped like the others.
   void given(std::string_view stage, const Graph& graph, double ms);
   /// Writes a plan's `text` (`fusion: ...`, `memory plan: ...`) as the dump of `stage` when
   /// SINTER_DUMP names it.
