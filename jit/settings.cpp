@@ -15,8 +15,6 @@ extern char** environ;
 namespace sinter {
 namespace {
 
-using enum SettingScope;
-
 constexpr SettingInfo table[] = {
     {"SINTER_NUM_THREADS", "count", "hardware threads",
      "threads for kernels on the CPU (a bad value is an error naming it)"},
@@ -66,19 +64,17 @@ constexpr SettingInfo table[] = {
      "where the text loader finds the fortunes"},
     {"SINTER_KERNEL_PRELUDE", "path, or empty", "the prelude built with sinter",
      "notebook: the precompiled DSL prelude (`PATH.pch`, `PATH.o`); empty parses the DSL in "
-     "each kernel (docs/notebook.md)",
-     notebook},
-    {"SINTER_KERNEL_TIMING", "`0`, `1`", "`0`", "notebook: prints the kernel's start-up phases",
-     notebook},
+     "each kernel (docs/notebook.md)"},
+    {"SINTER_KERNEL_TIMING", "`0`, `1`", "`0`", "notebook: prints the kernel's start-up phases"},
     {"SINTER_REQUIRE_GPU", "`0`, `1`", "`0`",
-     "tests: the CUDA suites fail instead of skipping where there is no GPU", tests},
+     "tests: the CUDA suites fail instead of skipping where there is no GPU"},
     {"SINTER_REQUIRE_PTXAS", "`0`, `1`", "`0`",
-     "tests: the PTX suites fail instead of skipping where there is no `ptxas`", tests},
-    {"SINTER_PTXAS", "path", "`ptxas` on `PATH`", "tests: the `ptxas` the PTX tests use", tests},
+     "tests: the PTX suites fail instead of skipping where there is no `ptxas`"},
+    {"SINTER_PTXAS", "path", "`ptxas` on `PATH`", "tests: the `ptxas` the PTX tests use"},
     {"SINTER_INTEROP_PYTHON", "path", "`python3`",
-     "tests: a Python with numpy and safetensors for the checkpoint interop test", tests},
+     "tests: a Python with numpy and safetensors for the checkpoint interop test"},
     {"SINTER_INTEROP_REEXEC", "`0`, `1`", "`0`",
-     "tests: set by the checkpoint interop test when it runs itself again", tests},
+     "tests: set by the checkpoint interop test when it runs itself again"},
 };
 
 } // namespace
@@ -101,19 +97,19 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 
 namespace {
 
-const char* variable(const char* name) {
-  const char* value = std::getenv(name);
-  return value ? value : "";
-}
-
 Settings parse() {
   Settings s;
   for (const SettingInfo& info : table)
     if (const char* value = std::getenv(std::string(info.name).c_str()))
       s.values.emplace_back(info.name, value);
-  s.dump = variable("SINTER_DUMP");
-  s.time_phases = std::string_view(variable("SINTER_TIME_PHASES")) == "1";
-  s.log = std::string_view(variable("SINTER_LOG")) != "0";
+  auto value = [&](std::string_view name) -> std::string_view {
+    for (const auto& [variable, text] : s.values)
+      if (variable == name) return text;
+    return "";
+  };
+  s.dump = value("SINTER_DUMP");
+  s.time_phases = value("SINTER_TIME_PHASES") == "1";
+  s.log = value("SINTER_LOG") != "0";
   return s;
 }
 
@@ -131,14 +127,7 @@ const SettingInfo* find_setting(std::string_view name) {
 }
 
 std::string_view closest_setting(std::string_view name) {
-  std::string_view best = table[0].name;
-  std::size_t best_distance = edit_distance(name, best);
-  for (const SettingInfo& s : table)
-    if (std::size_t d = edit_distance(name, s.name); d < best_distance) {
-      best = s.name;
-      best_distance = d;
-    }
-  return best;
+  return closest_name(name, table, [](const SettingInfo& s) { return s.name; });
 }
 
 std::string settings_markdown() {

@@ -9,16 +9,12 @@
 
 namespace sinter {
 
-/// Who reads a setting: the library and its programs, the notebook kernel, or the test suite.
-enum class SettingScope { library, notebook, tests };
-
 /// One environment variable sinter reads.
 struct SettingInfo {
   std::string_view name;     ///< SINTER_...
   std::string_view type;     ///< the values it takes: `0`, `1`; path; seconds; choices
   std::string_view fallback; ///< what applies when the variable is unset
-  std::string_view meaning;
-  SettingScope scope = SettingScope::library;
+  std::string_view meaning;  ///< `notebook:` and `tests:` mark what only those read
 };
 
 /// Every SINTER_* variable, in the order docs/compiling.md's table lists them (a test checks
@@ -34,6 +30,22 @@ std::string settings_markdown();
 
 /// Levenshtein distance between two names (what "did you mean" picks by).
 std::size_t edit_distance(std::string_view a, std::string_view b);
+/// The name of the item of `items` nearest to `name` by edit distance (the first of equals);
+/// `name_of` gives an item's name. `items` is not empty.
+template <class Items, class NameOf>
+std::string_view closest_name(std::string_view name, const Items& items, NameOf name_of) {
+  std::string_view best;
+  std::size_t best_distance = 0;
+  for (const auto& item : items) {
+    std::string_view candidate = name_of(item);
+    std::size_t distance = edit_distance(name, candidate);
+    if (best.empty() || distance < best_distance) {
+      best = candidate;
+      best_distance = distance;
+    }
+  }
+  return best;
+}
 
 /// The environment's SINTER_* variables, read once, and the ones the compiler reads on every
 /// compile, parsed.

@@ -29,7 +29,7 @@ namespace {
 /// The float64 reference interpreter behind the Executable interface: no kernels, no arena.
 class InterpreterExecutable final : public Executable {
 public:
-  explicit InterpreterExecutable(const Graph& graph) : graph_(graph) {}
+  explicit InterpreterExecutable(Graph graph) : graph_(std::move(graph)) {}
 
   void run_into(std::span<const HostTensor* const> inputs,
                 std::span<HostTensor> outputs) const override {
@@ -56,7 +56,7 @@ BackendGraphStages interpreter_graph_stages(const Graph&, const Device&) {
 
 std::unique_ptr<Executable> compile_for_interpreter(Prepared prepared, const Device&, Context&,
                                                     CompileRun&) {
-  return std::make_unique<InterpreterExecutable>(*prepared.graph);
+  return std::make_unique<InterpreterExecutable>(std::move(*prepared.graph));
 }
 
 StepMemory plan_memory_for_interpreter(const Prepared& prepared, const Device&,
@@ -65,8 +65,6 @@ StepMemory plan_memory_for_interpreter(const Prepared& prepared, const Device&,
   memory.inputs = input_bytes(*prepared.graph);
   return memory; // values live in float64 vectors the interpreter makes as it goes
 }
-
-int64_t host_free_memory(const Device&) { return host_available_memory(); }
 
 const BackendEntry interpreter_backend{
     Backend::interpreter,     "interpreter",           false,
@@ -100,6 +98,8 @@ int64_t host_available_memory() {
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
 }
+
+int64_t host_free_memory(const Device&) { return host_available_memory(); }
 
 int64_t input_bytes(const Graph& graph) {
   int64_t bytes = 0;

@@ -41,6 +41,8 @@ bool attention_decomposition_requested();
 std::span<const BackendEntry* const> backends();
 /// The host's available memory (MemAvailable in /proc/meminfo, else physical memory).
 int64_t host_available_memory();
+/// host_available_memory() as a BackendEntry::free_memory (the CPU's and the interpreter's).
+int64_t host_free_memory(const Device& device);
 /// The bytes of `optimized`'s inputs (each once), for backends whose inputs are the caller's.
 int64_t input_bytes(const Graph& optimized);
 

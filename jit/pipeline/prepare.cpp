@@ -10,9 +10,9 @@ Prepared prepare(Graph optimized, const BackendGraphStages& backend, CompileRun&
   out.graph = std::make_unique<Graph>(Pipeline(backend.stages).run(std::move(optimized), run));
   if (!backend.fuses) return out;
   out.fusion = run.timed("fuse", [&] { return fuse(*out.graph, backend.fusion); });
-  run.dump("fuse", out.fusion.print());
+  run.dump("fuse", [&] { return out.fusion.print(); });
   out.memory = run.timed("memory", [&] { return MemoryPlan(out.fusion); });
-  run.dump("memory", out.memory.print());
+  run.dump("memory", [&] { return out.memory.print(); });
   return out;
 }
 

@@ -82,9 +82,8 @@ DumpSelection DumpSelection::from_environment() {
           std::any_of(std::begin(order), std::end(order),
                       [&](const StageInfo& s) { return s.name == name; }))
         continue;
-      std::string_view closest = order[0].name;
-      for (const StageInfo& s : order)
-        if (edit_distance(name, s.name) < edit_distance(name, closest)) closest = s.name;
+      std::string_view closest =
+          closest_name(name, stage_order(), [](const StageInfo& s) { return s.name; });
       std::fprintf(stderr,
                    "sinter: warning: SINTER_DUMP names '%s', which is no stage (did you mean "
                    "'%.*s'?); SINTER_DUMP=list prints the stages of each compile\n",
@@ -109,27 +108,27 @@ CompileRun::CompileRun(std::string program, bool planned, DumpSelection dump, st
       out_(dump_to ? *dump_to : std::cerr) {}
 
 CompileRun::Timing::Timing(CompileRun& run, std::string_view stage)
-    : run_(run), stage_(stage), start_(std::chrono::steady_clock::now()) {
-  run_.enter(stage);
-}
+    : run_(run), position_(run.enter(stage)), start_(std::chrono::steady_clock::now()) {}
 
 CompileRun::Timing::~Timing() {
   run_.record(
-      stage_,
+      position_,
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count());
 }
 
-void CompileRun::enter(std::string_view stage) {
+std::size_t CompileRun::enter(std::string_view stage) {
   std::size_t at = stage_position(stage);
   if (!times_.empty() && at < position_)
     throw std::logic_error("sinter: stage '" + std::string(stage) + "' runs after '" +
                            std::string(order[position_].name) +
                            "', against the order in jit/pipeline/stage.cpp");
   position_ = at;
+  return at;
 }
 
-void CompileRun::record(std::string_view stage, double ms) {
-  times_.push_back({order[stage_position(stage)].name, ms});
+void CompileRun::record(std::size_t position, double ms) {
+  std::string_view stage = order[position].name;
+  times_.push_back({stage, ms});
   if (time_phases())
     std::fprintf(stderr, "sinter: phase %.*s %.1f ms\n", static_cast<int>(stage.size()),
                  stage.data(), ms);
@@ -146,8 +145,7 @@ Graph CompileRun::run(const Stage& stage, Graph graph) {
 }
 
 void CompileRun::given(std::string_view stage, const Graph& graph, double ms) {
-  enter(stage);
-  record(stage, ms);
+  record(enter(stage), ms);
   verify(graph);
   if (dump_.wants(stage)) dump_graph(stage, graph);
 }
@@ -158,8 +156,9 @@ void CompileRun::dump_graph(std::string_view stage, const Graph& graph) {
        << graph.print();
 }
 
-void CompileRun::dump(std::string_view stage, const std::string& text) {
+void CompileRun::dump(std::string_view stage, const std::function<std::string()>& print) {
   if (!dump_.wants(stage)) return;
+  const std::string text = print();
   out_ << "// sinter " << (planned_ ? "(planned) " : "") << text;
   if (!text.empty() && text.back() != '\n') out_ << '\n';
 }

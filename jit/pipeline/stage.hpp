@@ -77,9 +77,9 @@ public:
   /// Records a graph made before this compile began (a DSL trace, taking `ms`) as stage
   /// `stage`: listed, verified and dumped like the others.
   void given(std::string_view stage, const Graph& graph, double ms);
-  /// Writes a plan's `text` (`fusion: ...`, `memory plan: ...`) as the dump of `stage` when
-  /// SINTER_DUMP names it.
-  void dump(std::string_view stage, const std::string& text);
+  /// Writes a plan's text (`fusion: ...`, `memory plan: ...`) as the dump of `stage` when
+  /// SINTER_DUMP names it; `text` is called only then (printing a plan is not free).
+  void dump(std::string_view stage, const std::function<std::string()>& text);
   bool wants_dump(std::string_view stage) const { return dump_.wants(stage); }
 
   /// Every stage run so far, in order.
@@ -99,12 +99,13 @@ private:
 
   private:
     CompileRun& run_;
-    std::string_view stage_;
+    std::size_t position_;
     std::chrono::steady_clock::time_point start_;
   };
-  void enter(std::string_view stage);
+  /// The stage's position in the order, checked against the stage before it.
+  std::size_t enter(std::string_view stage);
   void dump_graph(std::string_view stage, const Graph& graph);
-  void record(std::string_view stage, double ms);
+  void record(std::size_t position, double ms);
 
   std::string program_;
   bool planned_;

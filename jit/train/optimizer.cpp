@@ -16,9 +16,9 @@ std::vector<std::string> state_names(const Optimizer& optimizer) {
 std::vector<std::string> scalar_names() { return {"opt.lr", "opt.grad_scale", "opt.step"}; }
 
 std::vector<std::pair<std::string, double>> loss_scaling_state(const LossScaling& scaling) {
-  return {{std::string(step_names::loss_scale), scaling.initial},
-          {std::string(step_names::loss_scale_good_steps), 0.0},
-          {std::string(step_names::loss_scale_skipped), 0.0}};
+  return {{step_names::loss_scale, scaling.initial},
+          {step_names::loss_scale_good_steps, 0.0},
+          {step_names::loss_scale_skipped, 0.0}};
 }
 
 Value input_once(Graph& g, const std::string& name, const TensorType& type) {
@@ -49,9 +49,9 @@ UpdateResult append_update(Graph& g, const std::vector<std::string>& names,
   const std::optional<LossScaling>& scaling = options.loss_scaling;
   Value loss_scale, good_steps, skipped, finite;
   if (scaling) {
-    loss_scale = input_once(g, std::string(step_names::loss_scale), f32_scalar);
-    good_steps = input_once(g, std::string(step_names::loss_scale_good_steps), f32_scalar);
-    skipped = input_once(g, std::string(step_names::loss_scale_skipped), f32_scalar);
+    loss_scale = input_once(g, step_names::loss_scale, f32_scalar);
+    good_steps = input_once(g, step_names::loss_scale_good_steps, f32_scalar);
+    skipped = input_once(g, step_names::loss_scale_skipped, f32_scalar);
     grad_scale = grad_scale / cast(loss_scale, DType::f64);
   }
   std::vector<Value> gs;
@@ -130,12 +130,11 @@ UpdateResult append_update(Graph& g, const std::vector<std::string>& names,
         greater_equal(grown, scalar_like(grown, static_cast<double>(scaling->growth_interval)));
     Value zero = scalar_like(good_steps, 0.0);
     result.state = {
-        {std::string(step_names::loss_scale),
+        {step_names::loss_scale,
          where(finite, where(grow, loss_scale * scaling->growth, loss_scale),
                loss_scale * scaling->backoff)},
-        {std::string(step_names::loss_scale_good_steps),
-         where(finite, where(grow, zero, grown), zero)},
-        {std::string(step_names::loss_scale_skipped), skipped + (1.0 - cast(finite, DType::f32))},
+        {step_names::loss_scale_good_steps, where(finite, where(grow, zero, grown), zero)},
+        {step_names::loss_scale_skipped, skipped + (1.0 - cast(finite, DType::f32))},
     };
   }
   return result;

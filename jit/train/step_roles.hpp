@@ -35,13 +35,13 @@ inline std::string optimizer_state(std::string_view kind, std::string_view param
 inline std::string working_copy(std::string_view parameter) {
   return "state.low." + std::string(parameter);
 }
-inline constexpr std::string_view loss_scale = "state.amp.scale";
-inline constexpr std::string_view loss_scale_good_steps = "state.amp.good_steps";
-inline constexpr std::string_view loss_scale_skipped = "state.amp.skipped";
-inline constexpr std::string_view sift_history = "state.sift.history";
-inline constexpr std::string_view sift_filled = "state.sift.filled";
-inline constexpr std::string_view sift_counters = "state.sift.counters";
-inline constexpr std::string_view sift_draws = "sift.uniforms";
+inline const std::string loss_scale = "state.amp.scale";
+inline const std::string loss_scale_good_steps = "state.amp.good_steps";
+inline const std::string loss_scale_skipped = "state.amp.skipped";
+inline const std::string sift_history = "state.sift.history";
+inline const std::string sift_filled = "state.sift.filled";
+inline const std::string sift_counters = "state.sift.counters";
+inline const std::string sift_draws = "sift.uniforms";
 /// `grad.<parameter>`: the update program's input of a summed gradient.
 inline std::string summed_gradient(std::string_view parameter) {
   return "grad." + std::string(parameter);
@@ -60,9 +60,9 @@ inline std::optional<std::string> replaced_input(std::string_view output) {
 inline std::optional<std::string> gradient_of(std::string_view output) {
   return gradient_input_name(output);
 }
-inline constexpr std::string_view scaled_loss = "amp.scaled_loss";
-inline constexpr std::string_view trained_loss = "sift.trained_loss";
-inline constexpr std::string_view sift_rows = "sift.rows";
+inline const std::string scaled_loss = "amp.scaled_loss";
+inline const std::string trained_loss = "sift.trained_loss";
+inline const std::string sift_rows = "sift.rows";
 
 /// Whether `name` is step state (`state.*`): optimizer state, loss scaling, sifting, working
 /// copies.

@@ -46,8 +46,8 @@ Graph sift_forward(Graph g, const SiftOptions& sift, std::span<const HostTensor>
           " rows");
   Value losses = cast(per_row_losses(g, rows), DType::f32);
   const int64_t h = sift.history;
-  Value history = input(g, std::string(step_names::sift_history), TensorType{DType::f32, {h}});
-  Value filled = input(g, std::string(step_names::sift_filled), TensorType{DType::f32, {}});
+  Value history = input(g, step_names::sift_history, TensorType{DType::f32, {h}});
+  Value filled = input(g, step_names::sift_filled, TensorType{DType::f32, {}});
   // Data parallel: every rank records the whole global batch, so the history (and the
   // percentiles) are the same on every rank.
   Value scored = facts.ranks > 1 ? all_gather(losses, facts.ranks) : losses;
@@ -59,7 +59,7 @@ Graph sift_forward(Graph g, const SiftOptions& sift, std::span<const HostTensor>
   Value batch_loss = mean(losses);
   Value loss = batch_loss, selected;
   if (select) {
-    Value uniforms = input(g, std::string(step_names::sift_draws), TensorType{DType::f32, {rows}});
+    Value uniforms = input(g, step_names::sift_draws, TensorType{DType::f32, {rows}});
     selected = sift_selection(losses, history, filled, uniforms, sift.beta, rows_trained);
     // The drawn rows' forward pass, traced at k rows on gathers of the batch; the
     // share-taken-rows stage later reads its values from the batch's.
@@ -76,10 +76,10 @@ Graph sift_forward(Graph g, const SiftOptions& sift, std::span<const HostTensor>
   // The step reports the whole batch's mean loss (what a plain step reports) and trains the
   // drawn rows' mean.
   std::vector<NamedValue> outputs{{"loss", batch_loss.id},
-                                  {std::string(step_names::trained_loss), loss.id},
+                                  {step_names::trained_loss, loss.id},
                                   {step_names::new_value(step_names::sift_history), recorded.id},
                                   {step_names::new_value(step_names::sift_filled), now_filled.id}};
-  if (selected) outputs.push_back({std::string(step_names::sift_rows), selected.id});
+  if (selected) outputs.push_back({step_names::sift_rows, selected.id});
   g.mutable_outputs() = std::move(outputs);
   return g;
 }
@@ -192,9 +192,8 @@ Stage sift_stage(const SiftOptions& sift, std::span<const HostTensor> batch,
 }
 
 Stage share_taken_rows_stage() {
-  return {"share-taken-rows", [](Graph g) {
-            return share_taken_rows(g, output_named(g, std::string(step_names::sift_rows)));
-          }};
+  return {"share-taken-rows",
+          [](Graph g) { return share_taken_rows(g, output_named(g, step_names::sift_rows)); }};
 }
 
 std::string_view amp_name(AmpMode mode) {
@@ -220,10 +219,8 @@ Stage autocast_stage(DType low) {
 Stage loss_scale_stage() {
   return {"loss-scale", [](Graph g) {
             Value loss{&g, g.outputs()[differentiated_output(g)].id};
-            Value scale =
-                input_once(g, std::string(step_names::loss_scale), TensorType{DType::f32, {}});
-            g.add_output(std::string(step_names::scaled_loss),
-                         (loss * cast(scale, loss.dtype())).id);
+            Value scale = input_once(g, step_names::loss_scale, TensorType{DType::f32, {}});
+            g.add_output(step_names::scaled_loss, (loss * cast(scale, loss.dtype())).id);
             return g;
           }};
 }
@@ -282,23 +279,16 @@ Stage update_stage(const StepGraphFacts& facts, const std::vector<WorkingCopy>& 
             NamedValue loss = g.outputs()[0];
             for (const NamedValue& out : g.outputs())
               if (step_names::is_sift_output(out.name)) sift_outputs.push_back(out);
-            std::vector<NamedValue> gradients;
-            for (const std::string& n : facts.parameters)
-              gradients.push_back(
-                  {step_names::gradient(n), output_named(g, step_names::gradient(n))});
-            std::vector<Value> params, grads;
-            if (append) {
-              params = parameter_values(g, facts.parameters, false);
-              grads = parameter_values(g, facts.parameters, true);
-            }
+            std::vector<Value> grads = parameter_values(g, facts.parameters, true);
             g.mutable_outputs() = {loss};
             if (append) {
+              std::vector<Value> params = parameter_values(g, facts.parameters, false);
               UpdateResult updates =
                   append_data_parallel_update(g, facts.parameters, params, grads, update, layout);
               add_update_outputs(g, facts, copies, updates, update.optimizer);
             } else {
-              for (const NamedValue& grad : gradients)
-                g.add_output(grad.name, grad.id);
+              for (std::size_t i = 0; i < grads.size(); ++i)
+                g.add_output(step_names::gradient(facts.parameters[i]), grads[i].id);
             }
             for (const NamedValue& out : sift_outputs)
               g.add_output(out.name, out.id);

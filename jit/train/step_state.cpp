@@ -59,12 +59,12 @@ Shape StepState::whole_shape(const std::string& name) const {
 }
 
 int64_t StepState::skipped_updates() const {
-  auto it = tensors_.find(std::string(step_names::loss_scale_skipped));
+  auto it = tensors_.find(step_names::loss_scale_skipped);
   return it == tensors_.end() ? 0 : static_cast<int64_t>(it->second.at(0));
 }
 
 double StepState::loss_scale() const {
-  auto it = tensors_.find(std::string(step_names::loss_scale));
+  auto it = tensors_.find(step_names::loss_scale);
   return it == tensors_.end() ? 0.0 : it->second.at(0);
 }
 
@@ -109,7 +109,7 @@ void StepState::note_parameters_written() {
 
 bool StepState::sift_delaying() const {
   if (!sift_) return false;
-  const HostTensor& counters = tensors_.at(std::string(step_names::sift_counters));
+  const HostTensor& counters = tensors_.at(step_names::sift_counters);
   double done =
       counters.at(sift_->repeat_delay ? SiftCounter::epoch_batches : SiftCounter::batches);
   return done < static_cast<double>(sift_->delay);
@@ -117,18 +117,18 @@ bool StepState::sift_delaying() const {
 
 void StepState::start_sift_epoch() {
   if (!sift_) throw std::logic_error("sinter: start_sift_epoch on a step without in-step sifting");
-  tensors_.at(std::string(step_names::sift_counters)).set(SiftCounter::epoch_batches, 0.0);
+  tensors_.at(step_names::sift_counters).set(SiftCounter::epoch_batches, 0.0);
 }
 
 SiftCounts StepState::sift_counts() const {
   if (!sift_) return {};
-  const HostTensor& counters = tensors_.at(std::string(step_names::sift_counters));
+  const HostTensor& counters = tensors_.at(step_names::sift_counters);
   return SiftCounts{static_cast<int64_t>(counters.at(SiftCounter::seen)),
                     static_cast<int64_t>(counters.at(SiftCounter::kept)), sift_delaying()};
 }
 
 void StepState::draw(HostTensor& draws, int64_t rows, int rank) const {
-  const HostTensor& counters = tensors_.at(std::string(step_names::sift_counters));
+  const HostTensor& counters = tensors_.at(step_names::sift_counters);
   auto first =
       static_cast<uint64_t>(counters.at(SiftCounter::draws)) + static_cast<uint64_t>(rank * rows);
   if (draws.shape() != Shape{rows}) draws = HostTensor(DType::f32, {rows});
@@ -138,7 +138,7 @@ void StepState::draw(HostTensor& draws, int64_t rows, int rank) const {
 }
 
 void StepState::count_sifted(int64_t rows, int64_t kept_rows, int ranks) {
-  HostTensor& counters = tensors_.at(std::string(step_names::sift_counters));
+  HostTensor& counters = tensors_.at(step_names::sift_counters);
   auto bump = [&](SiftCounter which, int64_t by) {
     counters.set(which, counters.at(which) + static_cast<double>(by));
   };

@@ -176,12 +176,8 @@ TrainStep::Built TrainStep::build(std::span<const HostTensor> batch, Sifting sif
   built.later = Pipeline::standard(std::nullopt);
   if (sifting == Sifting::select)
     built.later = std::move(built.later).with(share_taken_rows_stage());
-  if (split_update()) {
-    std::vector<TensorType> types;
-    for (const HostTensor* p : parameters_)
-      types.push_back(TensorType{p->dtype(), p->shape()});
-    built.apply = update_program(facts, copies, types, options_.update, layout);
-  }
+  if (split_update())
+    built.apply = update_program(facts, copies, check.parameter_types, options_.update, layout);
   return built;
 }
 

@@ -180,7 +180,7 @@ CpuExecutable::CpuExecutable(Prepared prepared, KernelLibrary& library, ThreadPo
                              ? nullptr
                              : library.get(fusion_, k, report_));
   });
-  run.dump("kernels", report_.print(fusion_));
+  run.dump("kernels", [&] { return report_.print(fusion_); });
   for (const Kernel& k : fusion_.kernels) {
     copies_.push_back(concat_copy(fusion_, k));
     gathers_.push_back(gather_copy(fusion_, k));
@@ -415,8 +415,6 @@ StepMemory plan_memory_for_cpu(const Prepared& prepared, const Device&, std::spa
   out.largest = largest_buffers(std::move(buffers));
   return out;
 }
-
-int64_t host_free_memory(const Device&) { return host_available_memory(); }
 
 } // namespace
 

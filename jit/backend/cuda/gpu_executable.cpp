@@ -175,8 +175,8 @@ GpuExecutable::GpuExecutable(Prepared prepared, CudaDevice& device, KernelCache&
     return plan_launches(fusion_, epilogues, device_, cache, fp32_, report_,
                          [&](ValueId node) { return pointer_for(*sets_[0], node); });
   });
-  run.dump("launch-plan", print_launch_plan(epilogues, launches_));
-  run.dump("kernels", report_.print(fusion_));
+  run.dump("launch-plan", [&] { return print_launch_plan(epilogues, launches_); });
+  run.dump("kernels", [&] { return report_.print(fusion_); });
   run.timed("bind", [&] {
     for (auto& set : sets_)
       bind(*set);
