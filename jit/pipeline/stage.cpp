@@ -82,8 +82,12 @@ DumpSelection DumpSelection::from_environment() {
           std::any_of(std::begin(order), std::end(order),
                       [&](const StageInfo& s) { return s.name == name; }))
         continue;
+      // `list` and `all` are choices too: `lst` means list, not cse.
+      std::vector<std::string_view> choices{"list", "all"};
+      for (const StageInfo& s : order)
+        choices.push_back(s.name);
       std::string_view closest =
-          closest_name(name, stage_order(), [](const StageInfo& s) { return s.name; });
+          closest_name(name, choices, [](std::string_view choice) { return choice; });
       std::fprintf(stderr,
                    "sinter: warning: SINTER_DUMP names '%s', which is no stage (did you mean "
                    "'%.*s'?); SINTER_DUMP=list prints the stages of each compile\n",
