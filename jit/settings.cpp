@@ -58,6 +58,16 @@ constexpr SettingInfo table[] = {
      "cuda: `libdevice.10.bc` (a wrong path is an error, not a fallback)"},
     {"SINTER_LIBNCCL", "path", "`libnccl.so.2`",
      "cuda: the NCCL library for collectives (docs/distributed.md)"},
+    {"SINTER_NULL_GPU", "`0`, `1`, or the library's path", "`0`",
+     "cuda: `1` loads the null CUDA driver (`libsinter_null_gpu.so`, beside libsinter) in place "
+     "of libcuda, libcublasLt and libnccl: a GPU that runs nothing, for the host side "
+     "(docs/gpu.md)"},
+    {"SINTER_NULL_GPU_DEVICE", "`h100`, `h200`, `a100`, then `,key=value`", "`h100`",
+     "null driver: the device it reports (docs/gpu.md lists the keys)"},
+    {"SINTER_NULL_GPU_PTXAS", "`0`, `1`", "`1`",
+     "null driver: `0` skips running `ptxas` on the PTX it is given"},
+    {"SINTER_NULL_GPU_REPORT", "path", "off",
+     "null driver: appends its counters as one `null_gpu key=value ...` line at exit"},
     {"SINTER_FASHION_MNIST_DIR", "path", "`/usr/share/datasets/fashion-mnist`",
      "where the Fashion-MNIST loader reads its IDX files"},
     {"SINTER_FORTUNES_DIR", "path", "`/usr/share/games/fortunes`",

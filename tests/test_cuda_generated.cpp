@@ -159,7 +159,7 @@ TEST_CASE("cuda: a profiled step times every launch by events, on the cuda strea
 
 TEST_CASE("cuda: a loop that reads the loss after every step is called host-syncs; one that "
           "reads it at the end is not",
-          "[cuda]") {
+          "[cuda][cuda-host]") {
   struct Restore {
     Device was = default_device();
     ~Restore() { set_default_device(was); }
@@ -232,7 +232,7 @@ TEST_CASE("cuda: carried values stay on the GPU between runs and are fetched on 
   CHECK(out[0].at(1) == expected * 2.0);
 }
 
-TEST_CASE("cuda: a GPU that does not exist is refused by name", "[cuda]") {
+TEST_CASE("cuda: a GPU that does not exist is refused by name", "[cuda][cuda-host]") {
   CHECK_THROWS_WITH(CudaDevice::get(999), Catch::Contains("no GPU cuda:999"));
 }
 

@@ -84,7 +84,11 @@ int print_info() {
   std::printf("cache dir: %s\n", sinter::KernelCache::default_dir().c_str());
   if (const sinter::cuda::Driver* cuda = sinter::cuda::driver()) {
     int version = cuda->version();
-    std::printf("cuda driver: %d.%d\n", version / 1000, version % 1000 / 10);
+    if (cuda->is_null())
+      std::printf("cuda driver: null (SINTER_NULL_GPU=1, no GPU): %s\n",
+                  cuda->null_description.c_str());
+    else
+      std::printf("cuda driver: %d.%d\n", version / 1000, version % 1000 / 10);
     auto gpus = cuda->devices();
     std::printf("gpus: %zu\n", gpus.size());
     for (const sinter::cuda::DeviceInfo& gpu : gpus)

@@ -75,7 +75,7 @@ CudaDevice::CudaDevice(const cuda::Driver& driver, int ordinal) : driver_(driver
   // The cubin is for this GPU (the driver assembles the PTX for it), whatever the PTX target.
   kernels_ = std::make_unique<KernelLookup<cuda::FunctionHandle>>(
       target_->fingerprint() + ";gpu sm_" + std::to_string(info_.compute_capability) + ";driver " +
-      std::to_string(driver.version()));
+      std::to_string(driver.version()) + (driver.is_null() ? ";null driver" : ""));
 }
 
 CudaDevice::~CudaDevice() {

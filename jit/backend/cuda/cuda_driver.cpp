@@ -6,8 +6,10 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <mutex>
 #include <stdexcept>
+#include <string_view>
 
 namespace sinter::cuda {
 namespace {
@@ -31,7 +33,14 @@ template <class F> bool resolve(void* library, F& slot, std::initializer_list<co
 
 Loaded load() {
   Loaded loaded;
-  const char* explicit_path = setting("SINTER_LIBCUDA");
+  std::optional<std::string> null_library;
+  try {
+    null_library = null_gpu_library();
+  } catch (const std::exception& e) {
+    loaded.reason = e.what();
+    return loaded;
+  }
+  const char* explicit_path = null_library ? null_library->c_str() : setting("SINTER_LIBCUDA");
   const char* path = explicit_path ? explicit_path : "libcuda.so.1";
   void* library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!library) {
@@ -100,12 +109,24 @@ Loaded load() {
   if (Result r = d.cuInit(0); r != 0) {
     constexpr Result no_device = 100; // CUDA_ERROR_NO_DEVICE
     loaded.no_gpu = r == no_device;
-    const char* name = nullptr;
+    const char *name = nullptr, *text = nullptr;
     d.cuGetErrorName(r, &name);
+    d.cuGetErrorString(r, &text);
     loaded.reason = std::string("the CUDA driver is installed but cuInit failed with ") +
                     (name ? name : std::to_string(r)) +
-                    " (no GPU visible? check nvidia-smi and CUDA_VISIBLE_DEVICES)";
+                    (text ? std::string(" (") + text + ")" : "") +
+                    (null_library ? ""
+                                  : " (no GPU visible? check nvidia-smi and "
+                                    "CUDA_VISIBLE_DEVICES)");
     return loaded;
+  }
+  if (null_library) {
+    const char* (*describe)() = nullptr;
+    if (!resolve(library, describe, {"sinterNullGpuDescribe"})) {
+      loaded.reason = *null_library + " is not sinter's null driver (no sinterNullGpuDescribe)";
+      return loaded;
+    }
+    d.null_description = describe();
   }
   loaded.ok = true;
   return loaded; // the library stays loaded for the life of the process
@@ -117,6 +138,39 @@ const Loaded& loaded() {
 }
 
 } // namespace
+
+std::optional<std::string> null_gpu_library() {
+  namespace fs = std::filesystem;
+  const char* value = setting("SINTER_NULL_GPU");
+  if (!value || !*value || std::string_view(value) == "0") return std::nullopt;
+  constexpr const char* file = "libsinter_null_gpu.so";
+  if (std::string_view(value).find('/') != std::string_view::npos) {
+    if (!fs::is_regular_file(value))
+      throw std::invalid_argument(std::string("sinter: SINTER_NULL_GPU=") + value +
+                                  " is not a file; point it at " + file + ", or set it to 1");
+    return std::string(value);
+  }
+  if (std::string_view(value) != "1")
+    throw std::invalid_argument(std::string("sinter: SINTER_NULL_GPU='") + value +
+                                "' — use 1 (the null driver beside libsinter), 0, or the path of " +
+                                file);
+  // Installed beside libsinter; in a build tree, where tests/support/null_cuda builds it.
+  std::vector<fs::path> candidates;
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&null_gpu_library), &info) && info.dli_fname) {
+    fs::path here = fs::path(info.dli_fname).parent_path();
+    candidates = {here / file, here / "tests/support/null_cuda" / file,
+                  here / "../tests/support/null_cuda" / file};
+  }
+  for (const fs::path& p : candidates)
+    if (std::error_code ec; fs::is_regular_file(p, ec)) return p.lexically_normal().string();
+  std::string looked;
+  for (const fs::path& p : candidates)
+    looked += (looked.empty() ? "" : ", ") + p.lexically_normal().string();
+  throw std::invalid_argument(std::string("sinter: SINTER_NULL_GPU=1 but ") + file +
+                              " is not beside libsinter (looked for " + looked +
+                              "); build it (ninja -C build) or set SINTER_NULL_GPU to its path");
+}
 
 const Driver* driver() { return loaded().ok ? &loaded().driver : nullptr; }
 const std::string& unavailable_reason() { return loaded().reason; }
@@ -166,6 +220,7 @@ std::vector<DeviceInfo> Driver::devices() const {
     char name[256] = {};
     check(cuDeviceGetName(name, sizeof name, device), "cuDeviceGetName");
     info.name = name;
+    if (is_null()) info.name += " [null driver]";
     check(cuDeviceTotalMem(&info.total_memory, device), "cuDeviceTotalMem");
     int major = 0, minor = 0;
     check(cuDeviceGetAttribute(&major, attribute_compute_capability_major, device),

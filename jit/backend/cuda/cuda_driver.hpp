@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,11 @@ struct Driver {
   Result (*cuGraphExecDestroy)(GraphExecHandle) = nullptr;
   Result (*cuGraphDestroy)(GraphHandle) = nullptr;
 
+  /// Set when this is the null driver (SINTER_NULL_GPU=1): its one-line description of the
+  /// device it pretends to be; empty for a real driver.
+  std::string null_description;
+  bool is_null() const { return !null_description.empty(); }
+
   /// Throws std::runtime_error naming the call, the error and what to check, unless ok.
   void check(Result result, const char* call) const;
   /// The driver's version as 1000 * major + 10 * minor (13000 for CUDA 13.0).
@@ -95,6 +101,11 @@ const std::string& unavailable_reason();
 /// True when the machine has no GPU to use (no libcuda.so.1, or cuInit reports no device);
 /// false when a driver is present but broken (too old, failing cuInit) or when it works.
 bool no_gpu_present();
+
+/// The null driver's library (tests/support/null_cuda, docs/gpu.md) when SINTER_NULL_GPU asks
+/// for it, which then stands in for libcuda, libcublasLt and libnccl; nullopt when the variable
+/// is unset or 0. Throws std::invalid_argument for a bad value or a library not found.
+std::optional<std::string> null_gpu_library();
 
 /// The driver, or std::runtime_error that says why CUDA cannot be used and how to fix it.
 const Driver& require_driver();

@@ -131,7 +131,8 @@ std::size_t aligned(std::size_t n) { return (n + 255) / 256 * 256; }
 /// to those buffers, the captured graph, the events, and the outputs still in its staging.
 struct GpuExecutable::InputSet {
   std::vector<std::shared_ptr<DeviceBuffer>> inputs; ///< per graph input (carried: shared)
-  PinnedBuffer staging_in, staging_out;
+  PinnedBuffer staging_in, staging_out;              ///< batch inputs and non-carried outputs only
+  bool ready = false; ///< buffers, staging and launches in place (make_ready)
   std::vector<Bound> bound;
   cuda::GraphHandle graph = nullptr;
   cuda::GraphExecHandle exec = nullptr;
@@ -177,10 +178,7 @@ GpuExecutable::GpuExecutable(Prepared prepared, CudaDevice& device, KernelCache&
   });
   run.dump("launch-plan", [&] { return print_launch_plan(epilogues, launches_); });
   run.dump("kernels", [&] { return report_.print(fusion_); });
-  run.timed("bind", [&] {
-    for (auto& set : sets_)
-      bind(*set);
-  });
+  run.timed("bind", [&] { bind(*sets_[0]); });
   report_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
@@ -191,12 +189,8 @@ void GpuExecutable::allocate_buffers() {
   input_index_.assign(g.size(), -1);
   for (const BufferSlot& slot : memory_.slots())
     pointer_[slot.node] = arena_.get() + static_cast<cuda::DevicePtr>(slot.offset);
-  std::size_t staged_in = 0, staged_out = 0;
-  for (std::size_t i = 0; i < g.inputs().size(); ++i) {
+  for (std::size_t i = 0; i < g.inputs().size(); ++i)
     input_index_[g.inputs()[i].id] = static_cast<int>(i);
-    input_offsets_.push_back(staged_in);
-    staged_in += aligned(byte_size(g.type(g.inputs()[i].id)));
-  }
   for (const NamedValue& out : g.outputs()) {
     // Kernel roots that are outputs get their own buffer (graph inputs are in the sets).
     if (!pointer_[out.id] && input_index_[out.id] < 0) {
@@ -204,21 +198,60 @@ void GpuExecutable::allocate_buffers() {
           std::make_shared<DeviceBuffer>(std::max<std::size_t>(byte_size(g.type(out.id)), 16)));
       pointer_[out.id] = owned_outputs_.back()->get();
     }
-    output_offsets_.push_back(staged_out);
-    staged_out += aligned(byte_size(g.type(out.id)));
   }
   input_carried_.assign(g.inputs().size(), false);
   input_resident_.assign(g.inputs().size(), false);
   output_carried_.assign(g.outputs().size(), false);
-  for (auto& set : sets_) { // bound to the launches below, once they exist
+  for (auto& set : sets_) {
     set = std::make_unique<InputSet>();
-    for (const NamedValue& in : g.inputs())
-      set->inputs.push_back(
-          std::make_shared<DeviceBuffer>(std::max<std::size_t>(byte_size(g.type(in.id)), 16)));
-    set->staging_in = PinnedBuffer(staged_in);
-    set->staging_out = PinnedBuffer(staged_out);
+    set->inputs.resize(g.inputs().size());
     set->events = std::make_shared<SetEvents>(device_.driver());
   }
+  // The first set's buffers now (the launch plan reads their addresses); the second set's
+  // when it first runs, once carried and resident inputs share the first set's instead.
+  for (std::size_t i = 0; i < g.inputs().size(); ++i)
+    sets_[0]->inputs[i] = std::make_shared<DeviceBuffer>(
+        std::max<std::size_t>(byte_size(g.type(g.inputs()[i].id)), 16));
+  layout_staging();
+}
+
+void GpuExecutable::layout_staging() {
+  const Graph& g = *graph_;
+  input_offsets_.assign(g.inputs().size(), 0);
+  output_offsets_.assign(g.outputs().size(), 0);
+  staged_in_bytes_ = staged_out_bytes_ = 0;
+  for (std::size_t i = 0; i < g.inputs().size(); ++i)
+    if (!input_carried_[i] && !input_resident_[i]) {
+      input_offsets_[i] = staged_in_bytes_;
+      staged_in_bytes_ += aligned(byte_size(g.type(g.inputs()[i].id)));
+    }
+  for (std::size_t i = 0; i < g.outputs().size(); ++i)
+    if (!output_carried_[i]) {
+      output_offsets_[i] = staged_out_bytes_;
+      staged_out_bytes_ += aligned(byte_size(g.type(g.outputs()[i].id)));
+    }
+  for (auto& set : sets_) {
+    set->ready = false;
+    set->staging_in = PinnedBuffer();
+    set->staging_out = PinnedBuffer();
+  }
+}
+
+void GpuExecutable::make_ready(InputSet& set) const {
+  if (set.ready) return;
+  const Graph& g = *graph_;
+  for (std::size_t i = 0; i < g.inputs().size(); ++i) {
+    auto& buffer = set.inputs[i];
+    if (input_carried_[i] || input_resident_[i])
+      buffer = sets_[0]->inputs[i]; // one device copy, whichever set runs
+    else if (!buffer)
+      buffer = std::make_shared<DeviceBuffer>(
+          std::max<std::size_t>(byte_size(g.type(g.inputs()[i].id)), 16));
+  }
+  set.staging_in = PinnedBuffer(staged_in_bytes_);
+  set.staging_out = PinnedBuffer(staged_out_bytes_);
+  bind(set);
+  set.ready = true;
 }
 
 GpuExecutable::~GpuExecutable() {
@@ -245,7 +278,7 @@ cuda::DevicePtr GpuExecutable::pointer_for(const InputSet& set, ValueId node) co
   return input >= 0 ? set.inputs[static_cast<std::size_t>(input)]->get() : pointer_[node];
 }
 
-void GpuExecutable::bind(InputSet& set) {
+void GpuExecutable::bind(InputSet& set) const {
   set.bound.clear();
   for (const GpuLaunchStep& launch : launches_) {
     Bound b;
@@ -386,8 +419,7 @@ void GpuExecutable::set_carried(
     input_carried_[in] = true;
     output_carried_[out] = true;
   }
-  for (auto& set : sets_)
-    bind(*set);
+  layout_staging();
   runs_ = 0;
 }
 
@@ -406,8 +438,7 @@ void GpuExecutable::set_resident(std::span<const std::size_t> inputs) {
     resident_.emplace_back(in, 0);
     input_resident_[in] = true;
   }
-  for (auto& set : sets_)
-    bind(*set);
+  layout_staging();
   runs_ = 0;
 }
 
@@ -462,6 +493,7 @@ void GpuExecutable::run_into(std::span<const HostTensor* const> inputs,
   InputSet& set = *sets_[static_cast<std::size_t>(which)];
   // The run before last used this set: once it is done, its buffers and staging are free.
   settle(set);
+  make_ready(set);
   // A profiled run launches kernel by kernel between events (not the CUDA graph) and waits
   // for them: the time of each kernel, at the cost of the overlap between steps.
   if (profiled && marks_.empty()) {
@@ -489,21 +521,20 @@ void GpuExecutable::run_into(std::span<const HostTensor* const> inputs,
   d.check(d.cuEventRecord(set.events->uploaded, copy), "cuEventRecord");
   d.check(d.cuStreamWaitEvent(compute, set.events->uploaded, 0), "cuStreamWaitEvent");
   // Carried inputs the host changed go up in step order: the previous step still reads them.
+  // They are the parameters and optimizer state, uploaded once (or after a host write):
+  // straight from the tensor, which the driver copies before returning (pageable memory), so
+  // no pinned mirror of them is ever held.
   for (const Carried& c : carried_) {
     const DeferredBytes* source = inputs[c.input]->unwritten_source();
     if ((source && source == c.latest.get()) || c.bytes == 0) continue;
-    stage(c.input);
-    d.check(d.cuMemcpyHtoDAsync(c.buffer->get(), set.staging_in.data() + input_offsets_[c.input],
-                                c.bytes, compute),
+    d.check(d.cuMemcpyHtoDAsync(c.buffer->get(), inputs[c.input]->bytes().data(), c.bytes, compute),
             "cuMemcpyHtoDAsync");
   }
   // Resident inputs go up only when the host value changed, in step order like carried ones.
   for (auto& [in, uploaded] : resident_) {
     std::size_t n = byte_size(g.type(g.inputs()[in].id));
     if (n == 0 || inputs[in]->stamp() == uploaded) continue;
-    stage(in);
-    d.check(d.cuMemcpyHtoDAsync(set.inputs[in]->get(), set.staging_in.data() + input_offsets_[in],
-                                n, compute),
+    d.check(d.cuMemcpyHtoDAsync(set.inputs[in]->get(), inputs[in]->bytes().data(), n, compute),
             "cuMemcpyHtoDAsync");
     uploaded = inputs[in]->stamp();
   }

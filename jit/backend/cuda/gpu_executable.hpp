@@ -25,17 +25,21 @@ namespace sinter {
 /// while the current step still runs.
 class GpuExecutable final : public Executable {
 public:
-  /// Allocates the device arena of a prepared graph (prepare_for_nvptx), both input sets and
-  /// the pinned staging buffers, plans the launches (`launch-plan`: GEMM epilogues) and
-  /// fetches or compiles every kernel for `device` (`kernels`), the stages through `run`.
+  /// Allocates the device arena of a prepared graph (prepare_for_nvptx) and the first input
+  /// set's buffers, plans the launches (`launch-plan`: GEMM epilogues) and fetches or compiles
+  /// every kernel for `device` (`kernels`), the stages through `run`. The second input set and
+  /// the pinned staging wait for the first run that needs them, when carried and resident
+  /// inputs are known: those get one device buffer and no staging.
   GpuExecutable(Prepared prepared, CudaDevice& device, KernelCache& cache, CompileRun& run);
   /// Prepares an optimised graph itself for `device` (no dumps), then as above.
   GpuExecutable(const Graph& optimized, CudaDevice& device, KernelCache& cache);
   /// Waits for the last steps and keeps every output handed out readable.
   ~GpuExecutable();
 
-  /// Enqueues one step. Inputs are copied into pinned memory before it returns (the caller may
-  /// change them right away); the outputs are deferred (fetched on first access). The first
+  /// Enqueues one step. Batch inputs are copied into pinned memory before it returns (the
+  /// caller may change them right away); carried and resident inputs the host changed go up
+  /// straight from the tensor (the driver copies pageable memory before returning). The outputs
+  /// are deferred (fetched on first access). The first
   /// two runs wait for the step, so errors name their call; from then on each input set's
   /// step is one CUDA graph launch.
   void run_into(std::span<const HostTensor* const> inputs,
@@ -61,16 +65,24 @@ public:
   double last_step_device_ms() const;
 
 private:
-  /// The `buffers` stage: the arena, each output outside it, both input sets' device buffers,
-  /// their pinned staging and events.
+  /// The `buffers` stage: the arena, each output outside it, the first input set's device
+  /// buffers, and both sets' events.
   void allocate_buffers();
+  /// Places the staged inputs and outputs (those not carried or resident) in the staging
+  /// buffers, and makes every set ready again (after set_carried or set_resident).
+  void layout_staging();
   GpuExecutable(const Graph& optimized, CudaDevice& device, KernelCache& cache, CompileRun&& run);
 
   struct Bound;
   struct Carried;
   struct InputSet;
   cuda::DevicePtr pointer_for(const InputSet& set, ValueId node) const;
-  void bind(InputSet& set);
+  void bind(InputSet& set) const;
+  /// Gives `set` what it lacks before it runs: its own device buffer for each input that is
+  /// neither carried nor resident (those share the first set's), its pinned staging for the
+  /// batch inputs and the non-carried outputs, and its bound launches.
+  void make_ready(InputSet& set) const;
+
   /// Enqueues every launch and the output copies. With `marks` (launches_.size() + 1 events,
   /// a profiled run), marks[i] is recorded before launch i and the last after the last one.
   void enqueue_body(const InputSet& set, std::span<const cuda::EventHandle> marks = {}) const;
@@ -89,7 +101,8 @@ private:
   std::vector<cuda::DevicePtr> pointer_; ///< by node: arena slots and owned outputs
   std::vector<int> input_index_;         ///< by node: its graph input position, or -1
   std::vector<std::size_t> input_offsets_, output_offsets_; ///< in the staging buffers
-  std::vector<GpuLaunchStep> launches_;                     ///< the plan: what runs, in order
+  std::size_t staged_in_bytes_ = 0, staged_out_bytes_ = 0;
+  std::vector<GpuLaunchStep> launches_; ///< the plan: what runs, in order
   mutable std::array<std::unique_ptr<InputSet>, 2> sets_;
   mutable std::vector<Carried> carried_;
   std::vector<bool> input_carried_, output_carried_;

@@ -1,0 +1,764 @@
+// tests/support/null_cuda/null_driver.cpp — the CUDA Driver API entry points sinter loads from
+// libcuda.so.1, checked as strictly as the driver checks them, running nothing
+#include "null_state.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+using namespace sinter::null_gpu;
+
+namespace {
+
+using DevicePtr = unsigned long long;
+constexpr const char* container_magic = "SINTER-NULL-CUBIN 1\n";
+
+/// Streams this thread is capturing: CUDA refuses "unsafe" calls (allocations, synchronous
+/// copies, synchronisation) from it meanwhile, and the capture is then invalidated.
+thread_local std::vector<StreamState*> capturing_here;
+
+int refuse_during_capture(State& s, const char* call) {
+  if (capturing_here.empty()) return success;
+  for (StreamState* stream : capturing_here) {
+    stream->capture_broken = true;
+    stream->capture_error = std::string(call) + " during capture";
+  }
+  return s.fail(capture_unsupported, std::string(call) +
+                                         " was called while this thread captures a stream; "
+                                         "CUDA forbids it and invalidates the capture");
+}
+
+struct LinkState {
+  char* error_log = nullptr;
+  std::size_t error_log_size = 0;
+  std::string ptx;
+  std::string name;
+  std::string image; ///< what cuLinkComplete hands out (owned here, as the driver owns it)
+};
+
+struct GraphExecState {
+  GraphState graph;
+  uint64_t frees_at_instantiate = 0;
+};
+
+std::filesystem::path find_ptxas() {
+  namespace fs = std::filesystem;
+  if (const char* off = std::getenv("SINTER_NULL_GPU_PTXAS"); off && std::string(off) == "0")
+    return {};
+  std::vector<fs::path> candidates;
+  if (const char* p = std::getenv("SINTER_PTXAS"); p && *p) candidates.emplace_back(p);
+  if (const char* home = std::getenv("CUDA_HOME"); home && *home)
+    candidates.push_back(fs::path(home) / "bin/ptxas");
+  candidates.emplace_back("/usr/local/cuda/bin/ptxas");
+  if (const char* path = std::getenv("PATH")) {
+    std::stringstream dirs(path);
+    for (std::string dir; std::getline(dirs, dir, ':');)
+      if (!dir.empty()) candidates.push_back(fs::path(dir) / "ptxas");
+  }
+  for (const fs::path& p : candidates)
+    if (std::error_code ec; fs::is_regular_file(p, ec) && access(p.c_str(), X_OK) == 0) return p;
+  return {};
+}
+
+const std::filesystem::path& ptxas() {
+  static const std::filesystem::path found = find_ptxas();
+  return found;
+}
+
+/// The architecture ptxas assembles for: the device's, with the PTX's "a" suffix if it has one.
+std::string ptxas_arch(const std::string& ptx, int capability) {
+  std::string arch = "sm_" + std::to_string(capability);
+  std::size_t target = ptx.find(".target");
+  if (target != std::string::npos) {
+    std::size_t end = ptx.find_first_of("\n,", target);
+    std::string line = ptx.substr(target, end - target);
+    if (line.find(arch + "a") != std::string::npos) arch += "a";
+  }
+  return arch;
+}
+
+/// Runs ptxas on the PTX: the cubin, or the assembler's complaint in `errors`.
+bool assemble(const std::string& ptx, int capability, std::string& cubin, std::string& errors,
+              double& seconds) {
+  namespace fs = std::filesystem;
+  const char* tmp = std::getenv("TMPDIR");
+  std::string base = std::string(tmp && *tmp ? tmp : "/tmp") + "/sinter-null-ptxas-XXXXXX";
+  std::vector<char> dir(base.begin(), base.end());
+  dir.push_back('\0');
+  if (!mkdtemp(dir.data())) {
+    errors = "null driver: cannot make a temporary folder for ptxas";
+    return false;
+  }
+  fs::path folder(dir.data());
+  fs::path in = folder / "kernel.ptx", out = folder / "kernel.cubin", log = folder / "log.txt";
+  std::ofstream(in, std::ios::binary) << ptx;
+  std::string command = "'" + ptxas().string() + "' -arch=" + ptxas_arch(ptx, capability) +
+                        " -o '" + out.string() + "' '" + in.string() + "' >'" + log.string() +
+                        "' 2>&1";
+  auto start = std::chrono::steady_clock::now();
+  int status = std::system(command.c_str());
+  seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::ifstream log_in(log);
+  errors.assign(std::istreambuf_iterator<char>(log_in), std::istreambuf_iterator<char>());
+  std::ifstream cubin_in(out, std::ios::binary);
+  cubin.assign(std::istreambuf_iterator<char>(cubin_in), std::istreambuf_iterator<char>());
+  std::error_code ec;
+  fs::remove_all(folder, ec);
+  if (status != 0 || cubin.empty()) {
+    if (errors.empty()) errors = "ptxas exited with status " + std::to_string(status);
+    return false;
+  }
+  return true;
+}
+
+/// The null driver's "cubin": the kernels' signatures (which a real cubin keeps in its
+/// .nv.info sections) and the image ptxas made.
+std::string make_container(const std::vector<KernelSignature>& kernels, const std::string& image) {
+  std::string out = container_magic;
+  for (const KernelSignature& k : kernels) {
+    out += "entry " + k.name;
+    for (auto [bytes, pointer] : k.parameters)
+      out += " " + std::to_string(bytes) + (pointer ? "p" : "");
+    out += "\n";
+  }
+  out += "image " + std::to_string(image.size()) + "\n";
+  out += image;
+  return out;
+}
+
+bool read_container(const char* data, std::vector<KernelSignature>& kernels, uint64_t& bytes) {
+  std::size_t magic = std::strlen(container_magic);
+  if (std::strncmp(data, container_magic, magic) != 0) return false;
+  const char* at = data + magic;
+  while (std::strncmp(at, "entry ", 6) == 0) {
+    const char* end = std::strchr(at, '\n');
+    if (!end) return false;
+    std::istringstream line(std::string(at + 6, end));
+    KernelSignature k;
+    line >> k.name;
+    for (std::string p; line >> p;)
+      k.parameters.emplace_back(std::strtoull(p.c_str(), nullptr, 10), p.back() == 'p');
+    kernels.push_back(std::move(k));
+    at = end + 1;
+  }
+  if (std::strncmp(at, "image ", 6) != 0) return false;
+  bytes = std::strtoull(at + 6, nullptr, 10);
+  return true;
+}
+
+} // namespace
+
+#define NULL_GPU_API extern "C" __attribute__((visibility("default")))
+
+NULL_GPU_API int cuInit(unsigned flags) {
+  State& s = State::get();
+  std::lock_guard lock(s.mutex);
+  if (flags != 0) return s.fail(invalid_value, "cuInit takes flags 0");
+  if (!s.spec_error.empty()) return s.fail(invalid_value, s.spec_error);
+  s.initialized = true;
+  return success;
+}
+
+NULL_GPU_API int cuDriverGetVersion(int* version) {
+  if (!version) return invalid_value;
+  *version = 13000;
+  return success;
+}
+
+NULL_GPU_API int cuGetErrorName(int status, const char** name) {
+  if (!name) return invalid_value;
+  *name = status_name(status);
+  return *name ? success : invalid_value;
+}
+
+NULL_GPU_API int cuGetErrorString(int status, const char** text) {
+  if (!text) return invalid_value;
+  // The driver's text, and what the null driver found wrong when it failed this thread's last
+  // call with this status: "null driver: parameter 2 of k_3 points outside any allocation".
+  thread_local std::string message;
+  const char* generic = status_text(status);
+  if (!generic) {
+    *text = nullptr;
+    return invalid_value;
+  }
+  message = generic;
+  if (State::last_status() == status && !State::last_detail().empty())
+    message += "; null driver: " + State::last_detail();
+  *text = message.c_str();
+  return success;
+}
+
+NULL_GPU_API int cuDeviceGetCount(int* count) {
+  State& s = State::get();
+  if (!s.initialized) return s.fail(not_initialized, "call cuInit first");
+  *count = s.spec.count;
+  return success;
+}
+
+NULL_GPU_API int cuDeviceGet(int* device, int ordinal) {
+  State& s = State::get();
+  if (!s.initialized) return s.fail(not_initialized, "call cuInit first");
+  if (ordinal < 0 || ordinal >= s.spec.count)
+    return s.fail(invalid_device, "device " + std::to_string(ordinal) + " of " +
+                                      std::to_string(s.spec.count) +
+                                      " (count= in "
+                                      "SINTER_NULL_GPU_DEVICE)");
+  *device = ordinal;
+  return success;
+}
+
+NULL_GPU_API int cuDeviceGetName(char* name, int size, int device) {
+  State& s = State::get();
+  if (device < 0 || device >= s.spec.count) return invalid_device;
+  std::snprintf(name, static_cast<std::size_t>(size), "%s", s.spec.name.c_str());
+  return success;
+}
+
+NULL_GPU_API int cuDeviceTotalMem_v2(std::size_t* bytes, int device) {
+  State& s = State::get();
+  if (device < 0 || device >= s.spec.count) return invalid_device;
+  *bytes = s.spec.memory;
+  return success;
+}
+
+NULL_GPU_API int cuDeviceGetAttribute(int* value, int attribute, int device) {
+  State& s = State::get();
+  if (device < 0 || device >= s.spec.count) return invalid_device;
+  switch (attribute) {
+  case 1: *value = 1024; break;                            // max threads per block
+  case 2: *value = 1024; break;                            // max block dim x
+  case 5: *value = 2147483647; break;                      // max grid dim x
+  case 8: *value = 49152; break;                           // shared memory per block
+  case 10: *value = 32; break;                             // warp size
+  case 16: *value = s.spec.multiprocessors; break;         // multiprocessor count
+  case 75: *value = s.spec.compute_capability / 10; break; // major
+  case 76: *value = s.spec.compute_capability % 10; break; // minor
+  case 97: *value = 232448; break;                         // opt-in shared per block
+  default: *value = 0; break;
+  }
+  return success;
+}
+
+NULL_GPU_API int cuDevicePrimaryCtxRetain(void** context, int device) {
+  State& s = State::get();
+  std::lock_guard lock(s.mutex);
+  if (!s.initialized) return s.fail(not_initialized, "call cuInit first");
+  if (device < 0 || device >= s.spec.count) return s.fail(invalid_device, "no such device");
+  auto d = static_cast<std::size_t>(device);
+  if (!s.contexts[d]) {
+    // Creating a context takes device memory of its own, as on a real GPU.
+    s.contexts[d] = std::make_unique<ContextState>(ContextState{device});
+    s.device_used[d] += s.spec.reserve;
+    s.counters.context_bytes += s.spec.reserve;
+  }
+  ++s.context_refs[d];
+  *context = s.contexts[d].get();
+  return success;
+}
+
+NULL_GPU_API int cuDevicePrimaryCtxRelease_v2(int device) {
+  State& s = State::get();
+  std::lock_guard lock(s.mutex);
+  if (device < 0 || device >= s.spec.count) return invalid_device;
+  auto d = static_cast<std::size_t>(device);
+  if (s.context_refs[d] > 0) --s.context_refs[d];
+  return success;
+}
+
+NULL_GPU_API int cuCtxSetCurrent(void* context) {
+  State& s = State::get();
+  std::lock_guard lock(s.mutex);
+  auto* c = static_cast<ContextState*>(context);
+  if (c && std::none_of(s.contexts.begin(), s.contexts.end(),
+                        [&](const auto& known) { return known.get() == c; }))
+    return s.fail(invalid_context, "cuCtxSetCurrent with a context the driver did not make");
+  State::current() = c;
+  return success;
+}
+
+NULL_GPU_API int cuMemGetInfo_v2(std::size_t* free, std::size_t* total) {
+  State& s = State::get();
+  std::lock_guard lock(s.mutex);
+  if (int r = s.need_context()) return r;
+  *free = s.device_free(State::current()->device);
+  *total = s.spec.memory;
+  return success;
+}
+
+NULL_GPU_API int cuMemAlloc_v2(DevicePtr* pointer, std::size_t bytes) {
+  State& s = State::get();
+  std::lock_guard lock(s.mutex);
+  if (int r = s.need_context()) return r;
+  if (int r = refuse_during_capture(s, "cuMemAlloc")) return r;
+  if (!pointer || bytes == 0) return s.fail(invalid_value, "cuMemAlloc of 0 bytes");
+  int device = State::current()->device;
+  uint64_t rounded = (bytes + 511) / 512 * 512; // the driver's granularity for small blocks
+  if (rounded > s.device_free(device)) {
+    ++s.counters.device_failed_allocations;
+    return s.fail(out_of_memory, "cuMemAlloc of " + std::to_string(bytes) + " bytes with " +
+                                     std::to_string(s.device_free(device)) + " free");
+  }
+  // Address space only: nothing may touch it from the host (a host access is a bug: it crashes).
+  void* p = mmap(nullptr, rounded, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return s.fail(out_of_memory, "the host has no address space left");
+  auto address = reinterpret_cast<uint64_t>(p);
+  s.device_memory[address] = Allocation{rounded, device};
+  s.device_used[static_cast<std::size_t>(device)] += rounded;
+  NullGpuCounters& c = s.counters;
+  c.device_bytes += rounded;
+  c.device_peak_bytes = std::max(c.device_peak_bytes, c.device_bytes);
+  ++c.device_allocations;
+  *pointer = address;
+  return success;
+}
+
+NULL_GPU_API int cuMemFree_v2(DevicePtr pointer) {
+  State& s = State::get();
+  std::lock_guard lock(s.mutex);
+  if (int r = refuse_during_capture(s, "cuMemFree")) return r;
+  auto it = s.device_memory.find(pointer);
+  if (it == s.device_memory.end())
+    return s.fail(invalid_value, "cuMemFree of an address cuMemAlloc did not return");
+  munmap(reinterpret_cast<void*>(pointer), it->second.bytes);
+  s.device_used[static_cast<std::size_t>(it->second.device)] -= it->second.bytes;
+  s.counters.device_bytes -= it->second.bytes;
+  s.device_memory.erase(it);
+  ++s.frees;
+  return success;
+}
+
+NULL_GPU_API int cuMemAllocHost_v2(void** pointer, std::size_t bytes) {
+  State& s = State::get();
+  std::lock_guard lock(s.mutex);
+  if (int r = s.need_context()) return r;
+  if (int r = refuse_during_capture(s, "cuMemAllocHost")) return r;
+  if (!pointer || bytes == 0) return s.fail(invalid_value, "cuMemAllocHost of 0 bytes");
+  // Pinned memory is resident from the start, as the driver locks every page.
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+                 -1, 0);
+  if (p == MAP_FAILED) return s.fail(out_of_memory, "the host cannot pin " + std::to_string(bytes));
+  s.pinned[reinterpret_cast<uintptr_t>(p)] = bytes;
+  s.counters.pinned_bytes += bytes;
+  s.counters.pinned_peak_bytes = std::max(s.counters.pinned_peak_bytes, s.counters.pinned_bytes);
+  *pointer = p;
+  return success;
+}
+
+NULL_GPU_API int cuMemFreeHost(void* pointer) {
+  State& s = State::get();
+  std::lock_guard lock(s.mutex);
+  if (int r = refuse_during_capture(s, "cuMemFreeHost")) return r;
+  auto it = s.pinned.find(reinterpret_cast<uintptr_t>(pointer));
+  if (it == s.pinned.end())
+    return s.fail(invalid_value, "cuMemFreeHost of memory cuMemAllocHost did not return");
+  munmap(pointer, it->second);
+  s.counters.pinned_bytes -= it->second;
+  s.pinned.erase(it);
+  return success;
+}
+
+namespace {
+
+int copy(State& s, Work::Kind kind, uint64_t device_to, uint64_t device_from, void* host_to,
+         const void* host_from, std::size_t bytes, void* stream_handle, const char* call) {
+  if (int r = s.need_context()) return r;
+  StreamState& stream = s.stream(stream_handle);
+  Work w{kind};
+  w.bytes = bytes;
+  const double host_rate = s.spec.host_bandwidth, device_rate = s.spec.bandwidth;
+  auto check_device = [&](uint64_t address, const char* which) -> int {
+    if (s.device_range_ok(address, bytes)) return success;
+    return s.fail(invalid_value, std::string(call) + ": the " + which + " range of " +
+                                     std::to_string(bytes) +
+                                     " bytes is not inside one device allocation");
+  };
+  if (kind == Work::copy_h2d) {
+    if (int r = check_device(device_to, "destination")) return r;
+    w.pageable = !s.host_is_pinned(host_from);
+    w.seconds = static_cast<double>(bytes) / host_rate;
+    w.ranges.emplace_back(device_to, bytes);
+  } else if (kind == Work::copy_d2h) {
+    if (int r = check_device(device_from, "source")) return r;
+    w.pageable = !s.host_is_pinned(host_to);
+    w.seconds = static_cast<double>(bytes) / host_rate;
+    w.ranges.emplace_back(device_from, bytes);
+    if (!stream.capturing) std::memset(host_to, 0, bytes); // nothing ran: zeros come back
+  } else {
+    if (int r = check_device(device_to, "destination")) return r;
+    if (int r = check_device(device_from, "source")) return r;
+    w.seconds = 2.0 * static_cast<double>(bytes) / device_rate;
+    w.ranges.emplace_back(device_to, bytes);
+    w.ranges.emplace_back(device_from, bytes);
+  }
+  if (stream.capturing && w.pageable)
+    return s.fail(capture_unsupported,
+                  std::string(call) + " from pageable host memory cannot be captured");
+  s.enqueue(stream, std::move(w));
+  return success;
+}
+
+} // namespace
+
+NULL_GPU_API int cuMemcpyDtoH_v2(void* to, DevicePtr from, std::size_t bytes) {
+  State& s = State::get();
+  std::lock_guard lock(s.mutex);
+  if (int r = refuse_during_capture(s, "cuMemcpyDtoH")) return r;
+  ++s.counters.host_syncs;
+  return copy(s, Work::copy_d2h, 0, from, to, nullptr, bytes, nullptr, "cuMemcpyDtoH");
+}
+
+NULL_GPU_API int cuMemcpyHtoDAsync_v2(DevicePtr to, const void* from, std::size_t bytes,
+                                      void* stream) {
+  State& s = State::get();
+  std::lock_guard lock(s.mutex);
+  return copy(s, Work::copy_h2d, to, 0, nullptr, from, bytes, stream, "cuMemcpyHtoDAsync");
+}
+
+NULL_GPU_API int cuMemcpyDtoHAsync_v2(void* to, DevicePtr from, std::size_t bytes, void* stream) {
+  State& s = State::get();
+  std::lock_guard lock(s.mutex);
+  return copy(s, Work::copy_d2h, 0, from, to, nullptr, bytes, stream, "cuMemcpyDtoHAsync");
+}
+
+NULL_GPU_API int cuMemcpyDtoDAsync_v2(DevicePtr to, DevicePtr from, std::size_t bytes,
+                                      void* stream) {
+  State& s = State::get();
+  std::lock_guard lock(s.mutex);
+  return copy(s, Work::copy_d2d, to, from, nullptr, nullptr, bytes, stream, "cuMemcpyDtoDAsync");
+}
+
+NULL_GPU_API int cuMemsetD8Async(DevicePtr to, unsigned char, std::size_t bytes, void* stream) {
+  State& s = State::get();
+  std::lock_guard lock(s.mutex);
+  if (int r = s.need_context()) return r;
+  if (!s.device_range_ok(to, bytes))
+    return s.fail(invalid_value, "cuMemsetD8Async: the range of " + std::to_string(bytes) +
+                                     " bytes is not inside one device allocation");
+  Work w{Work::memset};
+  w.bytes = bytes;
+  w.seconds = std::max(s.spec.launch_seconds, static_cast<double>(bytes) / s.spec.bandwidth);
+  w.ranges.emplace_back(to, bytes);
+  s.enqueue(s.stream(stream), std::move(w));
+  return success;
+}
+
+NULL_GPU_API int cuStreamCreate(void** stream, unsigned) {
+  State& s = State::get();
+  std::lock_guard lock(s.mutex);
+  if (int r = s.need_context()) return r;
+  *stream = new StreamState();
+  return success;
+}
+
+NULL_GPU_API int cuStreamDestroy_v2(void* stream) {
+  if (!stream) return invalid_handle;
+  delete static_cast<StreamState*>(stream);
+  return success;
+}
+
+NULL_GPU_API int cuStreamSynchronize(void* stream) {
+  State& s = State::get();
+  std::lock_guard lock(s.mutex);
+  if (s.stream(stream).capturing)
+    return s.fail(capture_unsupported, "cuStreamSynchronize on a stream being captured");
+  if (int r = refuse_during_capture(s, "cuStreamSynchronize")) return r;
+  ++s.counters.host_syncs;
+  return success;
+}
+
+NULL_GPU_API int cuStreamWaitEvent(void* stream, void* event, unsigned) {
+  State& s = State::get();
+  std::lock_guard lock(s.mutex);
+  if (!event) return s.fail(invalid_handle, "cuStreamWaitEvent on a null event");
+  StreamState& st = s.stream(stream);
+  auto* e = static_cast<EventState*>(event);
+  if (!st.capturing && e->recorded) st.clock = std::max(st.clock, e->time);
+  return success;
+}
+
+NULL_GPU_API int cuEventCreate(void** event, unsigned) {
+  State& s = State::get();
+  std::lock_guard lock(s.mutex);
+  if (int r = s.need_context()) return r;
+  *event = new EventState();
+  return success;
+}
+
+NULL_GPU_API int cuEventDestroy_v2(void* event) {
+  if (!event) return invalid_handle;
+  delete static_cast<EventState*>(event);
+  return success;
+}
+
+NULL_GPU_API int cuEventRecord(void* event, void* stream) {
+  State& s = State::get();
+  std::lock_guard lock(s.mutex);
+  if (!event) return s.fail(invalid_handle, "cuEventRecord of a null event");
+  Work w{Work::event};
+  w.record = static_cast<EventState*>(event);
+  s.enqueue(s.stream(stream), std::move(w));
+  return success;
+}
+
+NULL_GPU_API int cuEventSynchronize(void* event) {
+  State& s = State::get();
+  std::lock_guard lock(s.mutex);
+  if (!event) return s.fail(invalid_handle, "cuEventSynchronize of a null event");
+  if (int r = refuse_during_capture(s, "cuEventSynchronize")) return r;
+  ++s.counters.host_syncs;
+  return success;
+}
+
+NULL_GPU_API int cuEventElapsedTime_v2(float* ms, void* from, void* to) {
+  State& s = State::get();
+  std::lock_guard lock(s.mutex);
+  auto *a = static_cast<EventState*>(from), *b = static_cast<EventState*>(to);
+  if (!a || !b || !ms) return s.fail(invalid_handle, "cuEventElapsedTime of a null event");
+  if (!a->recorded || !b->recorded)
+    return s.fail(invalid_handle, "cuEventElapsedTime of an event never recorded");
+  *ms = static_cast<float>((b->time - a->time) * 1e3);
+  return success;
+}
+
+NULL_GPU_API int cuEventElapsedTime(float* ms, void* from, void* to) {
+  return cuEventElapsedTime_v2(ms, from, to);
+}
+
+NULL_GPU_API int cuModuleLoadDataEx(void** module, const void* image, unsigned, int*, void**) {
+  State& s = State::get();
+  std::lock_guard lock(s.mutex);
+  if (int r = s.need_context()) return r;
+  if (!module || !image) return s.fail(invalid_value, "cuModuleLoadDataEx without an image");
+  auto m = std::make_unique<ModuleState>();
+  m->device = State::current()->device;
+  const char* data = static_cast<const char*>(image);
+  if (!read_container(data, m->kernels, m->bytes)) {
+    std::string text(data, strnlen(data, 64u << 20));
+    if (text.find(".version") == std::string::npos || text.find(".entry") == std::string::npos)
+      return s.fail(invalid_image, "the image is neither PTX nor a cubin this null driver made "
+                                   "(a kernel cache filled by a real driver?)");
+    m->kernels = parse_ptx_entries(text);
+    m->bytes = text.size();
+  }
+  uint64_t bytes = std::max<uint64_t>(m->bytes, 4096);
+  if (bytes > s.device_free(m->device)) return s.fail(out_of_memory, "no room for the module");
+  s.device_used[static_cast<std::size_t>(m->device)] += bytes;
+  m->bytes = bytes;
+  s.counters.module_bytes += bytes;
+  ++s.counters.modules_loaded;
+  *module = m.release();
+  return success;
+}
+
+NULL_GPU_API int cuModuleUnload(void* module) {
+  State& s = State::get();
+  std::lock_guard lock(s.mutex);
+  if (!module) return s.fail(invalid_handle, "cuModuleUnload of a null module");
+  auto* m = static_cast<ModuleState*>(module);
+  s.device_used[static_cast<std::size_t>(m->device)] -= m->bytes;
+  s.counters.module_bytes -= m->bytes;
+  delete m;
+  return success;
+}
+
+NULL_GPU_API int cuModuleGetFunction(void** function, void* module, const char* name) {
+  State& s = State::get();
+  std::lock_guard lock(s.mutex);
+  auto* m = static_cast<ModuleState*>(module);
+  if (!m || !name) return s.fail(invalid_handle, "cuModuleGetFunction without a module or name");
+  for (const KernelSignature& k : m->kernels)
+    if (k.name == name) {
+      *function = new FunctionState{m, &k}; // lives as long as the process, like the handle
+      return success;
+    }
+  return s.fail(not_found, std::string("the module has no kernel ") + name);
+}
+
+NULL_GPU_API int cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                unsigned by, unsigned bz, unsigned shared, void* stream,
+                                void** parameters, void** extra) {
+  State& s = State::get();
+  std::lock_guard lock(s.mutex);
+  if (int r = s.need_context()) return r;
+  auto* f = static_cast<FunctionState*>(function);
+  if (!f) return s.fail(invalid_handle, "cuLaunchKernel of a null function");
+  const KernelSignature& k = *f->signature;
+  if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0)
+    return s.fail(invalid_value, "cuLaunchKernel of " + k.name + " with an empty grid or block");
+  if (uint64_t{bx} * by * bz > 1024 || gy > 65535 || gz > 65535 || gx > 2147483647u)
+    return s.fail(invalid_value, "cuLaunchKernel of " + k.name + ": block " + std::to_string(bx) +
+                                     "x" + std::to_string(by) + "x" + std::to_string(bz) +
+                                     " or grid beyond the device's limits");
+  if (shared > 232448)
+    return s.fail(launch_out_of_resources, "cuLaunchKernel of " + k.name + " with " +
+                                               std::to_string(shared) +
+                                               " bytes of dynamic shared memory");
+  if (extra) return s.fail(invalid_value, "cuLaunchKernel: the null driver takes no `extra`");
+  if (!k.parameters.empty() && !parameters)
+    return s.fail(invalid_value, "cuLaunchKernel of " + k.name + " without its parameters");
+  Work w{Work::kernel};
+  w.seconds = s.spec.launch_seconds;
+  for (std::size_t i = 0; i < k.parameters.size(); ++i) {
+    if (!parameters[i])
+      return s.fail(invalid_value, "cuLaunchKernel of " + k.name + ": parameter " +
+                                       std::to_string(i) + " is null");
+    if (!k.parameters[i].second) continue;
+    uint64_t address = 0;
+    std::memcpy(&address, parameters[i], sizeof address);
+    if (!s.device_range_ok(address, 0))
+      return s.fail(illegal_address, "cuLaunchKernel of " + k.name + ": parameter " +
+                                         std::to_string(i) +
+                                         " points outside every live device allocation");
+    w.ranges.emplace_back(address, 0);
+  }
+  s.enqueue(s.stream(stream), std::move(w));
+  return success;
+}
+
+NULL_GPU_API int cuLinkCreate_v2(unsigned count, int* options, void** values, void** link) {
+  auto l = std::make_unique<LinkState>();
+  for (unsigned i = 0; i < count; ++i) {
+    if (options[i] == 5) l->error_log = static_cast<char*>(values[i]);
+    if (options[i] == 6) l->error_log_size = reinterpret_cast<std::size_t>(values[i]);
+  }
+  if (l->error_log && l->error_log_size) l->error_log[0] = '\0';
+  *link = l.release();
+  return success;
+}
+
+NULL_GPU_API int cuLinkAddData_v2(void* link, int type, void* data, std::size_t size,
+                                  const char* name, unsigned, int*, void**) {
+  State& s = State::get();
+  auto* l = static_cast<LinkState*>(link);
+  if (!l || !data) return s.fail(invalid_value, "cuLinkAddData without data");
+  if (type != 1) return s.fail(invalid_value, "the null driver links PTX only (CU_JIT_INPUT_PTX)");
+  l->ptx.assign(static_cast<const char*>(data), strnlen(static_cast<const char*>(data), size));
+  l->name = name ? name : "";
+  return success;
+}
+
+NULL_GPU_API int cuLinkComplete(void* link, void** image, std::size_t* size) {
+  State& s = State::get();
+  auto* l = static_cast<LinkState*>(link);
+  if (!l || l->ptx.empty()) return s.fail(invalid_value, "cuLinkComplete with no PTX added");
+  auto complain = [&](const std::string& why) {
+    if (l->error_log && l->error_log_size)
+      std::snprintf(l->error_log, l->error_log_size, "%s", why.c_str());
+    return s.fail(invalid_ptx, why);
+  };
+  if (l->ptx.find(".version") == std::string::npos || l->ptx.find(".target") == std::string::npos)
+    return complain("the PTX of " + l->name + " has no .version or .target line");
+  std::vector<KernelSignature> kernels = parse_ptx_entries(l->ptx);
+  if (kernels.empty()) return complain("the PTX of " + l->name + " defines no .entry");
+  std::string cubin;
+  int capability = s.spec.compute_capability;
+  {
+    std::lock_guard lock(s.mutex);
+    ++s.counters.ptx_assembled;
+  }
+  if (!ptxas().empty()) {
+    std::string errors;
+    double seconds = 0;
+    bool ok = assemble(l->ptx, capability, cubin, errors, seconds);
+    {
+      std::lock_guard lock(s.mutex);
+      ++s.counters.ptxas_runs;
+      s.counters.ptxas_seconds += seconds;
+    }
+    if (!ok) return complain("ptxas rejected the PTX of " + l->name + ": " + errors);
+  }
+  l->image = make_container(kernels, cubin.empty() ? l->ptx : cubin);
+  *image = l->image.data();
+  *size = l->image.size();
+  return success;
+}
+
+NULL_GPU_API int cuLinkDestroy(void* link) {
+  delete static_cast<LinkState*>(link);
+  return success;
+}
+
+NULL_GPU_API int cuStreamBeginCapture_v2(void* stream, int mode) {
+  State& s = State::get();
+  std::lock_guard lock(s.mutex);
+  if (!stream) return s.fail(capture_unsupported, "the legacy default stream cannot be captured");
+  StreamState& st = s.stream(stream);
+  if (st.capturing) return s.fail(invalid_value, "the stream is being captured already");
+  st.capturing = std::make_unique<GraphState>();
+  st.capture_mode = mode;
+  st.capture_broken = false;
+  st.capture_error.clear();
+  if (mode != 2) capturing_here.push_back(&st); // global or thread-local: this thread is bound
+  return success;
+}
+
+NULL_GPU_API int cuStreamEndCapture(void* stream, void** graph) {
+  State& s = State::get();
+  std::lock_guard lock(s.mutex);
+  StreamState& st = s.stream(stream);
+  if (!st.capturing) return s.fail(invalid_value, "cuStreamEndCapture on a stream not capturing");
+  std::erase(capturing_here, &st);
+  std::unique_ptr<GraphState> g = std::move(st.capturing);
+  if (st.capture_broken) {
+    *graph = nullptr;
+    return s.fail(capture_invalidated, "the capture was invalidated: " + st.capture_error);
+  }
+  *graph = g.release();
+  return success;
+}
+
+NULL_GPU_API int cuGraphInstantiateWithFlags(void** exec, void* graph, unsigned long long) {
+  State& s = State::get();
+  std::lock_guard lock(s.mutex);
+  if (!graph) return s.fail(invalid_value, "cuGraphInstantiateWithFlags of a null graph");
+  auto e = std::make_unique<GraphExecState>();
+  e->graph = *static_cast<GraphState*>(graph);
+  e->frees_at_instantiate = s.frees;
+  *exec = e.release();
+  return success;
+}
+
+NULL_GPU_API int cuGraphLaunch(void* exec, void* stream) {
+  State& s = State::get();
+  std::lock_guard lock(s.mutex);
+  auto* e = static_cast<GraphExecState*>(exec);
+  if (!e) return s.fail(invalid_handle, "cuGraphLaunch of a null graph");
+  StreamState& st = s.stream(stream);
+  if (st.capturing) return s.fail(capture_unsupported, "the null driver nests no graphs");
+  if (e->frees_at_instantiate != s.frees) { // memory was freed since: is all of it still there?
+    for (const Work& w : e->graph.nodes)
+      for (auto [address, bytes] : w.ranges)
+        if (!s.device_range_ok(address, bytes))
+          return s.fail(illegal_address, "cuGraphLaunch: a node of the graph uses device memory "
+                                         "freed after the graph was captured");
+    e->frees_at_instantiate = s.frees;
+  }
+  uint64_t nodes = 0;
+  for (const Work& w : e->graph.nodes) {
+    st.clock += w.seconds;
+    s.count(w);
+    nodes += w.kind == Work::event ? 0 : 1;
+  }
+  ++s.counters.graph_launches;
+  s.counters.graph_nodes_launched += nodes;
+  s.counters.last_graph_nodes = nodes;
+  return success;
+}
+
+NULL_GPU_API int cuGraphExecDestroy(void* exec) {
+  delete static_cast<GraphExecState*>(exec);
+  return success;
+}
+
+NULL_GPU_API int cuGraphDestroy(void* graph) {
+  delete static_cast<GraphState*>(graph);
+  return success;
+}

@@ -1,0 +1,209 @@
+// tests/test_null_gpu.cpp — the CUDA backend's host side on the null driver (SINTER_NULL_GPU=1):
+// what a step allocates against its plan, launches per step, staging, and the driver's refusals
+#include "dsl/sinter.hpp"
+#include "jit/backend/cuda/cuda_device.hpp"
+#include "jit/backend/cuda/cuda_driver.hpp"
+#include "support/null_cuda/null_gpu.h"
+
+#include <catch2/catch.hpp>
+
+#include <dlfcn.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+
+namespace sinter::testing {
+namespace {
+
+/// The null driver's own entry points (the library sinter loaded for SINTER_NULL_GPU=1).
+template <class Fn> Fn* null_gpu_entry(const char* name) {
+  std::optional<std::string> path = cuda::null_gpu_library();
+  REQUIRE(path);
+  void* library = dlopen(path->c_str(), RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(library);
+  auto* entry = reinterpret_cast<Fn*>(dlsym(library, name));
+  REQUIRE(entry);
+  return entry;
+}
+
+NullGpuCounters counters() {
+  NullGpuCounters c{};
+  null_gpu_entry<void(NullGpuCounters*)>("sinterNullGpuCounters")(&c);
+  return c;
+}
+
+void reset_counters() { null_gpu_entry<void()>("sinterNullGpuResetCounters")(); }
+
+struct DefaultDeviceCuda {
+  Device was = default_device();
+  DefaultDeviceCuda() { set_default_device(Device(Backend::cuda, 0)); }
+  ~DefaultDeviceCuda() { set_default_device(was); }
+};
+
+struct Mlp {
+  BOOST_HANA_DEFINE_STRUCT(Mlp, (Linear, first), (Linear, second));
+  Mlp(int64_t width, Init& init) : first(width, width, init), second(width, 10, init) {}
+  Var operator()(Var x) { return second(relu(first(x))); }
+};
+
+TEST_CASE("null gpu: sinter loads the null driver and names it as such", "[null-gpu]") {
+  const cuda::Driver* d = cuda::driver();
+  REQUIRE(d);
+  CHECK(d->is_null());
+  CHECK_THAT(d->null_description, Catch::Contains("null driver") && Catch::Contains("sm_90"));
+  std::vector<cuda::DeviceInfo> gpus = d->devices();
+  REQUIRE(gpus.size() == 1);
+  CHECK_THAT(gpus[0].name, Catch::Contains("H100") && Catch::Contains("[null driver]"));
+  CHECK(gpus[0].compute_capability == 90);
+  CHECK(gpus[0].multiprocessors == 132);
+  CHECK(gpus[0].total_memory == std::size_t{81559} << 20);
+}
+
+TEST_CASE("null gpu: a training step allocates what it planned, holds no pinned copy of its "
+          "state, and is one CUDA graph per step",
+          "[null-gpu]") {
+  DefaultDeviceCuda on_cuda;
+  constexpr int64_t width = 512, batch = 64;
+  Init init(7);
+  Mlp model(width, init);
+  std::mt19937 rng(3);
+  std::normal_distribution<double> normal;
+  std::vector<double> xs(batch * width), ys(batch);
+  for (double& v : xs)
+    v = normal(rng);
+  for (std::size_t i = 0; i < ys.size(); ++i)
+    ys[i] = static_cast<double>(i % 10);
+  HostTensor x = HostTensor::from_doubles(DType::f32, {batch, width}, xs);
+  HostTensor y = HostTensor::from_doubles(DType::i32, {batch}, ys);
+  const int64_t batch_bytes = static_cast<int64_t>(x.byte_size() + y.byte_size());
+
+  CudaDevice::get(0).gemm_workspace(); // the device's, made once: not the step's
+  reset_counters();
+  const NullGpuCounters before = counters();
+  auto step = compile_step(
+      model, [](Mlp& m, Var in, Var labels) { return cross_entropy_loss(m(in), labels); },
+      adamw{.lr = 1e-3});
+  HostTensor example[] = {x, y};
+  StepMemory planned = step.plan_memory(example);
+  for (int i = 0; i < 3; ++i) // two direct runs, then the first graph launch
+    step(x, y);
+  const NullGpuCounters compiled = counters();
+  TrainStep::ResidentBytes resident = step.runtime().resident_bytes();
+  INFO("planned arena " << planned.arena << " inputs " << planned.inputs << " outputs "
+                        << planned.outputs << "; state " << resident.parameters << " + "
+                        << resident.optimizer_state);
+
+  // Device memory: what the plan says (each allocation rounded to 512 bytes), at its peak too:
+  // no transient second copy of the parameters or optimizer state.
+  const int64_t allocated = static_cast<int64_t>(compiled.device_bytes - before.device_bytes);
+  const int64_t peak = static_cast<int64_t>(compiled.device_peak_bytes - before.device_bytes);
+  const int64_t rounding =
+      512 * static_cast<int64_t>(compiled.device_allocations - before.device_allocations);
+  const int64_t without_workspace = planned.total() - planned.workspace;
+  CHECK(allocated >= without_workspace);
+  CHECK(allocated <= without_workspace + rounding);
+  CHECK(peak <= without_workspace + rounding);
+
+  // Pinned memory: the batch and the loss, in each of two input sets; never the state.
+  const auto pinned = static_cast<int64_t>(compiled.pinned_peak_bytes - before.pinned_bytes);
+  CHECK(pinned <= 2 * (batch_bytes + 4096));
+  CHECK(pinned < resident.parameters);
+  // The state went up once, straight from the host tensors.
+  CHECK(static_cast<int64_t>(compiled.bytes_host_to_device_pageable) >=
+        resident.parameters + resident.optimizer_state);
+
+  // Steady state: one graph launch per step, the batch up and nothing else, no host syncs.
+  reset_counters();
+  constexpr int steps = 4;
+  LossHandle last;
+  for (int i = 0; i < steps; ++i)
+    last = step(x, y).loss;
+  const NullGpuCounters steady = counters();
+  CHECK(steady.graph_launches == steps);
+  CHECK(steady.kernel_launches + steady.gemms + steady.memsets + steady.copies_device_to_device +
+            steady.copies_device_to_host ==
+        steady.graph_nodes_launched);
+  CHECK(steady.last_graph_nodes * steps == steady.graph_nodes_launched);
+  CHECK(steady.last_graph_nodes > 0);
+  // Up: the batch and the step's scalars (step number, learning rate), all pinned.
+  CHECK(steady.bytes_host_to_device >= static_cast<uint64_t>(steps * batch_bytes));
+  CHECK(steady.bytes_host_to_device <= static_cast<uint64_t>(steps * (batch_bytes + 64)));
+  CHECK(steady.bytes_host_to_device_pageable == 0);
+  // The host waits only for the step two before (whose input set it reuses), never for the
+  // step it just enqueued.
+  CHECK(steady.host_syncs <= steps);
+  CHECK(last.value() == 0.0); // nothing ran: what comes back is zeros
+  CHECK(counters().host_syncs >= 1);
+}
+
+/// A kernel taking one global pointer, as LLVM's NVPTX backend declares it.
+constexpr const char* one_pointer_ptx = R"(
+.version 8.5
+.target sm_90
+.address_size 64
+.visible .entry touch(
+	.param .u64 .ptr .global .align 4 touch_param_0
+)
+{
+	ret;
+}
+)";
+
+TEST_CASE("null gpu: the driver refuses what a GPU would, and says why", "[null-gpu]") {
+  const cuda::Driver& d = cuda::require_driver();
+  CudaDevice& gpu = CudaDevice::get(0);
+  gpu.make_current();
+  auto message = [&](cuda::Result r, const char* call) -> std::string {
+    try {
+      d.check(r, call);
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+
+  // More than the device has: out of memory, as sinter reports it.
+  cuda::DevicePtr huge = 0;
+  CHECK_THROWS_AS(d.check(d.cuMemAlloc(&huge, std::size_t{1} << 40), "cuMemAlloc"),
+                  sinter::OutOfMemory);
+
+  // A module, its kernel, and a launch whose pointer is outside every allocation.
+  cuda::ModuleHandle module = nullptr;
+  d.check(d.cuModuleLoadDataEx(&module, one_pointer_ptx, 0, nullptr, nullptr), "load");
+  cuda::FunctionHandle missing = nullptr;
+  CHECK_THAT(message(d.cuModuleGetFunction(&missing, module, "nope"), "cuModuleGetFunction"),
+             Catch::Contains("CUDA_ERROR_NOT_FOUND") && Catch::Contains("no kernel nope"));
+  cuda::FunctionHandle touch = nullptr;
+  d.check(d.cuModuleGetFunction(&touch, module, "touch"), "cuModuleGetFunction");
+  DeviceBuffer buffer(1024);
+  cuda::DevicePtr inside = buffer.get() + 16, outside = buffer.get() + (std::size_t{1} << 30);
+  void* good[] = {&inside};
+  d.check(d.cuLaunchKernel(touch, 1, 1, 1, 32, 1, 1, 0, gpu.stream(), good, nullptr), "launch");
+  void* bad[] = {&outside};
+  CHECK_THAT(message(d.cuLaunchKernel(touch, 1, 1, 1, 32, 1, 1, 0, gpu.stream(), bad, nullptr),
+                     "cuLaunchKernel"),
+             Catch::Contains("CUDA_ERROR_ILLEGAL_ADDRESS") && Catch::Contains("parameter 0"));
+  CHECK_THAT(message(d.cuLaunchKernel(touch, 1, 1, 1, 2048, 1, 1, 0, gpu.stream(), good, nullptr),
+                     "cuLaunchKernel"),
+             Catch::Contains("CUDA_ERROR_INVALID_VALUE"));
+
+  // A copy past the end of a buffer.
+  std::vector<std::byte> host(2048);
+  CHECK_THAT(message(d.cuMemcpyHtoDAsync(buffer.get(), host.data(), host.size(), gpu.stream()),
+                     "cuMemcpyHtoDAsync"),
+             Catch::Contains("not inside one device allocation"));
+
+  // Allocating while this thread captures a stream is refused and spoils the capture.
+  d.check(d.cuStreamBeginCapture(gpu.stream(), cuda::stream_capture_thread_local), "capture");
+  cuda::DevicePtr during = 0;
+  CHECK_THAT(message(d.cuMemAlloc(&during, 256), "cuMemAlloc"),
+             Catch::Contains("CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"));
+  cuda::GraphHandle graph = nullptr;
+  CHECK_THAT(message(d.cuStreamEndCapture(gpu.stream(), &graph), "cuStreamEndCapture"),
+             Catch::Contains("CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"));
+  d.check(d.cuModuleUnload(module), "cuModuleUnload");
+}
+
+} // namespace
+} // namespace sinter::testing
