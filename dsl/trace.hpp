@@ -320,7 +320,9 @@ public:
     requires(std::same_as<std::remove_cvref_t<H>, HostTensor> && ...)
   auto operator()(detail::CallSite first, H&&... rest) const {
     static_assert(sizeof...(H) + 1 == arity, "sinter: pass one HostTensor per traced parameter");
-    std::array<HostTensor, sizeof...(H) + 1> packed{first.tensor, std::forward<H>(rest)...};
+    // Borrowed, not copied: the caller's tensors outlive the call, and a batch can be large.
+    std::array<HostTensor, sizeof...(H) + 1> packed{HostTensor::borrow(first.tensor),
+                                                    HostTensor::borrow(rest)...};
     return call(packed, first.where);
   }
   /// A function of no parameters.

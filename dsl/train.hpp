@@ -109,6 +109,12 @@ struct StepOptions {
   std::optional<SiftOptions> sift;
   /// In-step sifting: rows each update trains on (0: round(batch / (1 + beta))).
   int64_t sift_rows = 0;
+  /// cuda: the batch stays on the device like a frozen input: one buffer, uploaded only when a
+  /// call passes a tensor whose value changed (another tensor, or one written since:
+  /// HostTensor::stamp). For a loop that trains on one batch again and again (a benchmark, an
+  /// overfitting check), as PyTorch code that keeps its batch on the GPU does; with a new batch
+  /// every call it only moves the upload from the copy stream onto the step's own stream.
+  bool resident_batch = false;
   /// Shape buckets (docs/profiling.md, "Shape buckets"): batch input name → sizes, e.g.
   /// {{"ids", {64, 128, 256, 512}}, {"next", {64, 128, 256, 512}}}. Dim 1 of those inputs is
   /// zero-padded to the smallest size that holds it, and the padding is masked out of the
@@ -300,6 +306,7 @@ public:
     step_options.check_every = options.check_every;
     step_options.sift = options.sift;
     step_options.sift_rows = options.sift_rows;
+    step_options.resident_batch = options.resident_batch;
     runtime_ =
         std::make_unique<TrainStep>(trace, parameters.names, parameters.values(), step_options);
   }
@@ -377,7 +384,9 @@ public:
     requires(std::same_as<std::remove_cvref_t<H>, HostTensor> && ...)
   StepOutput operator()(detail::CallSite first, H&&... rest) {
     static_assert(sizeof...(H) + 1 == arity, "sinter: pass one HostTensor per batch parameter");
-    std::array<HostTensor, sizeof...(H) + 1> packed{first.tensor, std::forward<H>(rest)...};
+    // Borrowed, not copied: the caller's tensors outlive the call, and a batch can be large.
+    std::array<HostTensor, sizeof...(H) + 1> packed{HostTensor::borrow(first.tensor),
+                                                    HostTensor::borrow(rest)...};
     return call(packed, first.where);
   }
 };
@@ -482,7 +491,9 @@ public:
   auto operator()(detail::CallSite first, H&&... rest) const {
     static_assert(sizeof...(H) + 1 == detail::batch_arity<Fn>(),
                   "sinter: pass one HostTensor per batch parameter");
-    std::array<HostTensor, sizeof...(H) + 1> packed{first.tensor, std::forward<H>(rest)...};
+    // Borrowed, not copied: the caller's tensors outlive the call, and a batch can be large.
+    std::array<HostTensor, sizeof...(H) + 1> packed{HostTensor::borrow(first.tensor),
+                                                    HostTensor::borrow(rest)...};
     return call(packed, first.where);
   }
 
@@ -524,7 +535,9 @@ public:
   GradResult operator()(detail::CallSite first, H&&... rest) const {
     static_assert(sizeof...(H) + 1 == detail::batch_arity<LossFn>(),
                   "sinter: pass one HostTensor per batch parameter");
-    std::array<HostTensor, sizeof...(H) + 1> packed{first.tensor, std::forward<H>(rest)...};
+    // Borrowed, not copied: the caller's tensors outlive the call, and a batch can be large.
+    std::array<HostTensor, sizeof...(H) + 1> packed{HostTensor::borrow(first.tensor),
+                                                    HostTensor::borrow(rest)...};
     return call(packed, first.where);
   }
 

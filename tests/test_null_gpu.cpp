@@ -137,6 +137,42 @@ TEST_CASE("null gpu: a training step allocates what it planned, holds no pinned 
   CHECK(counters().host_syncs >= 1);
 }
 
+TEST_CASE("null gpu: a resident batch goes up once, and again only when it changes", "[null-gpu]") {
+  DefaultDeviceCuda on_cuda;
+  Init init(8);
+  Mlp model(64, init);
+  std::vector<double> xs(32 * 64, 0.25), ys(32, 3.0);
+  HostTensor x = HostTensor::from_doubles(DType::f32, {32, 64}, xs);
+  HostTensor y = HostTensor::from_doubles(DType::i32, {32}, ys);
+  const auto batch_bytes = static_cast<uint64_t>(x.byte_size() + y.byte_size());
+  auto step = compile_step(
+      model, [](Mlp& m, Var in, Var labels) { return cross_entropy_loss(m(in), labels); },
+      sgd{.lr = 0.1}, {.resident_batch = true});
+  for (int i = 0; i < 3; ++i)
+    step(x, y);
+  reset_counters();
+  for (int i = 0; i < 4; ++i)
+    step(x, y);
+  NullGpuCounters same = counters();
+  CHECK(same.graph_launches == 4);
+  CHECK(same.bytes_host_to_device < batch_bytes); // the step's scalars only
+  x.set(0, 1.0);                                  // a write: the next step sends it
+  reset_counters();
+  step(x, y);
+  CHECK(counters().bytes_host_to_device_pageable == x.byte_size());
+  // Without the option the batch goes up every step, from pinned staging.
+  auto plain = compile_step(
+      model, [](Mlp& m, Var in, Var labels) { return cross_entropy_loss(m(in), labels); },
+      sgd{.lr = 0.1});
+  for (int i = 0; i < 3; ++i)
+    plain(x, y);
+  reset_counters();
+  for (int i = 0; i < 4; ++i)
+    plain(x, y);
+  CHECK(counters().bytes_host_to_device >= 4 * batch_bytes);
+  CHECK(counters().bytes_host_to_device_pageable == 0);
+}
+
 /// A kernel taking one global pointer, as LLVM's NVPTX backend declares it.
 constexpr const char* one_pointer_ptx = R"(
 .version 8.5

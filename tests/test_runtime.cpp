@@ -97,6 +97,50 @@ TEST_CASE("a tensor costs resident memory only once it is written", "[runtime]")
   CHECK(resident_bytes() - made > (200u << 20));
 }
 
+namespace {
+/// A deferred value that fills what it is asked for with one byte.
+struct FilledBytes final : DeferredBytes {
+  std::byte value;
+  explicit FilledBytes(std::byte v) : value(v) {}
+  void fetch(std::span<std::byte> into) const override {
+    std::fill(into.begin(), into.end(), value);
+  }
+};
+} // namespace
+
+TEST_CASE("a tensor whose value is deferred gives its old pages back until it is read",
+          "[runtime]") {
+  // A GPU step's parameters and optimizer state: once they live on the device, the host
+  // copies they replaced must not stay resident (GPT-2 small: 1.9 GB).
+  constexpr int64_t elements = 64 << 20; // 256 MiB of f32
+  HostTensor t(DType::f32, {elements});
+  auto bytes = t.bytes();
+  std::fill(bytes.begin(), bytes.end(), std::byte{1});
+  std::size_t written = resident_bytes();
+  t.defer(std::make_shared<FilledBytes>(std::byte{2}));
+  std::size_t deferred = resident_bytes();
+  CHECK(written - std::min(written, deferred) > (200u << 20));
+  CHECK(t.bytes()[static_cast<std::size_t>(elements) * 4 - 1] == std::byte{2}); // read: fetched
+}
+
+TEST_CASE("a borrowed tensor reads the original's bytes and stamp without copying them",
+          "[runtime]") {
+  HostTensor original = HostTensor::from_doubles(DType::f32, {3}, std::vector<double>{1, 2, 3});
+  {
+    const HostTensor borrowed = HostTensor::borrow(original);
+    CHECK(borrowed.bytes().data() == std::as_const(original).bytes().data());
+    CHECK(borrowed.stamp() == original.stamp());
+    CHECK(borrowed.shape() == original.shape());
+    CHECK(borrowed.at(2) == 3.0);
+    HostTensor copy = borrowed; // a copy owns its bytes
+    CHECK(copy.bytes().data() != std::as_const(original).bytes().data());
+    CHECK(copy.at(1) == 2.0);
+  }
+  CHECK(original.at(0) == 1.0); // the borrowed tensor freed nothing
+  original.set(0, 5.0);
+  CHECK(original.at(0) == 5.0);
+}
+
 TEST_CASE("f16 and bf16 conversions are exact both ways and round like the op semantics",
           "[runtime]") {
   // Every f16 value survives f16 -> f32 -> f16 (NaNs stay NaN), and widening is exact.

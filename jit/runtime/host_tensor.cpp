@@ -57,8 +57,23 @@ ZeroedBytes::ZeroedBytes(std::size_t size) : size_(size) {
   if (!data_) throw std::bad_alloc();
 }
 
+ZeroedBytes ZeroedBytes::borrow(std::span<const std::byte> bytes) {
+  ZeroedBytes out;
+  out.data_ = const_cast<std::byte*>(bytes.data()); // never written: see HostTensor::borrow
+  out.size_ = bytes.size();
+  out.owned_ = false;
+  return out;
+}
+
+void ZeroedBytes::discard() {
+  if (data_ && owned_ && size_ >= mapped_from) madvise(data_, size_, MADV_DONTNEED);
+}
+
 void ZeroedBytes::release() {
-  if (!data_) return;
+  if (!data_ || !std::exchange(owned_, true)) {
+    data_ = nullptr;
+    return;
+  }
   if (size_ >= mapped_from)
     munmap(data_, size_);
   else
@@ -80,6 +95,7 @@ ZeroedBytes& ZeroedBytes::operator=(ZeroedBytes&& other) noexcept {
     release();
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
+    owned_ = std::exchange(other.owned_, true);
   }
   return *this;
 }
@@ -93,6 +109,15 @@ HostTensor::HostTensor(DType dtype, Shape shape)
 HostTensor::HostTensor(const HostTensor& other)
     : dtype_(other.dtype_), shape_(other.shape_), bytes_((other.settle(), other.bytes_)) {}
 
+HostTensor HostTensor::borrow(const HostTensor& of) {
+  HostTensor out;
+  out.dtype_ = of.dtype_;
+  out.shape_ = of.shape_;
+  out.bytes_ = ZeroedBytes::borrow(of.bytes());
+  out.stamp_ = of.stamp();
+  return out;
+}
+
 HostTensor& HostTensor::operator=(const HostTensor& other) {
   if (this != &other) *this = HostTensor(other);
   return *this;
@@ -100,7 +125,12 @@ HostTensor& HostTensor::operator=(const HostTensor& other) {
 
 void HostTensor::defer(std::shared_ptr<const DeferredBytes> source) {
   std::size_t size = static_cast<std::size_t>(numel(shape_)) * dtype_bytes(dtype_);
-  if (bytes_.size() != size) bytes_ = ZeroedBytes(size); // untouched until fetched
+  // Untouched until fetched: a value that stays on a GPU (parameters, optimizer state) holds
+  // no host memory meanwhile.
+  if (bytes_.size() != size)
+    bytes_ = ZeroedBytes(size);
+  else
+    bytes_.discard();
   source_ = std::move(source);
   pending_ = source_ != nullptr;
   stamp_ = 0;
@@ -148,6 +178,25 @@ void HostTensor::set(int64_t i, double v) {
   case DType::i64: store(p, static_cast<int64_t>(v)); break;
   case DType::boolean: store(p, static_cast<uint8_t>(v != 0.0)); break;
   }
+}
+
+void convert_values(const HostTensor& from, HostTensor& to) {
+  if (from.size() != to.size())
+    throw std::invalid_argument("sinter: convert_values between " + std::to_string(from.size()) +
+                                " and " + std::to_string(to.size()) + " elements");
+  std::span<const std::byte> in = from.bytes();
+  std::span<std::byte> out = to.bytes();
+  const auto n = static_cast<std::size_t>(from.size());
+  if (from.dtype() == DType::f32 && (to.dtype() == DType::bf16 || to.dtype() == DType::f16)) {
+    const bool bf16 = to.dtype() == DType::bf16;
+    for (std::size_t i = 0; i < n; ++i) {
+      float v = load<float>(in.data() + 4 * i);
+      store(out.data() + 2 * i, bf16 ? bf16_bits(v) : f16_bits(v));
+    }
+    return;
+  }
+  for (std::size_t i = 0; i < n; ++i)
+    to.set(static_cast<int64_t>(i), from.at(static_cast<int64_t>(i)));
 }
 
 std::vector<double> HostTensor::to_doubles() const {

@@ -33,7 +33,12 @@ public:
   ZeroedBytes(const ZeroedBytes& other);
   ZeroedBytes& operator=(const ZeroedBytes& other);
   ZeroedBytes(ZeroedBytes&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)),
+        owned_(std::exchange(other.owned_, true)) {}
+  /// Gives a large buffer's pages back to the OS; they read as zeros until written again.
+  void discard();
+  /// Bytes owned elsewhere, never freed here (HostTensor::borrow); a copy owns its bytes.
+  static ZeroedBytes borrow(std::span<const std::byte> bytes);
   ZeroedBytes& operator=(ZeroedBytes&& other) noexcept;
   ~ZeroedBytes();
   std::byte* data() const { return data_; }
@@ -46,6 +51,7 @@ private:
   void release();
   std::byte* data_ = nullptr;
   std::size_t size_ = 0;
+  bool owned_ = true;
 };
 
 /// Owns its bytes. Values convert to and from double at the edges (tests, printing, the
@@ -65,6 +71,11 @@ public:
   HostTensor& operator=(HostTensor&&) noexcept = default;
   ~HostTensor() = default;
 
+  /// `of`'s value without copying it (fetched first if deferred), with `of`'s stamp: how a
+  /// call passes the caller's tensors on (a training step's batch) without copying the bytes.
+  /// `of` must outlive the borrowed tensor and not change meanwhile, and the borrowed tensor
+  /// must not be written; a copy of it owns its bytes.
+  static HostTensor borrow(const HostTensor& of);
   /// A tensor of `dtype` holding `values` (converted, rounded for narrow types).
   static HostTensor from_doubles(DType dtype, Shape shape, std::span<const double> values);
   template <class T>
@@ -130,6 +141,10 @@ private:
   std::shared_ptr<const DeferredBytes> source_;
   mutable bool pending_ = false;
 };
+
+/// Writes `from`'s values into `to` (same element count), converted to `to`'s dtype as set()
+/// converts them; f32 to bf16 or f16 (AMP's working copies) without going through double.
+void convert_values(const HostTensor& from, HostTensor& to);
 
 /// Round-trip of a double through a narrow float format (nearest even).
 float round_to_bf16(float v);

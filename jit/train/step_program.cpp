@@ -47,7 +47,8 @@ StepProgram connect_program(std::unique_ptr<CompiledGraph> compiled, const StepI
     auto [role, index] = step_input_role(name, names.parameters, names.batch, names.frozen);
     out.feeds.push_back({role, index, role == StepInput::state ? name : std::string()});
     // Frozen inputs (a teacher) are read by every step and never written: on a GPU they stay.
-    if (role == StepInput::frozen) resident.push_back(in);
+    if (role == StepInput::frozen || (role == StepInput::batch && names.resident_batch))
+      resident.push_back(in);
   }
   for (const NamedValue& o : g.outputs())
     out.outputs.emplace_back(g.type(o.id).dtype, g.type(o.id).shape);

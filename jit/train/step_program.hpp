@@ -32,11 +32,13 @@ struct StepInputNames {
   const std::vector<std::string>& parameters;
   const std::vector<std::string>& batch;
   const std::vector<std::string>& frozen;
+  bool resident_batch = false; ///< TrainStepOptions::resident_batch
 };
 
 /// `program` with each input's feed found by role, and its outputs allocated. Declares what
 /// stays on a device between runs: inputs an output `new.<input>` replaces (parameters,
-/// state) are carried, frozen inputs (a teacher's weights) resident.
+/// state) are carried, frozen inputs (a teacher's weights) resident, and the batch too with
+/// `resident_batch`.
 StepProgram connect_program(std::unique_ptr<CompiledGraph> program, const StepInputNames& names);
 
 /// Where a step keeps the values its programs read.

@@ -14,11 +14,9 @@ namespace {
 /// The in-step sifting counters kept in `state.sift.counters` (so checkpoints carry them).
 enum SiftCounter : int64_t { draws, batches, epoch_batches, seen, kept, count };
 
-HostTensor zeros(DType dtype, Shape shape) {
-  HostTensor t(dtype, std::move(shape));
-  std::fill(t.bytes().begin(), t.bytes().end(), std::byte{0});
-  return t;
-}
+/// A new tensor is zeros, in pages the OS maps only when written: optimizer state that goes
+/// to a GPU as zeros never takes host memory.
+HostTensor zeros(DType dtype, Shape shape) { return HostTensor(dtype, std::move(shape)); }
 
 } // namespace
 
@@ -94,9 +92,7 @@ void StepState::refresh_working_copies() {
   for (const WorkingCopy& copy : copies_) {
     const HostTensor& p = *parameters_[copy.parameter];
     if (p.stamp() == parameter_stamps_[copy.parameter]) continue;
-    HostTensor& low = tensors_.at(copy.state);
-    for (int64_t k = 0; k < p.size(); ++k)
-      low.set(k, p.at(k));
+    convert_values(p, tensors_.at(copy.state));
     parameter_stamps_[copy.parameter] = p.stamp();
   }
 }

@@ -204,18 +204,23 @@ TrainStep::ResidentBytes TrainStep::resident_bytes() const {
 
 StepMemory TrainStep::plan_memory(std::span<const HostTensor> batch) {
   CompileRun run("train step", true);
-  return plan_for(plan_graph(batch, run), run);
+  Built built = build(batch, options_.sift ? Sifting::select : Sifting::none, run);
+  return plan_for(built.later.run(std::move(built.step), run), built.batch_names, run);
 }
 
-StepMemory TrainStep::plan_for(const Graph& optimized, CompileRun& run) const {
+StepMemory TrainStep::plan_for(const Graph& optimized, const std::vector<std::string>& batch_names,
+                               CompileRun& run) const {
   const auto& inputs = optimized.inputs();
-  // Parameters and optimizer state are carried, frozen inputs resident: one copy each.
+  // Parameters and optimizer state are carried, frozen inputs (and a resident batch) resident:
+  // one copy each.
   auto single = std::make_unique<bool[]>(inputs.size());
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const std::string& n = inputs[i].name;
     single[i] = std::find(names_.begin(), names_.end(), n) != names_.end() ||
                 step_names::is_state(n) ||
-                std::find(frozen_names_.begin(), frozen_names_.end(), n) != frozen_names_.end();
+                std::find(frozen_names_.begin(), frozen_names_.end(), n) != frozen_names_.end() ||
+                (options_.resident_batch &&
+                 std::find(batch_names.begin(), batch_names.end(), n) != batch_names.end());
   }
   Device device = default_device();
   Prepared prepared = prepare_for(optimized, device, run);
@@ -261,14 +266,15 @@ const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> b
   Device backend = default_device();
   if (std::optional<int64_t> limit = memory_limit_from_environment()) {
     CompileRun planning("train step", true);
-    StepMemory planned = plan_for(built.later.run(Graph(built.step), planning), planning);
+    StepMemory planned =
+        plan_for(built.later.run(Graph(built.step), planning), built.batch_names, planning);
     if (planned.total() > *limit)
       explain_out_of_memory(batch, planned, *limit,
                             "the planned peak is over SINTER_MEMORY_LIMIT=" +
                                 std::to_string(*limit));
   }
   try {
-    const StepInputNames input_names{names_, batch_names, frozen_names_};
+    const StepInputNames input_names{names_, batch_names, frozen_names_, options_.resident_batch};
     auto compile = [&](Graph graph, const Pipeline& later, CompileRun& program_run) {
       auto program =
           std::make_unique<CompiledGraph>(std::move(graph), later, program_run, backend, context_);

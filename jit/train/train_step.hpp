@@ -58,6 +58,12 @@ struct TrainStepOptions {
   std::optional<SiftOptions> sift;
   /// In-step sifting: rows each update trains on (0: round(batch / (1 + beta)), at least 1).
   int64_t sift_rows = 0;
+  /// cuda: the batch stays on the device like a frozen input: one buffer, uploaded only when a
+  /// call passes a tensor whose value changed (another tensor, or one written since:
+  /// HostTensor::stamp). For a loop that trains on one batch again and again (a benchmark, an
+  /// overfitting check), as PyTorch code that keeps its batch on the GPU does; with a new batch
+  /// every call it only moves the upload from the copy stream onto the step's own stream.
+  bool resident_batch = false;
 };
 
 /// The loss of one step. It is computed by the step itself: reading it costs nothing more and
@@ -171,7 +177,8 @@ private:
   Graph plan_graph(std::span<const HostTensor> batch, CompileRun& run);
   /// Rows a sifting update trains on for a batch of `rows` rows.
   int64_t sift_rows_for(int64_t rows) const;
-  StepMemory plan_for(const Graph& optimized, CompileRun& run) const;
+  StepMemory plan_for(const Graph& optimized, const std::vector<std::string>& batch_names,
+                      CompileRun& run) const;
   /// Throws OutOfMemory saying what the step planned, what was free, its largest buffers and
   /// the largest batch that fits `available`.
   [[noreturn]] void explain_out_of_memory(std::span<const HostTensor> batch,

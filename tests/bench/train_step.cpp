@@ -15,6 +15,9 @@
 //   --model gpt2-small  sinter::GPT, vocab 50304, context 1024, width 768, 12 layers, 12 heads,
 //                batch 8; tokens_per_s and flops_per_step (6·params + attention per token)
 //                give model FLOP utilisation against a measured peak (train_peers.py --peak)
+// Every step trains on the same batch, which stays on the device (StepOptions::resident_batch,
+// uploaded once), as the PyTorch peers keep theirs on the GPU; `--host-batch` uploads it from
+// the host every step instead, as a loop over new batches does.
 // `--device cpu|cuda[:N]` picks where the step runs; `--amp off|bf16|fp16` its mixed precision;
 // `--batch N` the sequences per step of the gpt models.
 // AdamW: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight decay 1e-4 (decoupled, on every
@@ -100,7 +103,8 @@ struct Options : bench::StepFlags {
   std::string amp = "off";
   int64_t batch = 0; ///< gpt models: sequences per step (0: the model's own)
   bool max_batch = false;
-  std::string memory; ///< --memory: the budget of --max-batch (default: free memory)
+  std::string memory;      ///< --memory: the budget of --max-batch (default: free memory)
+  bool host_batch = false; ///< --host-batch: the batch goes up from the host every step
 };
 
 double maxrss_mb() {
@@ -134,7 +138,9 @@ template <class Model> auto cross_entropy_step(Model& model, const Options& opt)
   return compile_step(
       model, [](Model& m, Var x, Var y) { return cross_entropy_mean(m(x), y); },
       adamw{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 1e-4},
-      {.batch_names = {"images", "labels"}, .amp = amp_from_name(opt.amp)});
+      {.batch_names = {"images", "labels"},
+       .amp = amp_from_name(opt.amp),
+       .resident_batch = !opt.host_batch});
 }
 
 template <class Model, class MakeStep>
@@ -189,10 +195,10 @@ int run(const Options& opt, Model& model, double base_rss, MakeStep make_step) {
   }
   double state_bytes = 0; // parameters + AdamW m and v
   for_each_parameter(model, [&](const std::string&, Parameter& p) {
-    state_bytes += static_cast<double>(p.value.bytes().size());
+    state_bytes += static_cast<double>(p.value.byte_size());
   });
   for (auto& [name, t] : step.runtime().state())
-    state_bytes += static_cast<double>(t->bytes().size());
+    state_bytes += static_cast<double>(t->byte_size());
   double planned = static_cast<double>(step.runtime().program().memory_plan().peak_bytes());
   std::printf("peer=sinter model=%s compile_s=%.4g median_step_s=%.6g threads=%d iters=%d "
               "loss=%.6f final_loss=%.6f maxrss_mb=%.1f base_rss_mb=%.1f planned_peak_mb=%.2f "
@@ -210,7 +216,8 @@ int usage(const char* argv0) {
                "usage: %s [--model mlp|vit|distill|distill-vit-b-s|gpt|gpt2-small] [--device "
                "cpu|cuda[:N]] [--threads N] "
                "[--warmup N] [--amp off|bf16|fp16] [--batch N (gpt, distill-vit-b-s)] "
-               "[--iters N] [--print-params] [--serve] [--max-batch [--memory BYTES]]\n"
+               "[--iters N] [--print-params] [--serve] [--max-batch [--memory BYTES]] "
+               "[--host-batch]\n"
                "  one full training step (forward, loss, backward, AdamW) via compile_step,\n"
                "  batch 128; prints first-call and median step time, losses and memory\n"
                "  --serve: after warm-up, answer 'run K [W]' / 'quit' on stdin (train_rounds.py)\n",
@@ -243,6 +250,8 @@ int main(int argc, char** argv) {
       opt.max_batch = true;
     else if (a == "--memory" && i + 1 < argc)
       opt.memory = argv[++i];
+    else if (a == "--host-batch")
+      opt.host_batch = true;
     else
       ok = false;
     if (!ok ||
@@ -281,7 +290,9 @@ int main(int argc, char** argv) {
               return kd_loss(s(x), t(x), y, {.temperature = 2.0, .alpha = 0.5});
             },
             adamw{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 1e-4},
-            {.step = {.batch_names = {"images", "labels"}, .amp = amp_from_name(opt.amp)}});
+            {.step = {.batch_names = {"images", "labels"},
+                      .amp = amp_from_name(opt.amp),
+                      .resident_batch = !opt.host_batch}});
       });
     }
     ViT model(vit, init);
