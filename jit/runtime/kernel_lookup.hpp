@@ -5,11 +5,15 @@
 #include "jit/runtime/compile_report.hpp"
 #include "jit/runtime/kernel_cache.hpp"
 
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
 #include <functional>
 #include <mutex>
 #include <optional>
 #include <span>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -47,8 +51,56 @@ public:
 
   const std::string& fingerprint() const { return fingerprint_; }
 
+  /// Compiles, on up to `threads` threads at once, each of `kernels` that is neither loaded
+  /// nor in `disk`, so that the get() calls that follow find it ready: a cold compile's
+  /// kernels are independent, and code generation and the PTX assembler take most of it. A
+  /// kernel that fails here is left for its get() to compile again and report.
+  using CompileKernel =
+      std::function<std::vector<char>(const Kernel& kernel, const std::string& symbol)>;
+  void compile_ahead(const FusionPlan& plan, std::span<const Kernel* const> kernels,
+                     KernelCache& disk, const CompileKernel& compile, unsigned threads) {
+    struct Job {
+      const Kernel* kernel;
+      CacheKey key;
+      std::string symbol;
+    };
+    std::vector<Job> jobs;
+    {
+      std::lock_guard lock(mutex_);
+      for (const Kernel* kernel : kernels) {
+        CacheKey key = kernel_key(plan, *kernel, fingerprint_);
+        bool queued =
+            std::any_of(jobs.begin(), jobs.end(), [&](const Job& j) { return j.key == key; });
+        std::error_code ec; // an entry on disk is loaded (and validated) by get()
+        if (queued || loaded_.contains(key) || ready_.contains(key) ||
+            std::filesystem::exists(disk.entry_path(key), ec))
+          continue;
+        jobs.push_back({kernel, key, kernel_symbol(plan, *kernel, key)});
+      }
+    }
+    if (jobs.size() < 2 || threads < 2) return; // get() compiles them one by one as well
+    std::atomic<std::size_t> next = 0;
+    auto work = [&] {
+      for (std::size_t i; (i = next.fetch_add(1)) < jobs.size();) {
+        try {
+          std::vector<char> binary = compile(*jobs[i].kernel, jobs[i].symbol);
+          std::lock_guard lock(mutex_);
+          ready_.emplace(jobs[i].key, Ready{jobs[i].symbol, std::move(binary)});
+        } catch (const std::exception&) {
+        }
+      }
+    };
+    std::vector<std::thread> workers;
+    for (unsigned t = 1; t < std::min<std::size_t>(threads, jobs.size()); ++t)
+      workers.emplace_back(work);
+    work();
+    for (std::thread& w : workers)
+      w.join();
+  }
+
   /// The kernel's entry point: from memory, from `disk` (validated) or compiled (then stored
-  /// there). Counts what happened in `report`. Thread-safe; `load` runs under the lock.
+  /// there; compile_ahead may have compiled it already). Counts what happened in `report`.
+  /// Thread-safe; `load` runs under the lock.
   Entry get(const FusionPlan& plan, const Kernel& kernel, KernelCache& disk, CompileReport& report,
             const Compile& compile, const Load& load) {
     ++report.generated;
@@ -61,9 +113,21 @@ public:
     }
     std::string symbol;
     std::vector<char> binary;
-    std::optional<std::vector<char>> cached = disk.load(key);
+    std::optional<std::vector<char>> cached;
+    if (auto ready = ready_.find(key); ready != ready_.end()) {
+      symbol = std::move(ready->second.symbol);
+      binary = std::move(ready->second.binary);
+      ready_.erase(ready);
+    } else {
+      cached = disk.load(key);
+    }
     auto named = cached ? split_named_payload(*cached) : std::nullopt;
-    if (named) {
+    if (!binary.empty()) {
+      disk.store(key, named_payload(symbol, binary));
+      disk.note_compiled();
+      ++report.compiled;
+      report.origins.push_back({kernel.root, KernelOrigin::From::compiled, symbol});
+    } else if (named) {
       symbol = std::move(named->first);
       binary = std::move(named->second);
       ++report.from_disk;
@@ -92,6 +156,11 @@ private:
     std::string symbol;
   };
   std::unordered_map<CacheKey, Loaded, KeyHash> loaded_;
+  struct Ready {
+    std::string symbol;
+    std::vector<char> binary;
+  };
+  std::unordered_map<CacheKey, Ready, KeyHash> ready_; ///< compiled ahead, not loaded yet
 };
 
 } // namespace sinter

@@ -1,6 +1,7 @@
 // jit/backend/cuda/cuda_device.cpp — contexts, buffers, and the memory → disk → LLVM kernel lookup
 #include "jit/backend/cuda/cuda_device.hpp"
 
+#include "jit/backend/cpu/thread_pool.hpp"
 #include "kernels/cuda/cublaslt_gemm.hpp"
 
 #include <array>
@@ -131,6 +132,17 @@ std::vector<char> CudaDevice::assemble(const std::string& ptx, const std::string
   std::vector<char> out(static_cast<char*>(cubin), static_cast<char*>(cubin) + size);
   driver_.cuLinkDestroy(link); // owns the cubin memory
   return out;
+}
+
+void CudaDevice::compile_ahead(const FusionPlan& plan, std::span<const Kernel* const> kernels,
+                               KernelCache& cache) {
+  kernels_->compile_ahead(
+      plan, kernels, cache,
+      [&](const Kernel& kernel, const std::string& symbol) {
+        make_current(); // the context is current per thread
+        return assemble(target_->compile(plan, kernel, symbol), symbol);
+      },
+      static_cast<unsigned>(default_thread_count()));
 }
 
 cuda::FunctionHandle CudaDevice::kernel(const FusionPlan& plan, const Kernel& kernel,

@@ -73,6 +73,10 @@ public:
   /// with this target: sm_XX, PTX ISA, libdevice and the driver version.
   cuda::FunctionHandle kernel(const FusionPlan& plan, const Kernel& kernel, KernelCache& cache,
                               CompileReport& report);
+  /// Compiles the kernels among `kernels` that are neither loaded nor cached on several
+  /// threads (SINTER_NUM_THREADS), so that kernel() then finds them ready.
+  void compile_ahead(const FusionPlan& plan, std::span<const Kernel* const> kernels,
+                     KernelCache& cache);
   NvptxTarget& target() { return *target_; }
 
   ~CudaDevice();

@@ -78,6 +78,14 @@ std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion,
     absorbed[e.absorbed] = true;
   }
   report.kernels -= epilogues.size();
+  // Code generation and assembly of the kernels not cached yet, on several threads at once.
+  std::vector<const Kernel*> generated;
+  for (std::size_t index = 0; index < fusion.kernels.size(); ++index) {
+    KernelKind kind = fusion.kernels[index].kind;
+    if (!absorbed[index] && kind != KernelKind::gemm && kind != KernelKind::collective)
+      generated.push_back(&fusion.kernels[index]);
+  }
+  device.compile_ahead(fusion, generated, cache);
   std::vector<std::size_t> launch_of_kernel(fusion.kernels.size(), 0);
   for (std::size_t index = 0; index < fusion.kernels.size(); ++index) {
     const Kernel& kernel = fusion.kernels[index];

@@ -49,11 +49,21 @@ void initialize_nvptx() {
 
 struct NvptxTarget::Impl {
   int capability = 0;
-  std::unique_ptr<llvm::TargetMachine> machine;
+  const llvm::Target* target = nullptr;
+  std::string cpu;
+  llvm::TargetOptions options;
   std::string fingerprint;
   std::optional<std::filesystem::path> libdevice_path;
   std::unique_ptr<llvm::MemoryBuffer> libdevice; // read on first use
   std::mutex mutex;
+
+  /// A target machine of its own for each compile: kernels compile on several threads, and
+  /// LLVM does not share a TargetMachine between concurrent code generations.
+  std::unique_ptr<llvm::TargetMachine> make_machine() const {
+    return std::unique_ptr<llvm::TargetMachine>(
+        target->createTargetMachine(nvptx_triple, cpu, ptx_features, options, std::nullopt,
+                                    std::nullopt, llvm::CodeGenOptLevel::Aggressive));
+  }
 
   void link_libdevice(llvm::Module& module) {
     {
@@ -98,9 +108,9 @@ NvptxTarget::NvptxTarget(int compute_capability) : impl_(std::make_unique<Impl>(
   // which is faster and rounds once instead of twice.
   llvm::TargetOptions options;
   options.AllowFPOpFusion = llvm::FPOpFusion::Fast;
-  impl_->machine.reset(target->createTargetMachine(nvptx_triple, cpu, ptx_features, options,
-                                                   std::nullopt, std::nullopt,
-                                                   llvm::CodeGenOptLevel::Aggressive));
+  impl_->target = target;
+  impl_->cpu = cpu;
+  impl_->options = options;
   impl_->libdevice_path = find_libdevice();
   std::string libdevice_id = "none";
   if (impl_->libdevice_path) {
@@ -122,7 +132,8 @@ std::string NvptxTarget::compile(const FusionPlan& plan, const Kernel& kernel,
                                  const std::string& symbol) {
   llvm::LLVMContext context;
   llvm::Module module(symbol, context);
-  target_module(module, *impl_->machine);
+  std::unique_ptr<llvm::TargetMachine> machine = impl_->make_machine();
+  target_module(module, *machine);
   NvptxSchedule schedule;
   emit_kernel(module, plan, kernel, symbol, schedule);
   bool uses_libdevice = false;
@@ -135,8 +146,8 @@ std::string NvptxTarget::compile(const FusionPlan& plan, const Kernel& kernel,
       f.setLinkage(llvm::GlobalValue::InternalLinkage);
   // The NVPTX machine adds NVVMReflect at pipeline start, which resolves libdevice's
   // __nvvm_reflect("__CUDA_FTZ") to 0: IEEE denormals, precise math.
-  optimize_o3(module, *impl_->machine);
-  std::vector<char> ptx = emit_machine_code(module, *impl_->machine, true);
+  optimize_o3(module, *machine);
+  std::vector<char> ptx = emit_machine_code(module, *machine, true);
   return std::string(ptx.begin(), ptx.end());
 }
 
