@@ -3,6 +3,8 @@
 #include "dsl/sinter.hpp"
 #include "jit/backend/cuda/cuda_device.hpp"
 #include "jit/backend/cuda/cuda_driver.hpp"
+#include "jit/backend/cuda/gpu_executable.hpp"
+#include "jit/train/max_batch.hpp"
 #include "support/null_cuda/null_gpu.h"
 
 #include <catch2/catch.hpp>
@@ -34,6 +36,8 @@ NullGpuCounters counters() {
 }
 
 void reset_counters() { null_gpu_entry<void()>("sinterNullGpuResetCounters")(); }
+
+int64_t cuda_free_bytes() { return free_memory(Device(Backend::cuda, 0)); }
 
 struct DefaultDeviceCuda {
   Device was = default_device();
@@ -100,10 +104,14 @@ TEST_CASE("null gpu: a training step allocates what it planned, holds no pinned 
   const int64_t peak = static_cast<int64_t>(compiled.device_peak_bytes - before.device_bytes);
   const int64_t rounding =
       512 * static_cast<int64_t>(compiled.device_allocations - before.device_allocations);
-  const int64_t without_workspace = planned.total() - planned.workspace;
-  CHECK(allocated >= without_workspace);
-  CHECK(allocated <= without_workspace + rounding);
-  CHECK(peak <= without_workspace + rounding);
+  CHECK(planned.workspace == 0); // the device has its GEMM workspace already
+  const int64_t buffers = planned.total() - planned.runtime;
+  CHECK(allocated >= buffers);
+  CHECK(allocated <= buffers + rounding);
+  CHECK(peak <= buffers + rounding);
+  // The kernels' images fit the plan's allowance for them.
+  CHECK(compiled.module_bytes > before.module_bytes);
+  CHECK(static_cast<int64_t>(compiled.module_bytes - before.module_bytes) <= planned.runtime);
 
   // Pinned memory: the batch and the loss, in each of two input sets; never the state.
   const auto pinned = static_cast<int64_t>(compiled.pinned_peak_bytes - before.pinned_bytes);
@@ -171,6 +179,52 @@ TEST_CASE("null gpu: a resident batch goes up once, and again only when it chang
     plain(x, y);
   CHECK(counters().bytes_host_to_device >= 4 * batch_bytes);
   CHECK(counters().bytes_host_to_device_pageable == 0);
+}
+
+/// Rows of 16384 x 1024 floats: 64 MiB per sample in, about 256 MiB per sample planned.
+struct Wide {
+  BOOST_HANA_DEFINE_STRUCT(Wide, (Linear, in), (Linear, out));
+  explicit Wide(Init& init) : in(1024, 1024, init), out(1024, 8, init) {}
+  Var operator()(Var x) { return out(relu(in(x))); }
+};
+
+TEST_CASE("null gpu: the largest batch max_batch predicts runs, and one more runs out of memory",
+          "[null-gpu]") {
+  DefaultDeviceCuda on_cuda;
+  CudaDevice& gpu = CudaDevice::get(0);
+  gpu.gemm_workspace();
+  Init init(9);
+  Wide model(init);
+  auto loss = [](Wide& m, Var x, Var y) { return mse_loss(m(x), y); };
+  HostTensor example[] = {HostTensor(DType::f32, {1, 16384, 1024}),
+                          HostTensor(DType::f32, {1, 16384, 8})};
+  auto make_step = [&] {
+    return compile_step(model, loss, sgd{.lr = 0.1}, {.resident_batch = true});
+  };
+  auto planning = make_step();
+  auto peak = [&](int64_t b) { return planning.plan_memory(resized_batch(example, b)).total(); };
+  // Free memory for the budget: half-way between the plans of 12 and 13 rows (the rest of the
+  // device held by one allocation).
+  constexpr int64_t target = 12;
+  const int64_t budget = (peak(target) + peak(target + 1)) / 2;
+  REQUIRE(peak(target + 1) - peak(target) > 2 * runtime_allowance_bytes);
+  const cuda::Driver& d = cuda::require_driver();
+  gpu.make_current();
+  std::size_t free = 0, total = 0;
+  d.check(d.cuMemGetInfo(&free, &total), "cuMemGetInfo");
+  REQUIRE(static_cast<int64_t>(free) > budget);
+  DeviceBuffer ballast(free - static_cast<std::size_t>(budget));
+  MaxBatch fit = planning.max_batch(example, cuda_free_bytes());
+  INFO(fit.line());
+  CHECK(fit.batch == target);
+  auto run_at = [&](int64_t rows) {
+    std::vector<HostTensor> batch = resized_batch(example, rows);
+    auto step = make_step();
+    for (int i = 0; i < 3; ++i) // direct runs and the graph capture: everything allocated
+      step(batch[0], batch[1]);
+  };
+  CHECK_NOTHROW(run_at(fit.batch));
+  CHECK_THROWS_AS(run_at(fit.batch + 1), OutOfMemory);
 }
 
 /// A kernel taking one global pointer, as LLVM's NVPTX backend declares it.

@@ -61,9 +61,10 @@ struct StepMemory {
   int64_t arena = 0;                  ///< intermediates, after reuse
   int64_t outputs = 0;                ///< outputs written outside the arena
   int64_t inputs = 0;                 ///< every input: parameters, optimizer state, frozen, batch
-  int64_t workspace = 0;              ///< library scratch (cuBLASLt)
+  int64_t workspace = 0;              ///< library scratch (cuBLASLt), if not allocated yet
+  int64_t runtime = 0;                ///< the backend's own: kernel images, CUDA graphs
   std::vector<PlannedBuffer> largest; ///< the five largest buffers, largest first
-  int64_t total() const { return arena + outputs + inputs + workspace; }
+  int64_t total() const { return arena + outputs + inputs + workspace + runtime; }
 };
 
 /// The five largest of `buffers`, largest first (what out-of-memory reports list).

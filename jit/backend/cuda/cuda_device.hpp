@@ -67,6 +67,11 @@ public:
   cuda::StreamHandle copy_stream() const { return copy_stream_; }
   /// Scratch memory for cuBLASLt (kernels::CublasLt::workspace_bytes).
   cuda::DevicePtr gemm_workspace();
+  /// Whether gemm_workspace() has allocated it already (a plan then does not count it again).
+  bool has_gemm_workspace() const {
+    std::lock_guard lock(mutex_);
+    return workspace_.get() != 0;
+  }
 
   /// The kernel's function: loaded already, a cubin from the disk cache, or PTX from the
   /// NVPTX target assembled by the driver (and the cubin stored). The key is the CPU scheme's
@@ -93,7 +98,7 @@ private:
   std::unique_ptr<NvptxTarget> target_;
   std::unique_ptr<KernelLookup<cuda::FunctionHandle>> kernels_;
   DeviceBuffer workspace_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::vector<cuda::ModuleHandle> modules_; ///< loaded cubins (under kernels_'s lock)
 };
 

@@ -609,13 +609,15 @@ std::unique_ptr<Executable> compile_for_cuda(Prepared prepared, const Device& de
   return executable;
 }
 
-StepMemory plan_memory_for_cuda(const Prepared& prepared, const Device&,
+StepMemory plan_memory_for_cuda(const Prepared& prepared, const Device& device,
                                 std::span<const bool> single_copy) {
   const Graph& g = *prepared.graph;
   const FusionPlan& fusion = prepared.fusion;
   const MemoryPlan& memory = prepared.memory;
-  // As the constructor allocates: the arena, a buffer per output outside it, each input's
-  // buffer in both sets (one shared where carried or resident), and the GEMM workspace.
+  // As the constructor and the first runs allocate: the arena, a buffer per output outside it,
+  // each input's buffer in both sets (one shared where carried or resident), the device's GEMM
+  // workspace unless it has one already, and an allowance for the kernels' images and the
+  // CUDA graphs (the null driver counts the images; a GPT-2 step's are under 2 MiB).
   StepMemory out;
   out.arena = memory.arena_bytes();
   std::vector<bool> is_input(g.size(), false);
@@ -637,7 +639,10 @@ StepMemory plan_memory_for_cuda(const Prepared& prepared, const Device&,
   }
   bool has_gemm = std::any_of(fusion.kernels.begin(), fusion.kernels.end(),
                               [](const Kernel& k) { return k.kind == KernelKind::gemm; });
-  out.workspace = has_gemm ? static_cast<int64_t>(kernels::CublasLt::workspace_bytes) : 0;
+  bool workspace_there = cuda::driver() && CudaDevice::get(device.ordinal).has_gemm_workspace();
+  out.workspace =
+      has_gemm && !workspace_there ? static_cast<int64_t>(kernels::CublasLt::workspace_bytes) : 0;
+  out.runtime = runtime_allowance_bytes;
   out.largest = largest_buffers(std::move(buffers));
   return out;
 }

@@ -23,6 +23,9 @@ namespace sinter {
 /// for the step when first read. Two input sets alternate (device input buffers, pinned
 /// staging, captured CUDA graph), so the next step's inputs are copied on a second stream
 /// while the current step still runs.
+/// What a CUDA step's plan adds for the driver's own allocations: kernel images and CUDA graphs.
+inline constexpr int64_t runtime_allowance_bytes = int64_t{64} << 20;
+
 class GpuExecutable final : public Executable {
 public:
   /// Allocates the device arena of a prepared graph (prepare_for_nvptx) and the first input
