@@ -24,6 +24,12 @@ void drop_merged(std::vector<Kernel>& kernels, const std::vector<bool>& merged) 
 /// earlier a merged kernel's outputs come to life.
 constexpr std::size_t merge_window = 32;
 
+/// The most buffers (reads and writes) a merged sibling kernel takes. Without a bound, every
+/// same-shaped optimizer update of a model merges into one kernel (they all read the learning
+/// rate): GPT-2 small's [768] updates made one kernel of 550 parameters that took the PTX
+/// assembler 5 s, longer than all the other kernels together on a 16-core host.
+constexpr std::size_t max_merged_buffers = 96;
+
 /// Whether two kernels walk the same iteration space, so one pass can compute both: loops over
 /// one shape, or (with `reductions`) reductions over the same axes of same-shaped operands.
 bool same_pass(const Graph& g, const Kernel& a, const Kernel& b, bool reductions) {
@@ -167,6 +173,9 @@ void fuse_steps::merge_sibling_kernels(FusionPlan& plan, bool reductions) {
         }
       }
       if (!aligned_ok || !related) continue;
+      if (early.reads.size() + late.reads.size() + early.outputs().size() + late.outputs().size() >
+          max_merged_buffers)
+        continue;
       // Otherwise the early kernel may move down to the late one, if nothing in between reads
       // what it writes.
       bool movable = !ready_at_early;

@@ -67,15 +67,15 @@ for spec in "${specs[@]}"; do
   done
 done
 
-python3 - "${rows[@]}" <<'PY'
-import re, sys
+OUT_DIR="$OUT_DIR" python3 - "${rows[@]}" <<'PY'
+import os, re, sys
 
 def field(text, key, default=None):
     m = re.search(r"(?:^|\s)" + re.escape(key) + r"=([^\s]+)", text)
     return m.group(1) if m else default
 
 print()
-print("| model | run | compile (stages) | slowest stages | first call | host RSS | host time / step | launches / step | pinned | device peak | ptxas |")
+print("| model | run | compile (stages) | slowest stages | first call | host RSS | host time / step | launches / step | pinned | device peak | ptxas (longest) |")
 print("| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for row in sys.argv[1:]:
     label, run, log_path, report_path = row.split("|")
@@ -86,7 +86,7 @@ for row in sys.argv[1:]:
     slowest = re.search(r"slowest stages: (.*)$", log, re.M)
     first_run = re.search(r"phase first run ([0-9.]+) ms", log)
     stages_ms = float(compiled.group(1)) if compiled else float("nan")
-    print("| {} | {} | {:.2f} s | {} | {:.2f} s | {:.0f} MB | {:.3f} ms | {} | {:.2f} MB | {:.2f} GB | {:.1f} s |".format(
+    print("| {} | {} | {:.2f} s | {} | {:.2f} s | {:.0f} MB | {:.3f} ms | {} | {:.2f} MB | {:.2f} GB | {:.1f} s ({:.2f} s) |".format(
         label, run, stages_ms / 1000, slowest.group(1) if slowest else "-",
         float(field(result, "compile_s")),
         float(field(result, "maxrss_mb")),
@@ -94,12 +94,14 @@ for row in sys.argv[1:]:
         field(report, "last_graph_nodes"),
         int(field(report, "pinned_peak_bytes")) / 2**20,
         int(field(report, "device_peak_bytes")) / 1e9,
-        float(field(report, "ptxas_seconds"))))
+        float(field(report, "ptxas_seconds")),
+        float(field(report, "ptxas_longest_seconds"))))
 print()
 print("compile = the compile's stages (the compile line); first call = train_step's compile_s: "
       "trace, stages and the first run (uploads, graph capture). host RSS = the process's peak "
       "(ru_maxrss). host time / step = the median step on the null driver, where the device "
       "takes no time. launches / step = nodes of the CUDA graph one step replays (kernels, "
       "GEMMs, copies, memsets). ptxas = the null driver assembling the PTX, as the driver's JIT "
-      "would. Logs and driver reports: $OUT_DIR.")
+      "would, in all (and its slowest kernel: what no number of threads shortens). Logs and "
+      "driver reports: " + os.environ["OUT_DIR"] + ".")
 PY

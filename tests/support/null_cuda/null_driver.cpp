@@ -672,6 +672,7 @@ NULL_GPU_API int cuLinkComplete(void* link, void** image, std::size_t* size) {
       std::lock_guard lock(s.mutex);
       ++s.counters.ptxas_runs;
       s.counters.ptxas_seconds += seconds;
+      s.counters.ptxas_longest_seconds = std::max(s.counters.ptxas_longest_seconds, seconds);
     }
     if (!ok) return complain("ptxas rejected the PTX of " + l->name + ": " + errors);
   }

@@ -17,7 +17,7 @@ struct NullGpuCounters {
   uint64_t device_allocations;
   uint64_t device_failed_allocations; ///< refused: more than the device has free
   uint64_t module_bytes;              ///< device memory of loaded modules (their images)
-  uint64_t context_bytes;             ///< the contexts' own reserve (SINTER_NULL_GPU_DEVICE reserve=)
+  uint64_t context_bytes; ///< the contexts' own reserve (SINTER_NULL_GPU_DEVICE reserve=)
   // Pinned host memory (cuMemAllocHost): real host memory.
   uint64_t pinned_bytes;
   uint64_t pinned_peak_bytes;
@@ -41,6 +41,7 @@ struct NullGpuCounters {
   uint64_t ptx_assembled;
   uint64_t ptxas_runs;
   double ptxas_seconds;
+  double ptxas_longest_seconds; ///< the slowest single assembly (a parallel compile's floor)
   uint64_t modules_loaded;
   // The device's clock: what the cost model says the work enqueued so far takes.
   double device_seconds;
