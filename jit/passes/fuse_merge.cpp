@@ -28,7 +28,7 @@ constexpr std::size_t merge_window = 32;
 /// same-shaped optimizer update of a model merges into one kernel (they all read the learning
 /// rate): GPT-2 small's [768] updates made one kernel of 550 parameters that took the PTX
 /// assembler 5 s, longer than all the other kernels together on a 16-core host.
-constexpr std::size_t max_merged_buffers = 96;
+constexpr std::size_t max_merged_buffers = 128;
 
 /// Whether two kernels walk the same iteration space, so one pass can compute both: loops over
 /// one shape, or (with `reductions`) reductions over the same axes of same-shaped operands.
