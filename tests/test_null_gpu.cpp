@@ -134,6 +134,10 @@ TEST_CASE("null gpu: a training step allocates what it planned, holds no pinned 
         steady.graph_nodes_launched);
   CHECK(steady.last_graph_nodes * steps == steady.graph_nodes_launched);
   CHECK(steady.last_graph_nodes > 0);
+  // Every kernel of the plan once per step (GEMMs through cuBLASLt), nothing more.
+  const CompileReport& report = step.runtime().program().compile_report();
+  CHECK(steady.kernel_launches + steady.gemms == steps * report.kernels);
+  CHECK(steady.gemms > 0);
   // Up: the batch and the step's scalars (step number, learning rate), all pinned.
   CHECK(steady.bytes_host_to_device >= static_cast<uint64_t>(steps * batch_bytes));
   CHECK(steady.bytes_host_to_device <= static_cast<uint64_t>(steps * (batch_bytes + 64)));

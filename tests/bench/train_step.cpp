@@ -30,7 +30,8 @@
 //   peer=sinter model=<m> compile_s=<first call, s> median_step_s=<s> threads=<n> iters=<n>
 //   loss=<first step> final_loss=<last step> maxrss_mb=<ru_maxrss> base_rss_mb=<ru_maxrss
 //   before the model> planned_peak_mb=<memory_plan().peak_bytes()> state_mb=<parameters + m + v>
-//   params=<count>
+//   params=<count> ... plan_total_mb=<plan_memory(batch).total(): everything the step allocates
+//   on its device, inputs and workspace included>
 // planned_peak_mb is what the compiled step allocates besides its inputs (arena of
 // intermediates plus outputs); state_mb is the parameters and AdamW's m and v.
 // `--threads N` sets SINTER_NUM_THREADS. `--print-params` lists the parameters in order.
@@ -200,14 +201,17 @@ int run(const Options& opt, Model& model, double base_rss, MakeStep make_step) {
   for (auto& [name, t] : step.runtime().state())
     state_bytes += static_cast<double>(t->byte_size());
   double planned = static_cast<double>(step.runtime().program().memory_plan().peak_bytes());
+  HostTensor example[] = {images, labels};
+  double device_plan = static_cast<double>(step.plan_memory(example).total());
   std::printf("peer=sinter model=%s compile_s=%.4g median_step_s=%.6g threads=%d iters=%d "
               "loss=%.6f final_loss=%.6f maxrss_mb=%.1f base_rss_mb=%.1f planned_peak_mb=%.2f "
-              "state_mb=%.2f params=%lld device=%s tokens_per_s=%.6g flops_per_step=%lld amp=%s\n",
+              "state_mb=%.2f params=%lld device=%s tokens_per_s=%.6g flops_per_step=%lld amp=%s "
+              "plan_total_mb=%.2f\n",
               opt.model.c_str(), first_call, median, opt.threads, timing.steps, first_loss, loss,
               maxrss_mb(), base_rss, planned / (1 << 20), state_bytes / (1 << 20),
               static_cast<long long>(params), opt.device.c_str(),
               gpt ? static_cast<double>(tokens_per_step) / median : 0.0,
-              static_cast<long long>(flops_per_step), opt.amp.c_str());
+              static_cast<long long>(flops_per_step), opt.amp.c_str(), device_plan / (1 << 20));
   return 0;
 }
 

@@ -15,6 +15,16 @@ grep -q '^cuda driver: null (SINTER_NULL_GPU=1, no GPU): NVIDIA H100' <<<"$info"
   || { echo "FAIL: sinter info does not name the null driver:"; echo "$info"; exit 1; }
 grep -q '^  cuda:0  NVIDIA H100 80GB HBM3 \[null driver\]  sm_90' <<<"$info" \
   || { echo "FAIL: sinter info does not list the null device:"; echo "$info"; exit 1; }
+# Bad settings are refused by name.
+bad=$(SINTER_NULL_GPU=/nonexistent/libsinter_null_gpu.so "$sinter" info)
+grep -q '^cuda driver: none (sinter: SINTER_NULL_GPU=/nonexistent/libsinter_null_gpu.so is not a file' \
+  <<<"$bad" || { echo "FAIL: a missing null driver library is not named:"; echo "$bad"; exit 1; }
+bad=$(SINTER_NULL_GPU_DEVICE=h100,memroy=40GiB "$sinter" info)
+grep -q "unknown key 'memroy'" <<<"$bad" \
+  || { echo "FAIL: a bad SINTER_NULL_GPU_DEVICE key is not named:"; echo "$bad"; exit 1; }
+small=$(SINTER_NULL_GPU_DEVICE=a100,memory=40GiB,count=2 "$sinter" info)
+grep -q '^gpus: 2$' <<<"$small" && grep -q 'cuda:1  NVIDIA A100-SXM4-80GB \[null driver\]  sm_80  40.0 GiB  108 SMs' \
+  <<<"$small" || { echo "FAIL: SINTER_NULL_GPU_DEVICE was not applied:"; echo "$small"; exit 1; }
 status=0
 for recipe in "$@"; do
   name=$(basename "$recipe")

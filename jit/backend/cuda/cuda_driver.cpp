@@ -112,12 +112,13 @@ Loaded load() {
     const char *name = nullptr, *text = nullptr;
     d.cuGetErrorName(r, &name);
     d.cuGetErrorString(r, &text);
-    loaded.reason = std::string("the CUDA driver is installed but cuInit failed with ") +
-                    (name ? name : std::to_string(r)) +
-                    (text ? std::string(" (") + text + ")" : "") +
-                    (null_library ? ""
-                                  : " (no GPU visible? check nvidia-smi and "
-                                    "CUDA_VISIBLE_DEVICES)");
+    loaded.reason =
+        std::string(null_library ? "the null CUDA driver's cuInit failed with "
+                                 : "the CUDA driver is installed but cuInit failed with ") +
+        (name ? name : std::to_string(r)) + (text ? std::string(" (") + text + ")" : "") +
+        (null_library ? ""
+                      : " (no GPU visible? check nvidia-smi and "
+                        "CUDA_VISIBLE_DEVICES)");
     return loaded;
   }
   if (null_library) {
