@@ -5,6 +5,7 @@
 #include "jit/backend/backends.hpp"
 #include "jit/backend/context.hpp"
 #include "jit/backend/cuda/gemm_epilogue.hpp"
+#include "jit/backend/cpu/thread_pool.hpp"
 #include "jit/backend/cuda/nvptx_target.hpp"
 #include "jit/dist/collective_launch.hpp"
 #include "jit/profile/gpu_peak.hpp"
@@ -506,8 +507,19 @@ void GpuExecutable::run_into(std::span<const HostTensor* const> inputs,
     d.check(d.cuEventRecord(marks_.back(), copy), "cuEventRecord");
   }
   auto stage = [&](std::size_t i) {
-    std::memcpy(set.staging_in.data() + input_offsets_[i], inputs[i]->bytes().data(),
-                inputs[i]->bytes().size());
+    std::byte* to = set.staging_in.data() + input_offsets_[i];
+    std::span<const std::byte> from = inputs[i]->bytes();
+    constexpr std::size_t slice = std::size_t{4} << 20; // per thread at a time
+    if (!staging_pool_ || from.size() < 2 * slice) {
+      std::memcpy(to, from.data(), from.size());
+      return;
+    }
+    const auto slices = static_cast<int64_t>((from.size() + slice - 1) / slice);
+    staging_pool_->parallel_for(slices, 1, [&](int64_t begin, int64_t end) {
+      std::size_t first = static_cast<std::size_t>(begin) * slice;
+      std::size_t last = std::min(from.size(), static_cast<std::size_t>(end) * slice);
+      std::memcpy(to + first, from.data() + first, last - first);
+    });
   };
   // Batch inputs go up on the copy stream, overlapping the step still running.
   for (std::size_t i = 0; i < inputs.size(); ++i) {
@@ -605,6 +617,7 @@ std::unique_ptr<Executable> compile_for_cuda(Prepared prepared, const Device& de
                                              Context& context, CompileRun& run) {
   auto executable = std::make_unique<GpuExecutable>(
       std::move(prepared), CudaDevice::get(device.ordinal), context.cache(), run);
+  executable->stage_with(context.pool());
   context.cache().record_run_stats();
   return executable;
 }

@@ -56,6 +56,10 @@ public:
   void set_carried(std::span<const std::pair<std::size_t, std::size_t>> input_from_output) override;
   void set_resident(std::span<const std::size_t> inputs) override;
 
+  /// Copies large batch inputs into pinned staging on `pool`'s threads (one memcpy of a
+  /// ViT-B batch of 256 images, 154 MB, is 20 ms of host time per step on one core).
+  void stage_with(ThreadPool& pool) { staging_pool_ = &pool; }
+
   const Graph& graph() const { return *graph_; }
   const FusionPlan& fusion() const { return fusion_; }
   const MemoryPlan& memory_plan() const override { return memory_; }
@@ -114,6 +118,7 @@ private:
   mutable std::vector<std::pair<std::size_t, uint64_t>> resident_;
   std::vector<bool> input_resident_;
   CompileReport report_;
+  ThreadPool* staging_pool_ = nullptr;
   /// The step's collectives between GPU ranks (made on the first run of a graph that has
   /// any, when NCCL is there or the job has several ranks).
   mutable std::unique_ptr<kernels::NcclCommunicator> nccl_;
