@@ -64,6 +64,9 @@ constexpr SettingInfo table[] = {
      "(docs/gpu.md)"},
     {"SINTER_NULL_GPU_DEVICE", "`h100`, `h200`, `a100`, then `,key=value`", "`h100`",
      "null driver: the device it reports (docs/gpu.md lists the keys)"},
+    {"SINTER_NULL_GPU_COPIES", "`0`, `1`", "`0`",
+     "null driver: `1` backs device memory and moves the bytes of copies and memsets (kernels "
+     "still run nothing), to check the host's data path end to end"},
     {"SINTER_NULL_GPU_PTXAS", "`0`, `1`", "`1`",
      "null driver: `0` skips running `ptxas` on the PTX it is given"},
     {"SINTER_NULL_GPU_REPORT", "path", "off",

@@ -1,11 +1,13 @@
 // tests/test_null_gpu.cpp — the CUDA backend's host side on the null driver (SINTER_NULL_GPU=1):
 // what a step allocates against its plan, launches per step, staging, and the driver's refusals
 #include "dsl/sinter.hpp"
+#include "jit/backend/cpu/thread_pool.hpp"
 #include "jit/backend/cuda/cuda_device.hpp"
 #include "jit/backend/cuda/cuda_driver.hpp"
 #include "jit/backend/cuda/gpu_executable.hpp"
 #include "jit/train/max_batch.hpp"
 #include "support/null_cuda/null_gpu.h"
+#include "temp_dir.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -229,6 +231,68 @@ TEST_CASE("null gpu: the largest batch max_batch predicts runs, and one more run
   };
   CHECK_NOTHROW(run_at(fit.batch));
   CHECK_THROWS_AS(run_at(fit.batch + 1), OutOfMemory);
+}
+
+// With SINTER_NULL_GPU_COPIES=1 (the meson test null-gpu-copies) device memory holds what the
+// copies put there: the host's data path (staging, input sets, carried values) end to end.
+
+TEST_CASE("null gpu copies: inputs returned as outputs come back byte for byte, on both input "
+          "sets and in CUDA graph replays",
+          "[null-gpu-copies]") {
+  TempDir dir("sinter-null-copies");
+  KernelCache cache(dir.path);
+  constexpr int64_t big = int64_t{5} << 20; // 20 MiB of f32: staged on several threads
+  Graph g;
+  Value x = input(g, "x", {DType::f32, {big}});
+  Value y = input(g, "y", {DType::i32, {7}});
+  g.add_output("x.back", x.id);
+  g.add_output("y.back", y.id);
+  GpuExecutable exe(g, CudaDevice::get(0), cache);
+  ThreadPool pool(3);
+  exe.stage_with(pool);
+  std::vector<HostTensor> out(2);
+  for (int run = 0; run < 5; ++run) { // direct runs, then graph replays on alternating sets
+    INFO("run " << run);
+    HostTensor xs(DType::f32, {big}), ys(DType::i32, {7});
+    for (int64_t i = 0; i < big; i += 4099)
+      xs.set(i, static_cast<double>(run * 1000 + i % 977));
+    xs.set(big - 1, run + 0.5);
+    for (int64_t i = 0; i < 7; ++i)
+      ys.set(i, static_cast<double>(run * 10 + i));
+    std::vector<const HostTensor*> in{&xs, &ys};
+    exe.run_into(in, out);
+    CHECK(std::memcmp(out[0].bytes().data(), std::as_const(xs).bytes().data(), xs.byte_size()) ==
+          0);
+    CHECK(out[1].at(6) == run * 10 + 6);
+  }
+  CHECK(exe.uses_graph());
+}
+
+TEST_CASE("null gpu copies: a carried value stays on the device, is fetched on access, and a "
+          "host write goes up with the next run",
+          "[null-gpu-copies]") {
+  TempDir dir("sinter-null-carried");
+  KernelCache cache(dir.path);
+  Graph g;
+  Value state = input(g, "state", {DType::f32, {4096}});
+  g.add_output("new.state", state.id);
+  GpuExecutable exe(g, CudaDevice::get(0), cache);
+  std::vector<std::pair<std::size_t, std::size_t>> pairs{{0, 0}};
+  exe.set_carried(pairs);
+  HostTensor value = HostTensor::from_doubles(DType::f32, {4096}, std::vector<double>(4096, 2.5));
+  std::vector<HostTensor> out(1);
+  for (int run = 0; run < 4; ++run) {
+    std::vector<const HostTensor*> in{&value};
+    exe.run_into(in, out);
+    CHECK(out[0].deferred());
+    std::swap(value, out[0]); // as a training step keeps its new parameters
+  }
+  CHECK(value.at(4095) == 2.5); // fetched from the device
+  value.set(7, -1.0);           // written on the host: uploaded by the next run
+  std::vector<const HostTensor*> in{&value};
+  exe.run_into(in, out);
+  CHECK(out[0].at(7) == -1.0);
+  CHECK(out[0].at(8) == 2.5);
 }
 
 /// A kernel taking one global pointer, as LLVM's NVPTX backend declares it.

@@ -306,8 +306,10 @@ NULL_GPU_API int cuMemAlloc_v2(DevicePtr* pointer, std::size_t bytes) {
     return s.fail(out_of_memory, "cuMemAlloc of " + std::to_string(bytes) + " bytes with " +
                                      std::to_string(s.device_free(device)) + " free");
   }
-  // Address space only: nothing may touch it from the host (a host access is a bug: it crashes).
-  void* p = mmap(nullptr, rounded, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  // Address space only: nothing may touch it from the host (a host access is a bug: it crashes),
+  // unless copies are on, which write it (pages are committed as they are written).
+  void* p = mmap(nullptr, rounded, s.copies ? PROT_READ | PROT_WRITE : PROT_NONE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return s.fail(out_of_memory, "the host has no address space left");
   auto address = reinterpret_cast<uint64_t>(p);
   s.device_memory[address] = Allocation{rounded, device};
@@ -385,18 +387,23 @@ int copy(State& s, Work::Kind kind, uint64_t device_to, uint64_t device_from, vo
     w.pageable = !s.host_is_pinned(host_from);
     w.seconds = static_cast<double>(bytes) / host_rate;
     w.ranges.emplace_back(device_to, bytes);
+    w.from = host_from;
+    w.to = reinterpret_cast<void*>(device_to);
   } else if (kind == Work::copy_d2h) {
     if (int r = check_device(device_from, "source")) return r;
     w.pageable = !s.host_is_pinned(host_to);
     w.seconds = static_cast<double>(bytes) / host_rate;
     w.ranges.emplace_back(device_from, bytes);
-    if (!stream.capturing) std::memset(host_to, 0, bytes); // nothing ran: zeros come back
+    w.to = host_to;
+    w.from = reinterpret_cast<const void*>(device_from);
   } else {
     if (int r = check_device(device_to, "destination")) return r;
     if (int r = check_device(device_from, "source")) return r;
     w.seconds = 2.0 * static_cast<double>(bytes) / device_rate;
     w.ranges.emplace_back(device_to, bytes);
     w.ranges.emplace_back(device_from, bytes);
+    w.to = reinterpret_cast<void*>(device_to);
+    w.from = reinterpret_cast<const void*>(device_from);
   }
   if (stream.capturing && w.pageable)
     return s.fail(capture_unsupported,
@@ -435,7 +442,8 @@ NULL_GPU_API int cuMemcpyDtoDAsync_v2(DevicePtr to, DevicePtr from, std::size_t 
   return copy(s, Work::copy_d2d, to, from, nullptr, nullptr, bytes, stream, "cuMemcpyDtoDAsync");
 }
 
-NULL_GPU_API int cuMemsetD8Async(DevicePtr to, unsigned char, std::size_t bytes, void* stream) {
+NULL_GPU_API int cuMemsetD8Async(DevicePtr to, unsigned char value, std::size_t bytes,
+                                 void* stream) {
   State& s = State::get();
   std::lock_guard lock(s.mutex);
   if (int r = s.need_context()) return r;
@@ -446,6 +454,8 @@ NULL_GPU_API int cuMemsetD8Async(DevicePtr to, unsigned char, std::size_t bytes,
   w.bytes = bytes;
   w.seconds = std::max(s.spec.launch_seconds, static_cast<double>(bytes) / s.spec.bandwidth);
   w.ranges.emplace_back(to, bytes);
+  w.to = reinterpret_cast<void*>(to);
+  w.value = value;
   s.enqueue(s.stream(stream), std::move(w));
   return success;
 }
@@ -745,7 +755,7 @@ NULL_GPU_API int cuGraphLaunch(void* exec, void* stream) {
   uint64_t nodes = 0;
   for (const Work& w : e->graph.nodes) {
     st.clock += w.seconds;
-    s.count(w);
+    s.perform(w);
     nodes += w.kind == Work::event ? 0 : 1;
   }
   ++s.counters.graph_launches;

@@ -192,6 +192,12 @@ State::State() {
   } catch (const std::invalid_argument& e) {
     spec_error = e.what();
   }
+  if (const char* c = std::getenv("SINTER_NULL_GPU_COPIES")) {
+    if (std::string_view(c) == "1")
+      copies = true;
+    else if (std::string_view(c) != "0" && spec_error.empty())
+      spec_error = std::string("SINTER_NULL_GPU_COPIES='") + c + "': use 0 or 1";
+  }
   device_used.assign(static_cast<std::size_t>(spec.count), 0);
   contexts.resize(static_cast<std::size_t>(spec.count));
   context_refs.assign(static_cast<std::size_t>(spec.count), 0);
@@ -265,7 +271,15 @@ uint64_t State::device_free(int device) const {
   return used >= spec.memory ? 0 : spec.memory - used;
 }
 
-void State::count(const Work& w) {
+void State::perform(const Work& w) {
+  if (w.kind == Work::copy_d2h && !copies) std::memset(w.to, 0, w.bytes); // nothing ran: zeros
+  if (copies && w.bytes) switch (w.kind) {
+    case Work::copy_h2d:
+    case Work::copy_d2h:
+    case Work::copy_d2d: std::memmove(w.to, w.from, w.bytes); break;
+    case Work::memset: std::memset(w.to, w.value, w.bytes); break;
+    default: break;
+    }
   NullGpuCounters& c = counters;
   c.device_seconds += w.seconds;
   switch (w.kind) {
@@ -300,7 +314,7 @@ void State::enqueue(StreamState& s, Work work) {
     work.record->time = s.clock;
     work.record->recorded = true;
   }
-  count(work);
+  perform(work);
 }
 
 std::string State::report() const {

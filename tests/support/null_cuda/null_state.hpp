@@ -62,6 +62,11 @@ struct Work {
   bool pageable = false;
   struct EventState* record = nullptr;               ///< kind == event: the event recorded
   std::vector<std::pair<uint64_t, uint64_t>> ranges; ///< device ranges it touches
+  // Copies and memsets: where the bytes go (moved only with SINTER_NULL_GPU_COPIES=1; without
+  // it a download writes zeros).
+  const void* from = nullptr;
+  void* to = nullptr;
+  unsigned char value = 0;
 };
 
 struct GraphState {
@@ -115,6 +120,10 @@ public:
   std::mutex mutex;
 
   bool initialized = false;
+  /// SINTER_NULL_GPU_COPIES=1: device memory is backed (committed as it is written) and
+  /// copies and memsets move real bytes, so the host's data path can be checked end to end;
+  /// kernels and GEMMs still run nothing.
+  bool copies = false;
   DeviceSpec spec;
   std::string spec_error;
   std::vector<std::unique_ptr<ContextState>> contexts; ///< one primary context per device
@@ -140,8 +149,8 @@ public:
   /// Runs `work` on `stream` (the clock moves and the counters count) or, while the stream is
   /// being captured, adds it to the graph.
   void enqueue(StreamState& stream, Work work);
-  /// Counts work that ran (directly, or as a launched graph's node).
-  void count(const Work& work);
+  /// Counts work that ran (directly, or as a launched graph's node) and moves its bytes.
+  void perform(const Work& work);
 
   /// Remembers why the last call failed, for cuGetErrorString; returns `status`.
   int fail(int status, std::string detail);
