@@ -16,6 +16,9 @@
 #   (default $BUILD_DIR/host-side) for each run's log and driver report.
 # Each model runs in fresh processes: cold, then warm. The host time per step is train_step's
 # median step time: on the null driver nothing runs on a device, so it is all host work.
+# Then the gpt recipe with --variable-length on cuda (cold cache): each shape bucket's
+# recompile, as its compile lines report them (GPT recipe: RECIPE_GPT, default
+# $BUILD_DIR/recipes/gpt; skipped when missing).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -105,3 +108,16 @@ print("compile = the compile's stages (the compile line); first call = train_ste
       "would, in all (and its slowest kernel: what no number of threads shortens). Logs and "
       "driver reports: " + os.environ["OUT_DIR"] + ".")
 PY
+
+RECIPE_GPT="${RECIPE_GPT:-$BUILD_DIR/recipes/gpt}"
+if [[ -x $RECIPE_GPT ]]; then
+  log="$OUT_DIR/gpt-variable-length.log"
+  SINTER_CACHE_DIR="$cache_root/gpt-buckets" "$RECIPE_GPT" --device cuda --variable-length \
+    --steps 40 >"$log" 2>&1 || { echo "$NAME: the gpt recipe failed; its log:" >&2; tail -20 "$log" >&2; exit 1; }
+  echo
+  echo "gpt recipe, --variable-length on cuda (buckets of the context), each compile of its step:"
+  grep -E '^sinter: compiled \((first call|recompiling)' "$log" | grep 'shape bucket' |
+    sed -E 's/^sinter: compiled \((first call |recompiling, [^(]*)\((shape bucket [0-9]+)[^)]*\), specialisation [0-9]+\) in ([0-9.]+ ms): [0-9]+ kernels \(([0-9]+) compiled.*/  \2: \3, \4 kernels compiled/'
+else
+  echo "$NAME: no gpt recipe at $RECIPE_GPT: the bucket recompiles are not measured"
+fi
