@@ -5,6 +5,7 @@
 #include "jit/backend/cuda/cuda_device.hpp"
 #include "jit/backend/cuda/cuda_driver.hpp"
 #include "jit/backend/cuda/gpu_executable.hpp"
+#include "jit/profile/gpu_peak.hpp"
 #include "jit/train/max_batch.hpp"
 #include "support/null_cuda/null_gpu.h"
 #include "temp_dir.hpp"
@@ -293,6 +294,24 @@ TEST_CASE("null gpu copies: a carried value stays on the device, is fetched on a
   exe.run_into(in, out);
   CHECK(out[0].at(7) == -1.0);
   CHECK(out[0].at(8) == 2.5);
+}
+
+TEST_CASE("null gpu: the profiler's peak probe fits in what a step at its largest batch leaves",
+          "[null-gpu]") {
+  CudaDevice& gpu = CudaDevice::get(0);
+  gpu.make_current();
+  const cuda::Driver& d = cuda::require_driver();
+  std::size_t free = 0, total = 0;
+  d.check(d.cuMemGetInfo(&free, &total), "cuMemGetInfo");
+  const std::size_t left = std::size_t{100} << 20; // what a step at its largest batch left
+  REQUIRE(free > left);
+  DeviceBuffer ballast(free - left);
+  profile::DevicePeak peak = measure_gpu_peak(gpu, kernels::Fp32Math::exact);
+  INFO(peak.how);
+  CHECK_THAT(peak.how,
+             Catch::Contains("copies of 1 MiB to 4.00 MiB") && Catch::Contains("GEMMs of 1024^3"));
+  CHECK(peak.bytes_per_second > 1e12); // the null H100's 2.95 TB/s, as its cost model has it
+  CHECK(peak.flops_per_second > 1e14);
 }
 
 /// A kernel taking one global pointer, as LLVM's NVPTX backend declares it.

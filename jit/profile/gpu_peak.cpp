@@ -1,6 +1,7 @@
 // jit/profile/gpu_peak.cpp — the GPU's peak: device-to-device copy bandwidth by size and the
 // cuBLASLt GEMM rate, timed by CUDA events
 #include "jit/profile/gpu_peak.hpp"
+#include "jit/runtime/memory_plan.hpp"
 
 #include <algorithm>
 #include <functional>
@@ -11,7 +12,14 @@ namespace sinter {
 profile::DevicePeak measure_gpu_peak(CudaDevice& device, kernels::Fp32Math fp32) {
   const cuda::Driver& d = device.driver();
   cuda::StreamHandle stream = device.stream();
-  constexpr std::size_t largest = std::size_t{256} << 20;
+  // Two buffers of up to 256 MiB, each at most an eighth of what is free: a step at the largest
+  // batch that fits (--batch-size max) leaves little room, and the probe must not run it out.
+  std::size_t free = 0, total = 0;
+  device.make_current();
+  d.check(d.cuMemGetInfo(&free, &total), "cuMemGetInfo");
+  std::size_t largest = std::size_t{256} << 20;
+  while (largest > (std::size_t{1} << 20) && largest > free / 8)
+    largest /= 4;
   DeviceBuffer from(largest), to(largest);
   cuda::EventHandle begin = nullptr, end = nullptr;
   d.check(d.cuEventCreate(&begin, 0), "cuEventCreate");
@@ -51,8 +59,11 @@ profile::DevicePeak measure_gpu_peak(CudaDevice& device, kernels::Fp32Math fp32)
                                                     static_cast<double>(repeats) / seconds);
   }
   peak.finish_curve();
+  // The GEMM's operands live in those buffers: 4096² f32, or the largest square that fits.
+  int64_t n = 4096;
+  while (n > 256 && static_cast<std::size_t>(n * n * 4) > largest)
+    n /= 2;
   if (kernels::CublasLt* blas = kernels::CublasLt::get()) {
-    constexpr int64_t n = 4096;
     for (DType dtype : {DType::f32, DType::bf16}) {
       kernels::GpuGemmShape gemm{.dtype = dtype, .shape = {.m = n, .n = n, .k = n}, .fp32 = fp32};
       blas->prepare(gemm);
@@ -64,8 +75,9 @@ profile::DevicePeak measure_gpu_peak(CudaDevice& device, kernels::Fp32Math fp32)
     }
   }
   peak.how = std::string("cuda (") + device.info().name +
-             "): device-to-device copies of 1 MiB to 256 MiB, cuBLASLt GEMMs of 4096^3 in f32 "
-             "and bf16 (best of several, events)";
+             "): device-to-device copies of 1 MiB to " +
+             format_bytes(static_cast<int64_t>(largest)) + ", cuBLASLt GEMMs of " +
+             std::to_string(n) + "^3 in f32 and bf16 (best of several, events)";
   return peak;
 }
 
