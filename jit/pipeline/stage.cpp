@@ -36,10 +36,11 @@ constexpr StageInfo order[] = {
     {"rematerialize", "cuda: cheap values recomputed before the late GEMMs that read them"},
     {"fuse", "kernels: fused loops, reductions, rows, GEMMs, attention, collectives"},
     {"memory", "every intermediate buffer placed in one arena; the peak"},
-    {"buffers", "cuda: the arena, both input sets and their pinned staging allocated"},
+    {"buffers",
+     "cuda: the arena, the outputs and the first input set (the second at its first run)"},
     {"launch-plan", "cuda: the GEMM epilogues cuBLASLt may absorb"},
     {"kernels", "each kernel from memory, the disk cache or code generation"},
-    {"bind", "cuda: each launch bound to each input set's buffers, cuBLASLt plans chosen"},
+    {"bind", "cuda: each launch bound to the first input set's buffers, cuBLASLt plans chosen"},
 };
 
 bool time_phases() { return settings().time_phases; }
