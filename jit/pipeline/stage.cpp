@@ -37,7 +37,7 @@ constexpr StageInfo order[] = {
     {"fuse", "kernels: fused loops, reductions, rows, GEMMs, attention, collectives"},
     {"memory", "every intermediate buffer placed in one arena; the peak"},
     {"buffers",
-     "cuda: the arena, the outputs and the first input set (the second at its first run)"},
+     "cuda: the arena, the outputs and the first input set (the second at the first run)"},
     {"launch-plan", "cuda: the GEMM epilogues cuBLASLt may absorb"},
     {"kernels", "each kernel from memory, the disk cache or code generation"},
     {"bind", "cuda: each launch bound to the first input set's buffers, cuBLASLt plans chosen"},

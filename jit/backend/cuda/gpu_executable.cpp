@@ -4,8 +4,8 @@
 #include "jit/api.hpp"
 #include "jit/backend/backends.hpp"
 #include "jit/backend/context.hpp"
-#include "jit/backend/cuda/gemm_epilogue.hpp"
 #include "jit/backend/cpu/thread_pool.hpp"
+#include "jit/backend/cuda/gemm_epilogue.hpp"
 #include "jit/backend/cuda/nvptx_target.hpp"
 #include "jit/dist/collective_launch.hpp"
 #include "jit/profile/gpu_peak.hpp"
@@ -494,7 +494,10 @@ void GpuExecutable::run_into(std::span<const HostTensor* const> inputs,
   InputSet& set = *sets_[static_cast<std::size_t>(which)];
   // The run before last used this set: once it is done, its buffers and staging are free.
   settle(set);
-  make_ready(set);
+  // Both sets are made by the first run (carried and resident inputs are known by then), so
+  // everything a step allocates is allocated there, where running out of memory is explained.
+  for (auto& each : sets_)
+    make_ready(*each);
   // A profiled run launches kernel by kernel between events (not the CUDA graph) and waits
   // for them: the time of each kernel, at the cost of the overlap between steps.
   if (profiled && marks_.empty()) {

@@ -31,8 +31,8 @@ public:
   /// Allocates the device arena of a prepared graph (prepare_for_nvptx) and the first input
   /// set's buffers, plans the launches (`launch-plan`: GEMM epilogues) and fetches or compiles
   /// every kernel for `device` (`kernels`), the stages through `run`. The second input set and
-  /// the pinned staging wait for the first run that needs them, when carried and resident
-  /// inputs are known: those get one device buffer and no staging.
+  /// the pinned staging wait for the first run, when carried and resident inputs are known:
+  /// those get one device buffer and no staging.
   GpuExecutable(Prepared prepared, CudaDevice& device, KernelCache& cache, CompileRun& run);
   /// Prepares an optimised graph itself for `device` (no dumps), then as above.
   GpuExecutable(const Graph& optimized, CudaDevice& device, KernelCache& cache);
