@@ -7,6 +7,7 @@
 #include "jit/backend/cuda/gpu_executable.hpp"
 #include "jit/profile/gpu_peak.hpp"
 #include "jit/train/max_batch.hpp"
+#include "ptx_check.hpp"
 #include "support/null_cuda/null_gpu.h"
 #include "temp_dir.hpp"
 
@@ -357,6 +358,14 @@ TEST_CASE("null gpu: the driver refuses what a GPU would, and says why", "[null-
              Catch::Contains("CUDA_ERROR_NOT_FOUND") && Catch::Contains("no kernel nope"));
   cuda::FunctionHandle touch = nullptr;
   d.check(d.cuModuleGetFunction(&touch, module, "touch"), "cuModuleGetFunction");
+  // PTX the assembler rejects is refused when loaded, as the driver's JIT refuses it.
+  if (find_ptxas()) {
+    std::string broken = std::string(one_pointer_ptx) + "\n.visible .entry bad() { bogus; }\n";
+    cuda::ModuleHandle rejected = nullptr;
+    CHECK_THAT(message(d.cuModuleLoadDataEx(&rejected, broken.c_str(), 0, nullptr, nullptr),
+                       "cuModuleLoadDataEx"),
+               Catch::Contains("CUDA_ERROR_INVALID_PTX") && Catch::Contains("ptxas rejected"));
+  }
   DeviceBuffer buffer(1024);
   cuda::DevicePtr inside = buffer.get() + 16, outside = buffer.get() + (std::size_t{1} << 30);
   void* good[] = {&inside};

@@ -544,20 +544,36 @@ NULL_GPU_API int cuEventElapsedTime(float* ms, void* from, void* to) {
 
 NULL_GPU_API int cuModuleLoadDataEx(void** module, const void* image, unsigned, int*, void**) {
   State& s = State::get();
-  std::lock_guard lock(s.mutex);
-  if (int r = s.need_context()) return r;
-  if (!module || !image) return s.fail(invalid_value, "cuModuleLoadDataEx without an image");
   auto m = std::make_unique<ModuleState>();
-  m->device = State::current()->device;
-  const char* data = static_cast<const char*>(image);
-  if (!read_container(data, m->kernels, m->bytes)) {
-    std::string text(data, strnlen(data, 64u << 20));
-    if (text.find(".version") == std::string::npos || text.find(".entry") == std::string::npos)
-      return s.fail(invalid_image, "the image is neither PTX nor a cubin this null driver made "
-                                   "(a kernel cache filled by a real driver?)");
-    m->kernels = parse_ptx_entries(text);
-    m->bytes = text.size();
+  std::string ptx;
+  {
+    std::lock_guard lock(s.mutex);
+    if (int r = s.need_context()) return r;
+    if (!module || !image) return s.fail(invalid_value, "cuModuleLoadDataEx without an image");
+    m->device = State::current()->device;
+    const char* data = static_cast<const char*>(image);
+    if (!read_container(data, m->kernels, m->bytes)) {
+      ptx.assign(data, strnlen(data, 64u << 20));
+      if (ptx.find(".version") == std::string::npos || ptx.find(".entry") == std::string::npos)
+        return s.fail(invalid_image, "the image is neither PTX nor a cubin this null driver made "
+                                     "(a kernel cache filled by a real driver?)");
+      m->kernels = parse_ptx_entries(ptx);
+      m->bytes = ptx.size();
+    }
   }
+  // PTX loaded directly is JIT-compiled by the driver: the assembler checks it here, unlocked.
+  if (!ptx.empty() && !ptxas().empty()) {
+    std::string cubin, errors;
+    double seconds = 0;
+    bool ok = assemble(ptx, s.spec.compute_capability, cubin, errors, seconds);
+    std::lock_guard lock(s.mutex);
+    ++s.counters.ptxas_runs;
+    s.counters.ptxas_seconds += seconds;
+    s.counters.ptxas_longest_seconds = std::max(s.counters.ptxas_longest_seconds, seconds);
+    if (!ok) return s.fail(invalid_ptx, "ptxas rejected the module's PTX: " + errors);
+    m->bytes = cubin.size();
+  }
+  std::lock_guard lock(s.mutex);
   uint64_t bytes = std::max<uint64_t>(m->bytes, 4096);
   if (bytes > s.device_free(m->device)) return s.fail(out_of_memory, "no room for the module");
   s.device_used[static_cast<std::size_t>(m->device)] += bytes;
