@@ -81,7 +81,9 @@ struct NvptxTarget::Impl {
         libdevice = std::move(*file);
       }
     }
-    auto parsed = llvm::parseBitcodeFile(libdevice->getMemBufferRef(), module.getContext());
+    // Read lazily: the linker below materialises only the functions the kernel calls, instead
+    // of parsing all of libdevice (hundreds of functions) for every kernel.
+    auto parsed = llvm::getLazyBitcodeModule(libdevice->getMemBufferRef(), module.getContext());
     if (!parsed)
       throw std::runtime_error("sinter: " + libdevice_path->string() +
                                " is not valid LLVM bitcode: " + llvm::toString(parsed.takeError()));
