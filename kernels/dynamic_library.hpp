@@ -1,20 +1,12 @@
-// kernels/dynamic_library.hpp — opening a vendor library with dlopen and resolving its entry
-// points by name, so sinter builds and runs without it (cuBLASLt, NCCL)
+// kernels/dynamic_library.hpp — resolving a vendor library's entry points by name (the library
+// opened by cuda::open_cuda_library), so sinter builds and runs without it (cuBLASLt, NCCL)
 #pragma once
 #include <dlfcn.h>
 
 #include <string>
 #include <type_traits>
-#include <vector>
 
 namespace sinter::kernels {
-
-/// The first of `names` that dlopen opens (RTLD_NOW | RTLD_LOCAL), or null.
-inline void* open_first(const std::vector<std::string>& names) {
-  for (const std::string& name : names)
-    if (void* lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL)) return lib;
-  return nullptr;
-}
 
 /// Fills function pointers from a library by symbol name, remembering the names it lacks.
 class EntryPoints {

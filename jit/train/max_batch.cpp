@@ -104,8 +104,8 @@ std::string out_of_memory_report(const std::string& device, std::span<const Host
       "\n  planned peak " + format_bytes(planned.total()) + " (arena " +
       format_bytes(planned.arena) + ", inputs " + format_bytes(planned.inputs) + ", outputs " +
       format_bytes(planned.outputs) + ", workspace " + format_bytes(planned.workspace) +
-      ", kernels and graphs " + format_bytes(planned.runtime) +
-      "); free " + format_bytes(available) + "\n  largest buffers:";
+      ", kernels and graphs " + format_bytes(planned.runtime) + "); free " +
+      format_bytes(available) + "\n  largest buffers:";
   for (const PlannedBuffer& b : planned.largest)
     message += "\n    " + format_bytes(b.bytes) + "  " + b.what;
   try {

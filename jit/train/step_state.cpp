@@ -14,10 +14,6 @@ namespace {
 /// The in-step sifting counters kept in `state.sift.counters` (so checkpoints carry them).
 enum SiftCounter : int64_t { draws, batches, epoch_batches, seen, kept, count };
 
-/// A new tensor is zeros, in pages the OS maps only when written: optimizer state that goes
-/// to a GPU as zeros never takes host memory.
-HostTensor zeros(DType dtype, Shape shape) { return HostTensor(dtype, std::move(shape)); }
-
 } // namespace
 
 StepState::StepState(const std::vector<std::string>& names, std::span<HostTensor* const> parameters,
@@ -28,17 +24,19 @@ StepState::StepState(const std::vector<std::string>& names, std::span<HostTensor
     for (const auto& [name, value] : loss_scaling_state(*update.loss_scaling))
       tensors_.emplace(name, HostTensor::from_doubles(DType::f32, {}, {&value, 1}));
   if (sift) {
-    tensors_.emplace(step_names::sift_history, zeros(DType::f32, {sift->history}));
-    tensors_.emplace(step_names::sift_filled, zeros(DType::f32, {}));
-    tensors_.emplace(step_names::sift_counters, zeros(DType::i64, {SiftCounter::count}));
+    tensors_.emplace(step_names::sift_history, HostTensor(DType::f32, {sift->history}));
+    tensors_.emplace(step_names::sift_filled, HostTensor(DType::f32, {}));
+    tensors_.emplace(step_names::sift_counters, HostTensor(DType::i64, {SiftCounter::count}));
   }
-  // Under ZeRO each rank keeps the state of its shard of every parameter.
+  // Under ZeRO each rank keeps the state of its shard of every parameter. A new tensor is
+  // zeros in pages the OS maps only when written: state that goes to a GPU as zeros takes no
+  // host memory.
   for (std::size_t i = 0; i < names.size(); ++i)
     for (const std::string& kind : state_names(update.optimizer)) {
       Shape shape = parameters[i]->shape();
       if (pieces > 1) shape = {shard_elements(numel(shape), pieces)};
       tensors_.emplace(step_names::optimizer_state(kind, names[i]),
-                       zeros(parameters[i]->dtype(), shape));
+                       HostTensor(parameters[i]->dtype(), shape));
     }
 }
 

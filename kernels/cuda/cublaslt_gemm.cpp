@@ -99,11 +99,8 @@ CublasLt* CublasLt::get() { return loaded().first; }
 std::pair<CublasLt*, std::string>& CublasLt::loaded() {
   static std::pair<CublasLt*, std::string> state = [] {
     Loaded out;
-    // The null driver (SINTER_NULL_GPU) stands in for cuBLASLt as it does for libcuda.
-    std::optional<std::string> null_library = cuda::null_gpu_library();
-    void* lib = null_library
-                    ? open_first({*null_library})
-                    : open_first({"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"});
+    void* lib =
+        cuda::open_cuda_library({"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"});
     if (!lib) {
       out.reason = "cannot load libcublasLt.so (.13 or .12): install the CUDA libraries "
                    "(cuBLAS) or add their folder to LD_LIBRARY_PATH";

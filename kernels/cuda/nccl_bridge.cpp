@@ -66,16 +66,11 @@ Loaded& loaded() {
   static Loaded state = [] {
     Loaded out;
     std::vector<std::string> names;
-    if (std::optional<std::string> null_library = cuda::null_gpu_library())
-      names.push_back(*null_library); // the null driver stands in for NCCL too
-    else {
-      if (const char* chosen = setting("SINTER_LIBNCCL"); chosen && *chosen)
-        names.push_back(chosen);
-      for (const char* name : {"libnccl.so.2", "/usr/local/cuda/lib64/libnccl.so.2",
-                               "/usr/local/cuda/lib/libnccl.so.2"})
-        names.push_back(name);
-    }
-    void* lib = open_first(names);
+    if (const char* chosen = setting("SINTER_LIBNCCL"); chosen && *chosen) names.push_back(chosen);
+    for (const char* name :
+         {"libnccl.so.2", "/usr/local/cuda/lib64/libnccl.so.2", "/usr/local/cuda/lib/libnccl.so.2"})
+      names.push_back(name);
+    void* lib = cuda::open_cuda_library(names);
     if (!lib) {
       out.reason = "cannot load libnccl.so.2: install NCCL (Debian: libnccl2 from NVIDIA's "
                    "repository; or the nvidia-nccl wheel PyTorch brings) and set SINTER_LIBNCCL "

@@ -173,6 +173,14 @@ std::optional<std::string> null_gpu_library() {
                               "); build it (ninja -C build) or set SINTER_NULL_GPU to its path");
 }
 
+void* open_cuda_library(const std::vector<std::string>& names) {
+  if (std::optional<std::string> null_library = null_gpu_library())
+    return dlopen(null_library->c_str(), RTLD_NOW | RTLD_LOCAL);
+  for (const std::string& name : names)
+    if (void* library = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL)) return library;
+  return nullptr;
+}
+
 const Driver* driver() { return loaded().ok ? &loaded().driver : nullptr; }
 const std::string& unavailable_reason() { return loaded().reason; }
 bool no_gpu_present() { return !loaded().ok && loaded().no_gpu; }

@@ -106,6 +106,9 @@ bool no_gpu_present();
 /// for it, which then stands in for libcuda, libcublasLt and libnccl; nullopt when the variable
 /// is unset or 0. Throws std::invalid_argument for a bad value or a library not found.
 std::optional<std::string> null_gpu_library();
+/// A CUDA library sinter loads with dlopen (cuBLASLt, NCCL): the null driver when
+/// SINTER_NULL_GPU asks for it, else the first of `names` that opens; null when none does.
+void* open_cuda_library(const std::vector<std::string>& names);
 
 /// The driver, or std::runtime_error that says why CUDA cannot be used and how to fix it.
 const Driver& require_driver();

@@ -231,10 +231,14 @@ void GpuExecutable::layout_staging() {
       output_offsets_[i] = staged_out_bytes_;
       staged_out_bytes_ += aligned(byte_size(g.type(g.outputs()[i].id)));
     }
+  // The step's copies changed (carried values): graphs are captured again. The first set's
+  // buffers and launches stay; the second set's buffers may now be shared, so it binds again.
   for (auto& set : sets_) {
     set->ready = false;
     set->staging_in = PinnedBuffer();
     set->staging_out = PinnedBuffer();
+    drop_graph(*set);
+    if (set != sets_[0]) set->bound.clear();
   }
 }
 
@@ -251,7 +255,7 @@ void GpuExecutable::make_ready(InputSet& set) const {
   }
   set.staging_in = PinnedBuffer(staged_in_bytes_);
   set.staging_out = PinnedBuffer(staged_out_bytes_);
-  bind(set);
+  if (set.bound.empty()) bind(set); // the first set is bound by the `bind` stage
   set.ready = true;
 }
 
@@ -303,6 +307,10 @@ void GpuExecutable::bind(InputSet& set) const {
   for (Bound& b : set.bound)
     for (cuda::DevicePtr& argument : b.arguments)
       b.parameters.push_back(&argument);
+  drop_graph(set);
+}
+
+void GpuExecutable::drop_graph(InputSet& set) const {
   const cuda::Driver& d = device_.driver();
   if (set.exec) d.cuGraphExecDestroy(set.exec);
   if (set.graph) d.cuGraphDestroy(set.graph);

@@ -85,6 +85,8 @@ private:
   struct InputSet;
   cuda::DevicePtr pointer_for(const InputSet& set, ValueId node) const;
   void bind(InputSet& set) const;
+  /// Destroys the set's captured CUDA graph: the next graph run captures it again.
+  void drop_graph(InputSet& set) const;
   /// Gives `set` what it lacks before it runs: its own device buffer for each input that is
   /// neither carried nor resident (those share the first set's), its pinned staging for the
   /// batch inputs and the non-carried outputs, and its bound launches.

@@ -1,25 +1,20 @@
 // tests/support/null_cuda/null_driver.cpp — the CUDA Driver API entry points sinter loads from
-// libcuda.so.1, checked as strictly as the driver checks them, running nothing
+// libcuda.so.1 (devices, contexts, memory, copies, streams, events, launches, graphs), checked
+// as strictly as the driver checks them, running nothing; modules are null_modules.cpp's
 #include "null_state.hpp"
 
 #include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 using namespace sinter::null_gpu;
 
 namespace {
 
 using DevicePtr = unsigned long long;
-constexpr const char* container_magic = "SINTER-NULL-CUBIN 1\n";
 
 /// Streams this thread is capturing: CUDA refuses "unsafe" calls (allocations, synchronous
 /// copies, synchronisation) from it meanwhile, and the capture is then invalidated.
@@ -36,127 +31,12 @@ int refuse_during_capture(State& s, const char* call) {
                                          "CUDA forbids it and invalidates the capture");
 }
 
-struct LinkState {
-  char* error_log = nullptr;
-  std::size_t error_log_size = 0;
-  std::string ptx;
-  std::string name;
-  std::string image; ///< what cuLinkComplete hands out (owned here, as the driver owns it)
-};
-
 struct GraphExecState {
   GraphState graph;
   uint64_t frees_at_instantiate = 0;
 };
 
-std::filesystem::path find_ptxas() {
-  namespace fs = std::filesystem;
-  if (const char* off = std::getenv("SINTER_NULL_GPU_PTXAS"); off && std::string(off) == "0")
-    return {};
-  std::vector<fs::path> candidates;
-  if (const char* p = std::getenv("SINTER_PTXAS"); p && *p) candidates.emplace_back(p);
-  if (const char* home = std::getenv("CUDA_HOME"); home && *home)
-    candidates.push_back(fs::path(home) / "bin/ptxas");
-  candidates.emplace_back("/usr/local/cuda/bin/ptxas");
-  if (const char* path = std::getenv("PATH")) {
-    std::stringstream dirs(path);
-    for (std::string dir; std::getline(dirs, dir, ':');)
-      if (!dir.empty()) candidates.push_back(fs::path(dir) / "ptxas");
-  }
-  for (const fs::path& p : candidates)
-    if (std::error_code ec; fs::is_regular_file(p, ec) && access(p.c_str(), X_OK) == 0) return p;
-  return {};
-}
-
-const std::filesystem::path& ptxas() {
-  static const std::filesystem::path found = find_ptxas();
-  return found;
-}
-
-/// The architecture ptxas assembles for: the device's, with the PTX's "a" suffix if it has one.
-std::string ptxas_arch(const std::string& ptx, int capability) {
-  std::string arch = "sm_" + std::to_string(capability);
-  std::size_t target = ptx.find(".target");
-  if (target != std::string::npos) {
-    std::size_t end = ptx.find_first_of("\n,", target);
-    std::string line = ptx.substr(target, end - target);
-    if (line.find(arch + "a") != std::string::npos) arch += "a";
-  }
-  return arch;
-}
-
-/// Runs ptxas on the PTX: the cubin, or the assembler's complaint in `errors`.
-bool assemble(const std::string& ptx, int capability, std::string& cubin, std::string& errors,
-              double& seconds) {
-  namespace fs = std::filesystem;
-  const char* tmp = std::getenv("TMPDIR");
-  std::string base = std::string(tmp && *tmp ? tmp : "/tmp") + "/sinter-null-ptxas-XXXXXX";
-  std::vector<char> dir(base.begin(), base.end());
-  dir.push_back('\0');
-  if (!mkdtemp(dir.data())) {
-    errors = "null driver: cannot make a temporary folder for ptxas";
-    return false;
-  }
-  fs::path folder(dir.data());
-  fs::path in = folder / "kernel.ptx", out = folder / "kernel.cubin", log = folder / "log.txt";
-  std::ofstream(in, std::ios::binary) << ptx;
-  std::string command = "'" + ptxas().string() + "' -arch=" + ptxas_arch(ptx, capability) +
-                        " -o '" + out.string() + "' '" + in.string() + "' >'" + log.string() +
-                        "' 2>&1";
-  auto start = std::chrono::steady_clock::now();
-  int status = std::system(command.c_str());
-  seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::ifstream log_in(log);
-  errors.assign(std::istreambuf_iterator<char>(log_in), std::istreambuf_iterator<char>());
-  std::ifstream cubin_in(out, std::ios::binary);
-  cubin.assign(std::istreambuf_iterator<char>(cubin_in), std::istreambuf_iterator<char>());
-  std::error_code ec;
-  fs::remove_all(folder, ec);
-  if (status != 0 || cubin.empty()) {
-    if (errors.empty()) errors = "ptxas exited with status " + std::to_string(status);
-    return false;
-  }
-  return true;
-}
-
-/// The null driver's "cubin": the kernels' signatures (which a real cubin keeps in its
-/// .nv.info sections) and the image ptxas made.
-std::string make_container(const std::vector<KernelSignature>& kernels, const std::string& image) {
-  std::string out = container_magic;
-  for (const KernelSignature& k : kernels) {
-    out += "entry " + k.name;
-    for (auto [bytes, pointer] : k.parameters)
-      out += " " + std::to_string(bytes) + (pointer ? "p" : "");
-    out += "\n";
-  }
-  out += "image " + std::to_string(image.size()) + "\n";
-  out += image;
-  return out;
-}
-
-bool read_container(const char* data, std::vector<KernelSignature>& kernels, uint64_t& bytes) {
-  std::size_t magic = std::strlen(container_magic);
-  if (std::strncmp(data, container_magic, magic) != 0) return false;
-  const char* at = data + magic;
-  while (std::strncmp(at, "entry ", 6) == 0) {
-    const char* end = std::strchr(at, '\n');
-    if (!end) return false;
-    std::istringstream line(std::string(at + 6, end));
-    KernelSignature k;
-    line >> k.name;
-    for (std::string p; line >> p;)
-      k.parameters.emplace_back(std::strtoull(p.c_str(), nullptr, 10), p.back() == 'p');
-    kernels.push_back(std::move(k));
-    at = end + 1;
-  }
-  if (std::strncmp(at, "image ", 6) != 0) return false;
-  bytes = std::strtoull(at + 6, nullptr, 10);
-  return true;
-}
-
 } // namespace
-
-#define NULL_GPU_API extern "C" __attribute__((visibility("default")))
 
 NULL_GPU_API int cuInit(unsigned flags) {
   State& s = State::get();
@@ -542,72 +422,6 @@ NULL_GPU_API int cuEventElapsedTime(float* ms, void* from, void* to) {
   return cuEventElapsedTime_v2(ms, from, to);
 }
 
-NULL_GPU_API int cuModuleLoadDataEx(void** module, const void* image, unsigned, int*, void**) {
-  State& s = State::get();
-  auto m = std::make_unique<ModuleState>();
-  std::string ptx;
-  {
-    std::lock_guard lock(s.mutex);
-    if (int r = s.need_context()) return r;
-    if (!module || !image) return s.fail(invalid_value, "cuModuleLoadDataEx without an image");
-    m->device = State::current()->device;
-    const char* data = static_cast<const char*>(image);
-    if (!read_container(data, m->kernels, m->bytes)) {
-      ptx.assign(data, strnlen(data, 64u << 20));
-      if (ptx.find(".version") == std::string::npos || ptx.find(".entry") == std::string::npos)
-        return s.fail(invalid_image, "the image is neither PTX nor a cubin this null driver made "
-                                     "(a kernel cache filled by a real driver?)");
-      m->kernels = parse_ptx_entries(ptx);
-      m->bytes = ptx.size();
-    }
-  }
-  // PTX loaded directly is JIT-compiled by the driver: the assembler checks it here, unlocked.
-  if (!ptx.empty() && !ptxas().empty()) {
-    std::string cubin, errors;
-    double seconds = 0;
-    bool ok = assemble(ptx, s.spec.compute_capability, cubin, errors, seconds);
-    std::lock_guard lock(s.mutex);
-    ++s.counters.ptxas_runs;
-    s.counters.ptxas_seconds += seconds;
-    s.counters.ptxas_longest_seconds = std::max(s.counters.ptxas_longest_seconds, seconds);
-    if (!ok) return s.fail(invalid_ptx, "ptxas rejected the module's PTX: " + errors);
-    m->bytes = cubin.size();
-  }
-  std::lock_guard lock(s.mutex);
-  uint64_t bytes = std::max<uint64_t>(m->bytes, 4096);
-  if (bytes > s.device_free(m->device)) return s.fail(out_of_memory, "no room for the module");
-  s.device_used[static_cast<std::size_t>(m->device)] += bytes;
-  m->bytes = bytes;
-  s.counters.module_bytes += bytes;
-  ++s.counters.modules_loaded;
-  *module = m.release();
-  return success;
-}
-
-NULL_GPU_API int cuModuleUnload(void* module) {
-  State& s = State::get();
-  std::lock_guard lock(s.mutex);
-  if (!module) return s.fail(invalid_handle, "cuModuleUnload of a null module");
-  auto* m = static_cast<ModuleState*>(module);
-  s.device_used[static_cast<std::size_t>(m->device)] -= m->bytes;
-  s.counters.module_bytes -= m->bytes;
-  delete m;
-  return success;
-}
-
-NULL_GPU_API int cuModuleGetFunction(void** function, void* module, const char* name) {
-  State& s = State::get();
-  std::lock_guard lock(s.mutex);
-  auto* m = static_cast<ModuleState*>(module);
-  if (!m || !name) return s.fail(invalid_handle, "cuModuleGetFunction without a module or name");
-  for (const KernelSignature& k : m->kernels)
-    if (k.name == name) {
-      *function = new FunctionState{m, &k}; // lives as long as the process, like the handle
-      return success;
-    }
-  return s.fail(not_found, std::string("the module has no kernel ") + name);
-}
-
 NULL_GPU_API int cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                 unsigned by, unsigned bz, unsigned shared, void* stream,
                                 void** parameters, void** extra) {
@@ -646,70 +460,6 @@ NULL_GPU_API int cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsign
     w.ranges.emplace_back(address, 0);
   }
   s.enqueue(s.stream(stream), std::move(w));
-  return success;
-}
-
-NULL_GPU_API int cuLinkCreate_v2(unsigned count, int* options, void** values, void** link) {
-  auto l = std::make_unique<LinkState>();
-  for (unsigned i = 0; i < count; ++i) {
-    if (options[i] == 5) l->error_log = static_cast<char*>(values[i]);
-    if (options[i] == 6) l->error_log_size = reinterpret_cast<std::size_t>(values[i]);
-  }
-  if (l->error_log && l->error_log_size) l->error_log[0] = '\0';
-  *link = l.release();
-  return success;
-}
-
-NULL_GPU_API int cuLinkAddData_v2(void* link, int type, void* data, std::size_t size,
-                                  const char* name, unsigned, int*, void**) {
-  State& s = State::get();
-  auto* l = static_cast<LinkState*>(link);
-  if (!l || !data) return s.fail(invalid_value, "cuLinkAddData without data");
-  if (type != 1) return s.fail(invalid_value, "the null driver links PTX only (CU_JIT_INPUT_PTX)");
-  l->ptx.assign(static_cast<const char*>(data), strnlen(static_cast<const char*>(data), size));
-  l->name = name ? name : "";
-  return success;
-}
-
-NULL_GPU_API int cuLinkComplete(void* link, void** image, std::size_t* size) {
-  State& s = State::get();
-  auto* l = static_cast<LinkState*>(link);
-  if (!l || l->ptx.empty()) return s.fail(invalid_value, "cuLinkComplete with no PTX added");
-  auto complain = [&](const std::string& why) {
-    if (l->error_log && l->error_log_size)
-      std::snprintf(l->error_log, l->error_log_size, "%s", why.c_str());
-    return s.fail(invalid_ptx, why);
-  };
-  if (l->ptx.find(".version") == std::string::npos || l->ptx.find(".target") == std::string::npos)
-    return complain("the PTX of " + l->name + " has no .version or .target line");
-  std::vector<KernelSignature> kernels = parse_ptx_entries(l->ptx);
-  if (kernels.empty()) return complain("the PTX of " + l->name + " defines no .entry");
-  std::string cubin;
-  int capability = s.spec.compute_capability;
-  {
-    std::lock_guard lock(s.mutex);
-    ++s.counters.ptx_assembled;
-  }
-  if (!ptxas().empty()) {
-    std::string errors;
-    double seconds = 0;
-    bool ok = assemble(l->ptx, capability, cubin, errors, seconds);
-    {
-      std::lock_guard lock(s.mutex);
-      ++s.counters.ptxas_runs;
-      s.counters.ptxas_seconds += seconds;
-      s.counters.ptxas_longest_seconds = std::max(s.counters.ptxas_longest_seconds, seconds);
-    }
-    if (!ok) return complain("ptxas rejected the PTX of " + l->name + ": " + errors);
-  }
-  l->image = make_container(kernels, cubin.empty() ? l->ptx : cubin);
-  *image = l->image.data();
-  *size = l->image.size();
-  return success;
-}
-
-NULL_GPU_API int cuLinkDestroy(void* link) {
-  delete static_cast<LinkState*>(link);
   return success;
 }
 

@@ -9,8 +9,6 @@
 
 using namespace sinter::null_gpu;
 
-#define NULL_GPU_API extern "C" __attribute__((visibility("default")))
-
 namespace {
 
 // cuBLASLt's statuses and the attribute numbers sinter sets (cublasLt.h).

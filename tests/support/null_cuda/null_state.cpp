@@ -2,10 +2,12 @@
 // virtual device clock, counters, error details and report
 #include "null_state.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <stdexcept>
 #include <string_view>
 
@@ -118,6 +120,22 @@ DeviceSpec preset(std::string_view name) {
 
 } // namespace
 
+namespace {
+
+/// The fields given as a rate or a time (suffixes K M G T, us ms).
+struct Rate {
+  const char* key;
+  double DeviceSpec::* field;
+};
+constexpr Rate rates[] = {{"bandwidth", &DeviceSpec::bandwidth},
+                          {"flops", &DeviceSpec::flops},
+                          {"fp32_flops", &DeviceSpec::fp32_flops},
+                          {"host_bandwidth", &DeviceSpec::host_bandwidth},
+                          {"link_bandwidth", &DeviceSpec::link_bandwidth},
+                          {"launch", &DeviceSpec::launch_seconds}};
+
+} // namespace
+
 DeviceSpec parse_device_spec(const std::string& text) {
   std::vector<std::string> parts;
   std::size_t from = 0;
@@ -158,27 +176,22 @@ DeviceSpec parse_device_spec(const std::string& text) {
       d.memory = whole(1e15);
     else if (key == "reserve")
       d.reserve = static_cast<uint64_t>(parse_quantity(key, value));
-    else if (key == "bandwidth")
-      d.bandwidth = parse_quantity(key, value);
-    else if (key == "flops")
-      d.flops = parse_quantity(key, value);
-    else if (key == "fp32_flops")
-      d.fp32_flops = parse_quantity(key, value);
-    else if (key == "host_bandwidth")
-      d.host_bandwidth = parse_quantity(key, value);
-    else if (key == "link_bandwidth")
-      d.link_bandwidth = parse_quantity(key, value);
-    else if (key == "launch")
-      d.launch_seconds = parse_quantity(key, value);
     else if (key == "count")
       d.count = static_cast<int>(whole(64));
-    else
+    else if (auto rate = std::find_if(std::begin(rates), std::end(rates),
+                                      [&](const Rate& r) { return key == r.key; });
+             rate != std::end(rates))
+      d.*rate->field = parse_quantity(key, value);
+    else {
+      std::string known = "name sm sms memory reserve count";
+      for (const Rate& r : rates)
+        known += std::string(" ") + r.key;
       throw std::invalid_argument("SINTER_NULL_GPU_DEVICE: unknown key '" + key +
-                                  "'; known: name sm sms memory reserve bandwidth flops "
-                                  "fp32_flops host_bandwidth link_bandwidth launch count");
+                                  "'; known: " + known);
+    }
   }
-  for (double rate : {d.bandwidth, d.flops, d.fp32_flops, d.host_bandwidth, d.link_bandwidth})
-    if (rate <= 0)
+  for (const Rate& r : rates)
+    if (r.field != &DeviceSpec::launch_seconds && d.*r.field <= 0)
       throw std::invalid_argument("SINTER_NULL_GPU_DEVICE: a bandwidth or FLOP rate is 0");
   if (d.reserve >= d.memory)
     throw std::invalid_argument("SINTER_NULL_GPU_DEVICE: reserve= is not below memory=");

@@ -11,6 +11,9 @@
 #include <string>
 #include <vector>
 
+/// An entry point the library exports (everything else stays hidden).
+#define NULL_GPU_API extern "C" __attribute__((visibility("default")))
+
 namespace sinter::null_gpu {
 
 // CUresult values the null driver returns (cuda.h).
