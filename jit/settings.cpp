@@ -53,6 +53,11 @@ constexpr SettingInfo table[] = {
     {"SINTER_TF32", "`0`, `1`", "`0`", "cuda: f32 GEMMs may use TF32 tensor cores"},
     {"SINTER_CUDA_GRAPH", "`0`, `1`", "`1`",
      "cuda: `0` never captures steps as CUDA graphs (for `compute-sanitizer`)"},
+    {"SINTER_ROWS_PARAMETER", "`0`, `1`", "`1`",
+     "cuda: `1` compiles each kernel whose work splits into rows with the row count as a launch "
+     "parameter, so one binary serves every batch size and sequence length (a shape bucket's "
+     "recompile reuses it); `0` compiles every kernel for its shape. Another value is an error "
+     "naming it"},
     {"SINTER_LIBCUDA", "path", "`libcuda.so.1`", "cuda: the driver library to load"},
     {"SINTER_LIBDEVICE", "path", "beside libsinter, then the CUDA toolkit",
      "cuda: `libdevice.10.bc` (a wrong path is an error, not a fallback)"},

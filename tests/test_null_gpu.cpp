@@ -1,6 +1,7 @@
 // tests/test_null_gpu.cpp — the CUDA backend's host side on the null driver (SINTER_NULL_GPU=1):
 // what a step allocates against its plan, launches per step, staging, and the driver's refusals
 #include "dsl/sinter.hpp"
+#include "env_override.hpp"
 #include "jit/backend/cpu/thread_pool.hpp"
 #include "jit/backend/cuda/cuda_device.hpp"
 #include "jit/backend/cuda/cuda_driver.hpp"
@@ -187,6 +188,50 @@ TEST_CASE("null gpu: a resident batch goes up once, and again only when it chang
     plain(x, y);
   CHECK(counters().bytes_host_to_device >= 4 * batch_bytes);
   CHECK(counters().bytes_host_to_device_pageable == 0);
+}
+
+TEST_CASE("null gpu: a step recompiled for another batch size reuses the kernels that take "
+          "their row count as a parameter",
+          "[null-gpu]") {
+  DefaultDeviceCuda on_cuda;
+  // Kernels a recompile for batch 56 makes anew (compiled now or read from the disk cache)
+  // after batch 40, with a width no other test uses (nothing loaded in this process matches).
+  auto new_kernels = [](int64_t width) {
+    Init init(9);
+    Mlp model(width, init);
+    auto step = compile_step(
+        model, [](Mlp& m, Var in, Var labels) { return cross_entropy_loss(m(in), labels); },
+        adamw{.lr = 1e-3});
+    std::size_t made = 0;
+    for (int64_t batch : {40, 56}) {
+      std::vector<double> xs(static_cast<std::size_t>(batch * width), 0.5);
+      std::vector<double> ys(static_cast<std::size_t>(batch), 1.0);
+      HostTensor x = HostTensor::from_doubles(DType::f32, {batch, width}, xs);
+      HostTensor y = HostTensor::from_doubles(DType::i32, {batch}, ys);
+      for (int i = 0; i < 3; ++i) // direct runs, then graph launches: the driver checks each
+        step(x, y);
+      const CompileReport& report = step.runtime().program().compile_report();
+      made = report.compiled + report.from_disk;
+      INFO("batch " << batch << ": " << report.generated << " generated, " << report.compiled
+                    << " compiled, " << report.from_disk << " from disk");
+      CHECK(report.generated > 4);
+    }
+    return made;
+  };
+  std::size_t with_parameter = 0, without = 0;
+  {
+    EnvOverride rows("SINTER_ROWS_PARAMETER", "1");
+    with_parameter = new_kernels(88);
+  }
+  {
+    EnvOverride rows("SINTER_ROWS_PARAMETER", "0");
+    without = new_kernels(104);
+  }
+  INFO("kernels made anew for batch 56: " << with_parameter << " with the rows parameter, "
+                                          << without << " without");
+  // What remains is the loss gradient, which scales by 1 / batch.
+  CHECK(with_parameter <= 2);
+  CHECK(without >= with_parameter + 2);
 }
 
 /// Rows of 8192 x 1024 floats: 32 MiB per sample in (each input set holds one), about 230 MiB

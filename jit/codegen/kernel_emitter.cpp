@@ -119,6 +119,12 @@ llvm::Value* KernelEmitter::from_storage(llvm::Value* v, DType t) {
   }
 }
 
+llvm::Value* KernelEmitter::count(const Shape& shape) {
+  if (!rows_ || shape.empty() || shape[0] != rows_extent_) return i64(numel(shape));
+  int64_t inner = numel(shape) / rows_extent_;
+  return inner == 1 ? rows_ : b_.CreateMul(rows_, i64(inner), "", true, true);
+}
+
 llvm::Value* KernelEmitter::linear(const Index& idx, const Shape& shape) {
   llvm::Value* flat = i64(0);
   auto strides = strides_of(shape);
@@ -256,7 +262,7 @@ void KernelEmitter::emit_nest_from(const Shape& dims, std::size_t d, Index& ivs,
     body(ivs);
     return;
   }
-  emit_for(i64(0), i64(dims[d]), [&](llvm::Value* iv) {
+  emit_for(i64(0), extent(dims[d]), [&](llvm::Value* iv) {
     ivs.push_back(iv);
     emit_nest_from(dims, d + 1, ivs, body);
     ivs.pop_back();
@@ -368,10 +374,10 @@ void KernelEmitter::emit_serial_scatter(llvm::Value* begin, llvm::Value* end) {
   int64_t width = numel(row_shape);
   DType t = root.type.dtype;
   emit_for(begin, end, [&](llvm::Value*) {
-    emit_for(i64(0), i64(numel(out_shape)), [&](llvm::Value* i) {
+    emit_for(i64(0), count(out_shape), [&](llvm::Value* i) {
       store_out(llvm::Constant::getNullValue(compute_type(t)), i, t);
     });
-    emit_for(i64(0), i64(numel(idx_shape)), [&](llvm::Value* i) {
+    emit_for(i64(0), count(idx_shape), [&](llvm::Value* i) {
       memo_.clear();
       Index at = delinearize(i, idx_shape);
       llvm::Value* row = b_.CreateSExt(compute(root.inputs[0], at), b_.getInt64Ty());
@@ -538,6 +544,10 @@ llvm::Value* KernelEmitter::compute_uncached(ValueId v, const Index& idx) {
     llvm::Value* inside = b_.getTrue();
     Index at;
     for (std::size_t d = 0; d < idx.size(); ++d) {
+      if (n.attrs.ints[d] == 0 && n.attrs.ints2[d] == 0) { // nothing added along this dim
+        at.push_back(idx[d]);
+        continue;
+      }
       llvm::Value* p = b_.CreateSub(idx[d], i64(n.attrs.ints[d]));
       inside = b_.CreateAnd(
           inside, b_.CreateAnd(b_.CreateICmpSGE(p, i64(0)), b_.CreateICmpSLT(p, i64(in[d]))));

@@ -76,6 +76,18 @@ public:
   llvm::Type* storage_type(DType t);
   llvm::Value* i64(int64_t v) { return b_.getInt64(static_cast<uint64_t>(v)); }
 
+  /// Kernels whose row count is a parameter (RuntimeRowsKernel): `rows` is that parameter and
+  /// `extent` the row count the kernel's graph was built with, a value no other dim has. Loop
+  /// bounds and counts then read the parameter wherever a shape's leading dim is `extent`.
+  void set_runtime_rows(llvm::Value* rows, int64_t extent) {
+    rows_ = rows;
+    rows_extent_ = extent;
+  }
+  /// A dim's size: the rows parameter for the collapsed rows, else the constant.
+  llvm::Value* extent(int64_t dim) { return rows_ && dim == rows_extent_ ? rows_ : i64(dim); }
+  /// Elements of `shape` (the rows parameter times the rest, for a shape over the rows).
+  llvm::Value* count(const Shape& shape);
+
   /// The value of node `v` at index `idx` (memoised until clear_memo()).
   llvm::Value* compute(ValueId v, const Index& idx);
   /// Forgets memoised values: call at the start of every element's code.
@@ -173,6 +185,8 @@ private:
   std::map<ValueId, llvm::Value*> row_values_;
   Index current_index_;                 ///< the element being written, when declared...
   llvm::Value* current_flat_ = nullptr; ///< ...and its flat offset
+  llvm::Value* rows_ = nullptr;         ///< set_runtime_rows
+  int64_t rows_extent_ = 0;
 };
 
 /// Adds the kernel's function, named `name`, to `module`: loop, reduce and scatter_add kernels,

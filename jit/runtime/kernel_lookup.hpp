@@ -37,6 +37,21 @@ std::vector<char> named_payload(const std::string& symbol, std::span<const char>
 std::optional<std::pair<std::string, std::vector<char>>>
 split_named_payload(std::span<const char> payload);
 
+/// A kernel to fetch: `plan`'s `kernel` is what gets compiled and, with `variant` (how the code
+/// is generated beyond the IR, e.g. a launch it was specialised for), its cache key; `step_plan`
+/// and `step_kernel`, when the kernel stands in for another one of the step (a
+/// RuntimeRowsKernel instance), name it and report it.
+struct KernelRequest {
+  const FusionPlan* plan = nullptr;
+  const Kernel* kernel = nullptr;
+  std::string variant;
+  const FusionPlan* step_plan = nullptr;
+  const Kernel* step_kernel = nullptr;
+
+  const FusionPlan& named_plan() const { return step_plan ? *step_plan : *plan; }
+  const Kernel& named_kernel() const { return step_kernel ? *step_kernel : *kernel; }
+};
+
 /// A backend's loaded kernels (`Entry`: a function pointer, a CUfunction, ...) in front of the
 /// persistent cache and its code generator. The backend supplies how to compile a kernel to a
 /// binary (object file, cubin) and how to load a binary; the policy is here, once.
@@ -51,31 +66,32 @@ public:
 
   const std::string& fingerprint() const { return fingerprint_; }
 
-  /// Compiles, on up to `threads` threads at once, each of `kernels` that is neither loaded
+  /// Compiles, on up to `threads` threads at once, each of `requests` that is neither loaded
   /// nor in `disk`, so that the get() calls that follow find it ready: a cold compile's
   /// kernels are independent, and code generation and the PTX assembler take most of it. A
   /// kernel that fails here is left for its get() to compile again and report.
   using CompileKernel =
-      std::function<std::vector<char>(const Kernel& kernel, const std::string& symbol)>;
-  void compile_ahead(const FusionPlan& plan, std::span<const Kernel* const> kernels,
-                     KernelCache& disk, const CompileKernel& compile, unsigned threads) {
+      std::function<std::vector<char>(const KernelRequest& request, const std::string& symbol)>;
+  void compile_ahead(std::span<const KernelRequest> requests, KernelCache& disk,
+                     const CompileKernel& compile, unsigned threads) {
     struct Job {
-      const Kernel* kernel;
+      const KernelRequest* request;
       CacheKey key;
       std::string symbol;
     };
     std::vector<Job> jobs;
     {
       std::lock_guard lock(mutex_);
-      for (const Kernel* kernel : kernels) {
-        CacheKey key = kernel_key(plan, *kernel, fingerprint_);
+      for (const KernelRequest& request : requests) {
+        CacheKey key = key_of(request);
         bool queued =
             std::any_of(jobs.begin(), jobs.end(), [&](const Job& j) { return j.key == key; });
         std::error_code ec; // an entry on disk is loaded (and validated) by get()
         if (queued || loaded_.contains(key) || ready_.contains(key) ||
             std::filesystem::exists(disk.entry_path(key), ec))
           continue;
-        jobs.push_back({kernel, key, kernel_symbol(plan, *kernel, key)});
+        jobs.push_back(
+            {&request, key, kernel_symbol(request.named_plan(), request.named_kernel(), key)});
       }
     }
     if (jobs.size() < 2 || threads < 2) return; // get() compiles them one by one as well
@@ -83,7 +99,7 @@ public:
     auto work = [&] {
       for (std::size_t i; (i = next.fetch_add(1)) < jobs.size();) {
         try {
-          std::vector<char> binary = compile(*jobs[i].kernel, jobs[i].symbol);
+          std::vector<char> binary = compile(*jobs[i].request, jobs[i].symbol);
           std::lock_guard lock(mutex_);
           ready_.emplace(jobs[i].key, Ready{jobs[i].symbol, std::move(binary)});
         } catch (const std::exception&) {
@@ -98,15 +114,27 @@ public:
       w.join();
   }
 
+  /// Whether the request's kernel is loaded or compiled ahead (get() needs no code generation).
+  bool has(const KernelRequest& request) {
+    CacheKey key = key_of(request);
+    std::lock_guard lock(mutex_);
+    return loaded_.contains(key) || ready_.contains(key);
+  }
+
   /// The kernel's entry point: from memory, from `disk` (validated) or compiled (then stored
   /// there; compile_ahead may have compiled it already). Counts what happened in `report`.
   /// Thread-safe; `load` runs under the lock.
   Entry get(const FusionPlan& plan, const Kernel& kernel, KernelCache& disk, CompileReport& report,
             const Compile& compile, const Load& load) {
-    ++report.generated;
-    CacheKey key = kernel_key(plan, kernel, fingerprint_);
+    return get(KernelRequest{.plan = &plan, .kernel = &kernel}, disk, report, compile, load);
+  }
+  Entry get(const KernelRequest& request, KernelCache& disk, CompileReport& report,
+            const Compile& compile, const Load& load) {
+    const Kernel& kernel = request.named_kernel();
+    CacheKey key = key_of(request);
     std::lock_guard lock(mutex_);
     if (auto it = loaded_.find(key); it != loaded_.end()) {
+      ++report.generated;
       ++report.from_memory;
       report.origins.push_back({kernel.root, KernelOrigin::From::memory, it->second.symbol});
       return it->second.entry;
@@ -133,8 +161,8 @@ public:
       ++report.from_disk;
       report.origins.push_back({kernel.root, KernelOrigin::From::disk, symbol});
     } else {
-      symbol = kernel_symbol(plan, kernel, key);
-      binary = compile(symbol);
+      symbol = kernel_symbol(request.named_plan(), kernel, key);
+      binary = compile(symbol); // a failure counts nothing and stores nothing
       disk.store(key, named_payload(symbol, binary));
       disk.note_compiled();
       ++report.compiled;
@@ -142,7 +170,15 @@ public:
     }
     Entry entry = load(binary, symbol);
     loaded_.emplace(key, Loaded{entry, symbol});
+    ++report.generated;
     return entry;
+  }
+
+  /// The request's cache key: its kernel's structure, the target fingerprint and the variant.
+  CacheKey key_of(const KernelRequest& request) const {
+    return kernel_key(*request.plan, *request.kernel,
+                      request.variant.empty() ? fingerprint_
+                                              : fingerprint_ + ";" + request.variant);
   }
 
 private:

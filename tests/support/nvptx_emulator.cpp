@@ -258,7 +258,16 @@ struct HostKernels {
   std::vector<void (*)(void* const*)> entries; ///< `entry(arguments)` runs one GPU thread
 };
 
-HostKernels compile_for_host(const FusionPlan& plan, std::span<const Kernel* const> kernels) {
+/// A kernel to emulate: a step's kernel compiled for its shape, or (`rows` set) its
+/// RuntimeRowsKernel with the rows as the last argument, as the CUDA backend compiles it.
+struct EmulatedKernel {
+  const FusionPlan* plan = nullptr;
+  const Kernel* kernel = nullptr;
+  std::optional<RuntimeRowsKernel> rows;
+};
+
+HostKernels compile_for_host(std::span<const EmulatedKernel> kernels,
+                             std::optional<GpuLaunch> rows_launch = std::nullopt) {
   static std::once_flag native;
   std::call_once(native, [] {
     llvm::InitializeNativeTarget();
@@ -267,8 +276,15 @@ HostKernels compile_for_host(const FusionPlan& plan, std::span<const Kernel* con
   auto context = std::make_unique<llvm::LLVMContext>();
   auto module = std::make_unique<llvm::Module>("emulated", *context);
   NvptxSchedule schedule;
-  for (std::size_t i = 0; i < kernels.size(); ++i)
-    emit_kernel(*module, plan, *kernels[i], "kernel" + std::to_string(i), schedule);
+  for (std::size_t i = 0; i < kernels.size(); ++i) {
+    const EmulatedKernel& k = kernels[i];
+    std::string name = "kernel" + std::to_string(i);
+    if (k.rows)
+      emit_rows_kernel(*module, *k.rows,
+                       rows_launch ? *rows_launch : gpu_launch(*k.plan->graph, *k.kernel), name);
+    else
+      emit_kernel(*module, *k.plan, *k.kernel, name, schedule);
+  }
   replace_intrinsics(*module);
   // The entries the host calls: void emulatedN(void** arguments).
   auto* ptr = llvm::PointerType::get(*context, 0);
@@ -281,7 +297,10 @@ HostKernels compile_for_host(const FusionPlan& plan, std::span<const Kernel* con
     std::vector<llvm::Value*> args;
     for (unsigned a = 0; a < fn->arg_size(); ++a) {
       llvm::Value* p = b.CreateLoad(ptr, b.CreateConstGEP1_32(ptr, entry->getArg(0), a));
-      args.push_back(b.CreateAddrSpaceCast(p, fn->getArg(a)->getType()));
+      llvm::Type* type = fn->getArg(a)->getType();
+      // Buffers come as pointers, the rows parameter as its value in a pointer's place.
+      args.push_back(type->isPointerTy() ? b.CreateAddrSpaceCast(p, type)
+                                         : b.CreatePtrToInt(p, type));
     }
     b.CreateCall(fn, args);
     b.CreateRetVoid();
@@ -315,10 +334,8 @@ HostKernels compile_for_host(const FusionPlan& plan, std::span<const Kernel* con
 }
 
 /// Runs the whole grid of one kernel, block after block, each block's threads at once.
-void run_grid(const FusionPlan& plan, const Kernel& kernel, void (*entry)(void* const*),
-              std::span<void* const> arguments) {
-  const Graph& g = *plan.graph;
-  GpuLaunch launch = gpu_launch(g, kernel);
+void run_launch(const GpuLaunch& launch, const Graph& g, const Kernel& kernel,
+                void (*entry)(void* const*), std::span<void* const> arguments) {
   if (launch.items == 0) return; // the runtime launches nothing
   if (launch.zero_output_first) std::memset(arguments[0], 0, byte_size(g.type(kernel.root)));
   int threads = static_cast<int>(launch.threads);
@@ -339,6 +356,11 @@ void run_grid(const FusionPlan& plan, const Kernel& kernel, void (*entry)(void* 
       t.join();
   }
   block = nullptr;
+}
+
+void run_grid(const FusionPlan& plan, const Kernel& kernel, void (*entry)(void* const*),
+              std::span<void* const> arguments) {
+  run_launch(gpu_launch(*plan.graph, kernel), *plan.graph, kernel, entry, arguments);
 }
 
 /// Element `i` of a buffer of type `t`, as a double.
@@ -396,13 +418,27 @@ void host_gemm(const Graph& g, const Kernel& kernel, std::byte* c, const std::by
 
 void emulate_nvptx_kernel(const FusionPlan& plan, const Kernel& kernel,
                           std::span<void* const> arguments) {
-  const Kernel* kernels[] = {&kernel};
-  HostKernels compiled = compile_for_host(plan, kernels);
+  EmulatedKernel kernels[] = {{&plan, &kernel, std::nullopt}};
+  HostKernels compiled = compile_for_host(kernels);
   std::size_t expected = kernel.outputs().size() + kernel.reads.size();
   if (arguments.size() != expected)
     throw std::invalid_argument("emulator: the kernel takes " + std::to_string(expected) +
                                 " buffers, got " + std::to_string(arguments.size()));
   run_grid(plan, kernel, compiled.entries[0], arguments);
+}
+
+void emulate_nvptx_rows_kernel(const RuntimeRowsKernel& kernel, const GpuLaunch& launch,
+                               int64_t rows, std::span<void* const> buffers) {
+  RowsInstance compiled_for = kernel.instance(nvptx_rows_extent);
+  EmulatedKernel kernels[] = {{&compiled_for.plan, &compiled_for.kernel(), kernel}};
+  HostKernels compiled = compile_for_host(kernels, launch);
+  RowsInstance instance = kernel.instance(rows);
+  GpuLaunch run = launch; // the compiled schedule, on the grid this row count gets
+  run.blocks = gpu_launch(*instance.graph, instance.kernel()).blocks;
+  run.items = rows;
+  std::vector<void*> arguments(buffers.begin(), buffers.end());
+  arguments.push_back(reinterpret_cast<void*>(static_cast<intptr_t>(rows)));
+  run_launch(run, *instance.graph, instance.kernel(), compiled.entries[0], arguments);
 }
 
 std::vector<HostTensor> emulate_nvptx_step(const Graph& optimized,
@@ -436,11 +472,17 @@ std::vector<HostTensor> emulate_nvptx_step(const Graph& optimized,
       owned.emplace_back(std::max<std::size_t>(byte_size(g.type(out.id)), 16));
       pointer[out.id] = owned.back().data();
     }
-  std::vector<const Kernel*> generated;
+  // Kernels whose rows split as the CUDA backend's do take their row count as a parameter
+  // (unless their code depends on it: then, as there, they are compiled for their shape).
+  std::vector<EmulatedKernel> generated;
   for (const Kernel& kernel : plan.kernels)
-    if (kernel.kind != KernelKind::gemm && kernel.kind != KernelKind::collective)
-      generated.push_back(&kernel);
-  HostKernels compiled = compile_for_host(plan, generated);
+    if (kernel.kind != KernelKind::gemm && kernel.kind != KernelKind::collective) {
+      generated.push_back({&plan, &kernel, RuntimeRowsKernel::of(plan, kernel)});
+      if (generated.back().rows &&
+          !rows_kernel_emits(*generated.back().rows, gpu_launch(g, kernel)))
+        generated.back().rows.reset();
+    }
+  HostKernels compiled = compile_for_host(generated);
   std::size_t next = 0;
   for (const Kernel& kernel : plan.kernels) {
     if (kernel.kind == KernelKind::gemm) {
@@ -459,6 +501,8 @@ std::vector<HostTensor> emulate_nvptx_step(const Graph& optimized,
       arguments.push_back(pointer[out]);
     for (ValueId read : kernel.reads)
       arguments.push_back(pointer[read]);
+    if (const auto& rows = generated[next].rows)
+      arguments.push_back(reinterpret_cast<void*>(static_cast<intptr_t>(rows->rows())));
     run_grid(plan, kernel, compiled.entries[next++], arguments);
   }
   std::vector<HostTensor> outputs;

@@ -1,7 +1,9 @@
 // tests/support/nvptx_emulator.hpp — runs a generated NVPTX kernel's LLVM IR on the CPU, one OS
 // thread per GPU thread, so kernels written for tensor cores are checked on machines without a GPU
 #pragma once
+#include "jit/backend/cuda/gpu_launch.hpp"
 #include "jit/passes/fuse.hpp"
+#include "jit/passes/runtime_rows.hpp"
 #include "jit/runtime/host_tensor.hpp"
 
 #include <span>
@@ -18,10 +20,18 @@ namespace sinter {
 void emulate_nvptx_kernel(const FusionPlan& plan, const Kernel& kernel,
                           std::span<void* const> arguments);
 
+/// Runs a kernel whose row count is a parameter (emit_rows_kernel: compiled once, for
+/// `launch`'s schedule) over `rows` rows, on the grid that row count gets. `buffers` are the
+/// buffers of kernel.instance(rows): its outputs, then its reads.
+void emulate_nvptx_rows_kernel(const RuntimeRowsKernel& kernel, const GpuLaunch& launch,
+                               int64_t rows, std::span<void* const> buffers);
+
 /// Runs an optimised step as the CUDA backend would on a GPU of compute capability
 /// `capability`: for_nvptx, the GPU's fusion (gpu_fusion_options), buffers laid out by the
 /// memory plan (intermediates sharing one arena), every generated kernel in the emulator and
-/// every GEMM on the host (float64 accumulation, rounded to its type). Returns the outputs.
+/// every GEMM on the host (float64 accumulation, rounded to its type). Kernels take their row
+/// count as a parameter wherever the CUDA backend's would (RuntimeRowsKernel). Returns the
+/// outputs.
 std::vector<HostTensor> emulate_nvptx_step(const Graph& optimized,
                                            std::span<const HostTensor> inputs, int capability = 80);
 

@@ -134,15 +134,66 @@ std::vector<char> CudaDevice::assemble(const std::string& ptx, const std::string
   return out;
 }
 
+RowsKernelRequest::RowsKernelRequest(const FusionPlan& plan, const Kernel& kernel,
+                                     RuntimeRowsKernel rows_kernel, const GpuLaunch& step_launch)
+    : step_plan(&plan), step_kernel(&kernel), rows(std::move(rows_kernel)), launch(step_launch),
+      keyed(rows.instance(nvptx_rows_extent)) {}
+
+KernelRequest RowsKernelRequest::request() const {
+  std::string variant =
+      "rows parameter;strategy " + std::to_string(static_cast<int>(launch.strategy)) + ";threads " +
+      std::to_string(launch.threads) + ";vector " + std::to_string(launch.vector_width);
+  return KernelRequest{.plan = &keyed.plan,
+                       .kernel = &keyed.kernel(),
+                       .variant = std::move(variant),
+                       .step_plan = step_plan,
+                       .step_kernel = step_kernel};
+}
+
+std::vector<char> CudaDevice::compile_rows(const RowsKernelRequest& request,
+                                           const std::string& symbol) {
+  std::string ptx;
+  try {
+    ptx = target_->compile(request.rows, request.launch, symbol);
+  } catch (const RowsDependentCode&) {
+    std::lock_guard lock(mutex_);
+    rows_dependent_.insert(kernels_->key_of(request.request()).hex());
+    throw;
+  }
+  make_current(); // the context is current per thread
+  return assemble(ptx, symbol);
+}
+
 void CudaDevice::compile_ahead(const FusionPlan& plan, std::span<const Kernel* const> kernels,
+                               std::span<const RowsKernelRequest* const> rows_kernels,
                                KernelCache& cache) {
+  std::vector<KernelRequest> requests;
+  for (const Kernel* kernel : kernels)
+    requests.push_back({.plan = &plan, .kernel = kernel});
+  for (const RowsKernelRequest* rows : rows_kernels)
+    requests.push_back(rows->request());
   kernels_->compile_ahead(
-      plan, kernels, cache,
-      [&](const Kernel& kernel, const std::string& symbol) {
+      requests, cache,
+      [&](const KernelRequest& request, const std::string& symbol) {
+        auto index = static_cast<std::size_t>(&request - requests.data());
+        if (index >= kernels.size())
+          return compile_rows(*rows_kernels[index - kernels.size()], symbol);
         make_current(); // the context is current per thread
-        return assemble(target_->compile(plan, kernel, symbol), symbol);
+        return assemble(target_->compile(plan, *request.kernel, symbol), symbol);
       },
       static_cast<unsigned>(default_thread_count()));
+}
+
+cuda::FunctionHandle CudaDevice::load(std::span<const char> cubin, const std::string& symbol) {
+  make_current();
+  cuda::ModuleHandle module = nullptr;
+  driver_.check(driver_.cuModuleLoadDataEx(&module, cubin.data(), 0, nullptr, nullptr),
+                "cuModuleLoadDataEx");
+  modules_.push_back(module);
+  cuda::FunctionHandle function = nullptr;
+  driver_.check(driver_.cuModuleGetFunction(&function, module, symbol.c_str()),
+                "cuModuleGetFunction");
+  return function;
 }
 
 cuda::FunctionHandle CudaDevice::kernel(const FusionPlan& plan, const Kernel& kernel,
@@ -153,17 +204,26 @@ cuda::FunctionHandle CudaDevice::kernel(const FusionPlan& plan, const Kernel& ke
         make_current();
         return assemble(target_->compile(plan, kernel, symbol), symbol);
       },
-      [&](std::span<const char> cubin, const std::string& symbol) {
-        make_current();
-        cuda::ModuleHandle module = nullptr;
-        driver_.check(driver_.cuModuleLoadDataEx(&module, cubin.data(), 0, nullptr, nullptr),
-                      "cuModuleLoadDataEx");
-        modules_.push_back(module);
-        cuda::FunctionHandle function = nullptr;
-        driver_.check(driver_.cuModuleGetFunction(&function, module, symbol.c_str()),
-                      "cuModuleGetFunction");
-        return function;
-      });
+      [&](std::span<const char> cubin, const std::string& symbol) { return load(cubin, symbol); });
+}
+
+cuda::FunctionHandle CudaDevice::rows_kernel(const RowsKernelRequest& request, KernelCache& cache,
+                                             CompileReport& report) {
+  KernelRequest lookup = request.request();
+  {
+    std::lock_guard lock(mutex_);
+    if (rows_dependent_.contains(kernels_->key_of(lookup).hex())) return nullptr;
+  }
+  try {
+    return kernels_->get(
+        lookup, cache, report,
+        [&](const std::string& symbol) { return compile_rows(request, symbol); },
+        [&](std::span<const char> cubin, const std::string& symbol) {
+          return load(cubin, symbol);
+        });
+  } catch (const RowsDependentCode&) {
+    return nullptr;
+  }
 }
 
 } // namespace sinter

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace sinter {
@@ -47,6 +48,20 @@ private:
   std::size_t bytes_ = 0;
 };
 
+/// A kernel whose row count is its last launch parameter (RuntimeRowsKernel), standing for a
+/// step's kernel: one binary serves every batch size and sequence length.
+struct RowsKernelRequest {
+  RowsKernelRequest(const FusionPlan& plan, const Kernel& kernel, RuntimeRowsKernel rows,
+                    const GpuLaunch& launch);
+  const FusionPlan* step_plan;
+  const Kernel* step_kernel;
+  RuntimeRowsKernel rows;
+  GpuLaunch launch;   ///< the step kernel's: the code is scheduled for its strategy and widths
+  RowsInstance keyed; ///< rows.instance(nvptx_rows_extent): what the cache key describes
+  /// The lookup's request: `keyed` with the launch's strategy, block and vector widths.
+  KernelRequest request() const;
+};
+
 class CudaDevice {
 public:
   /// GPU `ordinal` of this process (built on first use, kept for the process). Throws
@@ -78,10 +93,16 @@ public:
   /// with this target: sm_XX, PTX ISA, libdevice and the driver version.
   cuda::FunctionHandle kernel(const FusionPlan& plan, const Kernel& kernel, KernelCache& cache,
                               CompileReport& report);
-  /// Compiles the kernels among `kernels` that are neither loaded nor cached on several
-  /// threads (SINTER_NUM_THREADS), so that kernel() then finds them ready.
+  /// The function of a kernel with a rows parameter, as kernel() finds it; nullptr when the
+  /// kernel's code depends on its row count in other ways (remembered for the process: the
+  /// caller compiles the step's kernel for its shape instead).
+  cuda::FunctionHandle rows_kernel(const RowsKernelRequest& request, KernelCache& cache,
+                                   CompileReport& report);
+  /// Compiles the kernels among `kernels` and `rows_kernels` that are neither loaded nor
+  /// cached on several threads (SINTER_NUM_THREADS), so that kernel() and rows_kernel() then
+  /// find them ready.
   void compile_ahead(const FusionPlan& plan, std::span<const Kernel* const> kernels,
-                     KernelCache& cache);
+                     std::span<const RowsKernelRequest* const> rows_kernels, KernelCache& cache);
   NvptxTarget& target() { return *target_; }
 
   ~CudaDevice();
@@ -89,6 +110,8 @@ public:
 private:
   CudaDevice(const cuda::Driver& driver, int ordinal);
   std::vector<char> assemble(const std::string& ptx, const std::string& symbol);
+  cuda::FunctionHandle load(std::span<const char> cubin, const std::string& symbol);
+  std::vector<char> compile_rows(const RowsKernelRequest& request, const std::string& symbol);
 
   const cuda::Driver& driver_;
   cuda::DeviceInfo info_;
@@ -99,7 +122,8 @@ private:
   std::unique_ptr<KernelLookup<cuda::FunctionHandle>> kernels_;
   DeviceBuffer workspace_;
   mutable std::mutex mutex_;
-  std::vector<cuda::ModuleHandle> modules_; ///< loaded cubins (under kernels_'s lock)
+  std::vector<cuda::ModuleHandle> modules_;        ///< loaded cubins (under kernels_'s lock)
+  std::unordered_set<std::string> rows_dependent_; ///< keys of RowsDependentCode kernels
 };
 
 } // namespace sinter

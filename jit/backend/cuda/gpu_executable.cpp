@@ -27,7 +27,8 @@ namespace sinter {
 /// A launch with one input set's device pointers.
 struct GpuExecutable::Bound {
   std::vector<cuda::DevicePtr> arguments;
-  std::vector<void*> parameters; ///< pointers into `arguments`, for cuLaunchKernel
+  std::vector<void*> parameters; ///< pointers into `arguments` (and `rows`), for cuLaunchKernel
+  int64_t rows = 0;              ///< the kernel's rows parameter, when it takes one
   kernels::GpuGemmShape gemm;
   cuda::DevicePtr a = 0, b = 0, c = 0;
 };
@@ -300,13 +301,17 @@ void GpuExecutable::bind(InputSet& set) const {
     } else {
       for (ValueId node : launch.argument_nodes)
         b.arguments.push_back(pointer_for(set, node));
+      b.rows = launch.rows.value_or(0);
     }
     set.bound.push_back(std::move(b));
   }
   // Parameters point into each bound launch's own arguments, now that none will move.
-  for (Bound& b : set.bound)
+  for (std::size_t i = 0; i < set.bound.size(); ++i) {
+    Bound& b = set.bound[i];
     for (cuda::DevicePtr& argument : b.arguments)
       b.parameters.push_back(&argument);
+    if (launches_[i].rows) b.parameters.push_back(&b.rows);
+  }
   drop_graph(set);
 }
 

@@ -3,10 +3,26 @@
 #include "jit/backend/cuda/launch_plan.hpp"
 
 #include "jit/backend/cuda/gemm_epilogue.hpp"
+#include "jit/settings.hpp"
 
+#include <memory>
 #include <stdexcept>
+#include <string_view>
 
 namespace sinter {
+namespace {
+
+/// SINTER_ROWS_PARAMETER (default 1).
+bool rows_parameter() {
+  const char* value = setting("SINTER_ROWS_PARAMETER");
+  if (!value || std::string_view(value) == "1") return true;
+  if (std::string_view(value) == "0") return false;
+  throw std::invalid_argument("sinter: SINTER_ROWS_PARAMETER must be 0 or 1, not '" +
+                              std::string(value) + "'");
+}
+
+} // namespace
+
 std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion,
                                          std::span<const GemmEpilogue> epilogues,
                                          CudaDevice& device, KernelCache& cache,
@@ -57,11 +73,18 @@ std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion,
     device.gemm_workspace(); // allocated now: never during graph capture
     return launch;
   };
+  // Kernels whose row count can be a parameter: one binary for every batch size and sequence
+  // length (a shape bucket's recompile finds them loaded).
+  std::vector<std::unique_ptr<RowsKernelRequest>> rows_request(fusion.kernels.size());
   auto kernel_launch = [&](const Kernel& kernel) {
     GpuLaunchStep launch;
     launch.kind = kernel.kind;
-    launch.function = device.kernel(fusion, kernel, cache, report);
     launch.shape = gpu_launch(g, kernel);
+    const auto& rows = rows_request[static_cast<std::size_t>(&kernel - fusion.kernels.data())];
+    if (rows && (launch.function = device.rows_kernel(*rows, cache, report)))
+      launch.rows = rows->rows.rows();
+    else
+      launch.function = device.kernel(fusion, kernel, cache, report);
     for (ValueId out : kernel.outputs())
       launch.argument_nodes.push_back(out);
     launch.argument_nodes.insert(launch.argument_nodes.end(), kernel.reads.begin(),
@@ -80,12 +103,22 @@ std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion,
   report.kernels -= epilogues.size();
   // Code generation and assembly of the kernels not cached yet, on several threads at once.
   std::vector<const Kernel*> generated;
+  std::vector<const RowsKernelRequest*> generated_rows;
+  bool runtime_rows = rows_parameter();
   for (std::size_t index = 0; index < fusion.kernels.size(); ++index) {
-    KernelKind kind = fusion.kernels[index].kind;
-    if (!absorbed[index] && kind != KernelKind::gemm && kind != KernelKind::collective)
-      generated.push_back(&fusion.kernels[index]);
+    const Kernel& kernel = fusion.kernels[index];
+    if (kernel.kind == KernelKind::gemm || kernel.kind == KernelKind::collective) continue;
+    if (runtime_rows)
+      if (auto rows = RuntimeRowsKernel::of(fusion, kernel))
+        rows_request[index] = std::make_unique<RowsKernelRequest>(fusion, kernel, std::move(*rows),
+                                                                  gpu_launch(g, kernel));
+    if (absorbed[index]) continue;
+    if (rows_request[index])
+      generated_rows.push_back(rows_request[index].get());
+    else
+      generated.push_back(&kernel);
   }
-  device.compile_ahead(fusion, generated, cache);
+  device.compile_ahead(fusion, generated, generated_rows, cache);
   std::vector<std::size_t> launch_of_kernel(fusion.kernels.size(), 0);
   for (std::size_t index = 0; index < fusion.kernels.size(); ++index) {
     const Kernel& kernel = fusion.kernels[index];
@@ -157,7 +190,8 @@ std::string print_launch_plan(std::span<const GemmEpilogue> epilogues,
              (l.gemm.epilogue != kernels::GemmEpilogueOp::none ? " with epilogue" : "");
     else if (l.kind != KernelKind::collective)
       out += " blocks=" + std::to_string(l.shape.blocks) +
-             " threads=" + std::to_string(l.shape.threads);
+             " threads=" + std::to_string(l.shape.threads) +
+             (l.rows ? " rows=" + std::to_string(*l.rows) + " (parameter)" : "");
     out += "\n";
   }
   return out;

@@ -26,7 +26,10 @@ struct GpuLaunchStep {
   GpuLaunch shape;
   std::vector<ValueId> argument_nodes; ///< outputs (root first), then reads
   std::size_t clear_bytes = 0;         ///< cleared before the launch (atomic scatter)
-  kernels::GpuGemmShape gemm;          ///< gemm.bias unset: see bias_node
+  /// The row count, passed after the buffers, of a kernel compiled with its rows as a
+  /// parameter (RuntimeRowsKernel); unset for a kernel compiled for its shape.
+  std::optional<int64_t> rows;
+  kernels::GpuGemmShape gemm; ///< gemm.bias unset: see bias_node
   ValueId a = 0, b = 0, c = 0;
   std::optional<ValueId> bias_node; ///< the epilogue's vector
 };

@@ -42,8 +42,12 @@ public:
     Shape rows_shape(s.begin(), s.end() - (s.empty() ? 0 : 1));
     int64_t inner = s.empty() ? 1 : s.back();
     int64_t width = launch_.vector_width, groups = inner / width;
+    // numel(s) / width items (the rows parameter may scale the count).
+    Shape groups_shape = s;
+    if (!s.empty()) groups_shape.back() = groups;
+    llvm::Value* items = e_.count(groups_shape);
     e_.emit_for(
-        global_thread(), e_.i64(launch_.items),
+        global_thread(), items,
         [&](llvm::Value* item) {
           llvm::Value* row = groups == 1 ? item : b_.CreateUDiv(item, e_.i64(groups));
           llvm::Value* first = groups == 1 ? e_.i64(0)
@@ -160,7 +164,7 @@ public:
       for (std::size_t p = 0; p < reductions.size(); ++p)
         e_.store_output(p, totals[p], o);
     };
-    auto outputs = e_.i64(launch_.items);
+    llvm::Value* outputs = e_.count(out_shape);
     if (launch_.strategy == GpuStrategy::thread_per_output) {
       e_.emit_for(
           global_thread(), outputs,
@@ -194,8 +198,8 @@ public:
           Index out_idx = e_.delinearize(o, out_shape);
           init();
           e_.emit_for(
-              lane, e_.i64(numel(dims)),
-              [&](llvm::Value* r) { fold(out_idx, e_.delinearize(r, dims)); }, e_.i64(helpers));
+              lane, e_.count(dims), [&](llvm::Value* r) { fold(out_idx, e_.delinearize(r, dims)); },
+              e_.i64(helpers));
           std::vector<llvm::Value*> totals;
           for (std::size_t p = 0; p < reductions.size(); ++p)
             totals.push_back(per_warp ? warp_reduce(*reductions[p], load_acc(p))
@@ -215,7 +219,7 @@ public:
     RowLayout layout = row_layout(g, k);
     const std::vector<ValueId>& reductions = layout.reductions;
     const std::vector<std::size_t>&full = layout.full, &per_row = layout.per_row;
-    int64_t length = layout.length, rows = layout.rows;
+    int64_t length = layout.length;
     std::vector<ValueId> outputs = k.outputs();
     std::vector<llvm::AllocaInst*> accs;
     for (ValueId r : reductions)
@@ -244,7 +248,7 @@ public:
           helpers);
     };
     e_.emit_for(
-        first, e_.i64(rows),
+        first, e_.count(g.type(reductions.front()).shape),
         [&](llvm::Value* row) {
           e_.clear_row_values();
           for (std::size_t p = 0; p < reductions.size(); ++p) {
@@ -304,16 +308,17 @@ public:
       return b_.CreateGEP(b_.getInt64Ty(), column_partials_,
                           b_.CreateAdd(e_.i64(p * launch_.threads), within));
     };
+    llvm::Value* outputs = e_.count(out_shape);
     e_.emit_for(
-        b_.CreateMul(block_in_grid(), e_.i64(lanes)), e_.i64(launch_.items),
+        b_.CreateMul(block_in_grid(), e_.i64(lanes)), outputs,
         [&](llvm::Value* tile) {
           llvm::Value* o = b_.CreateAdd(tile, lane);
-          llvm::Value* valid = b_.CreateICmpULT(o, e_.i64(launch_.items));
+          llvm::Value* valid = b_.CreateICmpULT(o, outputs);
           init();
           e_.emit_if(valid, [&] {
             Index out_idx = e_.delinearize(o, out_shape);
             e_.emit_for(
-                group, e_.i64(numel(dims)),
+                group, e_.count(dims),
                 [&](llvm::Value* r) { fold(out_idx, e_.delinearize(r, dims)); }, e_.i64(groups));
           });
           for (int64_t p = 0; p < count; ++p) {
@@ -350,7 +355,7 @@ public:
     int64_t width = numel(row_shape);
     DType t = root.type.dtype;
     e_.emit_for(
-        global_thread(), e_.i64(launch_.items),
+        global_thread(), e_.count(e_.graph().type(root.inputs[1]).shape),
         [&](llvm::Value* item) {
           e_.clear_memo();
           llvm::Value* position = b_.CreateUDiv(item, e_.i64(width));
@@ -381,13 +386,15 @@ private:
 void NvptxSchedule::emit(KernelEmitter& e, const std::string& name) {
   const Kernel& kernel = e.kernel();
   llvm::IRBuilder<>& b = e.builder();
-  GpuLaunch launch = gpu_launch(e.graph(), kernel);
+  GpuLaunch launch = runtime_rows_launch_ ? *runtime_rows_launch_ : gpu_launch(e.graph(), kernel);
   auto* global_ptr = b.getPtrTy(1);
   std::size_t outputs = 1 + kernel.extra_outputs.size();
   std::vector<llvm::Type*> params(outputs + kernel.reads.size(), global_ptr);
+  std::size_t buffers = params.size();
+  if (runtime_rows_launch_) params.push_back(b.getInt64Ty());
   auto* fn = llvm::Function::Create(llvm::FunctionType::get(b.getVoidTy(), params, false),
                                     llvm::Function::ExternalLinkage, name, e.module());
-  for (unsigned i = 0; i < params.size(); ++i) {
+  for (unsigned i = 0; i < buffers; ++i) {
     // The runtime passes 16-byte aligned buffers (arena slots are 64-byte aligned), which
     // lets the load/store vectoriser form 16-byte accesses.
     fn->addParamAttr(i, llvm::Attribute::getWithAlignment(e.context(), llvm::Align(16)));
@@ -409,6 +416,8 @@ void NvptxSchedule::emit(KernelEmitter& e, const std::string& name) {
   for (std::size_t i = 0; i < kernel.reads.size(); ++i)
     reads.push_back(fn->getArg(static_cast<unsigned>(outputs + i)));
   e.begin_function(fn, outs, reads);
+  if (runtime_rows_launch_)
+    e.set_runtime_rows(fn->getArg(static_cast<unsigned>(buffers)), rows_extent_);
   NvptxBody body(e, launch);
   switch (kernel.kind) {
   case KernelKind::loop: body.loop(); break;

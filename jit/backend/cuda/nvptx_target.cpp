@@ -138,6 +138,58 @@ std::string NvptxTarget::compile(const FusionPlan& plan, const Kernel& kernel,
   target_module(module, *machine);
   NvptxSchedule schedule;
   emit_kernel(module, plan, kernel, symbol, schedule);
+  return finish(module, *machine, symbol);
+}
+
+void emit_rows_kernel(llvm::Module& module, const RuntimeRowsKernel& kernel,
+                      const GpuLaunch& launch, const std::string& name) {
+  // The same kernel for a second row count that no shape holds, aside: the code must differ in
+  // nothing (every use of the row count reads the parameter), or one binary cannot serve every
+  // count.
+  auto emit = [&](llvm::Module& into, int64_t extent) {
+    RowsInstance instance = kernel.instance(extent);
+    NvptxSchedule schedule(launch, extent);
+    emit_kernel(into, instance.plan, instance.kernel(), name, schedule);
+    std::string text;
+    llvm::raw_string_ostream out(text);
+    into.getFunction(name)->print(out);
+    return text;
+  };
+  llvm::Module aside(name, module.getContext());
+  aside.setDataLayout(module.getDataLayout());
+  aside.setTargetTriple(module.getTargetTriple());
+  if (emit(module, nvptx_rows_extent) != emit(aside, nvptx_rows_extent_check)) {
+    module.getFunction(name)->eraseFromParent();
+    if (auto* partials = module.getNamedGlobal(name + ".partials")) partials->eraseFromParent();
+    if (auto* columns = module.getNamedGlobal(name + ".columns")) columns->eraseFromParent();
+    throw RowsDependentCode("sinter: the code of " + name +
+                            " depends on its row count beyond the loop bounds");
+  }
+}
+
+bool rows_kernel_emits(const RuntimeRowsKernel& kernel, const GpuLaunch& launch) {
+  llvm::LLVMContext context;
+  llvm::Module module("probe", context);
+  try {
+    emit_rows_kernel(module, kernel, launch, "probe");
+    return true;
+  } catch (const RowsDependentCode&) {
+    return false;
+  }
+}
+
+std::string NvptxTarget::compile(const RuntimeRowsKernel& kernel, const GpuLaunch& launch,
+                                 const std::string& symbol) {
+  llvm::LLVMContext context;
+  llvm::Module module(symbol, context);
+  std::unique_ptr<llvm::TargetMachine> machine = impl_->make_machine();
+  target_module(module, *machine);
+  emit_rows_kernel(module, kernel, launch, symbol);
+  return finish(module, *machine, symbol);
+}
+
+std::string NvptxTarget::finish(llvm::Module& module, llvm::TargetMachine& machine,
+                                const std::string& symbol) {
   bool uses_libdevice = false;
   for (const llvm::Function& f : module)
     uses_libdevice |= f.isDeclaration() && f.getName().starts_with("__nv_");
@@ -148,8 +200,8 @@ std::string NvptxTarget::compile(const FusionPlan& plan, const Kernel& kernel,
       f.setLinkage(llvm::GlobalValue::InternalLinkage);
   // The NVPTX machine adds NVVMReflect at pipeline start, which resolves libdevice's
   // __nvvm_reflect("__CUDA_FTZ") to 0: IEEE denormals, precise math.
-  optimize_o3(module, *machine);
-  std::vector<char> ptx = emit_machine_code(module, *machine, true);
+  optimize_o3(module, machine);
+  std::vector<char> ptx = emit_machine_code(module, machine, true);
   return std::string(ptx.begin(), ptx.end());
 }
 

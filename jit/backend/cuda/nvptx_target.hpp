@@ -1,12 +1,20 @@
 // jit/backend/cuda/nvptx_target.hpp — the NVPTX target: shared emitter → libdevice → O3 → PTX
 #pragma once
+#include "jit/backend/cuda/gpu_launch.hpp"
 #include "jit/passes/fuse.hpp"
+#include "jit/passes/runtime_rows.hpp"
 #include "jit/pipeline/prepare.hpp"
 
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
+
+namespace llvm {
+class Module;
+class TargetMachine;
+} // namespace llvm
 
 namespace sinter {
 
@@ -33,6 +41,26 @@ Prepared prepare_for_nvptx(Graph optimized, int compute_capability, CompileRun& 
 Graph for_nvptx(const Graph& optimized, int compute_capability,
                 NvptxAttentionChoice* choice = nullptr);
 
+/// The row count a RuntimeRowsKernel's instance is compiled with (and keyed by): a prime no
+/// real dim is, so every place the code would use it shows (see NvptxTarget::compile).
+inline constexpr int64_t nvptx_rows_extent = 1000003;
+inline constexpr int64_t nvptx_rows_extent_check = 1000033;
+
+/// A kernel whose generated code depends on its row count other than through the rows
+/// parameter: it is compiled for its shape instead.
+struct RowsDependentCode : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// Adds to `module` the kernel `name` of a RuntimeRowsKernel for any row count: its instance
+/// with nvptx_rows_extent rows, scheduled for `launch` (the step's kernel's), which takes the
+/// row count as its last parameter (`i64 rows`). Throws RowsDependentCode when the code depends
+/// on the row count otherwise (a second instance, emitted aside, must come out the same).
+void emit_rows_kernel(llvm::Module& module, const RuntimeRowsKernel& kernel,
+                      const GpuLaunch& launch, const std::string& name);
+/// Whether emit_rows_kernel takes the kernel (false: RowsDependentCode), without compiling it.
+bool rows_kernel_emits(const RuntimeRowsKernel& kernel, const GpuLaunch& launch);
+
 /// Compiles fused kernels to PTX for one compute capability. Needs no GPU and no driver.
 class NvptxTarget {
 public:
@@ -53,6 +81,9 @@ public:
   /// PTX text of a module whose one `.entry` is `symbol`. Kernels that use math functions
   /// get them from libdevice (see find_libdevice); if it is missing, this throws naming it.
   std::string compile(const FusionPlan& plan, const Kernel& kernel, const std::string& symbol);
+  /// PTX of a kernel whose row count is its last parameter, for any count (emit_rows_kernel).
+  std::string compile(const RuntimeRowsKernel& kernel, const GpuLaunch& launch,
+                      const std::string& symbol);
 
   /// Whether this LLVM's NVPTX backend knows sm_<compute_capability>.
   static bool supports(int compute_capability);
@@ -65,6 +96,8 @@ public:
   static std::optional<std::filesystem::path> find_libdevice();
 
 private:
+  /// Links libdevice where used, optimises and prints the PTX of a targeted module.
+  std::string finish(llvm::Module& module, llvm::TargetMachine& machine, const std::string& symbol);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

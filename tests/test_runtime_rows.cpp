@@ -1,0 +1,201 @@
+// tests/test_runtime_rows.cpp — kernels whose row count is a launch parameter: which kernels
+// qualify, one compiled kernel run at other row counts (in the NVPTX emulator) against the
+// kernel compiled for that shape, and the guard that refuses code depending on the count
+#include "jit/backend/cuda/gpu_launch.hpp"
+#include "jit/backend/cuda/nvptx_target.hpp"
+#include "jit/passes/runtime_rows.hpp"
+#include "jit/pipeline/pipeline.hpp"
+#include "jit/runtime/kernel_lookup.hpp"
+#include "ops/value.hpp"
+#include "tests/support/nvptx_emulator.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <random>
+#include <set>
+
+namespace sinter::testing {
+namespace {
+
+/// Embedding → layernorm → GELU → linear → cross entropy over a [batch, length] batch of ids,
+/// differentiated with respect to every weight: row kernels (layernorm, the loss), column sums
+/// (bias and γ/β gradients), loops over [batch, length, width] values seen as rows, a gather
+/// and the table gradient's scatter.
+Graph embedding_model_gradients(int64_t batch, int64_t length) {
+  constexpr int64_t vocab = 11, width = 16, classes = 5;
+  Graph g;
+  Value ids = input(g, "ids", {DType::i32, {batch, length}});
+  Value labels = input(g, "labels", {DType::i32, {batch * length}});
+  Value table = input(g, "table", {DType::f32, {vocab, width}});
+  Value gamma = input(g, "gamma", {DType::f32, {width}});
+  Value beta = input(g, "beta", {DType::f32, {width}});
+  Value w = input(g, "w", {DType::f32, {width, classes}});
+  Value b = input(g, "b", {DType::f32, {classes}});
+  Value h = gelu_tanh(layernorm(gather(table, ids), gamma, beta));
+  Value logits = matmul(reshape(h, {batch * length, width}), w) + b;
+  g.add_output("loss", cross_entropy_mean(logits, labels).id);
+  return Pipeline::standard(AutodiffOptions{{"table", "gamma", "beta", "w", "b"}, 0})
+      .run(g, DumpSelection(""), std::cerr);
+}
+
+struct GpuPlan {
+  CompileRun run{"gpu plan", false, DumpSelection("")};
+  Prepared prepared;
+  explicit GpuPlan(const Graph& optimized) : prepared(prepare_for_nvptx(optimized, 90, run)) {}
+  const FusionPlan& plan() const { return prepared.fusion; }
+};
+
+/// The key a RuntimeRowsKernel is cached under: its instance with nvptx_rows_extent rows.
+CacheKey rows_key(const RuntimeRowsKernel& rows) {
+  RowsInstance keyed = rows.instance(nvptx_rows_extent);
+  return kernel_key(keyed.plan, keyed.kernel(), "test");
+}
+
+/// A buffer of `type` filled with values a kernel can read: indices below `index_limit`.
+std::vector<std::byte> random_buffer(const TensorType& type, std::mt19937& rng,
+                                     int64_t index_limit) {
+  std::vector<std::byte> bytes(std::max<std::size_t>(byte_size(type), 16));
+  int64_t n = numel(type.shape);
+  if (type.dtype == DType::f32) {
+    std::normal_distribution<float> normal;
+    for (int64_t i = 0; i < n; ++i) {
+      float v = normal(rng);
+      std::memcpy(bytes.data() + 4 * i, &v, 4);
+    }
+  } else if (type.dtype == DType::i32) {
+    std::uniform_int_distribution<int32_t> index(0, static_cast<int32_t>(index_limit - 1));
+    for (int64_t i = 0; i < n; ++i) {
+      int32_t v = index(rng);
+      std::memcpy(bytes.data() + 4 * i, &v, 4);
+    }
+  } else if (type.dtype == DType::boolean) {
+    for (int64_t i = 0; i < n; ++i)
+      bytes[static_cast<std::size_t>(i)] = std::byte(rng() & 1);
+  } else {
+    FAIL("the test model has no " << dtype_name(type.dtype) << " buffer");
+  }
+  return bytes;
+}
+
+TEST_CASE("rows parameter: a kernel compiled for one row count computes what the kernel "
+          "compiled for another count's shape does",
+          "[emulated][rows-parameter]") {
+  // Batches of 2×3 and 3×4 ids: the same kernels with 6 and 12 rows.
+  GpuPlan small(embedding_model_gradients(2, 3)), large(embedding_model_gradients(3, 4));
+  std::map<std::pair<uint64_t, uint64_t>, const Kernel*> large_by_key;
+  std::size_t large_rows_kernels = 0;
+  for (const Kernel& k : large.plan().kernels)
+    if (auto rows = RuntimeRowsKernel::of(large.plan(), k)) {
+      CacheKey key = rows_key(*rows);
+      large_by_key[{key.lo, key.hi}] = &k;
+      ++large_rows_kernels;
+    }
+  std::mt19937 rng(11);
+  std::set<KernelKind> kinds;
+  std::size_t matched = 0;
+  for (const Kernel& k : small.plan().kernels) {
+    std::optional<RuntimeRowsKernel> rows = RuntimeRowsKernel::of(small.plan(), k);
+    if (!rows) continue;
+    CacheKey key = rows_key(*rows);
+    auto twin = large_by_key.find({key.lo, key.hi});
+    INFO("kernel of %" << k.root << " (" << kernel_kind_name(k.kind) << ")");
+    // The same code serves the other batch shape, unless a value depends on the count (the
+    // loss gradient's 1 / rows).
+    if (twin == large_by_key.end()) continue;
+    const Kernel& other = *twin->second;
+    const Graph& g = *large.plan().graph;
+    std::optional<RuntimeRowsKernel> other_rows = RuntimeRowsKernel::of(large.plan(), other);
+    REQUIRE(other_rows);
+    CHECK(other_rows->rows() != rows->rows());
+    if (other.in_place()) continue; // its output is one of its reads: nothing to compare apart
+    // The kernel compiled for the small batch (scheduled for its launch), run on the large
+    // batch's buffers with the large row count, against the large batch's own kernel.
+    std::vector<std::vector<std::byte>> reads;
+    for (ValueId r : other.reads)
+      reads.push_back(random_buffer(g.type(r), rng, 5));
+    auto run = [&](bool with_rows_parameter) {
+      std::vector<std::vector<std::byte>> outputs;
+      std::vector<void*> buffers;
+      for (ValueId out : other.outputs())
+        outputs.emplace_back(std::max<std::size_t>(byte_size(g.type(out)), 16));
+      std::vector<std::vector<std::byte>> inputs = reads;
+      for (auto& o : outputs)
+        buffers.push_back(o.data());
+      for (auto& in : inputs)
+        buffers.push_back(in.data());
+      if (with_rows_parameter)
+        emulate_nvptx_rows_kernel(*rows, gpu_launch(*small.plan().graph, k), other_rows->rows(),
+                                  buffers);
+      else
+        emulate_nvptx_kernel(large.plan(), other, buffers);
+      return outputs;
+    };
+    std::vector<std::vector<std::byte>> want = run(false), got = run(true);
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      const TensorType& t = g.type(other.outputs()[i]);
+      REQUIRE(t.dtype == DType::f32);
+      for (int64_t e = 0; e < numel(t.shape); ++e) {
+        float a = 0, b = 0;
+        std::memcpy(&a, want[i].data() + 4 * e, 4);
+        std::memcpy(&b, got[i].data() + 4 * e, 4);
+        INFO("output " << i << " element " << e);
+        REQUIRE(b == Approx(a).epsilon(1e-6).margin(1e-6));
+      }
+    }
+    kinds.insert(k.kind);
+    ++matched;
+  }
+  CHECK(matched >= 4);
+  CHECK(large_rows_kernels >= matched);
+  CHECK(kinds.contains(KernelKind::row));         // layernorm, the loss
+  CHECK(kinds.contains(KernelKind::reduce));      // γ, β and bias gradients: sums over the rows
+  CHECK(kinds.contains(KernelKind::scatter_add)); // the table's gradient
+}
+
+TEST_CASE("rows parameter: a kernel that reads a row's position within a sequence keeps its "
+          "shape",
+          "[rows-parameter]") {
+  // x + positions[:length]: each row reads the position table at its index along the sequence,
+  // which the row count alone cannot give.
+  Graph g;
+  Value x = input(g, "x", {DType::f32, {2, 3, 8}});
+  Value positions = input(g, "positions", {DType::f32, {3, 8}});
+  g.add_output("y", (x + broadcast_to(positions, {2, 3, 8})).id);
+  GpuPlan plan(Pipeline::standard(std::nullopt).run(g, DumpSelection(""), std::cerr));
+  REQUIRE(plan.plan().kernels.size() == 1);
+  CHECK_FALSE(RuntimeRowsKernel::of(plan.plan(), plan.plan().kernels[0]));
+
+  // The same sum with a row-independent bias takes the row count as a parameter.
+  Graph h;
+  Value y = input(h, "x", {DType::f32, {2, 3, 8}});
+  Value bias = input(h, "bias", {DType::f32, {8}});
+  h.add_output("y", (y + broadcast_to(bias, {2, 3, 8})).id);
+  GpuPlan biased(Pipeline::standard(std::nullopt).run(h, DumpSelection(""), std::cerr));
+  REQUIRE(biased.plan().kernels.size() == 1);
+  std::optional<RuntimeRowsKernel> rows =
+      RuntimeRowsKernel::of(biased.plan(), biased.plan().kernels[0]);
+  REQUIRE(rows);
+  CHECK(rows->rows() == 6);
+}
+
+TEST_CASE("rows parameter: code that depends on the row count beyond the loop bounds is "
+          "refused",
+          "[rows-parameter]") {
+  // A column sum whose output is as long as the extent the rows are compiled with: the
+  // emitter cannot tell that dim from the rows, and the second instance shows the difference.
+  Graph g;
+  Value x = input(g, "x", {DType::f32, {2, nvptx_rows_extent}});
+  g.add_output("y", sum(x, {0}).id);
+  GpuPlan plan(Pipeline::standard(std::nullopt).run(g, DumpSelection(""), std::cerr));
+  REQUIRE(plan.plan().kernels.size() == 1);
+  const Kernel& k = plan.plan().kernels[0];
+  std::optional<RuntimeRowsKernel> rows = RuntimeRowsKernel::of(plan.plan(), k);
+  REQUIRE(rows);
+  CHECK_FALSE(rows_kernel_emits(*rows, gpu_launch(*plan.plan().graph, k)));
+}
+
+} // namespace
+} // namespace sinter::testing
