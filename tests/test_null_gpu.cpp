@@ -1,5 +1,6 @@
 // tests/test_null_gpu.cpp — the CUDA backend's host side on the null driver (SINTER_NULL_GPU=1):
 // what a step allocates against its plan, launches per step, staging, and the driver's refusals
+#include "capture_stderr.hpp"
 #include "dsl/sinter.hpp"
 #include "env_override.hpp"
 #include "jit/backend/cpu/thread_pool.hpp"
@@ -18,6 +19,7 @@
 
 #include <cstring>
 #include <random>
+#include <regex>
 #include <string>
 
 namespace sinter::testing {
@@ -232,6 +234,40 @@ TEST_CASE("null gpu: a step recompiled for another batch size reuses the kernels
   // What remains is the loss gradient, which scales by 1 / batch.
   CHECK(with_parameter <= 2);
   CHECK(without >= with_parameter + 2);
+}
+
+TEST_CASE("null gpu: SINTER_DUMP=plan predicts each launch on the device and ends with the "
+          "step's sum",
+          "[null-gpu]") {
+  DefaultDeviceCuda on_cuda;
+  EnvOverride dump("SINTER_DUMP", "plan");
+  Init init(12);
+  Mlp model(120, init);
+  auto step = compile_step(
+      model, [](Mlp& m, Var in, Var labels) { return cross_entropy_loss(m(in), labels); },
+      adamw{.lr = 1e-3});
+  std::vector<double> xs(64 * 120, 0.5), ys(64, 2.0);
+  HostTensor x = HostTensor::from_doubles(DType::f32, {64, 120}, xs);
+  HostTensor y = HostTensor::from_doubles(DType::i32, {64}, ys);
+  std::string text = capture_stderr([&] { step(x, y); });
+  std::smatch end;
+  REQUIRE(std::regex_search(
+      text, end,
+      std::regex(
+          R"(\npredicted_step_ms=([0-9.]+) device=NVIDIA H100 80GB HBM3 \[null driver\]\n)")));
+  double predicted_ms = std::stod(end[1]);
+  // One line per launch, each with its time, what bounds it and its fields; they add up.
+  std::regex launch_line(R"((?:^|\n) +([0-9.]+) us  [a-z ]+ +k[0-9]+ [^\n]*  \[kind=[^\n]*\])");
+  double sum_us = 0;
+  std::size_t launches = 0;
+  for (std::sregex_iterator it(text.begin(), text.end(), launch_line), done; it != done; ++it) {
+    sum_us += std::stod((*it)[1]);
+    ++launches;
+  }
+  const CompileReport& report = step.runtime().program().compile_report();
+  CHECK(launches == report.kernels);
+  CHECK(predicted_ms > 0);
+  CHECK(sum_us / 1e3 == Approx(predicted_ms).epsilon(0.01));
 }
 
 /// Rows of 8192 x 1024 floats: 32 MiB per sample in (each input set holds one), about 230 MiB

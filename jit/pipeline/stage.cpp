@@ -41,6 +41,7 @@ constexpr StageInfo order[] = {
     {"launch-plan", "cuda: the GEMM epilogues cuBLASLt may absorb"},
     {"kernels", "each kernel from memory, the disk cache or code generation"},
     {"bind", "cuda: each launch bound to the first input set's buffers, cuBLASLt plans chosen"},
+    {"plan", "cuda: each launch's predicted time on this GPU (the cost model) and the step's"},
 };
 
 bool time_phases() { return settings().time_phases; }

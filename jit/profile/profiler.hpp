@@ -35,9 +35,10 @@ struct KernelInfo {
   std::string path; ///< the model path (`blocks.3.attn`; empty at the top level)
   std::string kind; ///< loop, reduce, row, gemm, attention, scatter, collective
   Role role = Role::forward;
-  bool gemm = false; ///< a GEMM (library matmul)
-  int64_t bytes = 0; ///< bytes the kernel reads and writes (its buffers, from the IR)
-  int64_t flops = 0; ///< floating-point operations (GEMMs 2·m·n·k; elementwise 1 per op)
+  bool gemm = false;            ///< a GEMM (library matmul)
+  int64_t bytes = 0;            ///< bytes the kernel reads and writes (its buffers, from the IR)
+  int64_t flops = 0;            ///< floating-point operations (GEMMs 2·m·n·k; elementwise 1 per op)
+  double predicted_seconds = 0; ///< the GPU cost model's time per call (0: none)
 };
 
 /// The measured peak of the device the kernels ran on: what "achieved share" divides by.

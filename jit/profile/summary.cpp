@@ -370,11 +370,16 @@ std::string Summary::text() const {
   out += "  top kernels:\n";
   for (std::size_t i = 0; i < kernels.size() && i < 8; ++i) {
     const KernelRow& k = kernels[i];
-    std::snprintf(line, sizeof line, "    %5.1f%%  %8.3f ms/call  %-9s %s of %s peak  %s [%s]\n",
+    std::snprintf(line, sizeof line, "    %5.1f%%  %8.3f ms/call  %-9s %s of %s peak  %s [%s]",
                   k.share * 100, k.seconds / static_cast<double>(k.calls) * 1e3,
                   role_name(k.info.role), percent(k.achieved).c_str(),
                   k.memory_bound ? "bandwidth" : "FLOP/s", k.info.name.c_str(), k.program.c_str());
     out += line;
+    if (k.info.predicted_seconds > 0) {
+      std::snprintf(line, sizeof line, "  predicted %.3f ms", k.info.predicted_seconds * 1e3);
+      out += line;
+    }
+    out += "\n";
   }
   if (verdicts.empty()) out += "  verdict: balanced — no phase or kernel stands out\n";
   for (const Verdict& v : verdicts)

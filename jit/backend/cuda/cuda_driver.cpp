@@ -239,6 +239,12 @@ std::vector<DeviceInfo> Driver::devices() const {
     info.compute_capability = major * 10 + minor;
     check(cuDeviceGetAttribute(&info.multiprocessors, attribute_multiprocessor_count, device),
           "cuDeviceGetAttribute");
+    check(cuDeviceGetAttribute(&info.clock_khz, attribute_clock_rate, device),
+          "cuDeviceGetAttribute");
+    check(cuDeviceGetAttribute(&info.memory_clock_khz, attribute_memory_clock_rate, device),
+          "cuDeviceGetAttribute");
+    check(cuDeviceGetAttribute(&info.memory_bus_bits, attribute_global_memory_bus_width, device),
+          "cuDeviceGetAttribute");
     out.push_back(info);
   }
   return out;

@@ -28,6 +28,9 @@ struct DeviceInfo {
   int compute_capability = 0; ///< major * 10 + minor
   std::size_t total_memory = 0;
   int multiprocessors = 0;
+  int clock_khz = 0;        ///< the SMs' peak clock
+  int memory_clock_khz = 0; ///< the memory's peak clock
+  int memory_bus_bits = 0;  ///< the memory bus width
 };
 
 /// The entry points sinter uses, resolved from libcuda.so.1 (versioned names such as
@@ -115,6 +118,9 @@ const Driver& require_driver();
 
 // Constants of cuda.h that sinter passes.
 inline constexpr int attribute_multiprocessor_count = 16;
+inline constexpr int attribute_clock_rate = 13;
+inline constexpr int attribute_memory_clock_rate = 36;
+inline constexpr int attribute_global_memory_bus_width = 37;
 inline constexpr int attribute_compute_capability_major = 75;
 inline constexpr int attribute_compute_capability_minor = 76;
 inline constexpr int jit_info_log_buffer = 3;

@@ -5,6 +5,7 @@
 #include "jit/backend/backends.hpp"
 #include "jit/backend/context.hpp"
 #include "jit/backend/cpu/thread_pool.hpp"
+#include "jit/backend/cuda/cost_model.hpp"
 #include "jit/backend/cuda/gemm_epilogue.hpp"
 #include "jit/backend/cuda/nvptx_target.hpp"
 #include "jit/dist/collective_launch.hpp"
@@ -181,6 +182,11 @@ GpuExecutable::GpuExecutable(Prepared prepared, CudaDevice& device, KernelCache&
   run.dump("launch-plan", [&] { return print_launch_plan(epilogues, launches_); });
   run.dump("kernels", [&] { return report_.print(fusion_); });
   run.timed("bind", [&] { bind(*sets_[0]); });
+  std::vector<KernelWork> work = run.timed("plan", [&] {
+    kernel_infos_ = describe_kernels(fusion_);
+    return predict_plan(fusion_, launches_, kernel_infos_, gpu_rates(device_.info()));
+  });
+  run.dump("plan", [&] { return print_predictions(work, gpu_rates(device_.info())); });
   report_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
@@ -493,7 +499,7 @@ void GpuExecutable::run_into(std::span<const HostTensor* const> inputs,
   device_.make_current();
   const Graph& g = *graph_;
   profile::ProgramRun profiled(
-      profile_id_, label(), [&] { return describe_kernels(fusion_); },
+      profile_id_, label(), [&] { return kernel_infos_; },
       [&] { return measure_gpu_peak(device_, fp32_); });
   check_collective_ranks(collective_ranks_, communicator());
   // Collectives run through NCCL on the step's stream (captured into its CUDA graph): made

@@ -112,6 +112,8 @@ private:
   std::vector<std::size_t> input_offsets_, output_offsets_; ///< in the staging buffers
   std::size_t staged_in_bytes_ = 0, staged_out_bytes_ = 0;
   std::vector<GpuLaunchStep> launches_; ///< the plan: what runs, in order
+  /// Each kernel of fusion_ as the profiler names it, with the cost model's time on this GPU.
+  std::vector<profile::KernelInfo> kernel_infos_;
   mutable std::array<std::unique_ptr<InputSet>, 2> sets_;
   mutable std::vector<Carried> carried_;
   std::vector<bool> input_carried_, output_carried_;

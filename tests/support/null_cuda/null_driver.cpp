@@ -109,16 +109,38 @@ NULL_GPU_API int cuDeviceTotalMem_v2(std::size_t* bytes, int device) {
   return success;
 }
 
+namespace {
+/// Dense bf16 tensor-core FLOPs per clock per SM (as jit/backend/cuda/cost_model.cpp).
+double tensor_flops_per_sm(int compute_capability) {
+  if (compute_capability >= 100) return 8192;
+  if (compute_capability >= 90) return 4096;
+  if (compute_capability == 80) return 2048;
+  return 1024;
+}
+} // namespace
+
 NULL_GPU_API int cuDeviceGetAttribute(int* value, int attribute, int device) {
   State& s = State::get();
   if (device < 0 || device >= s.spec.count) return invalid_device;
   switch (attribute) {
-  case 1: *value = 1024; break;                            // max threads per block
-  case 2: *value = 1024; break;                            // max block dim x
-  case 5: *value = 2147483647; break;                      // max grid dim x
-  case 8: *value = 49152; break;                           // shared memory per block
-  case 10: *value = 32; break;                             // warp size
-  case 16: *value = s.spec.multiprocessors; break;         // multiprocessor count
+  case 1: *value = 1024; break;       // max threads per block
+  case 2: *value = 1024; break;       // max block dim x
+  case 5: *value = 2147483647; break; // max grid dim x
+  case 8: *value = 49152; break;      // shared memory per block
+  case 10: *value = 32; break;        // warp size
+  case 16:
+    *value = s.spec.multiprocessors;
+    break; // multiprocessor count
+  // Clocks and bus width that give back the spec's rates as sinter's cost model reads them
+  // (80% of SMs x clock x the architecture's tensor FLOPs per clock, 88% of 2 x memory clock x
+  // bus width: jit/backend/cuda/cost_model.cpp).
+  case 13:
+    *value = static_cast<int>(
+        s.spec.flops / 0.8 /
+        (s.spec.multiprocessors * tensor_flops_per_sm(s.spec.compute_capability)) / 1e3);
+    break;
+  case 36: *value = static_cast<int>(s.spec.bandwidth / 0.88 / (2.0 * 5120 / 8) / 1e3); break;
+  case 37: *value = 5120; break;                           // memory bus width, bits
   case 75: *value = s.spec.compute_capability / 10; break; // major
   case 76: *value = s.spec.compute_capability % 10; break; // minor
   case 97: *value = 232448; break;                         // opt-in shared per block

@@ -1,0 +1,270 @@
+// jit/backend/cuda/cost_model.cpp — the cost model's terms and constants, fitted to the kernels
+// of a GPT-2 small bf16 step measured on an H100 (tests/data/h100_gpt2_small_bf16_b8.csv)
+#include "jit/backend/cuda/cost_model.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+
+namespace sinter {
+namespace {
+
+// Shares of the nominal rates a GPU sustains (an H100: 2.95 of 3.35 TB/s, 853 of 1070 TFLOP/s).
+constexpr double sustained_bandwidth = 0.88;
+constexpr double sustained_flops = 0.8;
+
+/// Dense bf16 tensor-core FLOPs per clock per SM, and FMA-lane FLOPs, by architecture.
+std::pair<double, double> per_sm_flops(int compute_capability) {
+  if (compute_capability >= 100) return {8192, 256};
+  if (compute_capability >= 90) return {4096, 256};
+  if (compute_capability == 80) return {2048, 128};
+  if (compute_capability >= 80) return {1024, 256}; // sm_86, sm_89
+  return {1024, 128};
+}
+
+// Fitted on the H100 step (see the file comment); each is a share of a GpuRates figure.
+constexpr double loop_memory_share = 0.9;     ///< elementwise loops, 16-byte vectors
+constexpr double row_memory_share = 0.5;      ///< a warp or block per row, reductions first
+constexpr double reduce_memory_share = 0.45;  ///< a warp or block per output
+constexpr double scatter_memory_share = 0.6;  ///< atomic adds
+constexpr double column_block_share = 0.0022; ///< one block of a column reduction's bandwidth
+constexpr double column_memory_share = 0.45;  ///< all of them (64-byte rows of 32 columns)
+constexpr double gemm_flops_share = 0.8;      ///< cuBLASLt at GPT-2's shapes
+constexpr double gemm_overhead_seconds = 8e-6;
+constexpr double attention_flops_share = 0.0847;          ///< sinter's NVPTX forward kernel
+constexpr double attention_gradient_flops_share = 0.0564; ///< and its backward
+/// FMA-lane operations per element: a libdevice transcendental or an IEEE division or root, and
+/// any other node (index arithmetic included).
+constexpr double transcendental_cost = 107;
+constexpr double loop_arithmetic_cost = 5.35;
+constexpr double row_transcendental_cost = 53;
+
+bool is_transcendental(OpId op) {
+  switch (op) {
+  case OpId::exp:
+  case OpId::log:
+  case OpId::tanh:
+  case OpId::erf:
+  case OpId::pow:
+  case OpId::div:
+  case OpId::sqrt:
+  case OpId::rsqrt: return true;
+  default: return false;
+  }
+}
+
+const char* strategy_name(GpuStrategy s) {
+  switch (s) {
+  case GpuStrategy::elementwise: return "elementwise";
+  case GpuStrategy::thread_per_output: return "thread_per_output";
+  case GpuStrategy::column_split: return "column_split";
+  case GpuStrategy::warp_per_output: return "warp_per_output";
+  case GpuStrategy::block_per_output: return "block_per_output";
+  case GpuStrategy::atomic_scatter: return "atomic_scatter";
+  case GpuStrategy::serial_scatter: return "serial_scatter";
+  case GpuStrategy::attention: return "attention";
+  }
+  return "?";
+}
+
+} // namespace
+
+std::string describe(const KernelWork& w) {
+  char text[320];
+  std::snprintf(text, sizeof text,
+                "kind=%s strategy=%s gradient=%d tensor_cores=%d blocks=%lld threads=%lld "
+                "bytes=%lld flops=%lld elements=%lld transcendental=%lld arithmetic=%lld "
+                "outputs=%lld",
+                kernel_kind_name(w.kind), strategy_name(w.strategy), w.gradient ? 1 : 0,
+                w.tensor_cores ? 1 : 0, static_cast<long long>(w.blocks),
+                static_cast<long long>(w.threads), static_cast<long long>(w.bytes),
+                static_cast<long long>(w.flops), static_cast<long long>(w.elements),
+                static_cast<long long>(w.transcendental), static_cast<long long>(w.arithmetic),
+                static_cast<long long>(w.outputs));
+  return text;
+}
+
+std::optional<KernelWork> parse_work(std::string_view text) {
+  KernelWork w;
+  std::map<std::string, std::string, std::less<>> fields;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    std::size_t end = text.find(' ', at);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view field = text.substr(at, end - at);
+    std::size_t eq = field.find('=');
+    if (eq == std::string_view::npos) return std::nullopt;
+    fields.emplace(std::string(field.substr(0, eq)), std::string(field.substr(eq + 1)));
+    at = end + 1;
+  }
+  auto number = [&](const char* key, int64_t& into) {
+    auto it = fields.find(key);
+    if (it == fields.end()) return false;
+    char* end = nullptr;
+    into = std::strtoll(it->second.c_str(), &end, 10);
+    return end && *end == '\0' && !it->second.empty();
+  };
+  int64_t gradient = 0, tensor = 0;
+  bool ok = number("gradient", gradient) && number("tensor_cores", tensor) &&
+            number("blocks", w.blocks) && number("threads", w.threads) &&
+            number("bytes", w.bytes) && number("flops", w.flops) &&
+            number("elements", w.elements) && number("transcendental", w.transcendental) &&
+            number("arithmetic", w.arithmetic) && number("outputs", w.outputs);
+  auto kind = fields.find("kind");
+  auto strategy = fields.find("strategy");
+  if (!ok || kind == fields.end() || strategy == fields.end()) return std::nullopt;
+  bool known = false;
+  for (int k = 0; k <= static_cast<int>(KernelKind::collective); ++k)
+    if (kind->second == kernel_kind_name(static_cast<KernelKind>(k))) {
+      w.kind = static_cast<KernelKind>(k);
+      known = true;
+    }
+  if (!known) return std::nullopt;
+  known = false;
+  for (int s = 0; s <= static_cast<int>(GpuStrategy::attention); ++s)
+    if (strategy->second == strategy_name(static_cast<GpuStrategy>(s))) {
+      w.strategy = static_cast<GpuStrategy>(s);
+      known = true;
+    }
+  w.gradient = gradient != 0;
+  w.tensor_cores = tensor != 0;
+  return known ? std::optional<KernelWork>(w) : std::nullopt;
+}
+
+GpuRates gpu_rates(const cuda::DeviceInfo& device) {
+  GpuRates rates;
+  rates.name = device.name;
+  rates.multiprocessors = device.multiprocessors;
+  rates.bytes_per_second =
+      sustained_bandwidth * 2.0 * device.memory_clock_khz * 1e3 * (device.memory_bus_bits / 8.0);
+  auto [tensor, fma] = per_sm_flops(device.compute_capability);
+  double clock = device.clock_khz * 1e3 * device.multiprocessors * sustained_flops;
+  rates.tensor_flops = clock * tensor;
+  rates.fp32_flops = clock * fma;
+  return rates;
+}
+
+std::vector<KernelWork> plan_work(const FusionPlan& plan, std::span<const GpuLaunchStep> launches,
+                                  std::span<const profile::KernelInfo> infos) {
+  const Graph& g = *plan.graph;
+  std::vector<KernelWork> out;
+  for (const GpuLaunchStep& launch : launches) {
+    const Kernel& kernel = plan.kernels[launch.kernel];
+    const profile::KernelInfo& info = infos[launch.kernel];
+    KernelWork w;
+    w.name = info.name;
+    w.kind = launch.kind;
+    w.strategy = launch.shape.strategy;
+    w.blocks = launch.shape.blocks;
+    w.threads = launch.shape.threads;
+    w.bytes = info.bytes;
+    w.flops = info.flops;
+    w.gradient = g.node(kernel.root).op == OpId::fused_attention_grad;
+    w.tensor_cores = launch.kind == KernelKind::gemm &&
+                     (launch.gemm.dtype == DType::bf16 || launch.gemm.dtype == DType::f16);
+    w.outputs = static_cast<int64_t>(kernel.outputs().size());
+    for (ValueId out_id : kernel.outputs())
+      w.elements = std::max(w.elements, numel(g.type(out_id).shape));
+    for (ValueId v : kernel.body)
+      (is_transcendental(g.node(v).op) ? w.transcendental : w.arithmetic) += 1;
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+KernelPrediction predict_kernel(const KernelWork& w, const GpuRates& r) {
+  auto memory = [&](double share) {
+    return static_cast<double>(w.bytes) / (r.bytes_per_second * share);
+  };
+  auto arithmetic = [&](double transcendental, double other) {
+    return static_cast<double>(w.elements) *
+           (transcendental * static_cast<double>(w.transcendental) +
+            other * static_cast<double>(w.arithmetic)) /
+           r.fp32_flops;
+  };
+  // The larger of two terms, named; then the launch floor of a kernel in a CUDA graph.
+  auto pick = [&](double a, const char* a_name, double b, const char* b_name) {
+    KernelPrediction p = a >= b ? KernelPrediction{a, a_name} : KernelPrediction{b, b_name};
+    p.seconds += r.launch_seconds;
+    return p;
+  };
+  switch (w.kind) {
+  case KernelKind::gemm: {
+    double rate = (w.tensor_cores ? r.tensor_flops : r.fp32_flops) * gemm_flops_share;
+    return {static_cast<double>(w.flops) / rate + gemm_overhead_seconds, "tensor cores"};
+  }
+  case KernelKind::attention: {
+    double share = w.gradient ? attention_gradient_flops_share : attention_flops_share;
+    return {static_cast<double>(w.flops) / (r.tensor_flops * share) + r.launch_seconds,
+            "attention"};
+  }
+  case KernelKind::loop:
+    return pick(memory(loop_memory_share), "memory",
+                arithmetic(transcendental_cost, loop_arithmetic_cost), "arithmetic");
+  case KernelKind::row:
+    return pick(memory(row_memory_share), "memory", arithmetic(row_transcendental_cost, 0),
+                "arithmetic");
+  case KernelKind::reduce: {
+    if (w.strategy != GpuStrategy::column_split)
+      return pick(memory(reduce_memory_share), "memory", 0, "");
+    // Each block walks its 32 columns down every row: few blocks, each far from the memory's
+    // rate, unless there are enough of them to saturate it.
+    double resident = static_cast<double>(std::min<int64_t>(
+        w.blocks, static_cast<int64_t>(r.multiprocessors) *
+                      std::max<int64_t>(1, 2048 / std::max<int64_t>(1, w.threads))));
+    double blocks_rate = resident * column_block_share * r.bytes_per_second;
+    return pick(static_cast<double>(w.bytes) / blocks_rate, "columns", memory(column_memory_share),
+                "memory");
+  }
+  case KernelKind::scatter_add:
+    if (w.strategy == GpuStrategy::serial_scatter) // one thread: about a byte per nanosecond
+      return pick(static_cast<double>(w.bytes) * 1e-9, "one thread", 0, "");
+    return pick(memory(scatter_memory_share), "memory", 0, "");
+  case KernelKind::collective: return {0, "collective"};
+  }
+  return {r.launch_seconds, "launch"};
+}
+
+std::vector<KernelWork> predict_plan(const FusionPlan& plan,
+                                     std::span<const GpuLaunchStep> launches,
+                                     std::vector<profile::KernelInfo>& infos,
+                                     const GpuRates& rates) {
+  std::vector<KernelWork> work = plan_work(plan, launches, infos);
+  for (profile::KernelInfo& info : infos)
+    info.predicted_seconds = 0;
+  for (std::size_t i = 0; i < launches.size(); ++i)
+    infos[launches[i].kernel].predicted_seconds += predict_kernel(work[i], rates).seconds;
+  return work;
+}
+
+std::string print_predictions(std::span<const KernelWork> work, const GpuRates& rates) {
+  std::string out = "cost model (" + rates.name + ": " + std::to_string(rates.multiprocessors) +
+                    " SMs, " + std::to_string(rates.bytes_per_second / 1e9).substr(0, 6) +
+                    " GB/s, " + std::to_string(rates.tensor_flops / 1e12).substr(0, 6) +
+                    " TFLOP/s tensor, " + std::to_string(rates.fp32_flops / 1e12).substr(0, 5) +
+                    " TFLOP/s f32):\n";
+  double total = 0;
+  std::map<std::string, std::pair<double, int>> by_kind;
+  char line[512];
+  for (const KernelWork& w : work) {
+    KernelPrediction p = predict_kernel(w, rates);
+    total += p.seconds;
+    auto& [seconds, count] = by_kind[kernel_kind_name(w.kind)];
+    seconds += p.seconds;
+    ++count;
+    std::snprintf(line, sizeof line, "  %10.1f us  %-12s %s  [", p.seconds * 1e6, p.bound,
+                  w.name.c_str());
+    out += line + describe(w) + "]\n";
+  }
+  out += "  by kind:";
+  for (const auto& [kind, entry] : by_kind) {
+    std::snprintf(line, sizeof line, " %s %.3f ms (%d)", kind.c_str(), entry.first * 1e3,
+                  entry.second);
+    out += line;
+  }
+  std::snprintf(line, sizeof line, "\npredicted_step_ms=%.3f device=", total * 1e3);
+  return out + line + rates.name + "\n";
+}
+
+} // namespace sinter

@@ -1,0 +1,75 @@
+// jit/backend/cuda/cost_model.hpp — predicted GPU kernel times from a kernel's bytes, FLOPs,
+// arithmetic and launch, calibrated on a measured H100 step: what a plan should cost anywhere
+#pragma once
+#include "jit/backend/cuda/cuda_driver.hpp"
+#include "jit/backend/cuda/gpu_launch.hpp"
+#include "jit/backend/cuda/launch_plan.hpp"
+#include "jit/profile/profiler.hpp"
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sinter {
+
+/// What a GPU sustains, from its clocks and SM count (docs/gpu.md, "The cost model").
+struct GpuRates {
+  std::string name;
+  int multiprocessors = 0;
+  double bytes_per_second = 0;  ///< device memory, read + write
+  double tensor_flops = 0;      ///< dense bf16/f16 GEMMs on tensor cores
+  double fp32_flops = 0;        ///< FMA lanes (f32 arithmetic outside GEMMs)
+  double launch_seconds = 2e-6; ///< the least a kernel takes in a CUDA graph
+};
+/// The rates of `device`: 88% of its memory's nominal bandwidth (2 × clock × bus width) and
+/// 80% of its nominal tensor and FMA rates (SMs × clock × the architecture's per-SM rate), the
+/// shares an H100 reached (2.95 TB/s copies, 853 TFLOP/s bf16 GEMMs).
+GpuRates gpu_rates(const cuda::DeviceInfo& device);
+
+/// What the model needs of a kernel: its launch, what it moves and computes, and the arithmetic
+/// per element of its widest output (library calls are priced by their FLOPs).
+struct KernelWork {
+  std::string name;
+  KernelKind kind = KernelKind::loop;
+  GpuStrategy strategy = GpuStrategy::elementwise;
+  bool gradient = false;     ///< attention: the backward kernel
+  bool tensor_cores = false; ///< GEMMs: bf16/f16 (f32 GEMMs run on the FMA lanes)
+  int64_t blocks = 1, threads = 256;
+  int64_t bytes = 0, flops = 0;
+  int64_t elements = 0;       ///< of the widest output
+  int64_t transcendental = 0; ///< exp, log, tanh, erf, pow, div, sqrt, rsqrt per element
+  int64_t arithmetic = 0;     ///< other nodes per element (index algebra included)
+  int64_t outputs = 1;
+};
+
+/// `kind=loop strategy=elementwise gradient=0 ... outputs=1`: every field, as SINTER_DUMP=plan
+/// prints it; parse_work reads it back (nullopt for anything else).
+std::string describe(const KernelWork& work);
+std::optional<KernelWork> parse_work(std::string_view text);
+
+/// The work of each launch of a step's plan, named and measured as the profiler does.
+std::vector<KernelWork> plan_work(const FusionPlan& plan, std::span<const GpuLaunchStep> launches,
+                                  std::span<const profile::KernelInfo> infos);
+
+/// A kernel's predicted time and what bounds it (`memory`, `arithmetic`, `columns`: a column
+/// reduction's few blocks, `tensor cores`, `attention`, `launch`).
+struct KernelPrediction {
+  double seconds = 0;
+  const char* bound = "launch";
+};
+KernelPrediction predict_kernel(const KernelWork& work, const GpuRates& rates);
+
+/// The `plan` stage: each launch's work, and in `infos` (describe_kernels: one per kernel of
+/// `plan`) each kernel's predicted time per step (0 for one a GEMM absorbed).
+std::vector<KernelWork> predict_plan(const FusionPlan& plan,
+                                     std::span<const GpuLaunchStep> launches,
+                                     std::vector<profile::KernelInfo>& infos,
+                                     const GpuRates& rates);
+
+/// SINTER_DUMP=plan: each launch with its prediction, then the step's sum (kernels back to back
+/// in one CUDA graph), ending with `predicted_step_ms=<ms> device=<name>`.
+std::string print_predictions(std::span<const KernelWork> work, const GpuRates& rates);
+
+} // namespace sinter

@@ -1,0 +1,132 @@
+// tests/test_cost_model.cpp — the GPU cost model against the kernels of a GPT-2 small bf16 step
+// measured on an H100 (tests/data/h100_gpt2_small_bf16_b8_kernels.tsv), class by class
+#include "jit/backend/cuda/cost_model.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+
+namespace sinter::testing {
+namespace {
+
+struct MeasuredKernel {
+  double seconds = 0;
+  std::string kernel_class, name;
+  KernelWork work;
+};
+
+std::vector<MeasuredKernel> h100_step() {
+  std::ifstream in(std::string(SINTER_SOURCE_DIR) +
+                   "/tests/data/h100_gpt2_small_bf16_b8_kernels.tsv");
+  REQUIRE(in);
+  std::vector<MeasuredKernel> out;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    MeasuredKernel k;
+    std::string us, features;
+    REQUIRE(std::getline(fields, us, '\t'));
+    REQUIRE(std::getline(fields, k.kernel_class, '\t'));
+    REQUIRE(std::getline(fields, k.name, '\t'));
+    REQUIRE(std::getline(fields, features));
+    k.seconds = std::stod(us) * 1e-6;
+    std::optional<KernelWork> work = parse_work(features);
+    INFO(line);
+    REQUIRE(work);
+    k.work = *work;
+    out.push_back(std::move(k));
+  }
+  return out;
+}
+
+/// The H100 80GB HBM3 the step was measured on, as its driver describes it.
+cuda::DeviceInfo h100() {
+  cuda::DeviceInfo d;
+  d.name = "NVIDIA H100 80GB HBM3";
+  d.compute_capability = 90;
+  d.multiprocessors = 132;
+  d.clock_khz = 1980000;
+  d.memory_clock_khz = 2619000;
+  d.memory_bus_bits = 5120;
+  return d;
+}
+
+TEST_CASE("cost model: the H100's rates come from its clocks", "[cost-model]") {
+  GpuRates rates = gpu_rates(h100());
+  CHECK(rates.bytes_per_second == Approx(2.95e12).epsilon(0.01)); // copies measured there
+  CHECK(rates.tensor_flops == Approx(853e12).epsilon(0.01));      // bf16 GEMMs measured there
+  CHECK(rates.fp32_flops == Approx(53.5e12).epsilon(0.01));
+}
+
+TEST_CASE("cost model: each kernel class of a GPT-2 small bf16 step on an H100 is predicted "
+          "within 35% of what it measured",
+          "[cost-model]") {
+  std::vector<MeasuredKernel> step = h100_step();
+  REQUIRE(step.size() >= 400);
+  GpuRates rates = gpu_rates(h100());
+  std::map<std::string, std::pair<double, double>> by_class; // measured, predicted
+  double measured = 0, predicted = 0;
+  for (const MeasuredKernel& k : step) {
+    double p = predict_kernel(k.work, rates).seconds;
+    REQUIRE(p > 0);
+    by_class[k.kernel_class].first += k.seconds;
+    by_class[k.kernel_class].second += p;
+    measured += k.seconds;
+    predicted += p;
+  }
+  // The classes of the measured profile (docs/perf.md, issue 33).
+  for (const char* c : {"attention backward", "attention forward", "column reductions",
+                        "elementwise loops", "row kernels", "GEMMs", "AdamW"}) {
+    INFO(c);
+    REQUIRE(by_class.contains(c));
+    auto [m, p] = by_class[c];
+    INFO("measured " << m * 1e3 << " ms, predicted " << p * 1e3 << " ms");
+    CHECK(p / m >= 0.65);
+    CHECK(p / m <= 1.35);
+  }
+  INFO("step: measured " << measured * 1e3 << " ms, predicted " << predicted * 1e3 << " ms");
+  CHECK(predicted / measured == Approx(1.0).margin(0.15));
+}
+
+TEST_CASE("cost model: a column reduction over few columns is bound by its blocks, and more "
+          "blocks bring it to the memory's rate",
+          "[cost-model]") {
+  GpuRates rates = gpu_rates(h100());
+  KernelWork bias_gradient{.name = "bias gradient",
+                           .kind = KernelKind::reduce,
+                           .strategy = GpuStrategy::column_split,
+                           .blocks = 24,
+                           .threads = 1024,
+                           .bytes = 12585984,
+                           .elements = 768,
+                           .arithmetic = 1};
+  KernelPrediction few = predict_kernel(bias_gradient, rates);
+  CHECK(std::string(few.bound) == "columns");
+  bias_gradient.blocks = 1024;
+  KernelPrediction many = predict_kernel(bias_gradient, rates);
+  CHECK(std::string(many.bound) == "memory");
+  CHECK(many.seconds < few.seconds / 4);
+}
+
+TEST_CASE("cost model: SINTER_DUMP=plan's kernel fields read back", "[cost-model]") {
+  KernelWork w{.name = "k3 layer gemm matmul",
+               .kind = KernelKind::gemm,
+               .tensor_cores = true,
+               .blocks = 1,
+               .threads = 1,
+               .bytes = 100,
+               .flops = 2000,
+               .elements = 10};
+  std::optional<KernelWork> back = parse_work(describe(w));
+  REQUIRE(back);
+  CHECK(back->kind == KernelKind::gemm);
+  CHECK(back->tensor_cores);
+  CHECK(back->flops == 2000);
+  CHECK_FALSE(parse_work("kind=loop strategy=nonsense"));
+}
+
+} // namespace
+} // namespace sinter::testing
