@@ -58,6 +58,10 @@ constexpr SettingInfo table[] = {
      "parameter, so one binary serves every batch size and sequence length (a shape bucket's "
      "recompile reuses it); `0` compiles every kernel for its shape. Another value is an error "
      "naming it"},
+    {"SINTER_SPLIT_REDUCTIONS", "`0`, `1`", "`1`",
+     "cuda: `1` splits long column reductions (bias and layernorm gradients) into partial sums "
+     "over row groups and a short sum, for more blocks (docs/gpu.md); `0` runs each in one pass. "
+     "Another value is an error naming it"},
     {"SINTER_LIBCUDA", "path", "`libcuda.so.1`", "cuda: the driver library to load"},
     {"SINTER_LIBDEVICE", "path", "beside libsinter, then the CUDA toolkit",
      "cuda: `libdevice.10.bc` (a wrong path is an error, not a fallback)"},
@@ -137,6 +141,15 @@ Settings* current = nullptr;
 } // namespace
 
 std::span<const SettingInfo> setting_table() { return table; }
+
+bool switch_setting(std::string_view name, bool fallback) {
+  const char* value = setting(name);
+  if (!value) return fallback;
+  if (std::string_view(value) == "1") return true;
+  if (std::string_view(value) == "0") return false;
+  throw std::invalid_argument("sinter: " + std::string(name) + " must be 0 or 1, not '" +
+                              std::string(value) + "'");
+}
 
 const SettingInfo* find_setting(std::string_view name) {
   for (const SettingInfo& s : table)

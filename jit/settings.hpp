@@ -65,6 +65,9 @@ void reload_settings();
 /// Each place that reads a setting parses and checks its value itself, with an error naming
 /// the variable. std::logic_error for a name the table does not list.
 const char* setting(std::string_view name);
+/// A `0`/`1` setting: `fallback` when unset; std::invalid_argument naming the variable for any
+/// other value.
+bool switch_setting(std::string_view name, bool fallback);
 /// The warning for the SINTER_* variables in `environment` (null-terminated, like environ)
 /// that the table does not list: one line each, empty when all are known.
 std::string unknown_settings_warning(char** environment);

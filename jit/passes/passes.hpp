@@ -57,6 +57,25 @@ using NodeSelector = std::function<bool(const Node&, std::span<const Value>)>;
 /// decompose() for the nodes `selected` accepts, whatever their op (a backend whose kernel
 /// takes some shapes or types of an op and not others).
 Graph decompose_nodes(const Graph& graph, const NodeSelector& selected);
+/// When split_column_reductions splits a reduction of leading axes (a column reduction: bias
+/// and layernorm γ/β gradients) whose GPU kernel would have too few blocks: one block takes 32
+/// columns and walks every row, so 768 columns make 24 blocks on an H100's 132 SMs.
+struct ColumnSplitOptions {
+  int64_t columns_per_block = 32;
+  int64_t target_blocks = 256;     ///< about two 1024-thread blocks per SM of an H100
+  int64_t min_rows = 4096;         ///< fewer rows: one pass (and a GEMM may absorb it)
+  int64_t min_rows_per_split = 64; ///< each of a block's 32 row groups walks 2 rows at least
+  int64_t min_bytes = 256ll << 10; ///< a smaller operand is quick in one pass
+};
+/// The number of row groups a column reduction of `rows` rows of `columns` columns (its operand
+/// `bytes` long) is split into: a power of two dividing `rows` that brings its blocks to
+/// `target_blocks`, or 1.
+int64_t column_reduction_splits(int64_t rows, int64_t columns, int64_t bytes,
+                                const ColumnSplitOptions& options = {});
+/// Each long reduction of leading axes (reduce_sum, _max, _min) over x[rows, rest...] becomes
+/// the same reduction over axis 1 of x as [splits, rows / splits, rest...], then over axis 0
+/// (16-bit results keep their partials in f32). CUDA runs it before fusion.
+Graph split_column_reductions(const Graph& graph, const ColumnSplitOptions& options = {});
 /// Algebraic simplification and constant folding (x*1, x+0, -(-x), permute∘permute, ...).
 Graph simplify(const Graph& graph);
 /// Common-subexpression and dead-code elimination.

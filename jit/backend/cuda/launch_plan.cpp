@@ -10,18 +10,6 @@
 #include <string_view>
 
 namespace sinter {
-namespace {
-
-/// SINTER_ROWS_PARAMETER (default 1).
-bool rows_parameter() {
-  const char* value = setting("SINTER_ROWS_PARAMETER");
-  if (!value || std::string_view(value) == "1") return true;
-  if (std::string_view(value) == "0") return false;
-  throw std::invalid_argument("sinter: SINTER_ROWS_PARAMETER must be 0 or 1, not '" +
-                              std::string(value) + "'");
-}
-
-} // namespace
 
 std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion,
                                          std::span<const GemmEpilogue> epilogues,
@@ -104,7 +92,7 @@ std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion,
   // Code generation and assembly of the kernels not cached yet, on several threads at once.
   std::vector<const Kernel*> generated;
   std::vector<const RowsKernelRequest*> generated_rows;
-  bool runtime_rows = rows_parameter();
+  bool runtime_rows = switch_setting("SINTER_ROWS_PARAMETER", true);
   for (std::size_t index = 0; index < fusion.kernels.size(); ++index) {
     const Kernel& kernel = fusion.kernels[index];
     if (kernel.kind == KernelKind::gemm || kernel.kind == KernelKind::collective) continue;

@@ -282,6 +282,9 @@ BackendGraphStages nvptx_graph_stages(const Graph& optimized, int compute_capabi
                                   return !why(types).empty();
                                 });
                           }});
+  // Before rematerialize: a rebuild merges recomputed values back into the ones they repeat.
+  if (switch_setting("SINTER_SPLIT_REDUCTIONS", true))
+    out.stages.push_back({"split-reductions", [](Graph g) { return split_column_reductions(g); }});
   out.stages.push_back({"rematerialize", [](Graph g) {
                           return recompute_late_gemm_operands(g, gpu_fusion_options);
                         }});

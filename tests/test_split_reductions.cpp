@@ -1,0 +1,121 @@
+// tests/test_split_reductions.cpp — long column reductions split into partial sums and a short
+// sum: how many row groups, the same results in the NVPTX emulator, and the predicted gain
+#include "jit/backend/cuda/cost_model.hpp"
+#include "jit/backend/cuda/gpu_launch.hpp"
+#include "jit/backend/cuda/nvptx_target.hpp"
+#include "jit/passes/passes.hpp"
+#include "jit/pipeline/pipeline.hpp"
+#include "jit/profile/kernel_costs.hpp"
+#include "tests/support/nvptx_emulator.hpp"
+
+#include "backend_check.hpp"
+#include "env_override.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <iostream>
+#include <random>
+
+namespace sinter::testing {
+namespace {
+
+std::size_t count_reductions(const Graph& g) {
+  std::size_t n = 0;
+  for (ValueId id = 0; id < g.size(); ++id)
+    n += g.node(id).op == OpId::reduce_sum || g.node(id).op == OpId::reduce_max;
+  return n;
+}
+
+TEST_CASE("split reductions: enough row groups for 256 blocks of 32 columns, dividing the rows",
+          "[split-reductions]") {
+  constexpr int64_t mb = 1 << 20;
+  CHECK(column_reduction_splits(8192, 768, 12 * mb) == 16);   // GPT-2's bias gradients: 384 blocks
+  CHECK(column_reduction_splits(8192, 3072, 48 * mb) == 4);   // the MLP's: 384 blocks
+  CHECK(column_reduction_splits(8192, 50304, 800 * mb) == 1); // the logits': 1572 blocks already
+  CHECK(column_reduction_splits(50432, 384, 37 * mb) == 32);  // ViT-S over 256 × 197 tokens
+  CHECK(column_reduction_splits(256, 512, mb) == 1);          // a small batch: one pass
+  CHECK(column_reduction_splits(8190, 768, 12 * mb) == 2);    // only what divides the rows
+  CHECK(column_reduction_splits(8192, 768, 1024) == 1);       // too small to be worth a launch
+}
+
+TEST_CASE("split reductions: partial sums over row groups give the column sums, maxima and a "
+          "16-bit sum, in the NVPTX emulator",
+          "[emulated][split-reductions]") {
+  for (DType t : {DType::f32, DType::bf16}) {
+    Graph g;
+    Value x = input(g, "x", {t, {4, 64, 40}});
+    Value y = input(g, "y", {t, {4, 64, 40}});
+    // Sums of squares: no cancellation, so a relative tolerance holds for 16-bit sums too.
+    g.add_output("sum_xx", emit(OpId::reduce_sum, {x * x}, Attrs{.ints = {0, 1}}).id);
+    g.add_output("sum_yy", emit(OpId::reduce_sum, {y * y}, Attrs{.ints = {0, 1}}).id);
+    g.add_output("max", emit(OpId::reduce_max, {x}, Attrs{.ints = {0, 1}}).id);
+    ColumnSplitOptions small{
+        .target_blocks = 8, .min_rows = 64, .min_rows_per_split = 16, .min_bytes = 0};
+    Graph split = split_column_reductions(g, small);
+    CHECK(count_reductions(split) == 2 * count_reductions(g)); // 256 rows in 4 groups
+    std::mt19937_64 rng(5);
+    std::vector<F64Tensor> values;
+    for (const NamedValue& in : g.inputs()) {
+      F64Tensor v = random_operand(TestOperand{DType::f64, g.type(in.id).shape}, rng);
+      round_all(v, t);
+      values.push_back(v);
+    }
+    std::vector<F64Tensor> want = interpret(g, values);
+    std::vector<HostTensor> got = emulate_nvptx_step(split, as_host(split, values));
+    INFO(dtype_name(t));
+    check_outputs_match(g, got, want, t == DType::f32 ? 1e-5 : backend_tolerance(t, false));
+  }
+}
+
+/// The cost model's time for every kernel of `plan` on an H100.
+double predicted_seconds(const FusionPlan& plan) {
+  cuda::DeviceInfo h100{.name = "H100",
+                        .compute_capability = 90,
+                        .multiprocessors = 132,
+                        .clock_khz = 1980000,
+                        .memory_clock_khz = 2619000,
+                        .memory_bus_bits = 5120};
+  std::vector<GpuLaunchStep> launches;
+  for (std::size_t i = 0; i < plan.kernels.size(); ++i) {
+    GpuLaunchStep l;
+    l.kind = plan.kernels[i].kind;
+    l.kernel = i;
+    l.shape = gpu_launch(*plan.graph, plan.kernels[i]);
+    launches.push_back(l);
+  }
+  std::vector<profile::KernelInfo> infos = describe_kernels(plan);
+  predict_plan(plan, launches, infos, gpu_rates(h100));
+  double total = 0;
+  for (const profile::KernelInfo& k : infos)
+    total += k.predicted_seconds;
+  return total;
+}
+
+TEST_CASE("split reductions: a GPT-2 bias gradient on the GPU becomes a partial pass over 384 "
+          "blocks and a short one, predicted several times faster",
+          "[split-reductions]") {
+  Graph g;
+  Value dy = input(g, "dy", {DType::bf16, {8, 1024, 768}});
+  g.add_output("db", emit(OpId::reduce_sum, {cast(dy, DType::f32)}, Attrs{.ints = {0, 1}}).id);
+  std::ostream quiet(nullptr);
+  Graph optimized = Pipeline::standard(std::nullopt).run(g, DumpSelection(""), quiet);
+  CompileRun run("split", false, DumpSelection(""));
+  Prepared prepared = prepare_for_nvptx(optimized, 90, run);
+  const FusionPlan& plan = prepared.fusion;
+  REQUIRE(plan.kernels.size() == 2);
+  const Graph& pg = *plan.graph;
+  CHECK(pg.type(plan.kernels[0].root).shape == Shape{16, 768});
+  CHECK(gpu_launch(pg, plan.kernels[0]).blocks == 384);
+  CHECK(pg.type(plan.kernels[1].root).shape == Shape{768});
+  double split = predicted_seconds(plan);
+  EnvOverride off("SINTER_SPLIT_REDUCTIONS", "0");
+  CompileRun run_off("one pass", false, DumpSelection(""));
+  Prepared whole = prepare_for_nvptx(optimized, 90, run_off);
+  REQUIRE(whole.fusion.kernels.size() == 1);
+  double one_pass = predicted_seconds(whole.fusion);
+  INFO("predicted " << one_pass * 1e6 << " us in one pass, " << split * 1e6 << " us split");
+  CHECK(split * 3 < one_pass);
+}
+
+} // namespace
+} // namespace sinter::testing
