@@ -91,6 +91,34 @@ TEST_CASE("gpu: elementwise f32 kernels use 16-byte loads and stores", "[ptx]") 
   CHECK(gpu_launch(odd, fuse(odd).kernels[0]).vector_width == 1);
 }
 
+TEST_CASE("gpu: a kernel written over its input in place still reads and writes 16 bytes at a "
+          "time, and reads its other buffers through the non-coherent cache",
+          "[ptx]") {
+  for (DType t : {DType::f32, DType::bf16}) {
+    INFO(dtype_name(t));
+    Graph g;
+    Value a = input(g, "a", {t, {64, 256}});
+    Value w = input(g, "w", {t, {256, 256}});
+    Value bias = input(g, "bias", {t, {64, 256}});
+    // The GEMM's result is read once, by the loop, which may write over it (an intermediate
+    // the next GEMM reads).
+    g.add_output("y", matmul(exp(matmul(a, w)) * bias, w).id);
+    Graph o = optimized(g);
+    FusionPlan plan = fuse(o, gpu_fusion_options);
+    const Kernel* loop = nullptr;
+    for (const Kernel& k : plan.kernels)
+      if (k.kind == KernelKind::loop) loop = &k;
+    REQUIRE(loop);
+    REQUIRE(loop->in_place());
+    std::string ptx = nvptx_target(90).compile(plan, *loop, "in_place");
+    INFO(ptx);
+    const char* vector_load = t == DType::f32 ? "ld.global.v4.f32" : "ld.global.v4.b32";
+    CHECK(ptx.find(vector_load) != std::string::npos);       // the buffer written over
+    CHECK(ptx.find("ld.global.nc.v4") != std::string::npos); // the bias
+    CHECK(ptx.find("st.global.v4") != std::string::npos);
+  }
+}
+
 TEST_CASE("gpu: reductions pick threads, warps or blocks by length", "[ptx]") {
   auto strategy_for = [](Shape shape, int64_t axis) {
     Graph g;

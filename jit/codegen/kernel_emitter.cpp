@@ -206,10 +206,18 @@ llvm::Value* KernelEmitter::load_flat(ValueId buffer_node, llvm::Value* flat, DT
 bool KernelEmitter::in_memory(ValueId v) const { return plan_.loads(kernel_, v); }
 
 void KernelEmitter::compute_and_store_outputs(const Index& idx, llvm::Value* flat) {
-  std::vector<ValueId> outputs = kernel_.outputs();
+  store_outputs(compute_outputs(idx), flat);
+}
+
+std::vector<llvm::Value*> KernelEmitter::compute_outputs(const Index& idx) {
   std::vector<llvm::Value*> values;
-  for (ValueId out : outputs)
+  for (ValueId out : kernel_.outputs())
     values.push_back(compute(out, idx));
+  return values;
+}
+
+void KernelEmitter::store_outputs(std::span<llvm::Value* const> values, llvm::Value* flat) {
+  std::vector<ValueId> outputs = kernel_.outputs();
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     DType t = g_.type(outputs[i]).dtype;
     b_.CreateStore(to_storage(values[i], t), output_address(flat, t, i));

@@ -112,6 +112,9 @@ public:
   /// Loop kernels: every output's value at `idx`, then every store at `flat` (all values
   /// first, so an output written over a buffer in place never changes what the others read).
   void compute_and_store_outputs(const Index& idx, llvm::Value* flat);
+  /// The two halves of it: every output's value at `idx`, then their stores at `flat`.
+  std::vector<llvm::Value*> compute_outputs(const Index& idx);
+  void store_outputs(std::span<llvm::Value* const> values, llvm::Value* flat);
   /// Address of element `flat` of output `position` of kernel().outputs() (stored as `t`).
   llvm::Value* output_address(llvm::Value* flat, DType t, std::size_t position = 0);
   /// Stores / loads element `flat` of output `position` in its own dtype (reductions that

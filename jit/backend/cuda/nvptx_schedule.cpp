@@ -57,16 +57,23 @@ public:
           // `width` consecutive elements per thread: adjacent, aligned accesses that the
           // load/store vectoriser turns into 16-byte ld/st.v4.
           llvm::Value* item_base = b_.CreateMul(item, e_.i64(width), "", true, true);
+          // Every element's values first, then every store: the loads come before any store
+          // even where an output may alias a read (in place), so both sides vectorise.
+          std::vector<std::vector<llvm::Value*>> values;
+          std::vector<llvm::Value*> flats;
           for (int64_t k = 0; k < width; ++k) {
             e_.clear_memo();
             llvm::Value* j = b_.CreateAdd(first, e_.i64(k), "", true, true);
             Index element = row_idx;
             if (!s.empty()) element.push_back(j);
             // row * inner + j, written so that consecutive k are visibly consecutive.
-            llvm::Value* flat = b_.CreateAdd(item_base, e_.i64(k), "", true, true);
-            e_.set_current_element(element, flat);
-            e_.compute_and_store_outputs(element, flat);
+            flats.push_back(b_.CreateAdd(item_base, e_.i64(k), "", true, true));
+            e_.set_current_element(element, flats.back());
+            values.push_back(e_.compute_outputs(element));
           }
+          for (int64_t k = 0; k < width; ++k)
+            e_.store_outputs(values[static_cast<std::size_t>(k)],
+                             flats[static_cast<std::size_t>(k)]);
           e_.set_current_element({}, nullptr);
         },
         threads_in_grid());
@@ -394,11 +401,18 @@ void NvptxSchedule::emit(KernelEmitter& e, const std::string& name) {
   if (runtime_rows_launch_) params.push_back(b.getInt64Ty());
   auto* fn = llvm::Function::Create(llvm::FunctionType::get(b.getVoidTy(), params, false),
                                     llvm::Function::ExternalLinkage, name, e.module());
+  // An in-place kernel's root is written over one of its reads: those two may alias, every
+  // other buffer is its own.
+  auto overwritten = std::find(kernel.reads.begin(), kernel.reads.end(), kernel.overwrites);
+  std::size_t shared_read =
+      kernel.in_place() && overwritten != kernel.reads.end()
+          ? outputs + static_cast<std::size_t>(overwritten - kernel.reads.begin())
+          : params.size();
   for (unsigned i = 0; i < buffers; ++i) {
     // The runtime passes 16-byte aligned buffers (arena slots are 64-byte aligned), which
     // lets the load/store vectoriser form 16-byte accesses.
     fn->addParamAttr(i, llvm::Attribute::getWithAlignment(e.context(), llvm::Align(16)));
-    if (kernel.in_place()) continue;
+    if (kernel.in_place() && (i == 0 || i == shared_read)) continue;
     fn->addParamAttr(i, llvm::Attribute::NoAlias);
     if (i >= outputs) fn->addParamAttr(i, llvm::Attribute::ReadOnly); // → ld.global.nc
   }
