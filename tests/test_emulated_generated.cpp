@@ -251,6 +251,19 @@ TEST_CASE("GPU plan: a GPT step's transformer block is at most 31 kernels, forwa
     GpuPlan gpu(step.runtime().program().graph());
     INFO("depth " << depth << "\n" << gpu.plan.print());
     CHECK(gpu.count(KernelKind::attention) == static_cast<std::size_t>(2 * depth));
+    // No kernel only converts: every cast (the logits' gradient to bf16, working copies) is
+    // written by the kernel that computes the value.
+    for (const Kernel& k : gpu.plan.kernels) {
+      bool casts = false, computes = false;
+      for (ValueId v : k.body) {
+        OpId op = gpu.graph.node(v).op;
+        casts = casts || op == OpId::cast;
+        computes = computes || !(op == OpId::cast || op == OpId::reshape || op == OpId::broadcast ||
+                                 op == OpId::permute);
+      }
+      INFO("kernel of %" << k.root);
+      CHECK((!casts || computes || k.kind != KernelKind::loop));
+    }
     return only ? gpu.count(*only) : gpu.plan.kernels.size();
   };
   std::size_t one = kernels_at_depth(1), two = kernels_at_depth(2);
