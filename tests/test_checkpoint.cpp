@@ -1,5 +1,7 @@
 // tests/test_checkpoint.cpp — safetensors checkpoints: format, round trips, validation, atomicity
+#include "jit/dist/communicator.hpp"
 #include "jit/io/checkpoint.hpp"
+#include "jit/io/sharded_checkpoint.hpp"
 
 #include "temp_dir.hpp"
 
@@ -373,3 +375,49 @@ TEST_CASE("Duplicate or reserved tensor names are rejected before anything is wr
   REQUIRE_THROWS_WITH(save_safetensors(file, not_utf8), Catch::Contains("not valid UTF-8"));
   CHECK(directory_listing(dir.path).empty());
 }
+
+namespace sinter::testing {
+namespace {
+
+TEST_CASE("A sharded save deletes only the old shard files it wrote, never what an edited index "
+          "lists elsewhere, and a reader refuses shard names outside the index's folder",
+          "[checkpoint]") {
+  TempDir tmp("sinter-shard-delete");
+  namespace fs = std::filesystem;
+  fs::path run = tmp.path / "run", victims = tmp.path / "victim_dir";
+  fs::create_directories(run);
+  fs::create_directories(victims);
+  auto touch = [](const fs::path& file) { std::ofstream(file) << "keep me"; };
+  touch(victims / "precious.txt");
+  touch(run / "notes.txt");
+  touch(run / "mlp.step10.rank0-of-1.safetensors");   // what a save at step 10 wrote
+  touch(run / "other.step10.rank0-of-1.safetensors"); // another checkpoint's shard
+  const std::vector<double> values{1, 2, 3, 4};
+  HostTensor w = HostTensor::from_doubles(DType::f32, {4}, values);
+  NamedTensors none;
+  const std::string listed = "mlp.step10.rank0-of-1.safetensors,../victim_dir/precious.txt," +
+                             (victims / "precious.txt").string() +
+                             ",notes.txt,other.step10.rank0-of-1.safetensors";
+  save_safetensors(run / "mlp.safetensors", none,
+                   {{"sharded.files", listed}, {"sharded.shape.w", "4"}});
+  save_sharded_checkpoint(run / "mlp.safetensors", none, {{"w", &w, {4}}}, {}, world(), 20);
+  CHECK(fs::exists(victims / "precious.txt"));
+  CHECK(fs::exists(run / "notes.txt"));
+  CHECK(fs::exists(run / "other.step10.rank0-of-1.safetensors"));
+  CHECK_FALSE(fs::exists(run / "mlp.step10.rank0-of-1.safetensors")); // replaced, so removed
+  CHECK(fs::exists(run / "mlp.step20.rank0-of-1.safetensors"));
+  CheckpointReader ok(run / "mlp.safetensors");
+  CHECK(ok.contains("w"));
+
+  // An index whose list points outside its folder is refused by name, before any read.
+  for (const std::string& name : {std::string("../victim_dir/precious.txt"),
+                                  (victims / "precious.txt").string(), std::string("..")}) {
+    save_safetensors(run / "edited.safetensors", none,
+                     {{"sharded.files", name}, {"sharded.shape.w", "4"}});
+    CHECK_THROWS_WITH(CheckpointReader(run / "edited.safetensors"),
+                      Catch::Contains("not a file beside it") && Catch::Contains(name));
+  }
+}
+
+} // namespace
+} // namespace sinter::testing

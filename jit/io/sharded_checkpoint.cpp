@@ -8,6 +8,7 @@
 #include <cstring>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
 #include <system_error>
 
 namespace sinter {
@@ -45,6 +46,32 @@ std::vector<std::string> split_list(const std::string& text) {
   while (std::getline(in, part, ','))
     if (!part.empty()) out.push_back(part);
   return out;
+}
+
+/// Whether `name` is a file name a sharded save of `stem` writes:
+/// `<stem>.step<digits>.rank<digits>-of-<digits>.safetensors`, with no folder part.
+bool is_shard_file_name(const std::string& name, const std::string& stem) {
+  std::string_view rest = name;
+  auto take = [&](std::string_view text) {
+    if (!rest.starts_with(text)) return false;
+    rest.remove_prefix(text.size());
+    return true;
+  };
+  auto digits = [&] {
+    std::size_t n = 0;
+    while (n < rest.size() && rest[n] >= '0' && rest[n] <= '9')
+      ++n;
+    rest.remove_prefix(n);
+    return n > 0;
+  };
+  return take(stem) && take(".step") && digits() && take(".rank") && digits() && take("-of-") &&
+         digits() && take(".safetensors") && rest.empty();
+}
+
+/// A name from an index's file list is a plain name beside the index: no folder, no `..`.
+bool plain_file_name(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
+         name.find('\\') == std::string::npos;
 }
 
 int64_t shard_of(int64_t elements, int pieces) {
@@ -89,9 +116,13 @@ void save_sharded_checkpoint(const std::filesystem::path& index, const NamedTens
     for (const ShardedTensor& s : shards)
       metadata[shape_prefix + s.name] = shape_text(s.whole);
     save_safetensors(index, whole, metadata);
+    // Only shard files a save of this index wrote, by their name, beside it: an index can be
+    // edited or copied, and its list must never delete anything else.
     std::vector<std::string> kept = split_list(files);
     for (const std::string& old : previous)
-      if (std::find(kept.begin(), kept.end(), old) == kept.end())
+      if (std::find(kept.begin(), kept.end(), old) == kept.end() &&
+          is_shard_file_name(old, index.stem().string()) &&
+          std::filesystem::is_regular_file(std::filesystem::symlink_status(dir / old, missing)))
         std::filesystem::remove(dir / old, missing);
   }
   ranks.barrier(); // no rank reads the checkpoint before its index exists
@@ -101,6 +132,13 @@ CheckpointReader::CheckpointReader(std::filesystem::path index)
     : path_(std::move(index)), index_(load_safetensors(path_)) {
   if (auto it = index_.metadata.find(files_key); it != index_.metadata.end())
     shard_names_ = split_list(it->second);
+  for (const std::string& name : shard_names_)
+    if (!plain_file_name(name))
+      throw std::runtime_error("sinter: checkpoint " + path_.string() + " lists the shard file '" +
+                               name +
+                               "', which is not a file beside it: shard files live in the "
+                               "index's folder; restore the index that wrote them, or copy the "
+                               "shards there and list them by name");
   for (const auto& [key, value] : index_.metadata)
     if (key.starts_with(shape_prefix))
       sharded_shapes_[key.substr(std::strlen(shape_prefix))] = parse_shape(value, path_);

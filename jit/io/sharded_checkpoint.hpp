@@ -31,7 +31,10 @@ struct ShardedTensor {
 /// `<stem>.step<S>.rank<r>-of-<N>.safetensors` beside `index`, atomically; once every rank's
 /// file is complete, rank 0 writes `index` (atomically) with the `whole` tensors, the
 /// metadata, and the list and shapes of the sharded ones, then removes the shard files of
-/// the checkpoint it replaced. An interrupted save leaves the previous checkpoint whole.
+/// the checkpoint it replaced: only names of that pattern (same stem) that the old index
+/// listed and that are regular files beside it; anything else the old list names (another
+/// folder, `..`, an absolute path, another file) is left alone. An interrupted save leaves
+/// the previous checkpoint whole.
 void save_sharded_checkpoint(const std::filesystem::path& index, const NamedTensors& whole,
                              const std::vector<ShardedTensor>& shards,
                              std::map<std::string, std::string> metadata, Communicator& ranks,
@@ -43,7 +46,8 @@ void save_sharded_checkpoint(const std::filesystem::path& index, const NamedTens
 class CheckpointReader {
 public:
   /// Throws std::runtime_error naming the file when the index or a shard file it lists is
-  /// missing, truncated or corrupt.
+  /// missing, truncated or corrupt, or when the index lists a shard file that is not a plain
+  /// name beside it (a folder part, `..`, an absolute path).
   explicit CheckpointReader(std::filesystem::path index);
   ~CheckpointReader();
 
