@@ -43,6 +43,9 @@ public:
       if (!values_.count(name)) fail("unknown flag --" + name);
       values_[name] = value;
     }
+    // A switch given a value takes only these: `--resume=yes` must not quietly mean off.
+    for (const Flag& f : flags_)
+      if (is_switch(f.name)) on(f.name);
   }
 
   std::string str(const std::string& name) const { return values_.at(name); }
@@ -64,7 +67,14 @@ public:
     }
     fail("--" + name + " must be a number, got '" + str(name) + "'");
   }
-  bool on(const std::string& name) const { return str(name) == "1" || str(name) == "true"; }
+  /// A switch: `--name` or `--name=true|false|1|0`; any other value exits 2 naming it.
+  bool on(const std::string& name) const {
+    const std::string& v = values_.at(name);
+    if (v == "1" || v == "true") return true;
+    if (v == "0" || v == "false") return false;
+    fail("--" + name + " is a switch: give --" + name + " or --" + name + "=true|false|1|0, not '" +
+         v + "'");
+  }
 
   [[noreturn]] void fail(const std::string& why) const {
     std::fprintf(stderr, "%s: %s (see --help)\n", program_.c_str(), why.c_str());

@@ -12,6 +12,19 @@ for r in "$mlp" "$vit" "$gpt" "$distill"; do
   if "$r" --no-such-flag 2>/dev/null; then echo "$r accepted an unknown flag"; exit 1; fi
 done
 
+# A switch takes --flag or --flag=true|false|1|0: `--resume=yes` once trained from scratch and
+# overwrote the checkpoint; now it stops (exit 2) naming the flag, before any work.
+for bad in --resume=yes --resume=on --check-numerics=yes --resume=; do
+  set +e
+  err=$("$mlp" --steps 1 --checkpoint-dir "$ckpt" "$bad" 2>&1 >/dev/null)
+  status=$?
+  set -e
+  [ "$status" -eq 2 ] || { echo "mlp $bad exited $status, not 2"; exit 1; }
+  grep -qF -- "${bad%%=*} is a switch" <<<"$err" ||
+    { echo "mlp $bad: no message naming the switch: $err"; exit 1; }
+done
+[ ! -e "$ckpt/mlp.safetensors" ] || { echo "a refused switch still wrote a checkpoint"; exit 1; }
+
 out=$("$mlp" --steps 300 --checkpoint-dir "$ckpt" 2>/dev/null)
 echo "mlp: $out"
 acc=$(sed -n 's/^result: test_accuracy=\([0-9.]*\).*/\1/p' <<<"$out")
