@@ -419,6 +419,30 @@ TEST_CASE("an entry whose header names another key is rejected", "[runtime]") {
   CHECK_FALSE(fs::exists(cache.entry_path(wanted)));
 }
 
+TEST_CASE("an entry copied under another key with its key field rewritten fails its checksum",
+          "[runtime]") {
+  TempDir tmp;
+  KernelCache cache(tmp.path);
+  CacheKey wanted = key_named("wanted"), other = key_named("other");
+  cache.store(other, bytes_of("other kernel"));
+  fs::rename(cache.entry_path(other), cache.entry_path(wanted));
+  {
+    std::fstream file(cache.entry_path(wanted), std::ios::in | std::ios::out | std::ios::binary);
+    char key_bytes[16];
+    for (int i = 0; i < 8; ++i) {
+      key_bytes[i] = static_cast<char>((wanted.hi >> (8 * i)) & 0xff);
+      key_bytes[8 + i] = static_cast<char>((wanted.lo >> (8 * i)) & 0xff);
+    }
+    file.seekp(32);
+    file.write(key_bytes, 16);
+  }
+  std::optional<std::vector<char>> loaded;
+  std::string err = capture_stderr([&] { loaded = cache.load(wanted); });
+  CHECK_FALSE(loaded.has_value());
+  CHECK(err.find("(checksum mismatch)") != std::string::npos);
+  CHECK_FALSE(fs::exists(cache.entry_path(wanted)));
+}
+
 TEST_CASE("two processes storing the same key concurrently always leave a valid entry",
           "[runtime]") {
   TempDir tmp;

@@ -24,9 +24,9 @@ namespace fs = std::filesystem;
 
 // The on-disk header, little-endian, 48 bytes:
 //   0 magic "SINTERK1" | 8 u32 version | 12 u32 header size | 16 u64 payload size
-//   24 u64 payload checksum | 32 u64 key.hi | 40 u64 key.lo
+//   24 u64 checksum of the key and the payload | 32 u64 key.hi | 40 u64 key.lo
 constexpr std::array<char, 8> entry_magic = {'S', 'I', 'N', 'T', 'E', 'R', 'K', '1'};
-constexpr std::uint32_t entry_version = 1;
+constexpr std::uint32_t entry_version = 2; ///< 2: the checksum covers the key too
 constexpr std::size_t header_size = 48;
 constexpr std::string_view entry_extension = ".sko";
 constexpr std::string_view temp_marker = ".tmp-";
@@ -59,8 +59,12 @@ void write_le(char* p, std::uint64_t v, int bytes) {
 }
 
 // Word-at-a-time over the payload; objects are tens of kilobytes, so this is not a hot path.
-std::uint64_t payload_checksum(std::span<const char> payload) {
+// The key is covered too: a payload copied under another key with its key field rewritten
+// must not load as that kernel.
+std::uint64_t entry_checksum(const CacheKey& key, std::span<const char> payload) {
   KeyHasher h;
+  h.add(key.hi);
+  h.add(key.lo);
   h.add(std::string_view(payload.data(), payload.size()));
   CacheKey k = h.finish();
   return k.hi ^ k.lo;
@@ -72,7 +76,7 @@ std::array<char, header_size> make_header(const CacheKey& key, std::span<const c
   write_le(h.data() + 8, entry_version, 4);
   write_le(h.data() + 12, header_size, 4);
   write_le(h.data() + 16, payload.size(), 8);
-  write_le(h.data() + 24, payload_checksum(payload), 8);
+  write_le(h.data() + 24, entry_checksum(key, payload), 8);
   write_le(h.data() + 32, key.hi, 8);
   write_le(h.data() + 40, key.lo, 8);
   return h;
@@ -95,7 +99,7 @@ std::string validate_entry(std::span<const char> file, const CacheKey& key) {
            " payload bytes, file has " + std::to_string(file.size() - header_size);
   CacheKey stored{read_le64(file.data() + 32), read_le64(file.data() + 40)};
   if (stored != key) return "key mismatch: header names " + stored.hex();
-  if (read_le64(file.data() + 24) != payload_checksum(file.subspan(header_size)))
+  if (read_le64(file.data() + 24) != entry_checksum(stored, file.subspan(header_size)))
     return "checksum mismatch";
   return {};
 }
