@@ -182,11 +182,12 @@ GpuExecutable::GpuExecutable(Prepared prepared, CudaDevice& device, KernelCache&
   run.dump("launch-plan", [&] { return print_launch_plan(epilogues, launches_); });
   run.dump("kernels", [&] { return report_.print(fusion_); });
   run.timed("bind", [&] { bind(*sets_[0]); });
+  const GpuRates rates = gpu_rates(device_.info());
   std::vector<KernelWork> work = run.timed("plan", [&] {
     kernel_infos_ = describe_kernels(fusion_);
-    return predict_plan(fusion_, launches_, kernel_infos_, gpu_rates(device_.info()));
+    return predict_plan(fusion_, launches_, kernel_infos_, rates);
   });
-  run.dump("plan", [&] { return print_predictions(work, gpu_rates(device_.info())); });
+  run.dump("plan", [&] { return print_predictions(work, rates); });
   report_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 

@@ -25,6 +25,7 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <stdexcept>
 
@@ -132,13 +133,10 @@ const std::string& NvptxTarget::fingerprint() const { return impl_->fingerprint;
 
 std::string NvptxTarget::compile(const FusionPlan& plan, const Kernel& kernel,
                                  const std::string& symbol) {
-  llvm::LLVMContext context;
-  llvm::Module module(symbol, context);
-  std::unique_ptr<llvm::TargetMachine> machine = impl_->make_machine();
-  target_module(module, *machine);
-  NvptxSchedule schedule;
-  emit_kernel(module, plan, kernel, symbol, schedule);
-  return finish(module, *machine, symbol);
+  return compile_module(symbol, [&](llvm::Module& module) {
+    NvptxSchedule schedule;
+    emit_kernel(module, plan, kernel, symbol, schedule);
+  });
 }
 
 void emit_rows_kernel(llvm::Module& module, const RuntimeRowsKernel& kernel,
@@ -180,16 +178,18 @@ bool rows_kernel_emits(const RuntimeRowsKernel& kernel, const GpuLaunch& launch)
 
 std::string NvptxTarget::compile(const RuntimeRowsKernel& kernel, const GpuLaunch& launch,
                                  const std::string& symbol) {
-  llvm::LLVMContext context;
-  llvm::Module module(symbol, context);
-  std::unique_ptr<llvm::TargetMachine> machine = impl_->make_machine();
-  target_module(module, *machine);
-  emit_rows_kernel(module, kernel, launch, symbol);
-  return finish(module, *machine, symbol);
+  return compile_module(
+      symbol, [&](llvm::Module& module) { emit_rows_kernel(module, kernel, launch, symbol); });
 }
 
-std::string NvptxTarget::finish(llvm::Module& module, llvm::TargetMachine& machine,
-                                const std::string& symbol) {
+std::string NvptxTarget::compile_module(const std::string& symbol,
+                                        const std::function<void(llvm::Module&)>& emit) {
+  llvm::LLVMContext context;
+  llvm::Module module(symbol, context);
+  std::unique_ptr<llvm::TargetMachine> target_machine = impl_->make_machine();
+  llvm::TargetMachine& machine = *target_machine;
+  target_module(module, machine);
+  emit(module);
   bool uses_libdevice = false;
   for (const llvm::Function& f : module)
     uses_libdevice |= f.isDeclaration() && f.getName().starts_with("__nv_");

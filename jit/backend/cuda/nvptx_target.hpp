@@ -6,6 +6,7 @@
 #include "jit/pipeline/prepare.hpp"
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -13,7 +14,6 @@
 
 namespace llvm {
 class Module;
-class TargetMachine;
 } // namespace llvm
 
 namespace sinter {
@@ -96,8 +96,10 @@ public:
   static std::optional<std::filesystem::path> find_libdevice();
 
 private:
-  /// Links libdevice where used, optimises and prints the PTX of a targeted module.
-  std::string finish(llvm::Module& module, llvm::TargetMachine& machine, const std::string& symbol);
+  /// A module for this target with the kernel `emit` adds, libdevice linked where used,
+  /// optimised and printed as PTX.
+  std::string compile_module(const std::string& symbol,
+                             const std::function<void(llvm::Module&)>& emit);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
