@@ -2,6 +2,7 @@
 // qualify, one compiled kernel run at other row counts (in the NVPTX emulator) against the
 // kernel compiled for that shape, and the guard that refuses code depending on the count
 #include "jit/backend/cuda/gpu_launch.hpp"
+#include "jit/backend/cuda/launch_plan.hpp"
 #include "jit/backend/cuda/nvptx_target.hpp"
 #include "jit/passes/runtime_rows.hpp"
 #include "jit/pipeline/pipeline.hpp"
@@ -38,6 +39,31 @@ Graph embedding_model_gradients(int64_t batch, int64_t length) {
   Value logits = matmul(reshape(h, {batch * length, width}), w) + b;
   g.add_output("loss", cross_entropy_mean(logits, labels).id);
   return Pipeline::standard(AutodiffOptions{{"table", "gamma", "beta", "w", "b"}, 0})
+      .run(g, DumpSelection(""), std::cerr);
+}
+
+/// One head of causal self-attention over embedded ids with learned positions, then a linear
+/// layer and cross entropy, differentiated: kernels whose index algebra reads a token's position
+/// (the position table's slice, the causal mask, softmax over the keys, the head permutes).
+Graph sequence_model_gradients(int64_t batch, int64_t length) {
+  constexpr int64_t vocab = 11, width = 8, heads = 2, context = 16, classes = 3;
+  Graph g;
+  Value ids = input(g, "ids", {DType::i32, {batch, length}});
+  Value labels = input(g, "labels", {DType::i32, {batch * length}});
+  Value table = input(g, "table", {DType::f32, {vocab, width}});
+  Value positions = input(g, "positions", {DType::f32, {context, width}});
+  Value w = input(g, "w", {DType::f32, {width, classes}});
+  Value h = gather(table, ids) +
+            broadcast_to(slice(positions, {0, 0}, {length, width}), {batch, length, width});
+  Value q = permute(reshape(h, {batch, length, heads, width / heads}), {0, 2, 1, 3});
+  Value scores = matmul(q, transpose(q)) * 0.5; // [batch, heads, length, length]
+  Value causal = broadcast_to(less_equal(iota(g, DType::i32, {length, length}, 1),
+                                         iota(g, DType::i32, {length, length}, 0)),
+                              {batch, heads, length, length});
+  Value mixed = matmul(softmax(where(causal, scores, -1e9)), q);
+  Value o = reshape(permute(mixed, {0, 2, 1, 3}), {batch * length, width});
+  g.add_output("loss", cross_entropy_mean(matmul(o, w), labels).id);
+  return Pipeline::standard(AutodiffOptions{{"table", "positions", "w"}, 0})
       .run(g, DumpSelection(""), std::cerr);
 }
 
@@ -153,6 +179,109 @@ TEST_CASE("rows parameter: a kernel compiled for one row count computes what the
   CHECK(kinds.contains(KernelKind::row));         // layernorm, the loss
   CHECK(kinds.contains(KernelKind::reduce));      // γ, β and bias gradients: sums over the rows
   CHECK(kinds.contains(KernelKind::scatter_add)); // the table's gradient
+}
+
+/// Runs `kernel` of `plan` on random reads (indices below 5), either as compiled for its
+/// shape or as `sized`'s code (scheduled for `launch`) at size `size`: its outputs.
+std::vector<std::vector<std::byte>> run_kernel(const FusionPlan& plan, const Kernel& kernel,
+                                               const RuntimeRowsKernel* sized,
+                                               const GpuLaunch& launch, int64_t size,
+                                               uint32_t seed) {
+  const Graph& g = *plan.graph;
+  std::mt19937 rng(seed);
+  std::vector<std::vector<std::byte>> outputs, inputs;
+  for (ValueId r : kernel.reads)
+    inputs.push_back(random_buffer(g.type(r), rng, 5));
+  std::vector<void*> buffers;
+  for (ValueId out : kernel.outputs())
+    outputs.emplace_back(std::max<std::size_t>(byte_size(g.type(out)), 16));
+  for (auto& o : outputs)
+    buffers.push_back(o.data());
+  for (auto& in : inputs)
+    buffers.push_back(in.data());
+  if (sized)
+    emulate_nvptx_rows_kernel(*sized, launch, size, buffers);
+  else
+    emulate_nvptx_kernel(plan, kernel, buffers);
+  return outputs;
+}
+
+TEST_CASE("changed dim as a parameter: kernels planned at two sequence lengths unify, and "
+          "their code runs at a third length like that length's own kernels",
+          "[emulated][rows-parameter]") {
+  // Lengths 5 and 7 make the code; length 9 runs it (none equals another dim of the model).
+  GpuPlan five(sequence_model_gradients(2, 5)), seven(sequence_model_gradients(2, 7)),
+      nine(sequence_model_gradients(2, 9));
+  // Every kernel of a plan by signature: kernels alike in all but their sizes share one.
+  auto by_signature = [](const FusionPlan& plan) {
+    std::multimap<std::string, RuntimeRowsKernel> out;
+    for (const Kernel& k : plan.kernels)
+      if (k.kind != KernelKind::gemm && k.kind != KernelKind::collective) {
+        RuntimeRowsKernel captured = RuntimeRowsKernel::capture(plan, k);
+        out.emplace(captured.signature(), std::move(captured));
+      }
+    return out;
+  };
+  std::multimap<std::string, RuntimeRowsKernel> at_five = by_signature(five.plan()),
+                                                at_seven = by_signature(seven.plan());
+  std::set<OpId> ops;
+  std::set<KernelKind> kinds;
+  std::size_t unified = 0;
+  for (const Kernel& k : nine.plan().kernels) {
+    if (k.kind == KernelKind::gemm || k.kind == KernelKind::collective || k.in_place()) continue;
+    RuntimeRowsKernel now = RuntimeRowsKernel::capture(nine.plan(), k);
+    INFO("kernel of %" << k.root << " (" << kernel_kind_name(k.kind) << ")");
+    // The code made from lengths 7 and 5, and the same kernel found at length 9 (as a device
+    // finds it: unified with the kernel remembered at length 5).
+    std::optional<RuntimeRowsKernel> code, here;
+    auto [first5, last5] = at_five.equal_range(now.signature());
+    auto [first7, last7] = at_seven.equal_range(now.signature());
+    for (auto k5 = first5; k5 != last5 && !code; ++k5) {
+      here = RuntimeRowsKernel::unify(now, k5->second);
+      for (auto k7 = first7; k7 != last7 && here && !code; ++k7)
+        if ((code = RuntimeRowsKernel::unify(k7->second, k5->second)) &&
+            !code->instance(here->rows()).kernel().body.empty()) {
+          // One binary: the same key at every length.
+          CacheKey a = rows_key(*code), b = rows_key(*here);
+          if (a.lo != b.lo || a.hi != b.hi) code.reset();
+        }
+    }
+    if (!code) continue; // a value that no size explains (the loss's 1 / tokens)
+    RowsInstance back = here->instance(here->rows());
+    CHECK(RuntimeRowsKernel::capture(back.plan, back.kernel()).same_numbers(now));
+    const Kernel* k7 = nullptr;
+    for (const Kernel& candidate : seven.plan().kernels)
+      if (candidate.kind == k.kind &&
+          RuntimeRowsKernel::capture(seven.plan(), candidate).signature() == now.signature())
+        k7 = &candidate;
+    REQUIRE(k7);
+    GpuLaunch launch = sized_launch(*code, gpu_launch(*seven.plan().graph, *k7));
+    if (!rows_kernel_emits(*code, launch)) continue;
+    auto want = run_kernel(nine.plan(), k, nullptr, launch, 0, 5);
+    auto got = run_kernel(nine.plan(), k, &*code, launch, here->rows(), 5);
+    const Graph& g = *nine.plan().graph;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      const TensorType& t = g.type(k.outputs()[i]);
+      REQUIRE((t.dtype == DType::f32 || t.dtype == DType::boolean));
+      std::size_t element = t.dtype == DType::f32 ? 4 : 1;
+      for (int64_t e = 0; e < numel(t.shape); ++e) {
+        float a = 0, b = 0;
+        std::memcpy(&a, want[i].data() + element * e, element);
+        std::memcpy(&b, got[i].data() + element * e, element);
+        INFO("output " << i << " element " << e);
+        REQUIRE(b == Approx(a).epsilon(1e-6).margin(1e-6));
+      }
+    }
+    for (ValueId v : k.body)
+      ops.insert(g.node(v).op);
+    kinds.insert(k.kind);
+    ++unified;
+  }
+  CHECK(unified >= 6);
+  CHECK(kinds.contains(KernelKind::row)); // softmax over the keys
+  CHECK(ops.contains(OpId::permute));     // the heads
+  CHECK(ops.contains(OpId::iota));        // the causal mask
+  CHECK(ops.contains(OpId::slice));       // the position table's first `length` rows
 }
 
 TEST_CASE("rows parameter: a kernel that reads a row's position within a sequence keeps its "

@@ -30,6 +30,9 @@ struct BackendEntry {
   /// Memory free for a new step on `device` now: the GPU's free memory, or on the CPU the
   /// host's available memory (MemAvailable).
   int64_t (*free_memory)(const Device& device);
+  /// Optional: `prepared` is the step planned at another shape bucket (nothing compiled), so
+  /// that the backend can compile this bucket's kernels to serve both (null: nothing to do).
+  void (*remember_shapes)(const Prepared& prepared, const Device& device) = nullptr;
 };
 
 /// SINTER_ATTENTION: `fused` (the default: each backend's fused attention kernels where it has

@@ -119,17 +119,24 @@ llvm::Value* KernelEmitter::from_storage(llvm::Value* v, DType t) {
   }
 }
 
-llvm::Value* KernelEmitter::count(const Shape& shape) {
-  if (!rows_ || shape.empty() || shape[0] != rows_extent_) return i64(numel(shape));
-  int64_t inner = numel(shape) / rows_extent_;
-  return inner == 1 ? rows_ : b_.CreateMul(rows_, i64(inner), "", true, true);
+llvm::Value* KernelEmitter::extent(int64_t n) {
+  if (!size_ || n == 0) return i64(n);
+  int power = 0;
+  while (n % size_extent_ == 0) {
+    n /= size_extent_;
+    ++power;
+  }
+  llvm::Value* out = power ? size_ : i64(n);
+  for (int p = 1; p < power; ++p)
+    out = b_.CreateMul(out, size_, "", true, true);
+  return power && n != 1 ? b_.CreateMul(out, i64(n), "", true, true) : out;
 }
 
 llvm::Value* KernelEmitter::linear(const Index& idx, const Shape& shape) {
   llvm::Value* flat = i64(0);
   auto strides = strides_of(shape);
   for (std::size_t d = 0; d < shape.size(); ++d)
-    if (shape[d] != 1) flat = b_.CreateAdd(flat, b_.CreateMul(idx[d], i64(strides[d])));
+    if (shape[d] != 1) flat = b_.CreateAdd(flat, b_.CreateMul(idx[d], extent(strides[d])));
   return flat;
 }
 
@@ -140,8 +147,8 @@ Index KernelEmitter::delinearize(llvm::Value* flat, const Shape& shape) {
       idx[d] = i64(0);
       continue;
     }
-    idx[d] = d == 0 ? flat : b_.CreateURem(flat, i64(shape[d]));
-    if (d > 0) flat = b_.CreateUDiv(flat, i64(shape[d]));
+    idx[d] = d == 0 ? flat : b_.CreateURem(flat, extent(shape[d]));
+    if (d > 0) flat = b_.CreateUDiv(flat, extent(shape[d]));
   }
   return idx;
 }
@@ -183,9 +190,10 @@ Index KernelEmitter::reshape_index(const Index& idx, const Shape& out, const Sha
   return result;
 }
 
-llvm::Value* KernelEmitter::clamp(llvm::Value* v, int64_t lo, int64_t hi) {
-  v = b_.CreateSelect(b_.CreateICmpSLT(v, i64(lo)), i64(lo), v);
-  return b_.CreateSelect(b_.CreateICmpSGT(v, i64(hi)), i64(hi), v);
+llvm::Value* KernelEmitter::clamp_below(llvm::Value* v, int64_t size) {
+  llvm::Value* last = b_.CreateSub(extent(size), i64(1));
+  v = b_.CreateSelect(b_.CreateICmpSLT(v, i64(0)), i64(0), v);
+  return b_.CreateSelect(b_.CreateICmpSGT(v, last), last, v);
 }
 
 /// The flat offset of `idx` in a row-major tensor of `shape`. At the element the kernel is
@@ -366,13 +374,13 @@ KernelEmitter::scatter_update(const Index& at, llvm::Value* row, llvm::Value* k)
   for (llvm::Value* v : delinearize(k, row_shape))
     update.push_back(v);
   llvm::Value* x = compute(root.inputs[1], update);
-  llvm::Value* flat = b_.CreateAdd(b_.CreateMul(row, i64(numel(row_shape))), k);
+  llvm::Value* flat = b_.CreateAdd(b_.CreateMul(row, extent(numel(row_shape))), k);
   return {x, output_address(flat, root.type.dtype)};
 }
 
 llvm::Value* KernelEmitter::scatter_row_valid(llvm::Value* row) {
-  int64_t rows = root().type.shape[0];
-  return b_.CreateAnd(b_.CreateICmpSGE(row, i64(0)), b_.CreateICmpSLT(row, i64(rows)));
+  llvm::Value* rows = extent(root().type.shape[0]);
+  return b_.CreateAnd(b_.CreateICmpSGE(row, i64(0)), b_.CreateICmpSLT(row, rows));
 }
 
 void KernelEmitter::emit_serial_scatter(llvm::Value* begin, llvm::Value* end) {
@@ -390,7 +398,7 @@ void KernelEmitter::emit_serial_scatter(llvm::Value* begin, llvm::Value* end) {
       Index at = delinearize(i, idx_shape);
       llvm::Value* row = b_.CreateSExt(compute(root.inputs[0], at), b_.getInt64Ty());
       emit_if(scatter_row_valid(row), [&] {
-        emit_for(i64(0), i64(width), [&](llvm::Value* k) {
+        emit_for(i64(0), extent(width), [&](llvm::Value* k) {
           memo_.clear();
           auto [x, slot] = scatter_update(at, row, k);
           llvm::Value* old = from_storage(b_.CreateLoad(storage_type(t), slot), t);
@@ -544,7 +552,7 @@ llvm::Value* KernelEmitter::compute_uncached(ValueId v, const Index& idx) {
   case OpId::slice: {
     Index at;
     for (std::size_t d = 0; d < idx.size(); ++d)
-      at.push_back(b_.CreateAdd(idx[d], i64(n.attrs.ints[d])));
+      at.push_back(b_.CreateAdd(idx[d], extent(n.attrs.ints[d])));
     return operand(0, at);
   }
   case OpId::pad: {
@@ -556,10 +564,10 @@ llvm::Value* KernelEmitter::compute_uncached(ValueId v, const Index& idx) {
         at.push_back(idx[d]);
         continue;
       }
-      llvm::Value* p = b_.CreateSub(idx[d], i64(n.attrs.ints[d]));
+      llvm::Value* p = b_.CreateSub(idx[d], extent(n.attrs.ints[d]));
       inside = b_.CreateAnd(
-          inside, b_.CreateAnd(b_.CreateICmpSGE(p, i64(0)), b_.CreateICmpSLT(p, i64(in[d]))));
-      at.push_back(clamp(p, 0, in[d] - 1)); // in bounds even where the select drops it
+          inside, b_.CreateAnd(b_.CreateICmpSGE(p, i64(0)), b_.CreateICmpSLT(p, extent(in[d]))));
+      at.push_back(clamp_below(p, in[d])); // in bounds even where the select drops it
     }
     return b_.CreateSelect(inside, operand(0, at), llvm::Constant::getNullValue(t));
   }
@@ -570,10 +578,10 @@ llvm::Value* KernelEmitter::compute_uncached(ValueId v, const Index& idx) {
     for (std::size_t i = 0; i < n.inputs.size(); ++i) {
       int64_t size = g_.type(n.inputs[i]).shape[axis];
       Index at = idx;
-      at[axis] = clamp(b_.CreateSub(idx[axis], i64(offset)), 0, size - 1);
+      at[axis] = clamp_below(b_.CreateSub(idx[axis], extent(offset)), size);
       llvm::Value* part = operand(i, at);
-      result =
-          result ? b_.CreateSelect(b_.CreateICmpSGE(idx[axis], i64(offset)), part, result) : part;
+      result = result ? b_.CreateSelect(b_.CreateICmpSGE(idx[axis], extent(offset)), part, result)
+                      : part;
       offset += size;
     }
     return result;
@@ -582,7 +590,7 @@ llvm::Value* KernelEmitter::compute_uncached(ValueId v, const Index& idx) {
     Shape table = g_.type(n.inputs[0]).shape, indices = g_.type(n.inputs[1]).shape;
     Index at_index(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(indices.size()));
     llvm::Value* row = b_.CreateSExt(operand(1, at_index), b_.getInt64Ty());
-    Index at{clamp(row, 0, table[0] - 1)}; // out-of-range ids read the nearest row
+    Index at{clamp_below(row, table[0])}; // out-of-range ids read the nearest row
     at.insert(at.end(), idx.begin() + static_cast<std::ptrdiff_t>(indices.size()), idx.end());
     return operand(0, at);
   }

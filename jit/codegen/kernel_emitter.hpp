@@ -76,17 +76,18 @@ public:
   llvm::Type* storage_type(DType t);
   llvm::Value* i64(int64_t v) { return b_.getInt64(static_cast<uint64_t>(v)); }
 
-  /// Kernels whose row count is a parameter (RuntimeRowsKernel): `rows` is that parameter and
-  /// `extent` the row count the kernel's graph was built with, a value no other dim has. Loop
-  /// bounds and counts then read the parameter wherever a shape's leading dim is `extent`.
-  void set_runtime_rows(llvm::Value* rows, int64_t extent) {
-    rows_ = rows;
-    rows_extent_ = extent;
+  /// Kernels with a runtime size (RuntimeRowsKernel: a row count, or a dim such as a sequence
+  /// length): `size` is that parameter and `extent` the value the kernel's graph was built
+  /// with for it, a prime above every real dim. A shape number c·extent^p (a dim, a stride, an
+  /// element count, an offset) then reads c·size^p, every other number stays a constant.
+  void set_runtime_size(llvm::Value* size, int64_t extent) {
+    size_ = size;
+    size_extent_ = extent;
   }
-  /// A dim's size: the rows parameter for the collapsed rows, else the constant.
-  llvm::Value* extent(int64_t dim) { return rows_ && dim == rows_extent_ ? rows_ : i64(dim); }
-  /// Elements of `shape` (the rows parameter times the rest, for a shape over the rows).
-  llvm::Value* count(const Shape& shape);
+  /// A shape number: c·size^p for c·extent^p with a runtime size, else the constant.
+  llvm::Value* extent(int64_t n);
+  /// Elements of `shape` (a multiple of the runtime size where the shape holds it).
+  llvm::Value* count(const Shape& shape) { return extent(numel(shape)); }
 
   /// The value of node `v` at index `idx` (memoised until clear_memo()).
   llvm::Value* compute(ValueId v, const Index& idx);
@@ -168,7 +169,8 @@ private:
   llvm::Value* to_storage(llvm::Value* v, DType t);
   llvm::Value* from_storage(llvm::Value* v, DType t);
   Index reshape_index(const Index& idx, const Shape& out, const Shape& in);
-  llvm::Value* clamp(llvm::Value* v, int64_t lo, int64_t hi);
+  /// `v` clamped to [0, size - 1] (`size` a shape number).
+  llvm::Value* clamp_below(llvm::Value* v, int64_t size);
   llvm::Value* flat_offset(const Index& idx, const Shape& shape);
   llvm::Value* load_flat(ValueId buffer_node, llvm::Value* flat, DType t);
   bool in_memory(ValueId v) const;
@@ -188,8 +190,8 @@ private:
   std::map<ValueId, llvm::Value*> row_values_;
   Index current_index_;                 ///< the element being written, when declared...
   llvm::Value* current_flat_ = nullptr; ///< ...and its flat offset
-  llvm::Value* rows_ = nullptr;         ///< set_runtime_rows
-  int64_t rows_extent_ = 0;
+  llvm::Value* size_ = nullptr;         ///< set_runtime_size
+  int64_t size_extent_ = 0;
 };
 
 /// Adds the kernel's function, named `name`, to `module`: loop, reduce and scatter_add kernels,

@@ -78,6 +78,63 @@ int64_t kernel_rows(const Graph& g, const Kernel& k) {
   }
 }
 
+/// Whether an op's ints (`list` 0) or ints2 (1) are sizes (shapes, starts, limits, pads), which
+/// may scale with a changed dim; axes, permutations and the rest never do.
+bool size_valued(OpId op, int list) {
+  switch (op) {
+  case OpId::constant:
+  case OpId::reshape:
+  case OpId::broadcast:
+  case OpId::iota:
+  case OpId::scatter_add: return list == 0;
+  case OpId::slice:
+  case OpId::pad: return true;
+  default: return false;
+  }
+}
+
+std::vector<SizeTerm> constant_terms(const std::vector<int64_t>& numbers) {
+  std::vector<SizeTerm> out;
+  for (int64_t n : numbers)
+    out.push_back({n, 0});
+  return out;
+}
+
+std::vector<int64_t> evaluate(const std::vector<SizeTerm>& terms, int64_t size) {
+  std::vector<int64_t> out;
+  for (const SizeTerm& t : terms)
+    out.push_back(t.at(size));
+  return out;
+}
+
+} // namespace
+
+int64_t SizeTerm::at(int64_t size) const {
+  int64_t v = c;
+  for (int p = 0; p < power; ++p)
+    v *= size;
+  return v;
+}
+
+namespace {
+
+/// Whether the kernel's instance at `size` is a well-typed graph, every numel in range.
+bool well_typed(const RuntimeRowsKernel& kernel, int64_t size) {
+  RowsInstance check = kernel.instance(size);
+  for (std::size_t v = 0; v < check.graph->size(); ++v) {
+    int64_t total = 1;
+    for (int64_t d : check.graph->type(static_cast<ValueId>(v)).shape)
+      if (d < 0 || __builtin_mul_overflow(total, d, &total) || total > (int64_t{1} << 60))
+        return false;
+  }
+  try {
+    verify(*check.graph);
+  } catch (const VerifyError&) {
+    return false;
+  }
+  return true;
+}
+
 } // namespace
 
 std::optional<RuntimeRowsKernel> RuntimeRowsKernel::of(const FusionPlan& plan,
@@ -94,41 +151,19 @@ std::optional<RuntimeRowsKernel> RuntimeRowsKernel::of(const FusionPlan& plan,
     const Shape& s = g.type(id).shape;
     std::size_t k = rows_prefix(s, rows);
     value.dtype = g.type(id).dtype;
-    value.spans_rows = k > 0;
-    value.inner.assign(s.begin() + static_cast<std::ptrdiff_t>(k), s.end());
+    if (k > 0) value.shape.push_back({1, 1});
+    for (std::size_t d = k; d < s.size(); ++d)
+      value.shape.push_back({s[d], 0});
     prefix[id] = k;
     position[id] = out.values_.size();
     out.values_.push_back(std::move(value));
   };
   // Buffers, then the views of buffers the body reads, then the body.
-  for (ValueId r : kernel.reads) {
-    out.reads_.push_back(out.values_.size());
-    add(r, Value{.materialized = plan.materialized[r]});
-    out.values_.back().view_of = out.values_.size() - 1;
-  }
-  auto in_body = [&](ValueId v) {
-    return std::find(kernel.body.begin(), kernel.body.end(), v) != kernel.body.end();
-  };
-  for (ValueId v : kernel.body)
-    for (ValueId in : g.node(v).inputs) {
-      if (in_body(in) || position.contains(in)) continue;
-      auto buffer = position.find(plan.view_of[in]);
-      if (buffer == position.end()) return std::nullopt;
-      add(in, Value{.view_of = buffer->second});
-    }
+  if (!out.add_buffers(plan, kernel, position, add)) return std::nullopt;
   for (ValueId v : kernel.body) {
+    if (!out.add_body_value(plan, v, position, add)) return std::nullopt;
     const Node& n = g.node(v);
-    Value value{.op = n.op, .attrs = n.attrs, .materialized = plan.materialized[v], .body = true};
-    for (ValueId in : n.inputs)
-      value.inputs.push_back(position.at(in));
-    add(v, std::move(value));
     Value& t = out.values_.back();
-    t.view_of = out.values_.size() - 1;
-    if (plan.view_of[v] != v) {
-      auto buffer = position.find(plan.view_of[v]);
-      if (buffer == position.end()) return std::nullopt;
-      t.view_of = buffer->second;
-    }
     std::size_t k = prefix.at(v);
     const Shape& s = n.type.shape;
     auto operand = [&](std::size_t i) { return g.type(n.inputs[i]).shape; };
@@ -244,18 +279,186 @@ std::optional<RuntimeRowsKernel> RuntimeRowsKernel::of(const FusionPlan& plan,
     default: return std::nullopt;
     }
   }
+  // Shape-valued attributes follow the values' shapes; a slice over the rows ends at the last.
+  for (Value& v : out.values_) {
+    if (!v.body) continue;
+    switch (v.op) {
+    case OpId::constant:
+    case OpId::iota:
+    case OpId::reshape:
+    case OpId::broadcast: v.ints = v.shape; break;
+    default: v.ints = constant_terms(v.attrs.ints);
+    }
+    v.ints2 = constant_terms(v.attrs.ints2);
+    if (v.op == OpId::slice && !v.shape.empty() && v.shape[0].power == 1) v.ints2[0] = {1, 1};
+  }
   out.root_ = position.at(kernel.root);
   out.overwrites_ = position.at(kernel.overwrites);
   for (ValueId e : kernel.extra_outputs)
     out.extra_outputs_.push_back(position.at(e));
   // The instance must be a well-typed graph; a remapping this file gets wrong for some kernel
   // costs that kernel its reuse (it is compiled for its shape), never a wrong result.
-  RowsInstance check = out.instance(rows);
-  try {
-    verify(*check.graph);
-  } catch (const VerifyError&) {
-    return std::nullopt;
+  if (!well_typed(out, rows)) return std::nullopt;
+  return out;
+}
+
+bool RuntimeRowsKernel::add_buffers(const FusionPlan& plan, const Kernel& kernel,
+                                    std::map<ValueId, std::size_t>& position,
+                                    const std::function<void(ValueId, Value)>& add) {
+  const Graph& g = *plan.graph;
+  for (ValueId r : kernel.reads) {
+    reads_.push_back(values_.size());
+    add(r, Value{.materialized = plan.materialized[r]});
+    values_.back().view_of = values_.size() - 1;
   }
+  auto in_body = [&](ValueId v) {
+    return std::find(kernel.body.begin(), kernel.body.end(), v) != kernel.body.end();
+  };
+  for (ValueId v : kernel.body)
+    for (ValueId in : g.node(v).inputs) {
+      if (in_body(in) || position.contains(in)) continue;
+      auto buffer = position.find(plan.view_of[in]);
+      if (buffer == position.end()) return false;
+      add(in, Value{.view_of = buffer->second});
+    }
+  return true;
+}
+
+bool RuntimeRowsKernel::add_body_value(const FusionPlan& plan, ValueId v,
+                                       std::map<ValueId, std::size_t>& position,
+                                       const std::function<void(ValueId, Value)>& add) {
+  const Node& n = plan.graph->node(v);
+  Value value{.op = n.op, .attrs = n.attrs, .materialized = plan.materialized[v], .body = true};
+  for (ValueId in : n.inputs)
+    value.inputs.push_back(position.at(in));
+  add(v, std::move(value));
+  Value& t = values_.back();
+  t.view_of = values_.size() - 1;
+  if (plan.view_of[v] == v) return true;
+  auto buffer = position.find(plan.view_of[v]);
+  if (buffer == position.end()) return false;
+  t.view_of = buffer->second;
+  return true;
+}
+
+RuntimeRowsKernel RuntimeRowsKernel::capture(const FusionPlan& plan, const Kernel& kernel) {
+  const Graph& g = *plan.graph;
+  RuntimeRowsKernel out;
+  out.kind_ = kernel.kind;
+  std::map<ValueId, std::size_t> position;
+  auto add = [&](ValueId id, Value value) {
+    value.dtype = g.type(id).dtype;
+    value.shape = constant_terms(g.type(id).shape);
+    position[id] = out.values_.size();
+    out.values_.push_back(std::move(value));
+  };
+  // A kernel with an operand of no buffer is kept whole but never unifies.
+  out.complete_ = out.add_buffers(plan, kernel, position, add);
+  if (!out.complete_) return out;
+  for (ValueId v : kernel.body)
+    if (!out.add_body_value(plan, v, position, add)) {
+      out.complete_ = false;
+      return out;
+    }
+  for (Value& v : out.values_) {
+    v.ints = constant_terms(v.attrs.ints);
+    v.ints2 = constant_terms(v.attrs.ints2);
+  }
+  out.root_ = position.at(kernel.root);
+  out.overwrites_ = position.at(kernel.overwrites);
+  for (ValueId e : kernel.extra_outputs)
+    out.extra_outputs_.push_back(position.at(e));
+  return out;
+}
+
+std::string RuntimeRowsKernel::signature() const {
+  std::string out = "kind " + std::to_string(static_cast<int>(kind_)) + ";root " +
+                    std::to_string(root_) + ";overwrites " + std::to_string(overwrites_);
+  for (std::size_t e : extra_outputs_)
+    out += ";extra " + std::to_string(e);
+  for (std::size_t r : reads_)
+    out += ";read " + std::to_string(r);
+  for (const Value& v : values_) {
+    out += "\n" + std::to_string(static_cast<int>(v.op)) + " " +
+           std::to_string(static_cast<int>(v.dtype)) + " rank " + std::to_string(v.shape.size()) +
+           " ints " + std::to_string(v.ints.size()) + " ints2 " + std::to_string(v.ints2.size()) +
+           " real " + std::to_string(v.attrs.real) + " flag " + std::to_string(v.attrs.flag) +
+           " dtype " + std::to_string(static_cast<int>(v.attrs.dtype)) + " view " +
+           std::to_string(v.view_of) + (v.materialized ? " m" : "") + (v.body ? " b" : "") + " <-";
+    for (std::size_t in : v.inputs)
+      out += " " + std::to_string(in);
+    // Axes and permutations are part of what the kernel is; sizes are the numbers unify reads.
+    for (int list : {0, 1})
+      if (!size_valued(v.op, list))
+        for (const SizeTerm& t : list == 0 ? v.ints : v.ints2)
+          out += (list == 0 ? " i" : " j") + std::to_string(t.c);
+  }
+  return out;
+}
+
+bool RuntimeRowsKernel::same_numbers(const RuntimeRowsKernel& other) const {
+  if (values_.size() != other.values_.size()) return false;
+  for (std::size_t i = 0; i < values_.size(); ++i) {
+    const Value &a = values_[i], &b = other.values_[i];
+    if (a.shape != b.shape || a.ints != b.ints || a.ints2 != b.ints2) return false;
+  }
+  return true;
+}
+
+std::optional<RuntimeRowsKernel> RuntimeRowsKernel::unify(const RuntimeRowsKernel& now,
+                                                          const RuntimeRowsKernel& before) {
+  if (now.kind_ == KernelKind::attention || now.kind_ == KernelKind::gemm ||
+      now.kind_ == KernelKind::collective || now.signature() != before.signature())
+    return std::nullopt;
+  if (!now.complete_ || !before.complete_) return std::nullopt;
+  // Every size of both, in the same order (the signatures match: so do the other numbers).
+  auto sizes_of = [](auto& v) {
+    std::vector<decltype(&v.shape)> lists{&v.shape};
+    if (size_valued(v.op, 0)) lists.push_back(&v.ints);
+    if (size_valued(v.op, 1)) lists.push_back(&v.ints2);
+    return lists;
+  };
+  auto numbers = [&](const RuntimeRowsKernel& k) {
+    std::vector<int64_t> out;
+    for (const Value& v : k.values_)
+      for (const auto* terms : sizes_of(v))
+        for (const SizeTerm& t : *terms)
+          out.push_back(t.c);
+    return out;
+  };
+  std::vector<int64_t> a = numbers(now), b = numbers(before);
+  int64_t x = 0, x_before = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (a[i] != b[i]) {
+      x = std::gcd(x, a[i]);
+      x_before = std::gcd(x_before, b[i]);
+    }
+  if (x < 2 || x_before < 2 || x == x_before) return std::nullopt;
+  auto term = [&](int64_t va, int64_t vb) -> std::optional<SizeTerm> {
+    if (va == vb) return SizeTerm{va, 0};
+    int64_t pa = 1, pb = 1;
+    for (int power = 1; power <= 3; ++power) {
+      if (__builtin_mul_overflow(pa, x, &pa) || __builtin_mul_overflow(pb, x_before, &pb))
+        return std::nullopt;
+      if (va % pa != 0 || vb % pb != 0) return std::nullopt;
+      if (va / pa == vb / pb) return SizeTerm{va / pa, power};
+    }
+    return std::nullopt;
+  };
+  RuntimeRowsKernel out = now;
+  out.rows_ = x;
+  std::size_t i = 0;
+  for (Value& v : out.values_)
+    for (auto* terms : sizes_of(v))
+      for (SizeTerm& t : *terms) {
+        std::optional<SizeTerm> made = term(a[i], b[i]);
+        ++i;
+        if (!made) return std::nullopt;
+        t = *made;
+      }
+  // Only the instance at x must type-check: another kernel unifies to this one only where its
+  // own shapes hold (a slice [0, x) of a 64-row table, say, stops at 64).
+  if (!well_typed(out, x)) return std::nullopt;
   return out;
 }
 
@@ -266,26 +469,16 @@ RowsInstance RuntimeRowsKernel::instance(int64_t rows) const {
   std::vector<ValueId> id;
   for (std::size_t i = 0; i < values_.size(); ++i) {
     const Value& v = values_[i];
-    Shape shape = v.inner;
-    if (v.spans_rows) shape.insert(shape.begin(), rows);
-    TensorType type{v.dtype, shape};
+    TensorType type{v.dtype, evaluate(v.shape, rows)};
     if (!v.body) {
       id.push_back(g.add_input("buffer" + std::to_string(i), type));
       continue;
     }
     Node n{.op = v.op, .type = type, .attrs = v.attrs};
+    n.attrs.ints = evaluate(v.ints, rows);
+    n.attrs.ints2 = evaluate(v.ints2, rows);
     for (std::size_t in : v.inputs)
       n.inputs.push_back(id[in]);
-    switch (v.op) {
-    case OpId::constant:
-    case OpId::iota:
-    case OpId::reshape:
-    case OpId::broadcast: n.attrs.ints = shape; break;
-    case OpId::slice:
-      if (v.spans_rows) n.attrs.ints2[0] = rows;
-      break;
-    default: break;
-    }
     id.push_back(g.add_recomputed(std::move(n)));
   }
   FusionPlan& plan = made.plan;

@@ -57,6 +57,29 @@ std::string describe_bucket(const ShapeBuckets& buckets, const BucketedBatch& ba
   return "shape bucket " + std::to_string(batch.padded);
 }
 
+std::optional<std::vector<HostTensor>>
+batch_at_another_bucket(const ShapeBuckets& buckets, std::span<const std::string> batch_names,
+                        const BucketedBatch& batch) {
+  std::optional<int64_t> other;
+  for (std::size_t i = 0; i < batch_names.size() && !other; ++i) {
+    auto bucket = buckets.find(batch_names[i]);
+    if (bucket == buckets.end()) continue;
+    std::vector<int64_t> sizes = sorted_sizes(bucket->second);
+    auto at = std::lower_bound(sizes.begin(), sizes.end(), batch.padded);
+    if (at != sizes.begin())
+      other = *(at - 1);
+    else if (at != sizes.end() && at + 1 != sizes.end())
+      other = *(at + 1);
+    else
+      return std::nullopt;
+  }
+  if (!other) return std::nullopt;
+  std::vector<HostTensor> out = batch.tensors;
+  for (std::size_t i = 0; i < batch_names.size(); ++i)
+    if (buckets.contains(batch_names[i])) out[i] = resize_dim(out[i], bucketed_dim, *other);
+  return out;
+}
+
 HostTensor resize_dim(const HostTensor& x, int64_t dim, int64_t extent) {
   const Shape& shape = x.shape();
   if (dim < 0 || dim >= static_cast<int64_t>(shape.size()))

@@ -4,6 +4,7 @@
 #include "jit/runtime/host_tensor.hpp"
 
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -38,6 +39,13 @@ struct BucketedBatch {
 /// length exceeds the largest bucket (naming the input and how to fix it).
 BucketedBatch pad_to_bucket(const ShapeBuckets& buckets, std::span<const std::string> batch_names,
                             std::span<const HostTensor> batch);
+
+/// The bucketed batch at another of its buckets: the nearest smaller size, else the nearest
+/// larger (nullopt with one bucket). Only its types matter: a compile plans the step at it too,
+/// so that the kernels it makes serve both buckets (TrainStep::remember_other_shape).
+std::optional<std::vector<HostTensor>>
+batch_at_another_bucket(const ShapeBuckets& buckets, std::span<const std::string> batch_names,
+                        const BucketedBatch& batch);
 
 /// `shape bucket 16 of 8, 16, 32, 64`: the bucket a batch was padded to, for compile lines.
 std::string describe_bucket(const ShapeBuckets& buckets, const BucketedBatch& batch);

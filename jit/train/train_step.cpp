@@ -10,6 +10,7 @@
 #include "jit/profile/numerics_check.hpp"
 #include "jit/profile/phase_timer.hpp"
 #include "jit/profile/profiler.hpp"
+#include "jit/settings.hpp"
 #include "jit/train/step_program.hpp"
 
 #include <algorithm>
@@ -189,6 +190,22 @@ Graph TrainStep::plan_graph(std::span<const HostTensor> batch, CompileRun& run) 
 Graph TrainStep::plan_graph(std::span<const HostTensor> batch) {
   CompileRun run("train step", true);
   return plan_graph(batch, run);
+}
+
+void TrainStep::remember_other_shape(std::span<const HostTensor> batch) {
+  Device device = default_device();
+  const BackendEntry& backend = backend_entry(device.backend);
+  if (!backend.remember_shapes || !switch_setting("SINTER_ROWS_PARAMETER", true)) return;
+  try {
+    CompileRun run("train step", true);
+    Built built = build(batch, options_.sift ? Sifting::select : Sifting::none, run);
+    Prepared prepared = prepare_for(built.later.run(std::move(built.step), run), device, run);
+    run.finish(device.name());
+    backend.remember_shapes(prepared, device);
+  } catch (const std::exception&) {
+    // A model that cannot take this bucket (a length past its context, say) is not an error
+    // here: that bucket's first call says so. Its kernels are then compiled for each shape.
+  }
 }
 
 TrainStep::ResidentBytes TrainStep::resident_bytes() const {

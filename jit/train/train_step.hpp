@@ -143,6 +143,11 @@ public:
   /// built and optimised as it would be compiled but without generating code: what
   /// plan_memory() and max-batch searches use.
   Graph plan_graph(std::span<const HostTensor> batch);
+  /// Plans the step for a batch of these types at another shape bucket (nothing compiled) and
+  /// hands the plan to the backend (BackendEntry::remember_shapes), so that the next compile
+  /// makes kernels that serve both buckets. Nothing happens on backends without that, with
+  /// SINTER_ROWS_PARAMETER=0, or when the step cannot be planned at that size.
+  void remember_other_shape(std::span<const HostTensor> batch);
   /// Bytes of the tensors the step keeps between calls, by kind (host memory on the CPU,
   /// device memory on a GPU): parameters, optimizer state (AMP working copies included) and
   /// frozen inputs.

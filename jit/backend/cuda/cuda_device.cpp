@@ -2,7 +2,9 @@
 #include "jit/backend/cuda/cuda_device.hpp"
 
 #include "jit/backend/cpu/thread_pool.hpp"
+
 #include "kernels/cuda/cublaslt_gemm.hpp"
+#include <algorithm>
 
 #include <array>
 #include <stdexcept>
@@ -148,6 +150,48 @@ KernelRequest RowsKernelRequest::request() const {
                        .variant = std::move(variant),
                        .step_plan = step_plan,
                        .step_kernel = step_kernel};
+}
+
+int64_t CudaDevice::free_bytes() const {
+  make_current();
+  std::size_t free = 0, total = 0;
+  driver_.check(driver_.cuMemGetInfo(&free, &total), "cuMemGetInfo");
+  return static_cast<int64_t>(free);
+}
+
+std::optional<RuntimeRowsKernel> CudaDevice::sized_kernel(const FusionPlan& plan,
+                                                          const Kernel& kernel) {
+  RuntimeRowsKernel now = RuntimeRowsKernel::capture(plan, kernel);
+  std::lock_guard lock(mutex_);
+  auto before = planned_kernels_.find(now.signature());
+  if (before == planned_kernels_.end()) return std::nullopt;
+  for (const RuntimeRowsKernel& other : before->second)
+    if (auto sized = RuntimeRowsKernel::unify(now, other)) return sized;
+  return std::nullopt;
+}
+
+void CudaDevice::remember_shapes(const FusionPlan& plan) {
+  // A few shapes of each signature: a plan at one of them still finds another to unify with,
+  // and kernels alike but for their sizes within one plan (the query, key and value slices of
+  // a fused projection) each keep theirs.
+  constexpr std::size_t shapes_kept = 8;
+  for (const Kernel& kernel : plan.kernels) {
+    switch (kernel.kind) {
+    case KernelKind::loop:
+    case KernelKind::row:
+    case KernelKind::reduce:
+    case KernelKind::scatter_add: break;
+    default: continue;
+    }
+    RuntimeRowsKernel captured = RuntimeRowsKernel::capture(plan, kernel);
+    std::string signature = captured.signature();
+    std::lock_guard lock(mutex_);
+    std::vector<RuntimeRowsKernel>& kept = planned_kernels_[std::move(signature)];
+    if (kept.size() < shapes_kept &&
+        std::none_of(kept.begin(), kept.end(),
+                     [&](const RuntimeRowsKernel& k) { return k.same_numbers(captured); }))
+      kept.push_back(std::move(captured));
+  }
 }
 
 std::vector<char> CudaDevice::compile_rows(const RowsKernelRequest& request,

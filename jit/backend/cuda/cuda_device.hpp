@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -80,6 +81,8 @@ public:
   /// A second stream for host→device copies of the next step's inputs, so they overlap the
   /// step running on stream().
   cuda::StreamHandle copy_stream() const { return copy_stream_; }
+  /// Device memory free now (cuMemGetInfo).
+  int64_t free_bytes() const;
   /// Scratch memory for cuBLASLt (kernels::CublasLt::workspace_bytes).
   cuda::DevicePtr gemm_workspace();
   /// Whether gemm_workspace() has allocated it already (a plan then does not count it again).
@@ -98,6 +101,13 @@ public:
   /// caller compiles the step's kernel for its shape instead).
   cuda::FunctionHandle rows_kernel(const RowsKernelRequest& request, KernelCache& cache,
                                    CompileReport& report);
+  /// The kernel with its changed dim as the runtime size (RuntimeRowsKernel::unify) when a
+  /// kernel alike in all but its numbers was remembered from another plan (another shape
+  /// bucket); nullopt otherwise.
+  std::optional<RuntimeRowsKernel> sized_kernel(const FusionPlan& plan, const Kernel& kernel);
+  /// Remembers the plan's loop, row, reduce and scatter kernels for sized_kernel: each plan
+  /// this device launches, and plans of the same step at other shape buckets.
+  void remember_shapes(const FusionPlan& plan);
   /// Compiles the kernels among `kernels` and `rows_kernels` that are neither loaded nor
   /// cached on several threads (SINTER_NUM_THREADS), so that kernel() and rows_kernel() then
   /// find them ready.
@@ -124,6 +134,8 @@ private:
   mutable std::mutex mutex_;
   std::vector<cuda::ModuleHandle> modules_;        ///< loaded cubins (under kernels_'s lock)
   std::unordered_set<std::string> rows_dependent_; ///< keys of RowsDependentCode kernels
+  /// Kernels planned before, by signature, of distinct shapes (RuntimeRowsKernel::signature).
+  std::unordered_map<std::string, std::vector<RuntimeRowsKernel>> planned_kernels_;
 };
 
 } // namespace sinter

@@ -503,9 +503,8 @@ void GpuExecutable::run_into(std::span<const HostTensor* const> inputs,
       profile_id_, label(), [&] { return kernel_infos_; },
       [&] { return measure_gpu_peak(device_, fp32_); });
   check_collective_ranks(collective_ranks_, communicator());
-  // Collectives run through NCCL on the step's stream (captured into its CUDA graph): made
-  // before any capture, by every rank (its unique id goes over the host communicator). A world
-  // of one without NCCL copies instead.
+  // Collectives run through NCCL on the step's stream (in its CUDA graph): made before any
+  // capture, by every rank (the id goes over the host communicator); one rank alone copies.
   if (!nccl_ && collective_ranks_ != 0 && (communicator().size() > 1 || kernels::Nccl::get()))
     nccl_ = std::make_unique<kernels::NcclCommunicator>(communicator());
   const cuda::Driver& d = device_.driver();
@@ -684,17 +683,18 @@ StepMemory plan_memory_for_cuda(const Prepared& prepared, const Device& device,
 }
 
 int64_t cuda_free_memory(const Device& device) {
-  CudaDevice& gpu = CudaDevice::get(device.ordinal);
-  gpu.make_current();
-  std::size_t free = 0, total = 0;
-  gpu.driver().check(gpu.driver().cuMemGetInfo(&free, &total), "cuMemGetInfo");
-  return static_cast<int64_t>(free);
+  return CudaDevice::get(device.ordinal).free_bytes();
 }
 
 } // namespace
 
-extern const BackendEntry cuda_backend{Backend::cuda,     "cuda",           true,
-                                       cuda_graph_stages, compile_for_cuda, plan_memory_for_cuda,
-                                       cuda_free_memory};
+extern const BackendEntry cuda_backend{Backend::cuda,
+                                       "cuda",
+                                       true,
+                                       cuda_graph_stages,
+                                       compile_for_cuda,
+                                       plan_memory_for_cuda,
+                                       cuda_free_memory,
+                                       remember_shapes_for_cuda};
 
 } // namespace sinter

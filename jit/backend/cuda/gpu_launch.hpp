@@ -34,6 +34,9 @@ struct GpuLaunch {
 };
 GpuLaunch gpu_launch(const Graph& graph, const Kernel& kernel);
 
+/// More blocks than this and a kernel walks its work grid-stride.
+inline constexpr int64_t gpu_max_blocks = 65535;
+
 /// Row kernels over rows up to this long take a warp per row; longer rows a block.
 inline constexpr int64_t gpu_warp_row_limit = 2048;
 

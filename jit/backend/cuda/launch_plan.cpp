@@ -5,11 +5,30 @@
 #include "jit/backend/cuda/gemm_epilogue.hpp"
 #include "jit/settings.hpp"
 
+#include <algorithm>
 #include <memory>
 #include <stdexcept>
 #include <string_view>
 
 namespace sinter {
+
+GpuLaunch sized_launch(const RuntimeRowsKernel& sized, GpuLaunch launch) {
+  RowsInstance probe = sized.instance(nvptx_rows_extent);
+  int64_t width = gpu_launch(*probe.graph, probe.kernel()).vector_width;
+  if (width >= launch.vector_width) return launch;
+  if (launch.strategy == GpuStrategy::elementwise) {
+    launch.items = launch.items * launch.vector_width / width;
+    launch.blocks = std::clamp<int64_t>((launch.items + launch.threads - 1) / launch.threads, 1,
+                                        gpu_max_blocks);
+  }
+  launch.vector_width = width;
+  return launch;
+}
+
+void remember_shapes_for_cuda(const Prepared& prepared, const Device& device) {
+  if (switch_setting("SINTER_ROWS_PARAMETER", true) && cuda::driver())
+    CudaDevice::get(device.ordinal).remember_shapes(prepared.fusion);
+}
 
 std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion,
                                          std::span<const GemmEpilogue> epilogues,
@@ -67,12 +86,14 @@ std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion,
   auto kernel_launch = [&](const Kernel& kernel) {
     GpuLaunchStep launch;
     launch.kind = kernel.kind;
-    launch.shape = gpu_launch(g, kernel);
     const auto& rows = rows_request[static_cast<std::size_t>(&kernel - fusion.kernels.data())];
-    if (rows && (launch.function = device.rows_kernel(*rows, cache, report)))
+    if (rows && (launch.function = device.rows_kernel(*rows, cache, report))) {
       launch.rows = rows->rows.rows();
-    else
+      launch.shape = rows->launch;
+    } else {
+      launch.shape = gpu_launch(g, kernel);
       launch.function = device.kernel(fusion, kernel, cache, report);
+    }
     for (ValueId out : kernel.outputs())
       launch.argument_nodes.push_back(out);
     launch.argument_nodes.insert(launch.argument_nodes.end(), kernel.reads.begin(),
@@ -96,16 +117,21 @@ std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion,
   for (std::size_t index = 0; index < fusion.kernels.size(); ++index) {
     const Kernel& kernel = fusion.kernels[index];
     if (kernel.kind == KernelKind::gemm || kernel.kind == KernelKind::collective) continue;
-    if (runtime_rows)
+    if (runtime_rows) {
       if (auto rows = RuntimeRowsKernel::of(fusion, kernel))
         rows_request[index] = std::make_unique<RowsKernelRequest>(fusion, kernel, std::move(*rows),
                                                                   gpu_launch(g, kernel));
+      else if (auto sized = device.sized_kernel(fusion, kernel))
+        rows_request[index] = std::make_unique<RowsKernelRequest>(
+            fusion, kernel, *sized, sized_launch(*sized, gpu_launch(g, kernel)));
+    }
     if (absorbed[index]) continue;
     if (rows_request[index])
       generated_rows.push_back(rows_request[index].get());
     else
       generated.push_back(&kernel);
   }
+  if (runtime_rows) device.remember_shapes(fusion); // after the lookups: never its own kernels
   device.compile_ahead(fusion, generated, generated_rows, cache);
   std::vector<std::size_t> launch_of_kernel(fusion.kernels.size(), 0);
   for (std::size_t index = 0; index < fusion.kernels.size(); ++index) {
@@ -179,7 +205,7 @@ std::string print_launch_plan(std::span<const GemmEpilogue> epilogues,
     else if (l.kind != KernelKind::collective)
       out += " blocks=" + std::to_string(l.shape.blocks) +
              " threads=" + std::to_string(l.shape.threads) +
-             (l.rows ? " rows=" + std::to_string(*l.rows) + " (parameter)" : "");
+             (l.rows ? " size=" + std::to_string(*l.rows) + " (parameter)" : "");
     out += "\n";
   }
   return out;

@@ -4,6 +4,8 @@
 #include "jit/backend/cuda/cuda_device.hpp"
 #include "jit/backend/cuda/gemm_epilogue.hpp"
 #include "jit/backend/cuda/gpu_launch.hpp"
+#include "jit/backend/device.hpp"
+#include "jit/pipeline/prepare.hpp"
 #include "jit/runtime/compile_report.hpp"
 #include "jit/runtime/memory_plan.hpp"
 #include "kernels/cuda/cublaslt_gemm.hpp"
@@ -26,13 +28,23 @@ struct GpuLaunchStep {
   GpuLaunch shape;
   std::vector<ValueId> argument_nodes; ///< outputs (root first), then reads
   std::size_t clear_bytes = 0;         ///< cleared before the launch (atomic scatter)
-  /// The row count, passed after the buffers, of a kernel compiled with its rows as a
-  /// parameter (RuntimeRowsKernel); unset for a kernel compiled for its shape.
+  /// The runtime size, passed after the buffers, of a kernel compiled with one as a parameter
+  /// (RuntimeRowsKernel: its row count, or the dim that changed between shape buckets); unset
+  /// for a kernel compiled for its shape.
   std::optional<int64_t> rows;
   kernels::GpuGemmShape gemm; ///< gemm.bias unset: see bias_node
   ValueId a = 0, b = 0, c = 0;
   std::optional<ValueId> bias_node; ///< the epilogue's vector
 };
+
+/// The launch of a kernel whose changed dim is a parameter (RuntimeRowsKernel::unify): the step
+/// kernel's, but as narrow as the kernel at a size no shape holds (an odd prime): a vectorised
+/// dim that the size scales cannot promise whole groups of elements.
+GpuLaunch sized_launch(const RuntimeRowsKernel& sized, GpuLaunch step_launch);
+
+/// BackendEntry::remember_shapes: the kernels of the step at another shape bucket, so that this
+/// bucket's compile makes kernels with the changed dim as a parameter (CudaDevice::sized_kernel).
+void remember_shapes_for_cuda(const Prepared& prepared, const Device& device);
 
 /// The device pointer a node will have (used to ask cuBLASLt about an epilogue's real bias).
 using NodePointer = std::function<cuda::DevicePtr(ValueId)>;

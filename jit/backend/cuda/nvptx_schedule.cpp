@@ -49,9 +49,9 @@ public:
     e_.emit_for(
         global_thread(), items,
         [&](llvm::Value* item) {
-          llvm::Value* row = groups == 1 ? item : b_.CreateUDiv(item, e_.i64(groups));
+          llvm::Value* row = groups == 1 ? item : b_.CreateUDiv(item, e_.extent(groups));
           llvm::Value* first = groups == 1 ? e_.i64(0)
-                                           : b_.CreateMul(b_.CreateURem(item, e_.i64(groups)),
+                                           : b_.CreateMul(b_.CreateURem(item, e_.extent(groups)),
                                                           e_.i64(width), "", true, true);
           Index row_idx = e_.delinearize(row, rows_shape);
           // `width` consecutive elements per thread: adjacent, aligned accesses that the
@@ -241,7 +241,7 @@ public:
     // Element k of the `width` consecutive ones of group `group`, in row `row` (idx's prefix).
     auto for_elements = [&](const Index& row_idx, auto&& body) {
       e_.emit_for(
-          lane, e_.i64(groups),
+          lane, e_.extent(groups),
           [&](llvm::Value* group) {
             llvm::Value* group_first = b_.CreateMul(group, e_.i64(width), "", true, true);
             for (int64_t j = 0; j < width; ++j) {
@@ -273,7 +273,7 @@ public:
           if (!full.empty()) {
             const Shape& s = g.type(outputs[full.front()]).shape;
             Index row_idx = e_.delinearize(row, Shape(s.begin(), s.end() - 1));
-            llvm::Value* base = b_.CreateMul(row, e_.i64(length), "", true, true);
+            llvm::Value* base = b_.CreateMul(row, e_.extent(length), "", true, true);
             for_elements(row_idx, [&](const Index& idx, llvm::Value* column) {
               e_.compute_and_store_at(full, idx, s, b_.CreateAdd(base, column, "", true, true));
             });
@@ -431,7 +431,7 @@ void NvptxSchedule::emit(KernelEmitter& e, const std::string& name) {
     reads.push_back(fn->getArg(static_cast<unsigned>(outputs + i)));
   e.begin_function(fn, outs, reads);
   if (runtime_rows_launch_)
-    e.set_runtime_rows(fn->getArg(static_cast<unsigned>(buffers)), rows_extent_);
+    e.set_runtime_size(fn->getArg(static_cast<unsigned>(buffers)), rows_extent_);
   NvptxBody body(e, launch);
   switch (kernel.kind) {
   case KernelKind::loop: body.loop(); break;
@@ -466,7 +466,7 @@ llvm::Value* NvptxSchedule::math(KernelEmitter& e, MathFunction function,
 }
 
 GpuLaunch gpu_launch(const Graph& g, const Kernel& k) {
-  constexpr int64_t max_blocks = 65535; // more work than that is walked grid-stride
+  constexpr int64_t max_blocks = gpu_max_blocks;
   GpuLaunch launch;
   auto blocks_for = [&](int64_t threads) {
     return std::clamp<int64_t>((threads + launch.threads - 1) / launch.threads, 1, max_blocks);
