@@ -78,7 +78,10 @@ constexpr SettingInfo table[] = {
      "null driver: `1` backs device memory and moves the bytes of copies and memsets (kernels "
      "still run nothing), to check the host's data path end to end"},
     {"SINTER_NULL_GPU_PTXAS", "`0`, `1`", "`1`",
-     "null driver: `0` skips running `ptxas` on the PTX it is given"},
+     "null driver: `0` skips assembling the PTX it is given"},
+    {"SINTER_NULL_GPU_ASSEMBLER", "`jitlink`, `ptxas`", "`jitlink`",
+     "null driver: how it assembles PTX: in the process with the toolkit's libnvJitLink, as the "
+     "driver's JIT does (the default, where the library is found), or with a `ptxas` process"},
     {"SINTER_NULL_GPU_REPORT", "path", "off",
      "null driver: appends its counters as one `null_gpu key=value ...` line at exit"},
     {"SINTER_FASHION_MNIST_DIR", "path", "`/usr/share/datasets/fashion-mnist`",

@@ -494,7 +494,7 @@ TEST_CASE("null gpu: the driver refuses what a GPU would, and says why", "[null-
     cuda::ModuleHandle rejected = nullptr;
     CHECK_THAT(message(d.cuModuleLoadDataEx(&rejected, broken.c_str(), 0, nullptr, nullptr),
                        "cuModuleLoadDataEx"),
-               Catch::Contains("CUDA_ERROR_INVALID_PTX") && Catch::Contains("ptxas rejected"));
+               Catch::Contains("CUDA_ERROR_INVALID_PTX") && Catch::Contains("assembler rejected"));
   }
   DeviceBuffer buffer(1024);
   cuda::DevicePtr inside = buffer.get() + 16, outside = buffer.get() + (std::size_t{1} << 30);

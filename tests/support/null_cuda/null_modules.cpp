@@ -3,6 +3,7 @@
 // loads and their kernels' signatures
 #include "null_state.hpp"
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,7 +13,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
 
 using namespace sinter::null_gpu;
 
@@ -65,8 +70,8 @@ std::string ptxas_arch(const std::string& ptx, int capability) {
 }
 
 /// Runs ptxas on the PTX: the cubin, or the assembler's complaint in `errors`.
-bool assemble(const std::string& ptx, int capability, std::string& cubin, std::string& errors,
-              double& seconds) {
+bool assemble_with_process(const std::string& ptx, int capability, std::string& cubin,
+                           std::string& errors, double& seconds) {
   namespace fs = std::filesystem;
   const char* tmp = std::getenv("TMPDIR");
   std::string base = std::string(tmp && *tmp ? tmp : "/tmp") + "/sinter-null-ptxas-XXXXXX";
@@ -96,6 +101,109 @@ bool assemble(const std::string& ptx, int capability, std::string& cubin, std::s
     return false;
   }
   return true;
+}
+
+/// The CUDA toolkit's in-process assembler (libnvJitLink): the same PTX compiler the driver's JIT
+/// runs inside the process, so an assembly costs what it costs a driver, without a process start.
+struct JitLink {
+  using Handle = void*;
+  int (*create)(Handle*, uint32_t, const char**) = nullptr;
+  int (*add_data)(Handle, int, const void*, std::size_t, const char*) = nullptr;
+  int (*complete)(Handle) = nullptr;
+  int (*cubin_size)(Handle, std::size_t*) = nullptr;
+  int (*cubin)(Handle, void*) = nullptr;
+  int (*error_log_size)(Handle, std::size_t*) = nullptr;
+  int (*error_log)(Handle, char*) = nullptr;
+  int (*destroy)(Handle*) = nullptr;
+  static constexpr int input_ptx = 2; // NVJITLINK_INPUT_PTX
+
+  /// Loaded from $CUDA_HOME/lib64, /usr/local/cuda/lib64 or the loader's path; null when absent
+  /// or when SINTER_NULL_GPU_ASSEMBLER=ptxas asks for the ptxas process.
+  static const JitLink* get() {
+    static const std::optional<JitLink> loaded = load();
+    return loaded ? &*loaded : nullptr;
+  }
+
+private:
+  static std::optional<JitLink> load() {
+    if (const char* choice = std::getenv("SINTER_NULL_GPU_ASSEMBLER"); choice && *choice) {
+      std::string chosen = choice;
+      if (chosen == "ptxas") return std::nullopt;
+      if (chosen != "jitlink")
+        std::fprintf(stderr,
+                     "null driver: SINTER_NULL_GPU_ASSEMBLER=%s is neither jitlink nor ptxas; "
+                     "assembling with jitlink\n",
+                     choice);
+    }
+    std::vector<std::string> candidates;
+    if (const char* home = std::getenv("CUDA_HOME"); home && *home)
+      candidates.push_back(std::string(home) + "/lib64/libnvJitLink.so.13");
+    candidates.emplace_back("/usr/local/cuda/lib64/libnvJitLink.so.13");
+    candidates.emplace_back("libnvJitLink.so.13");
+    for (const std::string& path : candidates) {
+      void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (!library) continue;
+      JitLink j;
+      bool all = true;
+      auto bind = [&](auto& function, const char* name) {
+        function =
+            reinterpret_cast<std::remove_reference_t<decltype(function)>>(dlsym(library, name));
+        all = all && function;
+      };
+      bind(j.create, "nvJitLinkCreate");
+      bind(j.add_data, "nvJitLinkAddData");
+      bind(j.complete, "nvJitLinkComplete");
+      bind(j.cubin_size, "nvJitLinkGetLinkedCubinSize");
+      bind(j.cubin, "nvJitLinkGetLinkedCubin");
+      bind(j.error_log_size, "nvJitLinkGetErrorLogSize");
+      bind(j.error_log, "nvJitLinkGetErrorLog");
+      bind(j.destroy, "nvJitLinkDestroy");
+      if (all) return j; // kept loaded for the process, like the driver's own JIT
+      dlclose(library);
+    }
+    return std::nullopt;
+  }
+};
+
+/// Whether the PTX given to the driver is assembled (in process, else by ptxas).
+bool can_assemble() {
+  if (const char* off = std::getenv("SINTER_NULL_GPU_PTXAS"); off && std::string(off) == "0")
+    return false;
+  return JitLink::get() || !ptxas().empty();
+}
+
+/// Assembles the PTX for the device (in process where libnvJitLink is, else by ptxas): the
+/// cubin, or the assembler's complaint in `errors`; `seconds` the time it took.
+bool assemble(const std::string& ptx, int capability, std::string& cubin, std::string& errors,
+              double& seconds) {
+  const JitLink* jit = JitLink::get();
+  if (!jit) return assemble_with_process(ptx, capability, cubin, errors, seconds);
+  auto start = std::chrono::steady_clock::now();
+  std::string arch = "-arch=" + ptxas_arch(ptx, capability);
+  const char* options[] = {arch.c_str()};
+  JitLink::Handle handle = nullptr;
+  bool ok = jit->create(&handle, 1, options) == 0;
+  ok = ok && jit->add_data(handle, JitLink::input_ptx, ptx.data(), ptx.size(), "kernel") == 0;
+  ok = ok && jit->complete(handle) == 0;
+  std::size_t size = 0;
+  if (ok && jit->cubin_size(handle, &size) == 0 && size > 0) {
+    cubin.resize(size);
+    ok = jit->cubin(handle, cubin.data()) == 0;
+  } else {
+    ok = false;
+  }
+  if (!ok && handle) {
+    std::size_t log = 0;
+    if (jit->error_log_size(handle, &log) == 0 && log > 1) {
+      errors.resize(log);
+      jit->error_log(handle, errors.data());
+      errors.resize(std::strlen(errors.c_str()));
+    }
+    if (errors.empty()) errors = "the in-process assembler (libnvJitLink) refused the PTX";
+  }
+  if (handle) jit->destroy(&handle);
+  seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return ok;
 }
 
 /// The null driver's "cubin": the kernels' signatures (which a real cubin keeps in its
@@ -155,7 +263,7 @@ NULL_GPU_API int cuModuleLoadDataEx(void** module, const void* image, unsigned, 
     }
   }
   // PTX loaded directly is JIT-compiled by the driver: the assembler checks it here, unlocked.
-  if (!ptx.empty() && !ptxas().empty()) {
+  if (!ptx.empty() && can_assemble()) {
     std::string cubin, errors;
     double seconds = 0;
     bool ok = assemble(ptx, s.spec.compute_capability, cubin, errors, seconds);
@@ -163,7 +271,7 @@ NULL_GPU_API int cuModuleLoadDataEx(void** module, const void* image, unsigned, 
     ++s.counters.ptxas_runs;
     s.counters.ptxas_seconds += seconds;
     s.counters.ptxas_longest_seconds = std::max(s.counters.ptxas_longest_seconds, seconds);
-    if (!ok) return s.fail(invalid_ptx, "ptxas rejected the module's PTX: " + errors);
+    if (!ok) return s.fail(invalid_ptx, "the assembler rejected the module's PTX: " + errors);
     m->bytes = cubin.size();
   }
   std::lock_guard lock(s.mutex);
@@ -242,7 +350,7 @@ NULL_GPU_API int cuLinkComplete(void* link, void** image, std::size_t* size) {
     std::lock_guard lock(s.mutex);
     ++s.counters.ptx_assembled;
   }
-  if (!ptxas().empty()) {
+  if (can_assemble()) {
     std::string errors;
     double seconds = 0;
     bool ok = assemble(l->ptx, capability, cubin, errors, seconds);
@@ -252,7 +360,7 @@ NULL_GPU_API int cuLinkComplete(void* link, void** image, std::size_t* size) {
       s.counters.ptxas_seconds += seconds;
       s.counters.ptxas_longest_seconds = std::max(s.counters.ptxas_longest_seconds, seconds);
     }
-    if (!ok) return complain("ptxas rejected the PTX of " + l->name + ": " + errors);
+    if (!ok) return complain("the assembler rejected the PTX of " + l->name + ": " + errors);
   }
   l->image = make_container(kernels, cubin.empty() ? l->ptx : cubin);
   *image = l->image.data();
