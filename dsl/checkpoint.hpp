@@ -56,6 +56,8 @@ template <class Model, class LossFn>
 std::map<std::string, std::string> load_checkpoint(const std::filesystem::path& file, Model& model,
                                                    CompiledStep<Model, LossFn>& step) {
   CheckpointReader reader(file);
+  // The step first: a checkpoint refused for its metadata changes nothing.
+  int64_t steps = metadata_integer(reader.metadata(), "step", file, 0, int64_t{1} << 62);
   for_each_parameter(model, [&](const std::string& name, Parameter& p) {
     p.value = reader.read("model." + name, p.value.dtype(), p.value.shape());
   });
@@ -72,10 +74,7 @@ std::map<std::string, std::string> load_checkpoint(const std::filesystem::path& 
     *tensor = reader.read(key, tensor->dtype(), runtime.state_shape(name),
                           runtime.state_pieces(name), runtime.communicator().rank());
   }
-  auto it = reader.metadata().find("step");
-  if (it == reader.metadata().end())
-    throw std::runtime_error("sinter: checkpoint " + file.string() + " has no 'step' metadata");
-  runtime.set_steps(std::stoll(it->second));
+  runtime.set_steps(steps);
   return reader.metadata();
 }
 

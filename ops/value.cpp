@@ -188,6 +188,9 @@ Value matmul(Value a, Value b) {
   if (k_a != k_b)
     throw_op_error(OpId::matmul, operands, a.graph,
                    "inner dims " + std::to_string(k_a) + " vs " + std::to_string(k_b));
+  if (k_a < 1)
+    throw_op_error(OpId::matmul, operands, a.graph,
+                   "the inner dim is " + std::to_string(k_a) + "; it must be at least 1");
   if (b.rank() == 2 && a.rank() > 2) {
     // A shared weight: fold the batch dims into rows, one 2-D product.
     Shape out_shape = a.shape();

@@ -120,6 +120,14 @@ int main(int argc, char** argv) {
       auto corpus = flags.str("text").empty() ? data::fortunes_corpus(context)
                                               : data::text_windows(flags.str("text"), context);
       auto [train, holdout] = data::split_holdout(std::move(corpus), 0.05);
+      // A text too short to hold windows out for the evaluation is refused before training
+      // (it once trained, saved, then failed in the evaluation).
+      if (holdout->size() == 0)
+        throw std::runtime_error("the text gives " + std::to_string(train->size()) +
+                                 " windows of " + std::to_string(context) +
+                                 " bytes, too few to hold 5% out for the evaluation: give " +
+                                 "a text of at least " + std::to_string(10 * context + 10) +
+                                 " bytes or a smaller " + "--context");
       auto seed = static_cast<uint64_t>(flags.integer("seed"));
       Init init(seed);
       GPT model(GPTConfig{.vocab = 256,
@@ -155,6 +163,11 @@ int main(int argc, char** argv) {
         return make_step(1).max_batch(recipe::example_batch(*train), budget);
       });
       if (batch == 0) return 0; // --max-batch printed its line
+      if (static_cast<int64_t>(train->size()) < batch)
+        throw std::runtime_error("the text gives " + std::to_string(train->size()) +
+                                 " training windows, fewer than one batch of " +
+                                 std::to_string(batch) +
+                                 ": give a longer text, a smaller --batch-size or --context");
       // Under mpirun each rank takes its shard of every batch: --batch-size is the global batch.
       data::DataLoader loader(
           *train, recipe::sharded({.batch_size = batch, .shuffle = true, .seed = seed}));
@@ -188,7 +201,8 @@ int main(int argc, char** argv) {
           [](int64_t s, const data::DataLoader&) { return s % 500 == 0; }, false, {},
           flags.on("variable-length") ? std::function<void(data::Batch&, int64_t)>(crop)
                                       : std::function<void(data::Batch&, int64_t)>());
-      double held_out = holdout_loss(eval_loss, *holdout, batch);
+      double held_out = holdout_loss(
+          eval_loss, *holdout, std::min<int64_t>(batch, static_cast<int64_t>(holdout->size())));
       std::string text =
           sample(logits, flags.str("prompt"), context, flags.integer("sample-bytes"), 0.8, seed);
       if (!recipe::leader()) return 0;

@@ -13,12 +13,17 @@ std::vector<int64_t> parse_widths(const recipe::Flags& flags) {
   for (;;) {
     std::size_t comma = spec.find(',', at);
     std::string part = spec.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    std::size_t used = 0;
     try {
-      widths.push_back(std::stoll(part));
+      widths.push_back(std::stoll(part, &used));
     } catch (...) {
-      flags.fail("--hidden must be comma-separated widths such as 512,256, got '" + spec + "'");
+      used = 0;
     }
-    if (widths.back() <= 0) flags.fail("--hidden widths must be positive");
+    // The whole number, or `12abc` would be 12 and `1e3` would be 1.
+    if (used == 0 || used != part.size())
+      flags.fail("--hidden must be comma-separated widths such as 512,256, got '" + spec + "'");
+    if (widths.back() < 1 || widths.back() > 65536)
+      flags.fail("--hidden widths must be from 1 to 65536, got '" + spec + "'");
     if (comma == std::string::npos) break;
     at = comma + 1;
   }

@@ -1,6 +1,7 @@
 // recipes/recipe_support.hpp — what every recipe shares: flags, progress line, result line
 #pragma once
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -14,6 +15,52 @@ namespace recipe {
 struct Flag {
   std::string name, default_value, help;
 };
+
+/// The values a numeric flag takes (from `min` to `max`, `min` itself excluded where
+/// `above_min`), whichever recipe has it. Every recipe checks its flags against these when it
+/// starts, so a value out of range stops it (exit 2) naming the flag, before any work.
+struct FlagRange {
+  double min, max;
+  bool integer = true, above_min = false;
+};
+inline const std::map<std::string, FlagRange>& flag_ranges() {
+  constexpr double steps = 1e12, big = 1e9;
+  static const std::map<std::string, FlagRange> ranges = {
+      {"steps", {0, steps}},
+      {"stop-after", {0, steps}},
+      {"teacher-steps", {0, steps}},
+      {"check-every", {0, steps}},
+      {"sift-delay", {0, steps}},
+      {"epochs", {0, 1e6}},
+      {"teacher-epochs", {0, 1e6}},
+      {"seed", {0, 9.2e18}},
+      {"batch-size", {1, big}}, // or `max`
+      {"sift-scored-batch", {0, big}},
+      {"sift-history", {1, big}},
+      {"sample-bytes", {0, big}},
+      {"threads", {0, 4096}},
+      {"loader-threads", {0, 64}},
+      {"zero", {0, 2}},
+      {"dim", {1, 65536}},
+      {"teacher-dim", {1, 65536}},
+      {"heads", {1, 4096}},
+      {"teacher-heads", {1, 4096}},
+      {"depth", {0, 4096}},
+      {"teacher-depth", {0, 4096}},
+      {"context", {1, 1 << 20}},
+      {"patch", {1, 28}},
+      {"teacher-patch", {1, 28}},
+      {"lr", {0, 10, false}},
+      {"weight-decay", {0, 10, false}},
+      {"clip", {0, 1e12, false}}, // 0: off
+      {"alpha", {0, 1, false}},
+      {"temperature", {0, 1e6, false, true}},
+      {"sift-beta", {0, 1e6, false}}, // 0: off
+      {"bucket-mb", {0, 1e6, false, true}},
+      {"collective-timeout", {1e-3, 1e7, false}},
+  };
+  return ranges;
+}
 
 /// `--name value` or `--name=value` flags with defaults; `--help` prints them and exits 0; an
 /// unknown flag or a bad value exits 2 with a message saying what to do.
@@ -46,26 +93,48 @@ public:
     // A switch given a value takes only these: `--resume=yes` must not quietly mean off.
     for (const Flag& f : flags_)
       if (is_switch(f.name)) on(f.name);
+    // Numbers are read whole and checked against their range now, before any work.
+    for (const Flag& f : flags_) {
+      auto range = flag_ranges().find(f.name);
+      const std::string& v = values_[f.name];
+      if (range == flag_ranges().end() || v.empty() || (f.name == "batch-size" && v == "max"))
+        continue;
+      if (range->second.integer)
+        integer(f.name);
+      else
+        real(f.name);
+    }
   }
 
   std::string str(const std::string& name) const { return values_.at(name); }
+  /// The flag's whole value as an integer in its range (flag_ranges); otherwise exits 2.
   int64_t integer(const std::string& name) const {
+    const std::string& text = str(name);
+    int64_t v = 0;
     try {
       std::size_t used = 0;
-      int64_t v = std::stoll(str(name), &used);
-      if (used == str(name).size()) return v;
+      v = std::stoll(text, &used);
+      if (used != text.size()) throw std::invalid_argument(text);
     } catch (...) {
+      fail("--" + name + " must be an integer, got '" + text + "'");
     }
-    fail("--" + name + " must be an integer, got '" + str(name) + "'");
+    check_range(name, static_cast<double>(v), text);
+    return v;
   }
+  /// The flag's whole value as a finite number in its range (flag_ranges); otherwise exits 2.
   double real(const std::string& name) const {
+    const std::string& text = str(name);
+    double v = 0;
     try {
       std::size_t used = 0;
-      double v = std::stod(str(name), &used);
-      if (used == str(name).size()) return v;
+      v = std::stod(text, &used);
+      if (used != text.size()) throw std::invalid_argument(text);
     } catch (...) {
+      fail("--" + name + " must be a number, got '" + text + "'");
     }
-    fail("--" + name + " must be a number, got '" + str(name) + "'");
+    if (!std::isfinite(v)) fail("--" + name + " must be a finite number, got '" + text + "'");
+    check_range(name, v, text);
+    return v;
   }
   /// A switch: `--name` or `--name=true|false|1|0`; any other value exits 2 naming it.
   bool on(const std::string& name) const {
@@ -82,6 +151,20 @@ public:
   }
 
 private:
+  void check_range(const std::string& name, double v, const std::string& text) const {
+    auto found = flag_ranges().find(name);
+    if (found == flag_ranges().end()) return;
+    const FlagRange& r = found->second;
+    if (v < r.min || v > r.max || (r.above_min && v == r.min)) {
+      auto number = [](double x) {
+        char out[32];
+        std::snprintf(out, sizeof out, "%.10g", x);
+        return std::string(out);
+      };
+      fail("--" + name + " must be " + (r.above_min ? "above " : "from ") + number(r.min) +
+           (r.above_min ? " and at most " : " to ") + number(r.max) + ", got '" + text + "'");
+    }
+  }
   bool is_switch(const std::string& name) const {
     for (const Flag& f : flags_)
       if (f.name == name) return f.default_value == "0" && f.help.rfind("switch:", 0) == 0;

@@ -5,6 +5,7 @@
 #include "recipe_support.hpp"
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <optional>
@@ -271,6 +272,18 @@ inline std::string epoch_label(int64_t n, int64_t per_epoch) {
   return label;
 }
 
+/// `loss`, read after step `step`, unless it is not finite: a diverged run stops there (exit 1)
+/// rather than train on, print or save non-finite weights.
+inline double finite_loss(double loss, int64_t step) {
+  if (std::isfinite(loss)) return loss;
+  throw std::runtime_error(
+      "the training loss is " +
+      std::string(std::isnan(loss) ? "nan" : (loss > 0 ? "inf" : "-inf")) + " after step " +
+      std::to_string(step) +
+      ": training diverged, so the run stops here without saving. --check-numerics names the "
+      "first op that made a non-finite value; a lower --lr, --clip or --amp bf16 may help");
+}
+
 struct LoopResult {
   double last_loss = 0;
   int64_t steps_run = 0; ///< steps taken by this process (after any resume)
@@ -305,7 +318,8 @@ run_training(const std::string& name, const Flags& flags, Model& model, Step& st
   if (resume) {
     if (ckpt_dir.empty()) flags.fail("--resume needs --checkpoint-dir");
     auto meta = load_checkpoint(ckpt, model, step);
-    loader.seek({std::stoll(meta.at("epoch")), std::stoll(meta.at("batch"))});
+    loader.seek({metadata_integer(meta, "epoch", ckpt, 0, 1'000'000'000),
+                 metadata_integer(meta, "batch", ckpt, 0, int64_t{1} << 40)});
     if constexpr (sifting) loader.restore(CheckpointReader(ckpt).with_prefix("sift."));
     if (leader())
       std::fprintf(stderr, "%s: resumed from %s at step %lld\n", name.c_str(), ckpt.c_str(),
@@ -349,7 +363,7 @@ run_training(const std::string& name, const Flags& flags, Model& model, Step& st
     // step to finish, and the host could have queued the next one meanwhile.
     last_loss = step(b.examples, b.labels).loss;
     progress.update(
-        step.steps(), [&] { return last_loss.value(); },
+        step.steps(), [&] { return finite_loss(last_loss.value(), step.steps()); },
         [&] {
           if (!sifting && !step.runtime().sifts_in_step()) return std::string();
           double fraction = step.runtime().sift_counts().kept_fraction();
@@ -361,6 +375,7 @@ run_training(const std::string& name, const Flags& flags, Model& model, Step& st
     if (evaluation.within_epoch)
       left_out([&] { return evaluation.within_epoch(step.steps(), progress.seconds()); });
     if (writes && (save_now(step.steps(), loader) || step.steps() == stop)) {
+      finite_loss(last_loss.value(), step.steps()); // never over a good checkpoint
       std::vector<std::pair<std::string, HostTensor>> state;
       if constexpr (sifting) state = loader.state();
       NamedTensors extra;
@@ -373,8 +388,9 @@ run_training(const std::string& name, const Flags& flags, Model& model, Step& st
                       extra);
     }
   }
-  result.last_loss = last_loss.value();
   result.steps_run = step.steps() - start_step;
+  result.last_loss =
+      result.steps_run == 0 ? last_loss.value() : finite_loss(last_loss.value(), step.steps());
   result.seconds = progress.seconds();
   return result;
 }

@@ -419,5 +419,56 @@ TEST_CASE("A sharded save deletes only the old shard files it wrote, never what 
   }
 }
 
+TEST_CASE("A sharded checkpoint whose shards come from another save, step, rank or dtype is "
+          "refused by shard name",
+          "[checkpoint]") {
+  TempDir tmp("sinter-shard-mix");
+  namespace fs = std::filesystem;
+  const fs::path index = tmp.path / "mlp.safetensors";
+  const std::vector<double> low{1, 2}, high{3, 4};
+  HostTensor a = HostTensor::from_doubles(DType::f32, {2}, low);
+  HostTensor b = HostTensor::from_doubles(DType::f32, {2}, high);
+  HostTensor b64 = HostTensor::from_doubles(DType::f64, {2}, high);
+  NamedTensors none;
+  const std::string r0 = "mlp.step10.rank0-of-2.safetensors",
+                    r1 = "mlp.step10.rank1-of-2.safetensors";
+  auto shard = [&](const std::string& file, const HostTensor& t, std::string step, std::string rank,
+                   std::string save) {
+    NamedTensors named{{"w", &t}};
+    save_safetensors(tmp.path / file, named,
+                     {{"step", step}, {"rank", rank}, {"ranks", "2"}, {"sharded.save", save}});
+  };
+  auto write_index = [&](const std::string& files) {
+    save_safetensors(index, none,
+                     {{"sharded.files", files},
+                      {"sharded.shape.w", "4"},
+                      {"step", "10"},
+                      {"sharded.save", "77"}});
+  };
+  auto whole = [&] { return CheckpointReader(index).read("w", DType::f32, {4}); };
+  shard(r0, a, "10", "0", "77");
+  shard(r1, b, "10", "1", "77");
+  write_index(r0 + "," + r1);
+  HostTensor w = whole();
+  CHECK(w.at(0) == 1);
+  CHECK(w.at(3) == 4);
+
+  // Each of these once resumed with exit 0 and other values (or read past a buffer).
+  shard(r1, b, "10", "1", "78"); // another run's rank 1, same step
+  CHECK_THROWS_WITH(whole(), Catch::Contains(r1) && Catch::Contains("sharded.save '78'"));
+  shard(r1, b, "9", "1", "77"); // an earlier step's file renamed
+  CHECK_THROWS_WITH(whole(), Catch::Contains("step '9', where the index wants '10'"));
+  shard(r1, b, "10", "1", "77");
+  write_index(r1 + "," + r0); // swapped
+  CHECK_THROWS_WITH(whole(), Catch::Contains("rank '1', where the index wants '0'"));
+  write_index(r0 + "," + r0); // rank 0 listed twice
+  CHECK_THROWS_WITH(whole(), Catch::Contains("rank '0', where the index wants '1'"));
+  write_index(r0 + "," + r1);
+  shard(r1, b64, "10", "1", "77"); // an F64 copy: once read with f32's element size
+  CHECK_THROWS_WITH(whole(), Catch::Contains("holds 'w' as f64, the first shard as f32"));
+  shard(r1, b, "10", "1", "77");
+  CHECK(whole().at(2) == 3);
+}
+
 } // namespace
 } // namespace sinter::testing

@@ -137,6 +137,20 @@ TEST_CASE("A runtime mismatch of dyn dims throws a ShapeError naming the op and 
   }
 }
 
+TEST_CASE("Model sizes below 1 are refused when the model is built, naming the size", "[dsl]") {
+  Init init(1);
+  // A zero width once reached a division by zero (SIGFPE) when the step was traced.
+  CHECK_THROWS_WITH(Linear(0, 4, init), Catch::Contains("a parameter of shape [0,4]: every size "
+                                                        "must be at least 1"));
+  CHECK_THROWS_WITH(Embedding(16, -2, init), Catch::Contains("shape [16,-2]"));
+  CHECK_THROWS_WITH(MultiHeadAttention(8, 0, true, init),
+                    Catch::Contains("attention needs at least 1 head, got 0"));
+  CHECK_THROWS_WITH(
+      GPT(GPTConfig{.vocab = 8, .context = 4, .dim = 0, .depth = 1, .heads = 1}, init),
+      Catch::Contains("every size must be at least 1"));
+  CHECK_NOTHROW(GPT(GPTConfig{.vocab = 8, .context = 4, .dim = 4, .depth = 1, .heads = 2}, init));
+}
+
 TEST_CASE("A scope names the model path in shape errors raised inside it", "[dsl]") {
   auto f = jit([](Tensor<f64, dyn, 4> a, Tensor<f64, dyn, 4> b) {
     scope mlp("mlp");

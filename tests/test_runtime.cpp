@@ -123,6 +123,24 @@ TEST_CASE("a tensor whose value is deferred gives its old pages back until it is
   CHECK(t.bytes()[static_cast<std::size_t>(elements) * 4 - 1] == std::byte{2}); // read: fetched
 }
 
+TEST_CASE("a tensor too large for the host, or of an impossible shape, is refused by name",
+          "[runtime]") {
+  // 2^50 bytes: more than a 47-bit user address space maps.
+  CHECK_THROWS_MATCHES(HostTensor(DType::f32, {int64_t{1} << 48}), HostAllocationError,
+                       Catch::Matchers::Message(
+                           "sinter: cannot allocate 1048576.0 GiB of host memory for a "
+                           "f32[281474976710656] tensor; check the sizes the model or batch was "
+                           "built with"));
+  // A bad_alloc still, for code that explains running out of memory.
+  CHECK_THROWS_AS(HostTensor(DType::f32, {int64_t{1} << 48}), std::bad_alloc);
+  CHECK_THROWS_WITH(HostTensor(DType::f32, {int64_t{1} << 40, int64_t{1} << 40}),
+                    Catch::Contains("more bytes than a 64-bit size holds"));
+  CHECK_THROWS_WITH(HostTensor(DType::f32, {3, -1}), Catch::Contains("negative dim"));
+  CHECK_THROWS_WITH(numel({int64_t{1} << 40, int64_t{1} << 40}),
+                    Catch::Contains("[1099511627776,1099511627776] has more elements"));
+  CHECK(numel({int64_t{1} << 30, int64_t{1} << 30}) == int64_t{1} << 60);
+}
+
 TEST_CASE("a borrowed tensor reads the original's bytes and stamp without copying them",
           "[runtime]") {
   HostTensor original = HostTensor::from_doubles(DType::f32, {3}, std::vector<double>{1, 2, 3});

@@ -120,6 +120,41 @@ TEST_CASE("the same seed selects the same samples; another seed others; a restor
   CHECK_THROWS_WITH(SiftRule({.beta = -1}), Catch::Contains("beta must be a number >= 0"));
 }
 
+TEST_CASE("a sifting state restored from an edited checkpoint is refused, changing nothing",
+          "[sifting]") {
+  auto batches = loss_batches(3, 64, 8); // 192 losses: the history of 300 is not full
+  SiftRule rule({.beta = 1.0, .history = 300, .seed = 42});
+  run(rule, batches);
+  std::map<std::string, HostTensor> saved;
+  for (auto& [name, tensor] : rule.state())
+    saved.emplace(name, std::move(tensor));
+  // Each of these once crashed a resume (SIGSEGV, a double free, an out-of-bounds write).
+  auto edited = [&](int64_t index, double value) {
+    std::map<std::string, HostTensor> copy = saved;
+    copy.at("sift.counters").set(index, value);
+    return copy;
+  };
+  for (auto [index, value] :
+       {std::pair<int64_t, double>{0, 1e9}, {0, -1}, {0, 50}, {1, -4}, {3, 1e6}, {5, 1e6}}) {
+    SiftRule resumed({.beta = 1.0, .history = 300, .seed = 42});
+    INFO("counter " << index << " set to " << value);
+    CHECK_THROWS_WITH(resumed.restore(edited(index, value)),
+                      Catch::Contains("sifting state is inconsistent (counters"));
+    CHECK(resumed.seen() == 0);
+  }
+  std::map<std::string, HostTensor> short_counters = saved;
+  short_counters.at("sift.counters") = HostTensor(DType::i64, {5});
+  CHECK_THROWS_WITH(SiftRule({.beta = 1.0, .history = 300}).restore(short_counters),
+                    Catch::Contains("'sift.counters' is i64[5], not i64[6]"));
+  std::map<std::string, HostTensor> nan_loss = saved;
+  nan_loss.at("sift.history").set(7, std::nan(""));
+  CHECK_THROWS_WITH(SiftRule({.beta = 1.0, .history = 300}).restore(nan_loss),
+                    Catch::Contains("recorded loss 7 is not finite"));
+  SiftRule fine({.beta = 1.0, .history = 300, .seed = 42});
+  fine.restore(saved);
+  CHECK(fine.seen() == 192);
+}
+
 TEST_CASE("the sifting loader hands out full batches of kept samples, scored by a compiled "
           "per-sample loss that never recompiles, and resumes exactly",
           "[sifting]") {
@@ -182,6 +217,25 @@ TEST_CASE("the sifting loader hands out full batches of kept samples, scored by 
     CHECK(std::equal(want.examples.bytes().begin(), want.examples.bytes().end(),
                      got.examples.bytes().begin()));
   }
+
+  // An edited loader state is refused: counts of another shape, pending rows that disagree
+  // with their tensors, pending samples of another row shape (found at the first batch).
+  REQUIRE(saved.at("sift.loader").at(1) > 0);
+  std::map<std::string, HostTensor> one_count = saved;
+  one_count.at("sift.loader") = HostTensor(DType::i64, {1});
+  CHECK_THROWS_WITH(again.restore(one_count), Catch::Contains("'sift.loader' is i64[1]"));
+  std::map<std::string, HostTensor> more_pending = saved;
+  more_pending.at("sift.loader").set(1, more_pending.at("sift.loader").at(1) + 3);
+  CHECK_THROWS_WITH(again.restore(more_pending), Catch::Contains("pending rows, examples"));
+  std::map<std::string, HostTensor> narrow = saved;
+  Shape pending_shape = narrow.at("sift.pending.examples").shape();
+  narrow.at("sift.pending.examples") = HostTensor(DType::f32, {pending_shape[0], 5});
+  DataLoader inner_narrow(*blobs, {.batch_size = 60, .seed = 4, .prefetch_threads = 0});
+  inner_narrow.seek(inner.position());
+  SiftingLoader narrowed(inner_narrow, score, {.beta = beta, .history = 240, .seed = 5});
+  narrowed.restore(narrow);
+  CHECK_THROWS_WITH(narrowed.next(got), Catch::Contains("pending sifted samples are f32[" +
+                                                        std::to_string(pending_shape[0]) + ",5]"));
 }
 
 TEST_CASE("in-step selection in the graph draws k rows by the rule's weights: the same rows as "

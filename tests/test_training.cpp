@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 
 using namespace sinter;
@@ -378,6 +379,38 @@ TEST_CASE("a checkpoint for another model is rejected by name", "[training][chec
   CHECK_THROWS_WITH(
       load_checkpoint(dir / "c.safetensors", wide, step_wide),
       Catch::Contains("'model.layers.0.weight' is f32[4,8], the model expects f32[4,16]"));
+}
+
+TEST_CASE("a checkpoint whose step is not a whole integer in range is refused, changing nothing",
+          "[training][checkpoint]") {
+  sinter::testing::TempDir temp("sinter-bad-step");
+  std::filesystem::path file = temp.path / "c.safetensors";
+  Init init(1), other(2);
+  MLP saved({4, 8, 3}, init), model({4, 8, 3}, other);
+  auto step_saved = compile_step(saved, blob_loss, sgd{});
+  auto step = compile_step(model, blob_loss, sgd{});
+  save_checkpoint(file, saved, step_saved);
+  Checkpoint written = load_safetensors(file);
+  std::vector<std::pair<std::string, const HostTensor*>> tensors;
+  for (const auto& [name, tensor] : written.tensors)
+    tensors.emplace_back(name, &tensor);
+  HostTensor before = model.layers[0].weight.value;
+  // Once `-5` resumed at step -5 (then trained on NaN), `3abc` at 3 and `1e3` at 1.
+  for (std::string bad : {"-5", "3abc", "1e3", "", " 7", "99999999999999999999"}) {
+    std::map<std::string, std::string> metadata = written.metadata;
+    metadata["step"] = bad;
+    save_safetensors(file, tensors, metadata);
+    INFO("step '" << bad << "'");
+    CHECK_THROWS_WITH(load_checkpoint(file, model, step),
+                      Catch::Contains("metadata 'step' is '" + bad + "', not an integer from 0"));
+  }
+  std::map<std::string, std::string> metadata = written.metadata;
+  metadata.erase("step");
+  save_safetensors(file, tensors, metadata);
+  CHECK_THROWS_WITH(load_checkpoint(file, model, step), Catch::Contains("has no 'step' metadata"));
+  CHECK(step.steps() == 0);
+  CHECK(std::equal(before.bytes().begin(), before.bytes().end(),
+                   model.layers[0].weight.value.bytes().begin()));
 }
 
 TEST_CASE("compile_eval returns a scalar loss with its own storage", "[training]") {

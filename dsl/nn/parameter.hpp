@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -47,6 +48,11 @@ public:
 
 private:
   template <class F> HostTensor fill(Shape shape, DType dtype, F draw) {
+    for (int64_t d : shape)
+      if (d < 1)
+        throw std::invalid_argument("sinter: a parameter of shape " + to_string(shape) +
+                                    ": every size must be at least 1 — check the sizes the "
+                                    "model was built with (widths, heads, vocabulary, context)");
     HostTensor t(dtype, std::move(shape));
     if (dtype == DType::f32) { // the common case in bulk: the same values as set() stores
       auto* out = reinterpret_cast<float*>(t.bytes().data());

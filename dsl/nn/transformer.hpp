@@ -13,6 +13,9 @@ struct MultiHeadAttention {
   MultiHeadAttention() = default;
   MultiHeadAttention(int64_t dim, int64_t num_heads, bool is_causal, Init& init)
       : qkv(dim, 3 * dim, init), proj(dim, dim, init), heads(num_heads), causal(is_causal) {
+    if (num_heads < 1)
+      throw std::invalid_argument("sinter: attention needs at least 1 head, got " +
+                                  std::to_string(num_heads));
     if (dim % num_heads != 0)
       throw std::invalid_argument("sinter: attention width " + std::to_string(dim) +
                                   " is not divisible by " + std::to_string(num_heads) + " heads");

@@ -65,11 +65,22 @@ private:
 };
 
 std::vector<uint8_t> read_bytes(const std::filesystem::path& file) {
+  // A directory, a device (/dev/zero never ends) or a pipe is no text to train on.
+  std::error_code error;
+  std::filesystem::file_status status = std::filesystem::status(file, error);
+  if (!error && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status))
+    throw std::runtime_error("sinter: text file " + file.string() +
+                             " is not a regular file (a directory, device or pipe): give a file "
+                             "of text");
   std::ifstream in(file, std::ios::binary);
   if (!in)
     throw std::runtime_error("sinter: cannot open text file " + file.string() + ": " +
                              std::strerror(errno));
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  if (in.bad())
+    throw std::runtime_error("sinter: reading text file " + file.string() +
+                             " failed: " + std::strerror(errno));
+  return bytes;
 }
 
 std::string fortunes_hint() {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <fcntl.h>
@@ -378,6 +379,24 @@ Checkpoint load_safetensors(const fs::path& file) {
     out.tensors.emplace(std::move(e.name), std::move(t));
   }
   return out;
+}
+
+int64_t metadata_integer(const std::map<std::string, std::string>& metadata, const std::string& key,
+                         const std::filesystem::path& file, int64_t min, int64_t max) {
+  auto found = metadata.find(key);
+  if (found == metadata.end())
+    throw std::runtime_error("sinter: checkpoint " + file.string() + " has no '" + key +
+                             "' metadata: it was not written by save_checkpoint, or was edited");
+  const std::string& text = found->second;
+  int64_t value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc{} || end != text.data() + text.size() || value < min ||
+      value > max)
+    throw std::runtime_error("sinter: checkpoint " + file.string() + ": metadata '" + key +
+                             "' is '" + text + "', not an integer from " + std::to_string(min) +
+                             " to " + std::to_string(max) +
+                             " — the file was edited or damaged; resume from another checkpoint");
+  return value;
 }
 
 } // namespace sinter

@@ -2,6 +2,7 @@
 #pragma once
 #include "jit/runtime/host_tensor.hpp"
 
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <span>
@@ -32,5 +33,12 @@ struct Checkpoint {
 /// metadata. Anything else throws std::runtime_error naming the file and the problem; nothing is
 /// returned from a truncated or corrupted file.
 Checkpoint load_safetensors(const std::filesystem::path& file);
+
+/// Integer metadata `key` of checkpoint `file`, read whole (decimal digits, a leading `-` at
+/// most) and from `min` to `max`: what a resume restores its step, epoch and batch from. A
+/// missing key or any other text (`3abc`, `1e3`, `-5` below `min`) throws std::runtime_error
+/// naming the file, the key and the value.
+int64_t metadata_integer(const std::map<std::string, std::string>& metadata, const std::string& key,
+                         const std::filesystem::path& file, int64_t min, int64_t max);
 
 } // namespace sinter

@@ -5,7 +5,10 @@
 #include "jit/ir/graph.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
+#include <optional>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string_view>
@@ -16,6 +19,9 @@ namespace {
 
 constexpr const char* files_key = "sharded.files";
 constexpr const char* shape_prefix = "sharded.shape.";
+/// One save's id, in the index and in each of its shards: shards of another save (another run,
+/// an earlier step, a copied file) never pass for this one's.
+constexpr const char* save_key = "sharded.save";
 
 std::string shape_text(const Shape& shape) {
   std::string out;
@@ -29,12 +35,12 @@ Shape parse_shape(const std::string& text, const std::filesystem::path& file) {
   std::stringstream in(text);
   std::string part;
   while (std::getline(in, part, ',')) {
-    try {
-      shape.push_back(std::stoll(part));
-    } catch (...) {
+    int64_t d = -1;
+    auto [end, error] = std::from_chars(part.data(), part.data() + part.size(), d);
+    if (part.empty() || error != std::errc{} || end != part.data() + part.size() || d < 0)
       throw std::runtime_error("sinter: checkpoint " + file.string() + ": bad shape '" + text +
-                               "' in its shard index");
-    }
+                               "' in its shard index (comma-separated sizes of 0 or more)");
+    shape.push_back(d);
   }
   return shape;
 }
@@ -93,9 +99,21 @@ void save_sharded_checkpoint(const std::filesystem::path& index, const NamedTens
   NamedTensors mine;
   for (const ShardedTensor& s : shards)
     mine.emplace_back(s.name, s.piece);
+  // Rank 0 draws the save's id; every shard and the index carry it.
+  int64_t id = 0;
+  if (ranks.rank() == 0) {
+    std::random_device entropy;
+    id = static_cast<int64_t>((uint64_t{entropy()} << 32 | entropy()) >> 1);
+  }
+  ranks.broadcast(&id, 1, DType::i64, 0);
+  const std::string save_id = std::to_string(id);
   // Every rank's shard is on disk before the index that names them replaces the old one.
   save_safetensors(dir / shard_name(ranks.rank()), mine,
-                   {{"format", "sinter-checkpoint-shard-v1"}, {"step", std::to_string(step)}});
+                   {{"format", "sinter-checkpoint-shard-v1"},
+                    {"step", std::to_string(step)},
+                    {"rank", std::to_string(ranks.rank())},
+                    {"ranks", std::to_string(n)},
+                    {save_key, save_id}});
   ranks.barrier();
   if (ranks.rank() == 0) {
     std::vector<std::string> previous;
@@ -113,6 +131,7 @@ void save_sharded_checkpoint(const std::filesystem::path& index, const NamedTens
     for (int r = 0; r < n; ++r)
       files += (r ? "," : "") + shard_name(r);
     metadata[files_key] = files;
+    metadata[save_key] = save_id;
     for (const ShardedTensor& s : shards)
       metadata[shape_prefix + s.name] = shape_text(s.whole);
     save_safetensors(index, whole, metadata);
@@ -162,7 +181,30 @@ const Checkpoint& CheckpointReader::shard_file(std::size_t i) {
                                file.string() +
                                ", which is missing: keep every rank's shard file beside the "
                                "index (copy them together)");
-    shard_files_[i] = std::make_unique<Checkpoint>(load_safetensors(file));
+    auto shard = std::make_unique<Checkpoint>(load_safetensors(file));
+    // The shard must be this save's piece `i` of all of them: its step, rank, rank count and
+    // save id (written since shards carry them) agree with the index.
+    auto value = [](const Checkpoint& c, const std::string& key) {
+      auto it = c.metadata.find(key);
+      return it == c.metadata.end() ? std::optional<std::string>() : it->second;
+    };
+    const std::string count = std::to_string(shard_names_.size());
+    std::pair<std::string, std::optional<std::string>> expected[] = {
+        {"step", value(index_, "step")},
+        {"rank", std::to_string(i)},
+        {"ranks", count},
+        {save_key, value(index_, save_key)}};
+    for (const auto& [key, want] : expected) {
+      std::optional<std::string> got = value(*shard, key);
+      bool checked = want && (got || key == "step" || index_.metadata.contains(save_key));
+      if (checked && got != want)
+        throw std::runtime_error(
+            "sinter: checkpoint " + path_.string() + ": its shard file " + shard_names_[i] +
+            " has " + key + " " + (got ? "'" + *got + "'" : "none") + ", where the index wants " +
+            "'" + *want + "' — it belongs to another save (another run, step or rank count, or " +
+            "files renamed or swapped); restore the shard files that index wrote");
+    }
+    shard_files_[i] = std::move(shard);
   }
   return *shard_files_[i];
 }
@@ -187,6 +229,12 @@ HostTensor CheckpointReader::whole(const std::string& name) {
     if (r == 0) {
       out = HostTensor(it->second.dtype(), shape->second);
       element_bytes = dtype_bytes(it->second.dtype());
+    } else if (it->second.dtype() != out.dtype()) {
+      throw std::runtime_error("sinter: checkpoint shard " + shard_names_[r] + " holds '" + name +
+                               "' as " + std::string(dtype_name(it->second.dtype())) +
+                               ", the first shard as " + std::string(dtype_name(out.dtype())) +
+                               " — the shards come from different saves; restore the shard "
+                               "files that index wrote");
     }
     int64_t begin = r * shard, count = std::min(shard, elements - begin);
     if (count > 0)

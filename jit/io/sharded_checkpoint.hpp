@@ -47,7 +47,9 @@ class CheckpointReader {
 public:
   /// Throws std::runtime_error naming the file when the index or a shard file it lists is
   /// missing, truncated or corrupt, or when the index lists a shard file that is not a plain
-  /// name beside it (a folder part, `..`, an absolute path).
+  /// name beside it (a folder part, `..`, an absolute path). A shard is read when first needed,
+  /// and refused, naming it, unless it is this save's piece: its step, rank, rank count and
+  /// save id agree with the index, and its tensors have the dtype of the first shard's.
   explicit CheckpointReader(std::filesystem::path index);
   ~CheckpointReader();
 

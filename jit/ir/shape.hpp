@@ -2,19 +2,13 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace sinter {
 
 using Shape = std::vector<int64_t>;
-
-inline int64_t numel(const Shape& s) {
-  int64_t n = 1;
-  for (int64_t d : s)
-    n *= d;
-  return n;
-}
 
 inline std::string to_string(const Shape& s) {
   std::string out = "[";
@@ -23,6 +17,17 @@ inline std::string to_string(const Shape& s) {
     out += std::to_string(s[i]);
   }
   return out + "]";
+}
+
+/// Elements of a shape; a count past int64 (a shape no memory holds) throws, naming it.
+inline int64_t numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s)
+    if (__builtin_mul_overflow(n, d, &n))
+      throw std::overflow_error("sinter: the shape " + to_string(s) +
+                                " has more elements than a 64-bit count holds; check the sizes "
+                                "it was built from");
+  return n;
 }
 
 /// Row-major strides of a shape, in elements.

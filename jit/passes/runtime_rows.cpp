@@ -112,7 +112,7 @@ std::vector<int64_t> evaluate(const std::vector<SizeTerm>& terms, int64_t size) 
 int64_t SizeTerm::at(int64_t size) const {
   int64_t v = c;
   for (int p = 0; p < power; ++p)
-    v *= size;
+    if (__builtin_mul_overflow(v, size, &v)) return -1; // no size: refused where checked
   return v;
 }
 
@@ -121,16 +121,26 @@ namespace {
 /// Whether the kernel's instance at `size` is a well-typed graph, every numel in range.
 bool well_typed(const RuntimeRowsKernel& kernel, int64_t size) {
   RowsInstance check = kernel.instance(size);
+  try {
+    verify(*check.graph);
+  } catch (const VerifyError&) {
+    return false;
+  }
+  return true;
+}
+
+/// A size above any a backend compiles an instance at (the CUDA backend's are about a million):
+/// every value's element count must stay well inside int64 there.
+constexpr int64_t largest_emitted_size = int64_t{1} << 21;
+
+/// Whether every value of the kernel's instance at `size` counts its elements in range.
+bool sizes_fit(const RuntimeRowsKernel& kernel, int64_t size) {
+  RowsInstance check = kernel.instance(size);
   for (std::size_t v = 0; v < check.graph->size(); ++v) {
     int64_t total = 1;
     for (int64_t d : check.graph->type(static_cast<ValueId>(v)).shape)
       if (d < 0 || __builtin_mul_overflow(total, d, &total) || total > (int64_t{1} << 60))
         return false;
-  }
-  try {
-    verify(*check.graph);
-  } catch (const VerifyError&) {
-    return false;
   }
   return true;
 }
@@ -298,7 +308,7 @@ std::optional<RuntimeRowsKernel> RuntimeRowsKernel::of(const FusionPlan& plan,
     out.extra_outputs_.push_back(position.at(e));
   // The instance must be a well-typed graph; a remapping this file gets wrong for some kernel
   // costs that kernel its reuse (it is compiled for its shape), never a wrong result.
-  if (!well_typed(out, rows)) return std::nullopt;
+  if (!sizes_fit(out, largest_emitted_size) || !well_typed(out, rows)) return std::nullopt;
   return out;
 }
 
@@ -458,7 +468,7 @@ std::optional<RuntimeRowsKernel> RuntimeRowsKernel::unify(const RuntimeRowsKerne
       }
   // Only the instance at x must type-check: another kernel unifies to this one only where its
   // own shapes hold (a slice [0, x) of a 64-row table, say, stops at 64).
-  if (!well_typed(out, x)) return std::nullopt;
+  if (!sizes_fit(out, largest_emitted_size) || !well_typed(out, x)) return std::nullopt;
   return out;
 }
 

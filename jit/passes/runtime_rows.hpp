@@ -22,7 +22,8 @@ struct RowsInstance {
   const Kernel& kernel() const { return plan.kernels.front(); }
 };
 
-/// A shape number of a RuntimeRowsKernel: c·size^power (power 0: the constant c).
+/// A shape number of a RuntimeRowsKernel: c·size^power (power 0: the constant c); `at` gives -1
+/// where the value overflows int64.
 struct SizeTerm {
   int64_t c = 0;
   int power = 0;

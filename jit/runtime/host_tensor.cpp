@@ -6,6 +6,7 @@
 #include <atomic>
 #include <bit>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -102,9 +103,37 @@ ZeroedBytes& ZeroedBytes::operator=(ZeroedBytes&& other) noexcept {
 
 ZeroedBytes::~ZeroedBytes() { release(); }
 
+namespace {
+
+/// The zeroed bytes of a `dtype` tensor of `shape`; a shape with a negative dim, one too large
+/// to count, or an allocation the host refuses throws, naming the tensor.
+ZeroedBytes bytes_for(DType dtype, const Shape& shape) {
+  std::string tensor = std::string(dtype_name(dtype)) + to_string(shape);
+  for (int64_t d : shape)
+    if (d < 0)
+      throw std::invalid_argument("sinter: a tensor of shape " + tensor +
+                                  " has a negative dim; every dim must be 0 or more");
+  int64_t bytes = static_cast<int64_t>(dtype_bytes(dtype));
+  for (int64_t d : shape)
+    if (__builtin_mul_overflow(bytes, d, &bytes))
+      throw HostAllocationError("sinter: a " + tensor +
+                                " tensor has more bytes than a 64-bit size holds; check the "
+                                "sizes the model or batch was built with");
+  try {
+    return ZeroedBytes(static_cast<std::size_t>(bytes));
+  } catch (const std::bad_alloc&) {
+    char gib[32];
+    std::snprintf(gib, sizeof gib, "%.1f", static_cast<double>(bytes) / (1 << 30));
+    throw HostAllocationError("sinter: cannot allocate " + std::string(gib) +
+                              " GiB of host memory for a " + tensor +
+                              " tensor; check the sizes the model or batch was built with");
+  }
+}
+
+} // namespace
+
 HostTensor::HostTensor(DType dtype, Shape shape)
-    : dtype_(dtype), shape_(std::move(shape)),
-      bytes_(static_cast<std::size_t>(numel(shape_)) * dtype_bytes(dtype)) {}
+    : dtype_(dtype), shape_(std::move(shape)), bytes_(bytes_for(dtype_, shape_)) {}
 
 HostTensor::HostTensor(const HostTensor& other)
     : dtype_(other.dtype_), shape_(other.shape_), bytes_((other.settle(), other.bytes_)) {}

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <span>
 #include <string>
 #include <utility>
@@ -20,6 +21,17 @@ public:
   /// Copies the value into `into` (the tensor's size). Throws std::logic_error if the value
   /// no longer exists.
   virtual void fetch(std::span<std::byte> into) const = 0;
+};
+
+/// A host allocation that failed, naming the tensor and its size. A std::bad_alloc, so code
+/// that explains running out of memory still catches it.
+class HostAllocationError : public std::bad_alloc {
+public:
+  explicit HostAllocationError(std::string message) : message_(std::move(message)) {}
+  const char* what() const noexcept override { return message_.c_str(); }
+
+private:
+  std::string message_;
 };
 
 /// Zero-filled bytes: calloc for small buffers, an anonymous mapping from 1 MiB up. A large

@@ -28,6 +28,27 @@ const HostTensor& take(const std::map<std::string, HostTensor>& tensors, const s
   return it->second;
 }
 
+/// An integer tensor `name` of `count` values, each from `min` to `max` (they are in an
+/// earlier value's range where `within` names it); else the checkpoint was edited or damaged.
+std::vector<int64_t> counts_of(const std::map<std::string, HostTensor>& tensors,
+                               const std::string& name, int64_t count) {
+  const HostTensor& t = take(tensors, name);
+  if (t.dtype() != DType::i64 || t.shape() != Shape{count})
+    throw std::runtime_error("sinter: the checkpoint's '" + name + "' is " +
+                             std::string(dtype_name(t.dtype())) + to_string(t.shape()) +
+                             ", not i64[" + std::to_string(count) +
+                             "]: it was edited or damaged; resume from another checkpoint");
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < count; ++i)
+    out.push_back(static_cast<int64_t>(t.at(i)));
+  return out;
+}
+
+[[noreturn]] void inconsistent(const std::string& what) {
+  throw std::runtime_error("sinter: the checkpoint's sifting state is inconsistent (" + what +
+                           "): it was edited or damaged; resume from another checkpoint");
+}
+
 } // namespace
 
 void check_sift_options(const SiftOptions& options) {
@@ -112,22 +133,35 @@ std::vector<std::pair<std::string, HostTensor>> SiftRule::state() const {
 
 void SiftRule::restore(const std::map<std::string, HostTensor>& tensors) {
   const HostTensor& history = take(tensors, "sift.history");
-  const HostTensor& counters = take(tensors, "sift.counters");
-  if (history.shape().size() != 1 || history.size() > options_.history ||
-      counters.shape() != Shape{6})
+  if (history.shape().size() != 1 || history.size() > options_.history)
     throw std::runtime_error("sinter: the checkpoint's sifting state holds " +
                              std::to_string(history.size()) + " losses for a history of " +
                              std::to_string(options_.history) +
                              ": resume with the --sift-history it was written with");
-  history_.assign(static_cast<std::size_t>(history.size()), 0.0);
-  for (int64_t i = 0; i < history.size(); ++i)
-    history_[static_cast<std::size_t>(i)] = history.at(i);
-  next_slot_ = static_cast<int64_t>(counters.at(0));
-  draws_ = static_cast<int64_t>(counters.at(1));
-  batches_ = static_cast<int64_t>(counters.at(2));
-  epoch_batches_ = static_cast<int64_t>(counters.at(3));
-  seen_ = static_cast<int64_t>(counters.at(4));
-  kept_ = static_cast<int64_t>(counters.at(5));
+  std::vector<int64_t> c = counts_of(tensors, "sift.counters", 6);
+  // next slot, draws, batches, epoch batches, seen, kept: the slot follows the filled history
+  // until it is full; every count is at least 0, and kept and the epoch's within their totals.
+  const int64_t filled = history.size();
+  bool slot_ok = filled < options_.history ? c[0] == filled : c[0] >= 0 && c[0] < filled;
+  if (!slot_ok || c[1] < 0 || c[2] < 0 || c[3] < 0 || c[3] > c[2] || c[4] < filled || c[5] < 0 ||
+      c[5] > c[4])
+    inconsistent("counters " + std::to_string(c[0]) + ", " + std::to_string(c[1]) + ", " +
+                 std::to_string(c[2]) + ", " + std::to_string(c[3]) + ", " + std::to_string(c[4]) +
+                 ", " + std::to_string(c[5]) + " with " + std::to_string(filled) +
+                 " losses recorded");
+  std::vector<double> losses(static_cast<std::size_t>(filled), 0.0);
+  for (int64_t i = 0; i < filled; ++i) {
+    losses[static_cast<std::size_t>(i)] = history.at(i);
+    if (!std::isfinite(losses[static_cast<std::size_t>(i)]))
+      inconsistent("recorded loss " + std::to_string(i) + " is not finite");
+  }
+  history_ = std::move(losses);
+  next_slot_ = c[0];
+  draws_ = c[1];
+  batches_ = c[2];
+  epoch_batches_ = c[3];
+  seen_ = c[4];
+  kept_ = c[5];
 }
 
 Value sift_selection(Value losses, Value history, Value filled, Value uniforms, double beta,
@@ -182,6 +216,7 @@ bool SiftingLoader::next(data::Batch& out) {
   while (rows_ == 0 || pending_rows_ < rows_) {
     if (!inner_.next(scored_)) return false;
     rows_ = scored_.examples.shape().at(0);
+    check_restored_rows();
     HostTensor losses = loss_(scored_);
     if (losses.size() != rows_)
       throw std::invalid_argument("sinter: the sifting loss gave " + std::to_string(losses.size()) +
@@ -245,21 +280,51 @@ std::vector<std::pair<std::string, HostTensor>> SiftingLoader::state() const {
 }
 
 void SiftingLoader::restore(const std::map<std::string, HostTensor>& tensors) {
-  rule_.restore(tensors);
-  const HostTensor& counts = take(tensors, "sift.loader");
-  delivered_ = static_cast<int64_t>(counts.at(0));
-  pending_rows_ = static_cast<int64_t>(counts.at(1));
-  pending_examples_.clear();
-  pending_labels_.clear();
-  if (pending_rows_ == 0) return;
-  const HostTensor& examples = take(tensors, "sift.pending.examples");
-  const HostTensor& labels = take(tensors, "sift.pending.labels");
-  if (examples.shape().empty() || examples.shape()[0] != pending_rows_ || labels.shape().empty() ||
-      labels.shape()[0] != pending_rows_)
-    throw std::runtime_error("sinter: the checkpoint's sifting state is inconsistent (" +
-                             std::to_string(pending_rows_) + " pending rows)");
-  pending_examples_.assign(examples.bytes().begin(), examples.bytes().end());
-  pending_labels_.assign(labels.bytes().begin(), labels.bytes().end());
+  std::vector<int64_t> counts = counts_of(tensors, "sift.loader", 2);
+  if (counts[0] < 0 || counts[1] < 0)
+    inconsistent(std::to_string(counts[0]) + " samples delivered, " + std::to_string(counts[1]) +
+                 " pending");
+  std::vector<std::byte> examples_bytes, labels_bytes;
+  std::optional<RestoredRows> restored;
+  if (counts[1] > 0) {
+    const HostTensor& examples = take(tensors, "sift.pending.examples");
+    const HostTensor& labels = take(tensors, "sift.pending.labels");
+    if (examples.shape().empty() || examples.shape()[0] != counts[1] || labels.shape().empty() ||
+        labels.shape()[0] != counts[1])
+      inconsistent(std::to_string(counts[1]) + " pending rows, examples " +
+                   to_string(examples.shape()) + ", labels " + to_string(labels.shape()));
+    restored = RestoredRows{examples.dtype(), examples.shape(), labels.dtype(), labels.shape()};
+    examples_bytes.assign(examples.bytes().begin(), examples.bytes().end());
+    labels_bytes.assign(labels.bytes().begin(), labels.bytes().end());
+  }
+  rule_.restore(tensors); // all checked: only now does anything change
+  delivered_ = counts[0];
+  pending_rows_ = counts[1];
+  pending_examples_ = std::move(examples_bytes);
+  pending_labels_ = std::move(labels_bytes);
+  restored_rows_ = std::move(restored);
+}
+
+void SiftingLoader::check_restored_rows() {
+  if (!restored_rows_) return;
+  auto row_of = [](Shape s) {
+    s.erase(s.begin());
+    return s;
+  };
+  const RestoredRows& r = *restored_rows_;
+  if (r.examples != scored_.examples.dtype() ||
+      row_of(r.examples_shape) != row_of(scored_.examples.shape()) ||
+      r.labels != scored_.labels.dtype() ||
+      row_of(r.labels_shape) != row_of(scored_.labels.shape()))
+    throw std::runtime_error(
+        "sinter: the checkpoint's pending sifted samples are " +
+        std::string(dtype_name(r.examples)) + to_string(r.examples_shape) + " with labels " +
+        std::string(dtype_name(r.labels)) + to_string(r.labels_shape) +
+        ", but this loader's batches are " + std::string(dtype_name(scored_.examples.dtype())) +
+        to_string(scored_.examples.shape()) + " with labels " +
+        std::string(dtype_name(scored_.labels.dtype())) + to_string(scored_.labels.shape()) +
+        ": resume with the data the checkpoint was written with");
+  restored_rows_.reset();
 }
 
 } // namespace sinter

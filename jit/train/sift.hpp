@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -119,6 +120,15 @@ public:
 
 private:
   void append_rows(const HostTensor& from, int64_t row, std::vector<std::byte>& to) const;
+  /// Pending samples restored from a checkpoint must be rows of this loader's batches: checked
+  /// at the first batch, the first time their types are known.
+  void check_restored_rows();
+  struct RestoredRows {
+    DType examples;
+    Shape examples_shape;
+    DType labels;
+    Shape labels_shape;
+  };
 
   data::DataLoader& inner_;
   PerSampleLoss loss_;
@@ -128,6 +138,7 @@ private:
   std::vector<std::byte> pending_examples_, pending_labels_;
   int64_t pending_rows_ = 0;
   int64_t delivered_ = 0;
+  std::optional<RestoredRows> restored_rows_;
 };
 
 } // namespace sinter

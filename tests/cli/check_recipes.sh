@@ -25,6 +25,70 @@ for bad in --resume=yes --resume=on --check-numerics=yes --resume=; do
 done
 [ ! -e "$ckpt/mlp.safetensors" ] || { echo "a refused switch still wrote a checkpoint"; exit 1; }
 
+# Numbers are read whole, finite and in range, when the recipe starts: each of these once
+# trained (on NaN, with clipping silently off, ...), crashed (SIGFPE, bad_alloc) or overflowed.
+while read -r recipe flag value; do
+  case "$recipe" in mlp) r="$mlp" ;; gpt) r="$gpt" ;; esac
+  set +e
+  err=$("$r" --steps 1 --checkpoint-dir "$ckpt/bad" "$flag" "$value" 2>&1 >/dev/null)
+  status=$?
+  set -e
+  [ "$status" -eq 2 ] || { echo "$recipe $flag $value exited $status, not 2"; exit 1; }
+  grep -qF -- "$flag" <<<"$err" || { echo "$recipe $flag $value: no message naming it: $err"; exit 1; }
+done <<'CASES'
+mlp --lr nan
+mlp --lr inf
+mlp --lr -1
+mlp --lr 1e6
+mlp --weight-decay nan
+mlp --epochs -1
+mlp --epochs 9223372036854775807
+mlp --steps -1
+mlp --hidden 12abc
+mlp --hidden 1e3
+mlp --hidden 99999999999
+mlp --clip nan
+mlp --clip -1
+mlp --bucket-mb inf
+mlp --collective-timeout inf
+mlp --collective-timeout 1e-300
+mlp --threads -1
+mlp --threads 5000
+mlp --seed -3
+gpt --dim 0
+gpt --heads 0
+gpt --depth -1
+gpt --context 0
+CASES
+[ ! -e "$ckpt/bad" ] || { echo "a refused flag still wrote a checkpoint"; exit 1; }
+
+# A diverged run stops (exit 1) naming the step, and saves nothing: weight decay 10 at lr 10
+# multiplies every weight by -99 each step, past float's range in about 20 steps.
+set +e
+err=$("$mlp" --steps 40 --lr 10 --weight-decay 10 --checkpoint-dir "$ckpt/diverged" 2>&1 >/dev/null)
+status=$?
+set -e
+[ "$status" -eq 1 ] || { echo "a diverged mlp exited $status, not 1: $err"; exit 1; }
+grep -qE "training loss is (nan|inf|-inf) after step [0-9]+: training diverged" <<<"$err" ||
+  { echo "a diverged mlp did not say so: $err"; exit 1; }
+[ ! -e "$ckpt/diverged/mlp.safetensors" ] || { echo "a diverged run saved a checkpoint"; exit 1; }
+
+# Text that is not a file of text, or too short, is refused before training (/dev/zero once
+# read forever; a 100-byte text trained, saved, then failed in its evaluation).
+head -c 100 /etc/services >"$ckpt/short.txt"
+mkfifo "$ckpt/fifo"
+for text in /dev/zero "$ckpt" "$ckpt/fifo" "$ckpt/short.txt"; do
+  set +e
+  err=$(timeout 60 "$gpt" --steps 2 --text "$text" --checkpoint-dir "$ckpt/text" 2>&1 >/dev/null)
+  status=$?
+  set -e
+  [ "$status" -eq 1 ] || { echo "gpt --text $text exited $status, not 1: $err"; exit 1; }
+  grep -qE "is not a regular file|too few to hold 5% out" <<<"$err" ||
+    { echo "gpt --text $text: no message saying why: $err"; exit 1; }
+done
+[ ! -e "$ckpt/text/gpt.safetensors" ] || { echo "gpt trained on a refused text"; exit 1; }
+rm -f "$ckpt/fifo"
+
 out=$("$mlp" --steps 300 --checkpoint-dir "$ckpt" 2>/dev/null)
 echo "mlp: $out"
 acc=$(sed -n 's/^result: test_accuracy=\([0-9.]*\).*/\1/p' <<<"$out")

@@ -192,9 +192,9 @@ CpuExecutable::CpuExecutable(Prepared prepared, KernelLibrary& library, ThreadPo
     if (fusion_.kernels[k].kind == KernelKind::collective) waits_before_[waits[k]].push_back(k);
   collective_ranks_ = collective_ranks(*graph_);
   report_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  arena_.reset(
-      new (std::align_val_t(MemoryPlan::alignment))
-          std::byte[static_cast<std::size_t>(std::max<int64_t>(memory_.arena_bytes(), 1))]);
+  arena_.reset(static_cast<std::byte*>(
+      ::operator new[](static_cast<std::size_t>(std::max<int64_t>(memory_.arena_bytes(), 1)),
+                       std::align_val_t(MemoryPlan::alignment))));
 }
 
 CpuExecutable::CpuExecutable(const Graph& optimized, KernelLibrary& library, ThreadPool& pool)

@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <span>
 #include <vector>
@@ -78,7 +79,14 @@ private:
   CompileReport report_;
   uint64_t profile_id_ = profile::new_program_id(); ///< its kernel table in a profile
   mutable std::mutex run_mutex_;
-  mutable std::unique_ptr<std::byte[]> arena_;
+  /// The arena's bytes, aligned to MemoryPlan::alignment: freed by the aligned delete[] that
+  /// matches the aligned new[] (a plain delete[] is undefined).
+  struct AlignedDelete {
+    void operator()(std::byte* p) const {
+      ::operator delete[](p, std::align_val_t(MemoryPlan::alignment));
+    }
+  };
+  mutable std::unique_ptr<std::byte[], AlignedDelete> arena_;
 };
 
 /// The CPU's entry in the backend table. Graph stages: `decompose-attention` under
