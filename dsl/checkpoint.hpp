@@ -49,17 +49,22 @@ void save_checkpoint(const std::filesystem::path& file, Model& model,
 /// Restores what save_checkpoint wrote into `model` and `step` and returns the metadata, at any
 /// world size and ZeRO stage: each rank takes the whole parameters and its piece of the
 /// optimizer state, whatever the number of ranks that wrote it. Throws std::runtime_error
-/// naming the first missing or mismatched tensor, or a missing shard file (fp16 loss-scaling
-/// state, `optimizer.amp.*`, and in-step sifting's, `optimizer.sift.*`, may be missing: they
-/// then start afresh).
+/// naming the first missing or mismatched tensor, a tensor holding inf or NaN (or a negative
+/// AdamW second moment), a `step` that is no integer from 0, or a missing shard file; nothing
+/// changes then (fp16 loss-scaling state, `optimizer.amp.*`, and in-step sifting's,
+/// `optimizer.sift.*`, may be missing: they then start afresh).
 template <class Model, class LossFn>
 std::map<std::string, std::string> load_checkpoint(const std::filesystem::path& file, Model& model,
                                                    CompiledStep<Model, LossFn>& step) {
   CheckpointReader reader(file);
-  // The step first: a checkpoint refused for its metadata changes nothing.
+  // Everything is read and checked first: a checkpoint refused for its metadata, a tensor or
+  // a value changes nothing.
   int64_t steps = metadata_integer(reader.metadata(), "step", file, 0, int64_t{1} << 62);
+  std::vector<std::pair<HostTensor*, HostTensor>> restored;
   for_each_parameter(model, [&](const std::string& name, Parameter& p) {
-    p.value = reader.read("model." + name, p.value.dtype(), p.value.shape());
+    HostTensor t = reader.read("model." + name, p.value.dtype(), p.value.shape());
+    require_finite(t, "model." + name, file);
+    restored.emplace_back(&p.value, std::move(t));
   });
   TrainStep& runtime = step.runtime();
   for (auto& [name, tensor] : runtime.state()) {
@@ -67,13 +72,17 @@ std::map<std::string, std::string> load_checkpoint(const std::filesystem::path& 
     // fp16 loss-scaling state is optional: a run resumed under fp16 from a bf16 or f32
     // checkpoint starts from the initial scale. So is in-step sifting's: a run that starts
     // sifting from a checkpoint written without it starts with an empty loss history.
-    if (step_names::is_step_wide_state(name)) {
-      if (reader.contains(key)) *tensor = reader.read(key, tensor->dtype(), tensor->shape());
-      continue;
-    }
-    *tensor = reader.read(key, tensor->dtype(), runtime.state_shape(name),
-                          runtime.state_pieces(name), runtime.communicator().rank());
+    if (step_names::is_step_wide_state(name) && !reader.contains(key)) continue;
+    HostTensor t = step_names::is_step_wide_state(name)
+                       ? reader.read(key, tensor->dtype(), tensor->shape())
+                       : reader.read(key, tensor->dtype(), runtime.state_shape(name),
+                                     runtime.state_pieces(name), runtime.communicator().rank());
+    // AdamW's second moment is a mean of squares: never below 0.
+    require_finite(t, key, file, name.starts_with("state.v."));
+    restored.emplace_back(tensor, std::move(t));
   }
+  for (auto& [into, value] : restored)
+    *into = std::move(value);
   runtime.set_steps(steps);
   return reader.metadata();
 }
@@ -95,7 +104,8 @@ void save_weights(const std::filesystem::path& file, Model& model,
 /// and save_weights write them, or plain `<param>` names. Other tensors (optimizer state) are
 /// ignored. Throws std::runtime_error naming the file and the first missing tensor, or the
 /// tensor whose dtype or shape differs with both types; a corrupt file is refused by
-/// load_safetensors. Nothing in `model` changes unless every tensor matches.
+/// load_safetensors, and a tensor holding inf or NaN is refused by name. Nothing in `model`
+/// changes unless every tensor matches.
 template <class Model>
 std::map<std::string, std::string> load_weights(const std::filesystem::path& file, Model& model) {
   Checkpoint ckpt = load_safetensors(file);
@@ -113,6 +123,7 @@ std::map<std::string, std::string> load_weights(const std::filesystem::path& fil
                                " but the model's '" + name + "' is " +
                                to_string(TensorType{p.value.dtype(), p.value.shape()}) +
                                " — build the model with the configuration that wrote the file");
+    require_finite(it->second, it->first, file);
     matched.emplace_back(&p, &it->second);
   });
   for (auto [parameter, tensor] : matched)

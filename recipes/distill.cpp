@@ -78,6 +78,24 @@ int main(int argc, char** argv) {
                      FashionViT(recipe::vit_config(flags, "teacher-"), teacher_init));
     FashionViT& teacher = pair.teacher;
     FashionViT& student = pair.student;
+    // --eval-only: the distilled student's checkpoint (and the teacher's, when there is one).
+    if (flags.on("eval-only")) {
+      recipe::load_for_evaluation("student", flags, student);
+      double student_accuracy = test_accuracy(student, *test);
+      std::string teacher_field;
+      std::filesystem::path teacher_ckpt =
+          std::filesystem::path(flags.str("checkpoint-dir")) / "teacher.safetensors";
+      if (!flags.str("teacher").empty() || std::filesystem::exists(teacher_ckpt)) {
+        load_weights(flags.str("teacher").empty() ? teacher_ckpt.string() : flags.str("teacher"),
+                     teacher);
+        char text[64];
+        std::snprintf(text, sizeof text, "teacher_accuracy=%.4f ", test_accuracy(teacher, *test));
+        teacher_field = text;
+      }
+      if (recipe::leader())
+        std::printf("result: %sstudent_accuracy=%.4f\n", teacher_field.c_str(), student_accuracy);
+      return 0;
+    }
     FashionViT initial_student = student; // the baseline starts from the same weights
     auto distill_loss = [kd](FashionViT& s, const FashionViT& t, Var images, Var labels) {
       return kd_loss(s(images), t(images), labels, kd);
@@ -151,9 +169,11 @@ int main(int argc, char** argv) {
 
     // The sifting loader trains on about 1/(1+beta) of each epoch's batches (see the mlp and vit
     // recipes); in-step sifting scores each batch in its own step.
-    int64_t steps_per_epoch = recipe::sifted_steps_per_epoch(per_epoch, sift, in_step);
-    int64_t total = flags.integer("steps") > 0 ? flags.integer("steps")
-                                               : flags.integer("epochs") * steps_per_epoch;
+    int64_t total = flags.integer("steps") > 0
+                        ? flags.integer("steps")
+                        : recipe::sifted_steps(per_epoch, flags.integer("epochs"), sift, in_step);
+    const int64_t until_epoch =
+        recipe::sifting_ends_with_epochs(flags, sift, in_step) ? flags.integer("epochs") : 0;
     if (recipe::leader())
       std::fprintf(stderr,
                    "distill: student %lld parameters, %lld steps of batch %lld, T=%g, "
@@ -184,8 +204,8 @@ int main(int argc, char** argv) {
                                      {"images", "labels"});
       SiftingLoader sifting(
           loader, [&](const data::Batch& b) { return per_sample(b.examples, b.labels); }, *sift);
-      run =
-          recipe::run_training("student", flags, student, step, sifting, total, at_epoch_end, true);
+      run = recipe::run_training("student", flags, student, step, sifting, total, at_epoch_end,
+                                 true, {}, {}, until_epoch);
       sifted = recipe::sifted_result(sifting.rule().kept_fraction(), sifting.delivered());
       steps_done = step.steps();
     } else {

@@ -68,6 +68,13 @@ int train_fashion(const std::string& name, const Flags& flags, Model& model) {
                                   : std::filesystem::path(flags.str("data-dir"));
   auto train = data::fashion_mnist(data::Split::train, dir);
   auto test = data::fashion_mnist(data::Split::test, dir);
+  if (flags.on("eval-only")) {
+    load_for_evaluation(name, flags, model);
+    auto logits = compile_eval(model, [](Model& m, Var images) { return m(images); }, {"images"});
+    double test_accuracy = accuracy(logits, *test, 500);
+    if (leader()) std::printf("result: test_accuracy=%.4f\n", test_accuracy);
+    return 0;
+  }
   int64_t epochs = flags.integer("epochs");
   auto step_options = [&](int64_t total) {
     return parallel(flags, {.batch_names = {"images", "labels"},
@@ -97,11 +104,12 @@ int train_fashion(const std::string& name, const Flags& flags, Model& model) {
                        .shuffle = true,
                        .seed = seed}));
   int64_t per_epoch = loader.batches_per_epoch();
-  // The sifting loader trains on about 1/(1+beta) of each epoch's batches: --epochs E takes
-  // that many steps, so E passes over the data are scored. In-step sifting scores each batch
-  // in its own step.
-  int64_t steps_per_epoch = sifted_steps_per_epoch(per_epoch, sift, in_step);
-  int64_t total = flags.integer("steps") > 0 ? flags.integer("steps") : epochs * steps_per_epoch;
+  // The sifting loader trains on about 1/(1+beta) of each epoch's batches (all of its delay's):
+  // --epochs E ends where the E-th pass over the data ends, the schedule spanning the estimate.
+  // In-step sifting scores each batch in its own step.
+  int64_t total = flags.integer("steps") > 0 ? flags.integer("steps")
+                                             : sifted_steps(per_epoch, epochs, sift, in_step);
+  const int64_t until_epoch = sifting_ends_with_epochs(flags, sift, in_step) ? epochs : 0;
   auto logits = compile_eval(model, [](Model& m, Var images) { return m(images); }, {"images"});
 
   if (leader())
@@ -176,7 +184,8 @@ int train_fashion(const std::string& name, const Flags& flags, Model& model) {
                      {"images", "labels"});
     SiftingLoader sifting(
         loader, [&](const data::Batch& b) { return per_sample(b.examples, b.labels); }, *sift);
-    run = run_training(name, flags, model, step, sifting, total, at_epoch_end, false, evaluation);
+    run = run_training(name, flags, model, step, sifting, total, at_epoch_end, false, evaluation,
+                       {}, until_epoch);
     sifted = sifted_result(sifting.rule().kept_fraction(), sifting.delivered());
     steps_done = step.steps();
   } else {

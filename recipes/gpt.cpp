@@ -159,6 +159,18 @@ int main(int argc, char** argv) {
                         .amp = amp_flag(flags),
                         .buckets = buckets}));
       };
+      if (flags.on("eval-only")) {
+        recipe::load_for_evaluation("gpt", flags, model);
+        auto eval_only_loss = compile_eval(model, loss_fn, {"ids", "next"});
+        int64_t eval_batch = flags.str("batch-size") == "max" ? 32 : flags.integer("batch-size");
+        double held_out =
+            holdout_loss(eval_only_loss, *holdout,
+                         std::min<int64_t>(eval_batch, static_cast<int64_t>(holdout->size())));
+        if (recipe::leader())
+          std::printf("result: holdout_loss=%.4f unigram_entropy=%.4f\n", held_out,
+                      unigram_entropy(*train));
+        return 0;
+      }
       int64_t batch = recipe::batch_size(flags, [&](int64_t budget) {
         return make_step(1).max_batch(recipe::example_batch(*train), budget);
       });

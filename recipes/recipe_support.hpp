@@ -107,6 +107,10 @@ public:
   }
 
   std::string str(const std::string& name) const { return values_.at(name); }
+  /// Whether this recipe has flag `name`.
+  bool has(const std::string& name) const { return values_.contains(name); }
+  /// Every flag this recipe takes, in --help's order.
+  const std::vector<Flag>& all() const { return flags_; }
   /// The flag's whole value as an integer in its range (flag_ranges); otherwise exits 2.
   int64_t integer(const std::string& name) const {
     const std::string& text = str(name);

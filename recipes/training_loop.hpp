@@ -8,7 +8,11 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <limits>
+#include <map>
 #include <optional>
+#include <set>
+#include <sstream>
 #include <type_traits>
 
 namespace recipe {
@@ -139,15 +143,30 @@ inline int64_t sift_scored_batch(const Flags& flags, int64_t batch, double beta)
   return (scored + ranks - 1) / ranks * ranks;
 }
 
-/// Updates per epoch of `per_epoch` batches: the sifting loader fills about 1/(1+beta) of them
-/// with kept samples; in-step sifting (its batches already scored at batch·(1+beta) rows) and
-/// no sifting take every batch.
-inline int64_t sifted_steps_per_epoch(int64_t per_epoch,
-                                      const std::optional<sinter::SiftOptions>& sift,
-                                      bool in_step) {
-  if (!sift || in_step) return per_epoch;
-  return std::max<int64_t>(
-      1, static_cast<int64_t>(static_cast<double>(per_epoch) / (1.0 + sift->beta)));
+/// Updates in `epochs` passes of `per_epoch` batches. The sifting loader trains every batch of
+/// its delay whole (the run's first `delay` batches, or each epoch's with repeat_delay) and
+/// fills about 1/(1+beta) of the others with kept samples; in-step sifting (its batches already
+/// scored at batch·(1+beta) rows) and no sifting take every batch. An estimate for the
+/// schedule: a loader-sifted run ends where its last pass over the data does
+/// (`sifting_ends_with_epochs`).
+inline int64_t sifted_steps(int64_t per_epoch, int64_t epochs,
+                            const std::optional<sinter::SiftOptions>& sift, bool in_step) {
+  if (!sift || in_step) return per_epoch * epochs;
+  double steps = 0;
+  for (int64_t e = 0; e < epochs; ++e) {
+    int64_t delayed = sift->repeat_delay ? sift->delay : sift->delay - e * per_epoch;
+    delayed = std::clamp<int64_t>(delayed, 0, per_epoch);
+    steps += static_cast<double>(delayed) +
+             static_cast<double>(per_epoch - delayed) / (1.0 + sift->beta);
+  }
+  return std::max<int64_t>(1, static_cast<int64_t>(steps));
+}
+
+/// Whether a run of --epochs ends where the inner loader's last pass ends rather than at a step
+/// count: loader-mode sifting, whose steps per pass depend on the samples kept.
+inline bool sifting_ends_with_epochs(const Flags& flags,
+                                     const std::optional<sinter::SiftOptions>& sift, bool in_step) {
+  return sift && !in_step && flags.integer("steps") == 0;
 }
 
 /// What sifting adds to a recipe's result line.
@@ -202,7 +221,84 @@ inline std::vector<Flag> common_flags() {
            "next_peak_bytes=Q budget_bytes=M, from the memory plan) and exit"},
           {"memory", "",
            "memory budget of --max-batch and --batch-size max: bytes, or with a K/M/G suffix "
-           "(default: the device's free memory; on the CPU the host's available memory)"}};
+           "(default: the device's free memory; on the CPU the host's available memory)"},
+          {"eval-only", "0",
+           "switch: evaluate the checkpoint in --checkpoint-dir (its weights) and print the "
+           "result line with the evaluation's fields only; train nothing"},
+          {"allow-changed", "",
+           "with --resume: flags (comma-separated, e.g. steps,lr) that may differ from the "
+           "values the checkpoint was written with; any other that differs stops the run"}};
+}
+
+/// Whether flag `name` changes what a run trains: those are stored in its checkpoints
+/// (`flag.<name>`), and --resume with another value stops unless --allow-changed names it.
+/// The others say only where or how this process runs (or how its result is reported).
+inline bool changes_training(const std::string& name) {
+  static const std::set<std::string> local = {
+      "checkpoint-dir",     "resume",        "device",           "threads",
+      "loader-threads",     "profile",       "check-numerics",   "stop-after",
+      "collective-timeout", "bucket-mb",     "check-every",      "zero",
+      "max-batch",          "memory",        "eval-every-epoch", "evals-per-epoch",
+      "data-dir",           "text",          "teacher",          "prompt",
+      "sample-bytes",       "allow-changed", "no-baseline",      "eval-only"};
+  return !local.contains(name);
+}
+
+/// --eval-only: loads the weights of `<--checkpoint-dir>/<name>.safetensors` into `model` (a
+/// checkpoint, whole or a sharded index, or a weights file), refusing a missing or damaged one
+/// by name; without --checkpoint-dir the recipe stops with exit 2.
+template <class Model>
+void load_for_evaluation(const std::string& name, const Flags& flags, Model& model) {
+  if (flags.str("checkpoint-dir").empty())
+    flags.fail("--eval-only needs --checkpoint-dir: the folder of the checkpoint to evaluate");
+  std::filesystem::path ckpt =
+      std::filesystem::path(flags.str("checkpoint-dir")) / (name + ".safetensors");
+  std::map<std::string, std::string> meta = sinter::load_weights(ckpt, model);
+  auto step = meta.find("step");
+  if (leader())
+    std::fprintf(stderr, "%s: evaluating %s%s\n", name.c_str(), ckpt.c_str(),
+                 step == meta.end() ? "" : (" (step " + step->second + ")").c_str());
+}
+
+/// The training flags' values, for a checkpoint's metadata.
+inline std::map<std::string, std::string> training_flags(const Flags& flags) {
+  std::map<std::string, std::string> out;
+  for (const Flag& f : flags.all())
+    if (changes_training(f.name)) out["flag." + f.name] = flags.str(f.name);
+  return out;
+}
+
+/// Stops (exit 2) a resume whose training flags differ from those `ckpt` was written with,
+/// unless --allow-changed names them: another --steps is another learning-rate schedule,
+/// another --seed or --batch-size another data order.
+inline void check_resumed_flags(const Flags& flags, const std::map<std::string, std::string>& meta,
+                                const std::filesystem::path& ckpt) {
+  std::set<std::string> allowed;
+  std::stringstream list(flags.str("allow-changed"));
+  for (std::string name; std::getline(list, name, ',');) {
+    if (name.empty()) continue;
+    if (!flags.has(name)) flags.fail("--allow-changed names --" + name + ", which is no flag");
+    allowed.insert(name);
+  }
+  auto same = [](const std::string& a, const std::string& b) {
+    if (a == b) return true;
+    char* end_a = nullptr;
+    char* end_b = nullptr;
+    double x = std::strtod(a.c_str(), &end_a), y = std::strtod(b.c_str(), &end_b);
+    return !a.empty() && !b.empty() && *end_a == '\0' && *end_b == '\0' && x == y;
+  };
+  for (const auto& [key, then] : meta) {
+    if (!key.starts_with("flag.")) continue;
+    std::string name = key.substr(5);
+    if (!flags.has(name) || !changes_training(name) || allowed.contains(name)) continue;
+    const std::string now = flags.str(name);
+    if (!same(now, then))
+      flags.fail(
+          "--" + name + " is '" + now + "', but " + ckpt.string() + " was written with '" + then +
+          "': a resumed run with another value trains differently (the schedule, the "
+          "data order or the model); give --" +
+          name + " " + then + ", or --allow-changed " + name + " to go on with the new value");
+  }
 }
 
 /// The batch size to train at: `--batch-size N`, or `max`, the largest whose planned peak fits
@@ -299,11 +395,11 @@ struct LoopResult {
 /// `before_step(batch, steps)` may change each batch before the step takes it (gpt's
 /// --variable-length crops it); `steps` is the optimizer steps done so far.
 template <class Model, class Step, class Loader, class SaveNow>
-LoopResult
-run_training(const std::string& name, const Flags& flags, Model& model, Step& step, Loader& loader,
-             int64_t total, SaveNow save_now, bool resume_if_present = false,
-             const Evaluation& evaluation = {},
-             const std::function<void(sinter::data::Batch&, int64_t)>& before_step = {}) {
+LoopResult run_training(const std::string& name, const Flags& flags, Model& model, Step& step,
+                        Loader& loader, int64_t total, SaveNow save_now,
+                        bool resume_if_present = false, const Evaluation& evaluation = {},
+                        const std::function<void(sinter::data::Batch&, int64_t)>& before_step = {},
+                        int64_t until_epoch = 0) {
   // A sifting loader's state (its loss history, draws and waiting samples) is checkpointed.
   constexpr bool sifting = std::is_same_v<Loader, sinter::SiftingLoader>;
   using namespace sinter;
@@ -318,6 +414,7 @@ run_training(const std::string& name, const Flags& flags, Model& model, Step& st
   if (resume) {
     if (ckpt_dir.empty()) flags.fail("--resume needs --checkpoint-dir");
     auto meta = load_checkpoint(ckpt, model, step);
+    check_resumed_flags(flags, meta, ckpt);
     loader.seek({metadata_integer(meta, "epoch", ckpt, 0, 1'000'000'000),
                  metadata_integer(meta, "batch", ckpt, 0, int64_t{1} << 40)});
     if constexpr (sifting) loader.restore(CheckpointReader(ckpt).with_prefix("sift."));
@@ -335,11 +432,29 @@ run_training(const std::string& name, const Flags& flags, Model& model, Step& st
   LoopResult result;
   LossHandle last_loss;
   int64_t start_step = step.steps();
+  // A checkpoint of the model, the step and the loader's place (and a sifter's state).
+  auto save = [&](auto& at_step, const Loader& at) {
+    if (at_step.steps() > start_step) // never over a good checkpoint
+      finite_loss(last_loss.value(), at_step.steps());
+    std::vector<std::pair<std::string, HostTensor>> state;
+    if constexpr (sifting) state = at.state();
+    NamedTensors extra;
+    for (const auto& [tensor_name, tensor] : state)
+      extra.emplace_back(tensor_name, &tensor);
+    std::map<std::string, std::string> metadata = training_flags(flags);
+    metadata["epoch"] = std::to_string(at.position().epoch);
+    metadata["batch"] = std::to_string(at.position().batch);
+    metadata["seed"] = flags.str("seed");
+    save_checkpoint(ckpt, model, at_step, metadata, extra);
+  };
   // --stop-after: this run ends early (the schedule still spans `total`), checkpointed.
-  int64_t stop = total;
+  // With `until_epoch` the run ends where that pass over the data ends, `total` being an estimate
+  // for the schedule.
+  int64_t stop = until_epoch > 0 ? std::numeric_limits<int64_t>::max() : total;
   if (flags.integer("stop-after") < 0) flags.fail("--stop-after must be 0 or a number of steps");
   if (flags.integer("stop-after") > 0)
-    stop = std::min(total, start_step + flags.integer("stop-after"));
+    stop = std::min(stop, start_step + flags.integer("stop-after"));
+  bool passes_done = false;
   // Runs `evaluate`; the time it took leaves the training time when it says it evaluated.
   auto left_out = [&](auto evaluate) {
     auto began = std::chrono::steady_clock::now();
@@ -347,13 +462,18 @@ run_training(const std::string& name, const Flags& flags, Model& model, Step& st
       progress.leave_out(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
   };
-  while (step.steps() < stop) {
+  while (step.steps() < stop && !passes_done) {
     if (!loader.next(b)) {
       if (evaluation.at_epoch_end)
         left_out([&] {
           evaluation.at_epoch_end(step.steps(), progress.seconds());
           return true;
         });
+      if (until_epoch > 0 && loader.position().epoch + 1 >= until_epoch) {
+        passes_done = true; // the last pass is over: saved as at a last step
+        if (writes) save(step, loader);
+        break;
+      }
       loader.start_epoch(loader.position().epoch + 1);
       if (step.runtime().sifts_in_step()) step.runtime().start_sift_epoch();
       continue;
@@ -374,19 +494,7 @@ run_training(const std::string& name, const Flags& flags, Model& model, Step& st
         });
     if (evaluation.within_epoch)
       left_out([&] { return evaluation.within_epoch(step.steps(), progress.seconds()); });
-    if (writes && (save_now(step.steps(), loader) || step.steps() == stop)) {
-      finite_loss(last_loss.value(), step.steps()); // never over a good checkpoint
-      std::vector<std::pair<std::string, HostTensor>> state;
-      if constexpr (sifting) state = loader.state();
-      NamedTensors extra;
-      for (const auto& [tensor_name, tensor] : state)
-        extra.emplace_back(tensor_name, &tensor);
-      save_checkpoint(ckpt, model, step,
-                      {{"epoch", std::to_string(loader.position().epoch)},
-                       {"batch", std::to_string(loader.position().batch)},
-                       {"seed", flags.str("seed")}},
-                      extra);
-    }
+    if (writes && (save_now(step.steps(), loader) || step.steps() == stop)) save(step, loader);
   }
   result.steps_run = step.steps() - start_step;
   result.last_loss =

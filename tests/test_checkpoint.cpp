@@ -6,6 +6,7 @@
 #include "temp_dir.hpp"
 
 #include <catch2/catch.hpp>
+#include <cctype>
 
 #include <csignal>
 #include <cstdlib>
@@ -468,6 +469,49 @@ TEST_CASE("A sharded checkpoint whose shards come from another save, step, rank 
   CHECK_THROWS_WITH(whole(), Catch::Contains("holds 'w' as f64, the first shard as f32"));
   shard(r1, b, "10", "1", "77");
   CHECK(whole().at(2) == 3);
+
+  // An export over one of the files it reads is refused, and leaves that file as it was.
+  const auto size_before = fs::file_size(tmp.path / r1);
+  CHECK_THROWS_WITH(consolidate_checkpoint(index, tmp.path / r1),
+                    Catch::Contains("would overwrite") && Catch::Contains(r1));
+  CHECK_THROWS_WITH(consolidate_checkpoint(index, index), Catch::Contains("would overwrite"));
+  CHECK(fs::file_size(tmp.path / r1) == size_before);
+  CHECK(whole().at(2) == 3);
+  consolidate_checkpoint(index, tmp.path / "whole.safetensors");
+  CHECK(load_safetensors(tmp.path / "whole.safetensors").tensors.at("w").at(3) == 4);
+}
+
+TEST_CASE("A save removes the temporary files a killed save of the same file left on this host",
+          "[checkpoint]") {
+  TempDir tmp("sinter-stale-temp");
+  namespace fs = std::filesystem;
+  char host[256] = {};
+  REQUIRE(gethostname(host, sizeof host - 1) == 0);
+  std::string tag;
+  for (const char* c = host; *c; ++c)
+    if (std::isalnum(static_cast<unsigned char>(*c)) || *c == '.') tag += *c;
+  // A process that is gone: a child that exited and was reaped.
+  pid_t child = fork();
+  if (child == 0) _exit(0);
+  REQUIRE(child > 0);
+  REQUIRE(waitpid(child, nullptr, 0) == child);
+  auto touch = [&](const std::string& name) {
+    std::ofstream(tmp.path / name) << "half a checkpoint";
+    return tmp.path / name;
+  };
+  fs::path dead = touch(".c.safetensors.tmp-" + tag + "-" + std::to_string(child) + "-5-0");
+  fs::path alive = touch(".c.safetensors.tmp-" + tag + "-" + std::to_string(getpid()) + "-5-0");
+  fs::path elsewhere = touch(".c.safetensors.tmp-otherhost-" + std::to_string(child) + "-5-0");
+  fs::path other_file = touch(".d.safetensors.tmp-" + tag + "-" + std::to_string(child) + "-5-0");
+  const std::vector<double> values{1, 2};
+  HostTensor w = HostTensor::from_doubles(DType::f32, {2}, values);
+  NamedTensors named{{"w", &w}};
+  save_safetensors(tmp.path / "c.safetensors", named);
+  CHECK_FALSE(fs::exists(dead));
+  CHECK(fs::exists(alive));      // a writer still running
+  CHECK(fs::exists(elsewhere));  // another host's: its process cannot be asked
+  CHECK(fs::exists(other_file)); // another file's
+  CHECK(load_safetensors(tmp.path / "c.safetensors").tensors.at("w").at(1) == 2);
 }
 
 } // namespace

@@ -413,6 +413,47 @@ TEST_CASE("a checkpoint whose step is not a whole integer in range is refused, c
                    model.layers[0].weight.value.bytes().begin()));
 }
 
+TEST_CASE("a checkpoint or weights file holding inf or NaN, or a negative second moment, is "
+          "refused by tensor name, changing nothing",
+          "[training][checkpoint]") {
+  sinter::testing::TempDir temp("sinter-nonfinite");
+  std::filesystem::path file = temp.path / "c.safetensors";
+  Init init(1), other(2);
+  MLP saved({4, 8, 3}, init), model({4, 8, 3}, other);
+  auto step_saved = compile_step(saved, blob_loss, adamw{.lr = 0.01});
+  auto [x, y] = toy_batch();
+  step_saved(x, y);
+  auto step = compile_step(model, blob_loss, adamw{.lr = 0.01});
+  save_checkpoint(file, saved, step_saved);
+  const Checkpoint written = load_safetensors(file);
+  HostTensor before = model.layers[1].weight.value;
+  // Once these trained on and printed `train_loss=nan` with exit 0.
+  auto edited = [&](const std::string& tensor, int64_t element, double value) {
+    Checkpoint copy = written;
+    copy.tensors.at(tensor).set(element, value);
+    std::vector<std::pair<std::string, const HostTensor*>> tensors;
+    for (const auto& [name, t] : copy.tensors)
+      tensors.emplace_back(name, &t);
+    save_safetensors(file, tensors, copy.metadata);
+  };
+  edited("model.layers.1.bias", 2, std::nan(""));
+  CHECK_THROWS_WITH(load_checkpoint(file, model, step),
+                    Catch::Contains("tensor 'model.layers.1.bias' holds nan at element 2"));
+  CHECK_THROWS_WITH(load_weights(file, model),
+                    Catch::Contains("'model.layers.1.bias' holds nan at element 2"));
+  edited("model.layers.0.weight", 5, -INFINITY);
+  CHECK_THROWS_WITH(load_checkpoint(file, model, step), Catch::Contains("holds -inf at element 5"));
+  edited("optimizer.v.layers.0.bias", 1, -0.5);
+  CHECK_THROWS_WITH(load_checkpoint(file, model, step),
+                    Catch::Contains("'optimizer.v.layers.0.bias' holds -0.5") &&
+                        Catch::Contains("only values of 0 or more"));
+  edited("optimizer.m.layers.0.bias", 1, -0.5); // a first moment may be negative
+  load_checkpoint(file, model, step);
+  CHECK(step.steps() == 1);
+  CHECK(model.layers[1].weight.value.at(0) == saved.layers[1].weight.value.at(0));
+  CHECK(before.at(0) != saved.layers[1].weight.value.at(0));
+}
+
 TEST_CASE("compile_eval returns a scalar loss with its own storage", "[training]") {
   Init init(6);
   MLP model({4, 8, 3}, init);

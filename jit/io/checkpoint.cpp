@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <fcntl.h>
 #include <limits>
@@ -305,6 +306,7 @@ void save_safetensors(const fs::path& file,
     auto bytes = e.tensor->bytes();
     pieces.emplace_back(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   }
+  remove_interrupted_writes(file); // what a save killed before its rename left here
   write_file_atomically(file, pieces, "checkpoint");
 }
 
@@ -379,6 +381,42 @@ Checkpoint load_safetensors(const fs::path& file) {
     out.tensors.emplace(std::move(e.name), std::move(t));
   }
   return out;
+}
+
+void require_finite(const HostTensor& tensor, const std::string& name,
+                    const std::filesystem::path& file, bool non_negative) {
+  const std::byte* data = tensor.bytes().data();
+  auto refuse = [&](int64_t i, double value) {
+    throw std::runtime_error(
+        "sinter: " + file.string() + ": tensor '" + name + "' holds " + std::to_string(value) +
+        " at element " + std::to_string(i) +
+        (std::isfinite(value) ? " where only values of 0 or more can be"
+                              : ": the run that wrote it diverged") +
+        "; load an earlier checkpoint (or retrain) — non-finite weights would train on NaN");
+  };
+  // Bit tests for the 16-bit types (every exponent bit set: inf or NaN), values for the others.
+  auto scan16 = [&](uint16_t exponent) {
+    for (int64_t i = 0; i < tensor.size(); ++i) {
+      uint16_t bits;
+      std::memcpy(&bits, data + 2 * i, 2);
+      if ((bits & exponent) == exponent || (non_negative && (bits & 0x8000) && (bits & 0x7fff)))
+        refuse(i, tensor.at(i));
+    }
+  };
+  auto scan = [&]<class T>(T) {
+    for (int64_t i = 0; i < tensor.size(); ++i) {
+      T v;
+      std::memcpy(&v, data + static_cast<int64_t>(sizeof(T)) * i, sizeof(T));
+      if (!std::isfinite(v) || (non_negative && v < 0)) refuse(i, static_cast<double>(v));
+    }
+  };
+  switch (tensor.dtype()) {
+  case DType::f32: scan(float{}); break;
+  case DType::f64: scan(double{}); break;
+  case DType::bf16: scan16(0x7f80); break;
+  case DType::f16: scan16(0x7c00); break;
+  default: break;
+  }
 }
 
 int64_t metadata_integer(const std::map<std::string, std::string>& metadata, const std::string& key,

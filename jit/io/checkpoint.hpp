@@ -34,6 +34,12 @@ struct Checkpoint {
 /// returned from a truncated or corrupted file.
 Checkpoint load_safetensors(const std::filesystem::path& file);
 
+/// Refuses a restored tensor holding inf or NaN (a run that diverged wrote it), or, with
+/// `non_negative`, a value below 0 (AdamW's second moment): std::runtime_error naming the file,
+/// the tensor, the first bad element and its value. Floating-point dtypes only; others pass.
+void require_finite(const HostTensor& tensor, const std::string& name,
+                    const std::filesystem::path& file, bool non_negative = false);
+
 /// Integer metadata `key` of checkpoint `file`, read whole (decimal digits, a leading `-` at
 /// most) and from `min` to `max`: what a resume restores its step, epoch and batch from. A
 /// missing key or any other text (`3abc`, `1e3`, `-5` below `min`) throws std::runtime_error

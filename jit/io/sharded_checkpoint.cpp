@@ -282,6 +282,17 @@ std::map<std::string, HostTensor> CheckpointReader::with_prefix(const std::strin
 
 void consolidate_checkpoint(const std::filesystem::path& index, const std::filesystem::path& out) {
   CheckpointReader reader(index);
+  // The export must not replace a file it reads: the index or one of its shards.
+  std::vector<std::filesystem::path> read = {index};
+  for (const std::string& shard : reader.shard_names())
+    read.push_back(index.parent_path() / shard);
+  std::error_code error;
+  for (const std::filesystem::path& source : read)
+    if (std::filesystem::equivalent(source, out, error))
+      throw std::runtime_error("sinter: exporting " + index.string() + " to " + out.string() +
+                               " would overwrite " + source.string() +
+                               ", which the export reads: write the whole checkpoint to another "
+                               "file");
   std::map<std::string, HostTensor> tensors = reader.all();
   std::map<std::string, std::string> metadata;
   for (const auto& [key, value] : reader.metadata())

@@ -54,6 +54,8 @@ public:
   ~CheckpointReader();
 
   const std::map<std::string, std::string>& metadata() const { return index_.metadata; }
+  /// The shard files the index lists (none for a whole checkpoint), beside it.
+  const std::vector<std::string>& shard_names() const { return shard_names_; }
   bool contains(const std::string& name) const;
   /// Tensor `name` as `dtype` `shape` whole (pieces == 1) or piece `rank` of `pieces` of it.
   /// Throws std::runtime_error naming the tensor when it is missing or has another type.

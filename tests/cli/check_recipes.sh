@@ -95,7 +95,25 @@ acc=$(sed -n 's/^result: test_accuracy=\([0-9.]*\).*/\1/p' <<<"$out")
 python3 -c "import sys; sys.exit(0 if float('$acc') >= 0.80 else 1)" \
   || { echo "mlp reached only $acc after 300 steps (expected >= 0.80)"; exit 1; }
 [ -s "$ckpt/mlp.safetensors" ] || { echo "no checkpoint written"; exit 1; }
-resumed=$("$mlp" --steps 320 --checkpoint-dir "$ckpt" --resume 2>&1)
+# --eval-only evaluates the checkpoint: the trained run's accuracy again, and nothing else.
+eval_only=$("$mlp" --eval-only --checkpoint-dir "$ckpt" 2>/dev/null)
+[ "$eval_only" = "result: test_accuracy=$acc" ] ||
+  { echo "mlp --eval-only printed '$eval_only', not the trained run's test_accuracy=$acc"; exit 1; }
+if "$mlp" --eval-only 2>/dev/null; then echo "--eval-only without --checkpoint-dir ran"; exit 1; fi
+# Another --steps is another learning-rate schedule: refused (exit 2, naming the flag and the
+# value written) unless --allow-changed names it; so is another --seed.
+for changed in "--steps 320" "--seed 5" "--lr 0.01"; do
+  set +e
+  # shellcheck disable=SC2086
+  err=$("$mlp" $changed --checkpoint-dir "$ckpt" --resume 2>&1 >/dev/null)
+  status=$?
+  set -e
+  flag=${changed%% *}
+  [ "$status" -eq 2 ] || { echo "mlp --resume $changed exited $status, not 2"; exit 1; }
+  grep -qF -- "$flag is '${changed#* }', but $ckpt/mlp.safetensors was written with" <<<"$err" ||
+    { echo "mlp --resume $changed: no message naming $flag: $err"; exit 1; }
+done
+resumed=$("$mlp" --steps 320 --allow-changed steps --checkpoint-dir "$ckpt" --resume 2>&1)
 grep -q "resumed from .* at step 300" <<<"$resumed" || { echo "resume did not start at step 300"; exit 1; }
 grep -q "steps=320" <<<"$resumed" || { echo "resume did not reach step 320"; exit 1; }
 
@@ -136,7 +154,23 @@ grep -q "evals-per-epoch must be between 1 and the 468 batches" "$ckpt/err" \
   || { echo "bad --evals-per-epoch not explained:"; cat "$ckpt/err"; exit 1; }
 echo "mlp --evals-per-epoch 4: quarters in plain, loader-sifted and resumed runs"
 
-out=$("$gpt" --steps 20 --sample-bytes 40 2>/dev/null)
+# Loader-mode sifting with a delay: the epoch ends where the pass over the data ends. The delay's
+# 10 batches of 2000 train whole, the other 20 about a quarter of theirs: about half the 60000
+# images are backpropagated (the run once stopped after 7 steps, all in the delay).
+out=$("$mlp" --epochs 1 --batch-size 2000 --hidden 32 --sift-beta 3 --sift-delay 10 2>/dev/null)
+python3 - "$out" <<'PY' || { echo "a delayed sifting epoch ended early: $out"; exit 1; }
+import re, sys
+line = sys.argv[1]
+kept = float(re.search(r"kept_fraction=([0-9.]+)", line).group(1))
+samples = int(re.search(r"samples_backpropagated=(\d+)", line).group(1))
+assert 0.4 <= kept <= 0.6 and samples >= 26000, (kept, samples)
+PY
+
+out=$("$gpt" --steps 20 --sample-bytes 40 --checkpoint-dir "$ckpt/g" 2>/dev/null)
+held=$(sed -n 's/^result: holdout_loss=\([0-9.]*\) unigram_entropy=\([0-9.]*\).*/holdout_loss=\1 unigram_entropy=\2/p' <<<"$out")
+eval_only=$("$gpt" --eval-only --checkpoint-dir "$ckpt/g" 2>/dev/null)
+[ "$eval_only" = "result: $held" ] ||
+  { echo "gpt --eval-only printed '$eval_only', not the trained run's '$held'"; exit 1; }
 echo "gpt: $(grep '^result' <<<"$out")"
 grep -q "^result: holdout_loss=" <<<"$out" || { echo "gpt printed no result line"; exit 1; }
 grep -q "^sample: The " <<<"$out" || { echo "gpt printed no sample"; exit 1; }
@@ -194,7 +228,7 @@ done
 out=$("$distill" --teacher "$ckpt/v/vit.safetensors" --steps 10 --no-baseline --checkpoint-dir "$ckpt/s" 2>"$ckpt/err")
 grep -q "loaded from $ckpt/v/vit.safetensors" "$ckpt/err" || { echo "teacher not loaded"; cat "$ckpt/err"; exit 1; }
 if grep -q "student_alone_accuracy" <<<"$out"; then echo "--no-baseline still trained the baseline"; exit 1; fi
-resumed=$("$distill" --teacher "$ckpt/v/vit.safetensors" --steps 14 --no-baseline --checkpoint-dir "$ckpt/s" --resume 2>&1)
+resumed=$("$distill" --teacher "$ckpt/v/vit.safetensors" --steps 14 --allow-changed steps --no-baseline --checkpoint-dir "$ckpt/s" --resume 2>&1)
 grep -q "student: resumed from .* at step 10" <<<"$resumed" || { echo "distill resume did not start at step 10"; echo "$resumed"; exit 1; }
 grep -q "steps=14" <<<"$resumed" || { echo "distill resume did not reach step 14"; exit 1; }
 if "$distill" --teacher "$ckpt/v/vit.safetensors" --teacher-dim 32 --steps 1 2>"$ckpt/err"; then

@@ -36,7 +36,7 @@ check loader 'kept_fraction=0\.[0-9]+ samples_backpropagated=3840$'
 check in-step 'kept_fraction=0\.5417 samples_backpropagated=4160$'
 # A bad beta and an unknown mode are refused by name (exit 2).
 "$recipe" --steps 1 --sift-beta -1 >/dev/null 2>"$dir/err"; status=$?
-((status == 2)) && grep -q "sift-beta must be a number above 0" "$dir/err" ||
+((status == 2)) && grep -q -- "--sift-beta must be from 0 to" "$dir/err" ||
   { echo "FAIL: --sift-beta -1 (exit $status)"; cat "$dir/err"; fail=1; }
 "$recipe" --steps 1 --sift-beta 1 --sift-mode sometimes >/dev/null 2>"$dir/err"; status=$?
 ((status == 2)) && grep -q "sift-mode takes loader or in-step" "$dir/err" ||
