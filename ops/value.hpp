@@ -123,6 +123,9 @@ Value attention(Value q, Value k, Value v, const AttentionOptions& options = {})
 class ScopeGuard {
 public:
   ScopeGuard(Graph& g, std::string_view name) : graph_(g) { graph_.push_scope(name); }
+  /// The scope of the whole `path`, not one under the current scope.
+  struct WholePath {};
+  ScopeGuard(Graph& g, std::string_view path, WholePath) : graph_(g) { graph_.push_path(path); }
   ~ScopeGuard() { graph_.pop_scope(); }
   ScopeGuard(const ScopeGuard&) = delete;
   ScopeGuard& operator=(const ScopeGuard&) = delete;

@@ -6,6 +6,7 @@
 #include "temp_dir.hpp"
 
 #include <catch2/catch.hpp>
+#include <set>
 
 #include <algorithm>
 #include <chrono>
@@ -77,6 +78,44 @@ profile::Summary train_profiled(const Dataset& data, const std::filesystem::path
 }
 
 } // namespace
+
+/// Two MLPs as members of the user's own struct: its modules are named by their whole path.
+struct AutoEncoder {
+  BOOST_HANA_DEFINE_STRUCT(AutoEncoder, (MLP, enc), (MLP, dec));
+  AutoEncoder(Init& init) : enc({16, 8}, init), dec({8, 16}, init) {}
+};
+
+TEST_CASE("a module called as a member of the user's struct is named by its whole path in "
+          "profiles and shape errors",
+          "[profiler]") {
+  Init init(4);
+  AutoEncoder model(init);
+  auto loss = [](AutoEncoder& m, Var x) -> Var {
+    Var diff = Var(m.dec(m.enc(x)).value() - x.value());
+    return Var(mean(diff.value() * diff.value()));
+  };
+  auto step = compile_step(model, loss, sgd{.lr = 0.01}, {.batch_names = {"x"}});
+  std::vector<double> xs(4 * 16, 0.25);
+  HostTensor x = HostTensor::from_doubles(DType::f32, {4, 16}, xs);
+  testing::TempDir dir;
+  profile::start(dir.path, {.print = false});
+  for (int i = 0; i < 3; ++i)
+    step(x);
+  profile::Summary s = profile::stop();
+  std::set<std::string> gemm_paths;
+  for (const profile::KernelRow& k : s.kernels)
+    if (k.info.gemm) gemm_paths.insert(k.info.path);
+  // Once both were `layers.0`.
+  CHECK(gemm_paths.contains("enc.layers.0"));
+  CHECK(gemm_paths.contains("dec.layers.0"));
+  CHECK_FALSE(gemm_paths.contains("layers.0"));
+
+  // A decoder built for another width fails in the decoder, by its path.
+  AutoEncoder wrong(init);
+  wrong.dec = MLP({6, 16}, init);
+  auto wrong_step = compile_step(wrong, loss, sgd{.lr = 0.01}, {.batch_names = {"x"}});
+  CHECK_THROWS_WITH(wrong_step(x), Catch::Contains("dec.layers.0"));
+}
 
 TEST_CASE("a profile splits each step into phases, names every kernel's model path and role, "
           "and writes its files",

@@ -3,6 +3,8 @@
 #include "dsl/nn/parameter.hpp"
 #include "dsl/trace.hpp" // sinter::scope
 
+#include <optional>
+
 namespace sinter {
 
 /// y = x · W + b with W [in, out] (PyTorch's default init: U(±1/√in)).
@@ -15,7 +17,10 @@ struct Linear {
     weight = Parameter(init.uniform({in, out}, bound));
     bias = Parameter(init.uniform({out}, bound));
   }
-  Var operator()(const Var& x) const { return Var(matmul(x.value(), weight.node()) + bias.node()); }
+  Var operator()(const Var& x) const {
+    module_scope self(weight, "weight");
+    return Var(matmul(x.value(), weight.node()) + bias.node());
+  }
 };
 
 /// Rows of a [vocab, dim] table looked up by integer ids (N(0, 0.02) init, as GPT-2).
@@ -24,7 +29,10 @@ struct Embedding {
 
   Embedding() = default;
   Embedding(int64_t vocab, int64_t dim, Init& init) : weight(init.normal({vocab, dim}, 0.02)) {}
-  Var operator()(const Var& ids) const { return Var(gather(weight.node(), ids.value())); }
+  Var operator()(const Var& ids) const {
+    module_scope self(weight, "weight");
+    return Var(gather(weight.node(), ids.value()));
+  }
 };
 
 /// Normalises the last axis; gamma = 1, beta = 0 initially.
@@ -36,6 +44,7 @@ struct LayerNorm {
   LayerNorm(int64_t dim, Init& init, double epsilon = 1e-5)
       : gamma(init.constant({dim}, 1.0)), beta(init.constant({dim}, 0.0)), eps(epsilon) {}
   Var operator()(const Var& x) const {
+    module_scope self(gamma, "gamma");
     return Var(layernorm(x.value(), gamma.node(), beta.node(), eps));
   }
 };
@@ -71,6 +80,8 @@ struct MLP {
       layers.emplace_back(widths[i], widths[i + 1], init);
   }
   Var operator()(const Var& x) const {
+    std::optional<module_scope> self;
+    if (!layers.empty()) self.emplace(layers[0].weight, "layers.0.weight");
     Var h = x;
     for (std::size_t i = 0; i < layers.size(); ++i) {
       scope in_layer("layers." + std::to_string(i)); // named like the layer's parameters

@@ -6,9 +6,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -65,6 +67,36 @@ private:
     return t;
   }
   std::mt19937_64 rng_;
+};
+
+/// Inside a module's forward: the scope of the module's whole path (`enc.layers.0`), read from
+/// the input its parameter `member` (the parameter's path inside the module: `weight`,
+/// `qkv.weight`) was bound to for the trace. So a module called as a member of your own struct
+/// (`m.enc(x)`) still names its whole path in profiles, --check-numerics and shape errors, and
+/// a distillation teacher's modules read `teacher.…`. Nothing is entered when the parameter is
+/// not a traced input: then the enclosing scopes name the module, as `sinter::scope` does.
+class module_scope {
+public:
+  [[nodiscard]] module_scope(const Parameter& parameter, std::string_view member) {
+    if (!parameter.traced) return;
+    Value v = parameter.traced.value();
+    // A frozen teacher's parameter stored in lower precision is a cast of its input.
+    if (v.node().op == OpId::cast && !v.node().inputs.empty())
+      v = Value{v.graph, v.node().inputs[0]};
+    for (const NamedValue& in : v.graph->inputs()) {
+      if (in.id != v.id) continue;
+      const std::string& name = in.name;
+      if (name.size() <= member.size() + 1 || !name.ends_with(member) ||
+          name[name.size() - member.size() - 1] != '.')
+        return;
+      guard_.emplace(*v.graph, std::string_view(name).substr(0, name.size() - member.size() - 1),
+                     ScopeGuard::WholePath{});
+      return;
+    }
+  }
+
+private:
+  std::optional<ScopeGuard> guard_;
 };
 
 namespace detail {

@@ -22,6 +22,7 @@ struct MultiHeadAttention {
   }
 
   Var operator()(const Var& x) const {
+    module_scope self(qkv.weight, "qkv.weight");
     Shape s = x.value().shape();
     if (s.size() != 3)
       throw ShapeError("sinter: attention expects [batch, tokens, dim], got " + to_string(s));
@@ -66,6 +67,7 @@ struct TransformerBlock {
         mlp({dim, 4 * dim, dim}, init, Activation::gelu) {}
 
   Var operator()(const Var& x) const {
+    module_scope self(ln1.gamma, "ln1.gamma");
     Var normed, attended, normed2, transformed;
     {
       scope in_ln1("ln1");
@@ -100,6 +102,7 @@ struct PatchEmbed {
         channels(image_channels) {}
 
   Var operator()(const Var& images) const {
+    module_scope self(proj.weight, "proj.weight");
     Shape s = images.value().shape();
     // One channel: [B, H, W]; several: [B, C, H, W] (channels first, as PyTorch's images).
     bool planar = channels > 1;
@@ -142,6 +145,7 @@ struct ViT {
   }
 
   Var operator()(const Var& images) const {
+    module_scope self(position, "position");
     Var embedded;
     {
       scope in_embed("embed");
@@ -182,6 +186,7 @@ struct GPT {
   }
 
   Var operator()(const Var& ids) const {
+    module_scope self(position, "position");
     Shape s = ids.value().shape();
     int64_t t = s.at(1), context = position.value.shape()[0];
     if (t > context)

@@ -117,6 +117,12 @@ void Graph::push_scope(std::string_view name) {
   scope_parent_[current_scope_] = parent;
 }
 
+void Graph::push_path(std::string_view path) {
+  uint32_t parent = current_scope_;
+  current_scope_ = intern_scope(std::string(path), scope_precision_[current_scope_]);
+  scope_parent_[current_scope_] = parent;
+}
+
 void Graph::push_precision(RegionPrecision precision) {
   uint32_t parent = current_scope_;
   current_scope_ = intern_scope(scopes_[current_scope_], precision);

@@ -93,6 +93,9 @@ public:
   /// Model path scopes (`blocks.3.attn`) recorded on each node, for errors and profiling.
   /// A scope also carries the region precision its nodes were traced under (inherited).
   void push_scope(std::string_view name);
+  /// Enters the scope of a whole path (`enc.layers.0`), whatever the current one; pop_scope
+  /// returns to the current one.
+  void push_path(std::string_view path);
   /// Enters a region of the same path whose nodes compute in `precision` under autocast.
   void push_precision(RegionPrecision precision);
   void pop_scope();

@@ -28,7 +28,7 @@ status=$?
 # Weight decay 10 at lr 10 multiplies every weight by -99 a step: the activations overflow.
 out=$("$mlp" --steps 40 --lr 10 --weight-decay 10 --hidden 64 --threads 2 --check-numerics 2>&1)
 status=$?
-[[ $status == 1 && $out =~ "non-finite value in step "[0-9]+" (--check-numerics): \`matmul\` at layers." ]] ||
+[[ $status == 1 && $out =~ "non-finite value in step "[0-9]+" (--check-numerics): \`matmul\` at mlp.layers." ]] ||
   { echo "FAIL: --check-numerics with --lr 10 --weight-decay 10: exit $status: $out"; fail=1; }
 out=$("$mlp" --steps 5 --loader-threads -1 2>&1)
 status=$?
