@@ -56,7 +56,8 @@ TEST_CASE("a chain of five elementwise ops becomes one kernel", "[cpu][fusion]")
   Value x = input(g, "x", {DType::f32, {64, 128}});
   Value b = input(g, "b", {DType::f32, {128}});
   g.add_output("y", tanh(exp(-(x + b) * 0.5) - 1.0).id);
-  FusionPlan plan = fuse(optimized(g));
+  Graph opt = optimized(g); // the plan points into it: it must outlive the plan
+  FusionPlan plan = fuse(opt);
   CHECK(plan.kernels.size() == 1);
   CHECK(plan.kernels[0].kind == KernelKind::loop);
 }
@@ -99,7 +100,8 @@ TEST_CASE("a residual stream is stored, not recomputed in each layer from every 
 }
 
 TEST_CASE("backward GEMMs read transposed operands in place", "[cpu][fusion]") {
-  FusionPlan plan = fuse(mlp_step_graph(8, 32));
+  Graph g = mlp_step_graph(8, 32); // the plan points into it: it must outlive the plan
+  FusionPlan plan = fuse(g);
   std::size_t transposed = 0;
   for (const Kernel& k : plan.kernels)
     if (k.kind == KernelKind::gemm) transposed += k.gemm_a.transposed + k.gemm_b.transposed;

@@ -93,6 +93,8 @@ struct FusionOptions {
 /// With `options.row_kernels`, a loop kernel then takes in the reductions over its rows and the
 /// kernels that feed them (see KernelKind::row).
 FusionPlan fuse(const Graph& graph, FusionOptions options = {});
+/// The plan points into `graph`: a temporary would leave it dangling.
+FusionPlan fuse(Graph&& graph, FusionOptions options = {}) = delete;
 
 /// With `options.rematerialize`: a stored value that is cheap to recompute (GELU's output, a
 /// layer norm's output) and that a GEMM reads long after its other readers (the weight
