@@ -5,24 +5,29 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <regex>
+#include <sstream>
 #include <string>
 
 using namespace sinter::notebook;
 
 namespace {
-/// The points of each <path d="..."> in the SVG, as (x, y) pairs, one list per path.
+/// The points of each <path d="..."> in the SVG, as (x, y) pairs, one list per path. Read by
+/// hand: std::regex recurses once per character, and a long path overflows the stack under
+/// AddressSanitizer.
 std::vector<std::vector<std::pair<double, double>>> paths(const std::string& svg) {
   std::vector<std::vector<std::pair<double, double>>> out;
-  std::regex path_re("<path d=\"([^\"]*)\"");
-  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), path_re);
-       it != std::sregex_iterator(); ++it) {
-    std::string d = (*it)[1];
-    std::regex point_re("[ML]([-0-9.e]+) ([-0-9.e]+)");
+  const std::string open = "<path d=\"";
+  for (std::size_t at = svg.find(open); at != std::string::npos; at = svg.find(open, at + 1)) {
+    std::size_t begin = at + open.size(), end = svg.find('"', begin);
+    REQUIRE(end != std::string::npos);
+    std::istringstream d(svg.substr(begin, end - begin));
     std::vector<std::pair<double, double>> points;
-    for (auto p = std::sregex_iterator(d.begin(), d.end(), point_re); p != std::sregex_iterator();
-         ++p)
-      points.emplace_back(std::stod((*p)[1]), std::stod((*p)[2]));
+    for (char command; d >> command;) {
+      REQUIRE((command == 'M' || command == 'L'));
+      double x = 0, y = 0;
+      REQUIRE(static_cast<bool>(d >> x >> y));
+      points.emplace_back(x, y);
+    }
     out.push_back(points);
   }
   return out;
