@@ -71,8 +71,6 @@ int main(int argc, char** argv) {
     auto test = data::fashion_mnist(data::Split::test, dir);
     auto seed = static_cast<uint64_t>(flags.integer("seed"));
     KdOptions kd{.temperature = flags.real("temperature"), .alpha = flags.real("alpha")};
-    if (!(kd.temperature > 0)) flags.fail("--temperature must be positive");
-    if (!(kd.alpha >= 0 && kd.alpha <= 1)) flags.fail("--alpha must be in [0, 1]");
     Init teacher_init(seed + 1), student_init(seed);
     DistillPair pair(FashionViT(recipe::vit_config(flags), student_init),
                      FashionViT(recipe::vit_config(flags, "teacher-"), teacher_init));

@@ -30,8 +30,6 @@ inline int loader_threads = 2;
 /// applied before anything compiles; a bad value exits 2.
 inline void apply_runtime_flags(const Flags& flags) {
   if (flags.integer("threads") > 0) setenv("SINTER_NUM_THREADS", flags.str("threads").c_str(), 1);
-  if (flags.integer("loader-threads") < 0 || flags.integer("loader-threads") > 64)
-    flags.fail("--loader-threads must be 0 (read batches inside the loop) to 64");
   loader_threads = static_cast<int>(flags.integer("loader-threads"));
   if (flags.on("check-numerics")) sinter::set_check_numerics(true);
   if (!flags.str("profile").empty()) {
@@ -45,8 +43,7 @@ inline void apply_runtime_flags(const Flags& flags) {
     }
   }
   if (!flags.str("collective-timeout").empty()) {
-    double seconds = flags.real("collective-timeout");
-    if (!(seconds > 0)) flags.fail("--collective-timeout must be a number of seconds above 0");
+    double seconds = flags.real("collective-timeout"); // in range: flag_ranges
     sinter::world().set_timeout(std::chrono::duration<double>(seconds));
   }
   if (flags.str("device").empty()) return;
@@ -61,15 +58,13 @@ inline void apply_runtime_flags(const Flags& flags) {
   }
 }
 
-/// `options` with `--zero` and `--bucket-mb` (data parallel under mpirun); bad values exit 2.
+/// `options` with `--zero` and `--bucket-mb` (data parallel under mpirun); their ranges are
+/// checked when the recipe starts (flag_ranges).
 inline sinter::StepOptions parallel(const Flags& flags, sinter::StepOptions options) {
   int64_t zero = flags.integer("zero");
-  if (zero < 0 || zero > 2) flags.fail("--zero must be 0, 1 or 2");
   double mib = flags.real("bucket-mb");
-  if (!(mib > 0)) flags.fail("--bucket-mb must be a size in MiB above 0");
   options.zero = static_cast<int>(zero);
   options.bucket_bytes = std::max<int64_t>(1, static_cast<int64_t>(mib * 1024 * 1024));
-  if (flags.integer("check-every") < 0) flags.fail("--check-every must be 0 or a step count");
   options.check_every = flags.integer("check-every");
   return options;
 }
@@ -105,9 +100,6 @@ inline std::optional<sinter::SiftOptions> sift_options(const Flags& flags) {
   if (beta == 0 && flags.integer("sift-scored-batch") != 0)
     flags.fail("--sift-scored-batch needs sifting on: add --sift-beta B --sift-mode in-step");
   if (beta == 0) return std::nullopt;
-  if (!(beta > 0)) flags.fail("--sift-beta must be a number above 0 (0: no sifting)");
-  if (flags.integer("sift-history") < 1) flags.fail("--sift-history must be at least 1");
-  if (flags.integer("sift-delay") < 0) flags.fail("--sift-delay must be 0 or more steps");
   if (flags.str("sift-mode") != "loader" && flags.str("sift-mode") != "in-step")
     flags.fail("--sift-mode takes loader or in-step");
   if (flags.str("sift-mode") == "loader" && flags.integer("sift-scored-batch") != 0)
@@ -306,8 +298,6 @@ inline void check_resumed_flags(const Flags& flags, const std::map<std::string, 
 /// max_batch line on stdout and returns 0: the recipe then exits without training.
 template <class Fit> int64_t batch_size(const Flags& flags, Fit fit) {
   bool want_max = flags.str("batch-size") == "max";
-  if (!want_max && flags.integer("batch-size") <= 0)
-    flags.fail("--batch-size must be positive or max");
   if (!want_max && !flags.on("max-batch")) {
     if (!flags.str("memory").empty()) flags.fail("--memory needs --max-batch or --batch-size max");
     return flags.integer("batch-size");
@@ -451,7 +441,6 @@ LoopResult run_training(const std::string& name, const Flags& flags, Model& mode
   // With `until_epoch` the run ends where that pass over the data ends, `total` being an estimate
   // for the schedule.
   int64_t stop = until_epoch > 0 ? std::numeric_limits<int64_t>::max() : total;
-  if (flags.integer("stop-after") < 0) flags.fail("--stop-after must be 0 or a number of steps");
   if (flags.integer("stop-after") > 0)
     stop = std::min(stop, start_step + flags.integer("stop-after"));
   bool passes_done = false;

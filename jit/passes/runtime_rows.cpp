@@ -133,19 +133,19 @@ bool well_typed(const RuntimeRowsKernel& kernel, int64_t size) {
 /// every value's element count must stay well inside int64 there.
 constexpr int64_t largest_emitted_size = int64_t{1} << 21;
 
-/// Whether every value of the kernel's instance at `size` counts its elements in range.
-bool sizes_fit(const RuntimeRowsKernel& kernel, int64_t size) {
-  RowsInstance check = kernel.instance(size);
-  for (std::size_t v = 0; v < check.graph->size(); ++v) {
+} // namespace
+
+bool RuntimeRowsKernel::sizes_fit(int64_t size) const {
+  for (const Value& v : values_) {
     int64_t total = 1;
-    for (int64_t d : check.graph->type(static_cast<ValueId>(v)).shape)
+    for (const SizeTerm& t : v.shape) {
+      int64_t d = t.at(size); // -1 where it overflows
       if (d < 0 || __builtin_mul_overflow(total, d, &total) || total > (int64_t{1} << 60))
         return false;
+    }
   }
   return true;
 }
-
-} // namespace
 
 std::optional<RuntimeRowsKernel> RuntimeRowsKernel::of(const FusionPlan& plan,
                                                        const Kernel& kernel) {
@@ -308,7 +308,7 @@ std::optional<RuntimeRowsKernel> RuntimeRowsKernel::of(const FusionPlan& plan,
     out.extra_outputs_.push_back(position.at(e));
   // The instance must be a well-typed graph; a remapping this file gets wrong for some kernel
   // costs that kernel its reuse (it is compiled for its shape), never a wrong result.
-  if (!sizes_fit(out, largest_emitted_size) || !well_typed(out, rows)) return std::nullopt;
+  if (!out.sizes_fit(largest_emitted_size) || !well_typed(out, rows)) return std::nullopt;
   return out;
 }
 
@@ -378,10 +378,12 @@ RuntimeRowsKernel RuntimeRowsKernel::capture(const FusionPlan& plan, const Kerne
   out.overwrites_ = position.at(kernel.overwrites);
   for (ValueId e : kernel.extra_outputs)
     out.extra_outputs_.push_back(position.at(e));
+  out.signature_ = out.signature();
   return out;
 }
 
 std::string RuntimeRowsKernel::signature() const {
+  if (!signature_.empty()) return signature_;
   std::string out = "kind " + std::to_string(static_cast<int>(kind_)) + ";root " +
                     std::to_string(root_) + ";overwrites " + std::to_string(overwrites_);
   for (std::size_t e : extra_outputs_)
@@ -468,7 +470,7 @@ std::optional<RuntimeRowsKernel> RuntimeRowsKernel::unify(const RuntimeRowsKerne
       }
   // Only the instance at x must type-check: another kernel unifies to this one only where its
   // own shapes hold (a slice [0, x) of a 64-row table, say, stops at 64).
-  if (!sizes_fit(out, largest_emitted_size) || !well_typed(out, x)) return std::nullopt;
+  if (!out.sizes_fit(largest_emitted_size) || !well_typed(out, x)) return std::nullopt;
   return out;
 }
 

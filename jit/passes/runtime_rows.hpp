@@ -91,8 +91,13 @@ private:
   bool add_body_value(const FusionPlan& plan, ValueId v, std::map<ValueId, std::size_t>& position,
                       const std::function<void(ValueId, Value)>& add);
 
+  /// Whether every value's element count stays well inside int64 at `size` (read from the
+  /// terms, nothing built).
+  bool sizes_fit(int64_t size) const;
+
   int64_t rows_ = 0;
-  bool complete_ = true; ///< false: an operand of no buffer (capture only; never unifies)
+  std::string signature_; ///< capture's, computed once (unify and lookups compare it often)
+  bool complete_ = true;  ///< false: an operand of no buffer (capture only; never unifies)
   std::vector<Value> values_;
   KernelKind kind_ = KernelKind::loop;
   std::size_t root_ = 0, overwrites_ = 0;

@@ -159,9 +159,20 @@ int64_t CudaDevice::free_bytes() const {
   return static_cast<int64_t>(free);
 }
 
-std::optional<RuntimeRowsKernel> CudaDevice::sized_kernel(const FusionPlan& plan,
-                                                          const Kernel& kernel) {
-  RuntimeRowsKernel now = RuntimeRowsKernel::capture(plan, kernel);
+std::vector<std::optional<RuntimeRowsKernel>> capture_shapes(const FusionPlan& plan) {
+  std::vector<std::optional<RuntimeRowsKernel>> out(plan.kernels.size());
+  for (std::size_t i = 0; i < plan.kernels.size(); ++i)
+    switch (plan.kernels[i].kind) {
+    case KernelKind::loop:
+    case KernelKind::row:
+    case KernelKind::reduce:
+    case KernelKind::scatter_add: out[i] = RuntimeRowsKernel::capture(plan, plan.kernels[i]); break;
+    default: break;
+    }
+  return out;
+}
+
+std::optional<RuntimeRowsKernel> CudaDevice::sized_kernel(const RuntimeRowsKernel& now) {
   std::lock_guard lock(mutex_);
   auto before = planned_kernels_.find(now.signature());
   if (before == planned_kernels_.end()) return std::nullopt;
@@ -170,27 +181,19 @@ std::optional<RuntimeRowsKernel> CudaDevice::sized_kernel(const FusionPlan& plan
   return std::nullopt;
 }
 
-void CudaDevice::remember_shapes(const FusionPlan& plan) {
+void CudaDevice::remember_shapes(std::vector<std::optional<RuntimeRowsKernel>> captured) {
   // A few shapes of each signature: a plan at one of them still finds another to unify with,
   // and kernels alike but for their sizes within one plan (the query, key and value slices of
   // a fused projection) each keep theirs.
   constexpr std::size_t shapes_kept = 8;
-  for (const Kernel& kernel : plan.kernels) {
-    switch (kernel.kind) {
-    case KernelKind::loop:
-    case KernelKind::row:
-    case KernelKind::reduce:
-    case KernelKind::scatter_add: break;
-    default: continue;
-    }
-    RuntimeRowsKernel captured = RuntimeRowsKernel::capture(plan, kernel);
-    std::string signature = captured.signature();
-    std::lock_guard lock(mutex_);
-    std::vector<RuntimeRowsKernel>& kept = planned_kernels_[std::move(signature)];
+  std::lock_guard lock(mutex_);
+  for (std::optional<RuntimeRowsKernel>& kernel : captured) {
+    if (!kernel) continue;
+    std::vector<RuntimeRowsKernel>& kept = planned_kernels_[kernel->signature()];
     if (kept.size() < shapes_kept &&
         std::none_of(kept.begin(), kept.end(),
-                     [&](const RuntimeRowsKernel& k) { return k.same_numbers(captured); }))
-      kept.push_back(std::move(captured));
+                     [&](const RuntimeRowsKernel& k) { return k.same_numbers(*kernel); }))
+      kept.push_back(std::move(*kernel));
   }
 }
 

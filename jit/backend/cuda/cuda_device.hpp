@@ -63,6 +63,11 @@ struct RowsKernelRequest {
   KernelRequest request() const;
 };
 
+/// Each kernel of `plan` that may take a runtime size (loop, row, reduce, scatter), captured
+/// once (RuntimeRowsKernel::capture) for CudaDevice::sized_kernel and remember_shapes; nullopt
+/// for the others.
+std::vector<std::optional<RuntimeRowsKernel>> capture_shapes(const FusionPlan& plan);
+
 class CudaDevice {
 public:
   /// GPU `ordinal` of this process (built on first use, kept for the process). Throws
@@ -101,13 +106,13 @@ public:
   /// caller compiles the step's kernel for its shape instead).
   cuda::FunctionHandle rows_kernel(const RowsKernelRequest& request, KernelCache& cache,
                                    CompileReport& report);
-  /// The kernel with its changed dim as the runtime size (RuntimeRowsKernel::unify) when a
-  /// kernel alike in all but its numbers was remembered from another plan (another shape
-  /// bucket); nullopt otherwise.
-  std::optional<RuntimeRowsKernel> sized_kernel(const FusionPlan& plan, const Kernel& kernel);
-  /// Remembers the plan's loop, row, reduce and scatter kernels for sized_kernel: each plan
-  /// this device launches, and plans of the same step at other shape buckets.
-  void remember_shapes(const FusionPlan& plan);
+  /// `now` (a RuntimeRowsKernel::capture) with its changed dim as the runtime size
+  /// (RuntimeRowsKernel::unify) when a kernel alike in all but its numbers was remembered from
+  /// another plan (another shape bucket); nullopt otherwise.
+  std::optional<RuntimeRowsKernel> sized_kernel(const RuntimeRowsKernel& now);
+  /// Remembers captured kernels (capture_shapes) for sized_kernel: those of each plan this
+  /// device launches, after its lookups, and of plans of the same step at other shape buckets.
+  void remember_shapes(std::vector<std::optional<RuntimeRowsKernel>> captured);
   /// Compiles the kernels among `kernels` and `rows_kernels` that are neither loaded nor
   /// cached on several threads (SINTER_NUM_THREADS), so that kernel() and rows_kernel() then
   /// find them ready.

@@ -27,7 +27,7 @@ GpuLaunch sized_launch(const RuntimeRowsKernel& sized, GpuLaunch launch) {
 
 void remember_shapes_for_cuda(const Prepared& prepared, const Device& device) {
   if (switch_setting("SINTER_ROWS_PARAMETER", true) && cuda::driver())
-    CudaDevice::get(device.ordinal).remember_shapes(prepared.fusion);
+    CudaDevice::get(device.ordinal).remember_shapes(capture_shapes(prepared.fusion));
 }
 
 std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion,
@@ -114,6 +114,8 @@ std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion,
   std::vector<const Kernel*> generated;
   std::vector<const RowsKernelRequest*> generated_rows;
   bool runtime_rows = switch_setting("SINTER_ROWS_PARAMETER", true);
+  std::vector<std::optional<RuntimeRowsKernel>> captured;
+  if (runtime_rows) captured = capture_shapes(fusion);
   for (std::size_t index = 0; index < fusion.kernels.size(); ++index) {
     const Kernel& kernel = fusion.kernels[index];
     if (kernel.kind == KernelKind::gemm || kernel.kind == KernelKind::collective) continue;
@@ -121,7 +123,7 @@ std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion,
       if (auto rows = RuntimeRowsKernel::of(fusion, kernel))
         rows_request[index] = std::make_unique<RowsKernelRequest>(fusion, kernel, std::move(*rows),
                                                                   gpu_launch(g, kernel));
-      else if (auto sized = device.sized_kernel(fusion, kernel))
+      else if (auto sized = captured[index] ? device.sized_kernel(*captured[index]) : std::nullopt)
         rows_request[index] = std::make_unique<RowsKernelRequest>(
             fusion, kernel, *sized, sized_launch(*sized, gpu_launch(g, kernel)));
     }
@@ -131,7 +133,8 @@ std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion,
     else
       generated.push_back(&kernel);
   }
-  if (runtime_rows) device.remember_shapes(fusion); // after the lookups: never its own kernels
+  // After the lookups: a plan never unifies with its own kernels.
+  if (runtime_rows) device.remember_shapes(std::move(captured));
   device.compile_ahead(fusion, generated, generated_rows, cache);
   std::vector<std::size_t> launch_of_kernel(fusion.kernels.size(), 0);
   for (std::size_t index = 0; index < fusion.kernels.size(); ++index) {
