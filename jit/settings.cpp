@@ -77,6 +77,9 @@ constexpr SettingInfo table[] = {
     {"SINTER_NULL_GPU_COPIES", "`0`, `1`", "`0`",
      "null driver: `1` backs device memory and moves the bytes of copies and memsets (kernels "
      "still run nothing), to check the host's data path end to end"},
+    {"SINTER_NULL_GPU_FILL", "`nan`", "unset",
+     "null driver, with `SINTER_NULL_GPU_COPIES=1`: `nan` fills fresh device memory with NaN, "
+     "as if every kernel had made one (tests --check-numerics on cuda)"},
     {"SINTER_NULL_GPU_PTXAS", "`0`, `1`", "`1`",
      "null driver: `0` skips assembling the PTX it is given"},
     {"SINTER_NULL_GPU_ASSEMBLER", "`jitlink`, `ptxas`", "`jitlink`",

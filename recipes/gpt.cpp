@@ -64,9 +64,9 @@ std::string sample(const Eval& logits_of, const std::string& prompt, int64_t con
     double max_logit = -1e30;
     for (int64_t c = 0; c < 256; ++c)
       max_logit = std::max(max_logit, logits.at((context - 1) * 256 + c));
-    double z = 0;
+    // discrete_distribution normalises the weights itself.
     for (int64_t c = 0; c < 256; ++c)
-      z += p[c] = std::exp((logits.at((context - 1) * 256 + c) - max_logit) / temperature);
+      p[c] = std::exp((logits.at((context - 1) * 256 + c) - max_logit) / temperature);
     std::discrete_distribution<int> pick(p.begin(), p.end());
     text.push_back(static_cast<char>(pick(rng)));
   }

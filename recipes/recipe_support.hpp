@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 #include <unistd.h>
+#include <utility>
 #include <vector>
 
 namespace recipe {
@@ -62,48 +63,34 @@ inline const std::map<std::string, FlagRange>& flag_ranges() {
   return ranges;
 }
 
+/// A flag the recipe cannot take: what Flags::checked throws (a recipe's Flags prints it and
+/// exits 2).
+struct FlagError : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
 /// `--name value` or `--name=value` flags with defaults; `--help` prints them and exits 0; an
 /// unknown flag or a bad value exits 2 with a message saying what to do.
 class Flags {
 public:
   Flags(std::string program, std::string summary, std::vector<Flag> flags, int argc, char** argv)
-      : program_(std::move(program)), summary_(std::move(summary)), flags_(std::move(flags)) {
-    for (const Flag& f : flags_)
-      values_[f.name] = f.default_value;
-    for (int i = 1; i < argc; ++i) {
-      std::string arg = argv[i];
-      if (arg == "--help" || arg == "-h") {
+      : Flags(std::move(program), std::move(summary), std::move(flags)) {
+    try {
+      if (parse(std::vector<std::string>(argv + 1, argv + argc))) {
         usage(stdout);
         std::exit(0);
       }
-      if (arg.rfind("--", 0) != 0) fail("unexpected argument '" + arg + "'");
-      std::string name = arg.substr(2), value;
-      if (auto eq = name.find('='); eq != std::string::npos) {
-        value = name.substr(eq + 1);
-        name = name.substr(0, eq);
-      } else if (is_switch(name)) {
-        value = "1";
-      } else {
-        if (i + 1 >= argc) fail("--" + name + " needs a value");
-        value = argv[++i];
-      }
-      if (!values_.count(name)) fail("unknown flag --" + name);
-      values_[name] = value;
+    } catch (const FlagError& e) {
+      fail(e.what());
     }
-    // A switch given a value takes only these: `--resume=yes` must not quietly mean off.
-    for (const Flag& f : flags_)
-      if (is_switch(f.name)) on(f.name);
-    // Numbers are read whole and checked against their range now, before any work.
-    for (const Flag& f : flags_) {
-      auto range = flag_ranges().find(f.name);
-      const std::string& v = values_[f.name];
-      if (range == flag_ranges().end() || v.empty() || (f.name == "batch-size" && v == "max"))
-        continue;
-      if (range->second.integer)
-        integer(f.name);
-      else
-        real(f.name);
-    }
+  }
+  /// The same checks without exiting (tests, fuzzing): `args` (no program name) parsed and
+  /// every switch and number checked; throws FlagError naming the flag. `--help` is only noted.
+  static Flags checked(std::string program, std::string summary, std::vector<Flag> flags,
+                       const std::vector<std::string>& args) {
+    Flags parsed(std::move(program), std::move(summary), std::move(flags));
+    parsed.help_asked_ = parsed.parse(args);
+    return parsed;
   }
 
   std::string str(const std::string& name) const { return values_.at(name); }
@@ -111,8 +98,22 @@ public:
   bool has(const std::string& name) const { return values_.contains(name); }
   /// Every flag this recipe takes, in --help's order.
   const std::vector<Flag>& all() const { return flags_; }
+  /// Whether `--help` was among the arguments (Flags::checked; the recipes exit 0 on it).
+  bool help_asked() const { return help_asked_; }
   /// The flag's whole value as an integer in its range (flag_ranges); otherwise exits 2.
   int64_t integer(const std::string& name) const {
+    return or_exit<int64_t>([&] { return checked_integer(name); });
+  }
+  /// The flag's whole value as a finite number in its range (flag_ranges); otherwise exits 2.
+  double real(const std::string& name) const {
+    return or_exit<double>([&] { return checked_real(name); });
+  }
+  /// A switch: `--name` or `--name=true|false|1|0`; any other value exits 2 naming it.
+  bool on(const std::string& name) const {
+    return or_exit<bool>([&] { return checked_switch(name); });
+  }
+  /// As integer(), real() and on(), throwing FlagError instead of exiting.
+  int64_t checked_integer(const std::string& name) const {
     const std::string& text = str(name);
     int64_t v = 0;
     try {
@@ -120,13 +121,12 @@ public:
       v = std::stoll(text, &used);
       if (used != text.size()) throw std::invalid_argument(text);
     } catch (...) {
-      fail("--" + name + " must be an integer, got '" + text + "'");
+      throw FlagError("--" + name + " must be an integer, got '" + text + "'");
     }
     check_range(name, static_cast<double>(v), text);
     return v;
   }
-  /// The flag's whole value as a finite number in its range (flag_ranges); otherwise exits 2.
-  double real(const std::string& name) const {
+  double checked_real(const std::string& name) const {
     const std::string& text = str(name);
     double v = 0;
     try {
@@ -134,19 +134,19 @@ public:
       v = std::stod(text, &used);
       if (used != text.size()) throw std::invalid_argument(text);
     } catch (...) {
-      fail("--" + name + " must be a number, got '" + text + "'");
+      throw FlagError("--" + name + " must be a number, got '" + text + "'");
     }
-    if (!std::isfinite(v)) fail("--" + name + " must be a finite number, got '" + text + "'");
+    if (!std::isfinite(v))
+      throw FlagError("--" + name + " must be a finite number, got '" + text + "'");
     check_range(name, v, text);
     return v;
   }
-  /// A switch: `--name` or `--name=true|false|1|0`; any other value exits 2 naming it.
-  bool on(const std::string& name) const {
+  bool checked_switch(const std::string& name) const {
     const std::string& v = values_.at(name);
     if (v == "1" || v == "true") return true;
     if (v == "0" || v == "false") return false;
-    fail("--" + name + " is a switch: give --" + name + " or --" + name + "=true|false|1|0, not '" +
-         v + "'");
+    throw FlagError("--" + name + " is a switch: give --" + name + " or --" + name +
+                    "=true|false|1|0, not '" + v + "'");
   }
 
   [[noreturn]] void fail(const std::string& why) const {
@@ -155,6 +155,53 @@ public:
   }
 
 private:
+  Flags(std::string program, std::string summary, std::vector<Flag> flags)
+      : program_(std::move(program)), summary_(std::move(summary)), flags_(std::move(flags)) {
+    for (const Flag& f : flags_)
+      values_[f.name] = f.default_value;
+  }
+  /// Reads `args` into the values and checks them; true when `--help` was asked for.
+  bool parse(const std::vector<std::string>& args) {
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      const std::string& arg = args[i];
+      if (arg == "--help" || arg == "-h") return true;
+      if (arg.rfind("--", 0) != 0) throw FlagError("unexpected argument '" + arg + "'");
+      std::string name = arg.substr(2), value;
+      if (auto eq = name.find('='); eq != std::string::npos) {
+        value = name.substr(eq + 1);
+        name = name.substr(0, eq);
+      } else if (is_switch(name)) {
+        value = "1";
+      } else {
+        if (i + 1 >= args.size()) throw FlagError("--" + name + " needs a value");
+        value = args[++i];
+      }
+      if (!values_.count(name)) throw FlagError("unknown flag --" + name);
+      values_[name] = value;
+    }
+    // A switch given a value takes only these: `--resume=yes` must not quietly mean off.
+    for (const Flag& f : flags_)
+      if (is_switch(f.name)) checked_switch(f.name);
+    // Numbers are read whole and checked against their range now, before any work.
+    for (const Flag& f : flags_) {
+      auto range = flag_ranges().find(f.name);
+      const std::string& v = values_[f.name];
+      if (range == flag_ranges().end() || v.empty() || (f.name == "batch-size" && v == "max"))
+        continue;
+      if (range->second.integer)
+        checked_integer(f.name);
+      else
+        checked_real(f.name);
+    }
+    return false;
+  }
+  template <class T, class Read> T or_exit(const Read& read) const {
+    try {
+      return read();
+    } catch (const FlagError& e) {
+      fail(e.what());
+    }
+  }
   void check_range(const std::string& name, double v, const std::string& text) const {
     auto found = flag_ranges().find(name);
     if (found == flag_ranges().end()) return;
@@ -165,8 +212,9 @@ private:
         std::snprintf(out, sizeof out, "%.10g", x);
         return std::string(out);
       };
-      fail("--" + name + " must be " + (r.above_min ? "above " : "from ") + number(r.min) +
-           (r.above_min ? " and at most " : " to ") + number(r.max) + ", got '" + text + "'");
+      throw FlagError("--" + name + " must be " + (r.above_min ? "above " : "from ") +
+                      number(r.min) + (r.above_min ? " and at most " : " to ") + number(r.max) +
+                      ", got '" + text + "'");
     }
   }
   bool is_switch(const std::string& name) const {
@@ -184,6 +232,7 @@ private:
   std::string program_, summary_;
   std::vector<Flag> flags_;
   std::map<std::string, std::string> values_;
+  bool help_asked_ = false;
 };
 
 /// A progress line: step/total, steps per second, loss and ETA; redrawn in place on a

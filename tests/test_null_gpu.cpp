@@ -8,6 +8,7 @@
 #include "jit/backend/cuda/cuda_driver.hpp"
 #include "jit/backend/cuda/gpu_executable.hpp"
 #include "jit/profile/gpu_peak.hpp"
+#include "jit/profile/numerics_check.hpp"
 #include "jit/train/max_batch.hpp"
 #include "ptx_check.hpp"
 #include "support/null_cuda/null_gpu.h"
@@ -18,6 +19,7 @@
 #include <dlfcn.h>
 
 #include <cstring>
+#include <limits>
 #include <random>
 #include <regex>
 #include <string>
@@ -523,6 +525,52 @@ TEST_CASE("null gpu: the driver refuses what a GPU would, and says why", "[null-
   CHECK_THAT(message(d.cuStreamEndCapture(gpu.stream(), &graph), "cuStreamEndCapture"),
              Catch::Contains("CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"));
   d.check(d.cuModuleUnload(module), "cuModuleUnload");
+}
+
+// --check-numerics on cuda: the scan kernel (kernels/cuda/non_finite_scan.cpp) runs after each
+// launch; the null driver runs it on its backed memory, and SINTER_NULL_GPU_FILL=nan makes every
+// kernel's output NaN (kernels run nothing there), so what the check finds is known.
+TEST_CASE("null gpu copies: --check-numerics on cuda scans each launch's outputs on the device "
+          "and names the op, its model path, or the operand that arrived non-finite",
+          "[null-gpu-copies]") {
+  DefaultDeviceCuda on_cuda;
+  auto f = jit([](Var x) -> Var {
+    sinter::scope guarded("guard");
+    return exp(x) * 2.0;
+  });
+  HostTensor ok(DType::f32, {300});
+  for (int64_t i = 0; i < 300; ++i)
+    ok.set(i, 0.01 * static_cast<double>(i));
+  {
+    // Memory as the kernels leave it on the null driver (untouched: zeros): nothing to find.
+    set_check_numerics(true);
+    CHECK_NOTHROW(f(ok));
+    set_check_numerics(false);
+  }
+  EnvOverride nan_memory("SINTER_NULL_GPU_FILL", "nan");
+  auto g = jit([](Var x) -> Var {
+    sinter::scope guarded("guard");
+    return exp(x) * 3.0; // another function: its buffers are allocated now, full of NaN
+  });
+  set_check_numerics(true);
+  std::string what;
+  try {
+    g(ok);
+  } catch (const NumericsError& e) {
+    what = e.what();
+  }
+  INFO(what);
+  CHECK_THAT(what, Catch::StartsWith("sinter: non-finite value (--check-numerics): `") &&
+                       Catch::Contains(" at guard made a non-finite value from finite operands") &&
+                       Catch::Contains("element 0"));
+  // An operand that arrived holding inf is named instead of the op that read it.
+  HostTensor poisoned = ok;
+  poisoned.set(7, std::numeric_limits<double>::infinity());
+  CHECK_THROWS_WITH(g(poisoned), Catch::Contains("input 'arg0' already held a non-finite value "
+                                                 "(element 7)") &&
+                                     Catch::Contains("the value came from outside the step"));
+  set_check_numerics(false);
+  CHECK_NOTHROW(g(ok)); // off: no scan, whatever the memory holds
 }
 
 } // namespace

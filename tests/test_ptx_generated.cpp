@@ -6,6 +6,7 @@
 
 #include "jit/backend/cuda/gemm_epilogue.hpp"
 #include "jit/backend/cuda/gpu_launch.hpp"
+#include "kernels/cuda/non_finite_scan.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -259,6 +260,22 @@ TEST_CASE("gpu: the ptxas check rejects broken PTX", "[ptx]") {
   TempDir dir("sinter-ptxas");
   CHECK_FALSE(
       run_ptxas(*ptxas, ".version 8.0\n.target sm_90\nnot ptx at all\n", "sm_90", dir.path).ok);
+}
+
+TEST_CASE("gpu: the hand-written --check-numerics scan assembles for every GPU CI checks",
+          "[ptx]") {
+  auto ptxas = find_ptxas();
+  if (!ptxas) return; // nothing to check without the toolkit; check_ptx warns about it
+  TempDir dir("sinter-ptxas-scan");
+  for (const char* arch : {"sm_75", "sm_80", "sm_90"}) {
+    PtxasResult r = run_ptxas(*ptxas, std::string(kernels::non_finite_scan_ptx()), arch, dir.path);
+    INFO(arch << ": " << r.log);
+    CHECK(r.ok);
+  }
+  CHECK(kernels::exponent_mask(DType::bf16) == 0x7F80);
+  CHECK(kernels::exponent_mask(DType::i32) == 0); // not scanned
+  CHECK(kernels::first_non_finite_index(0) == std::nullopt);
+  CHECK(kernels::first_non_finite_index(~uint64_t{41}) == 41);
 }
 
 TEST_CASE("gpu: a capability LLVM does not know is refused by name", "[ptx]") {

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cmath>
 #include <csignal>
@@ -19,6 +20,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -102,10 +104,13 @@ public:
       throw std::runtime_error("sinter: MPI says rank " + std::to_string(rank_) + " of " +
                                std::to_string(size_) + ", the launcher's environment rank " +
                                std::to_string(place.rank) + " of " + std::to_string(place.size));
-    // Arrival board: each rank's count of collectives entered, readable by any rank, so a
-    // rank that times out can name the ranks that never arrived.
-    MPI_Win_allocate(sizeof(int64_t), sizeof(int64_t), MPI_INFO_NULL, comm_, &entered_, &board_);
-    *entered_ = 0;
+    // Arrival board: each rank's count of collectives entered and of its polls while waiting,
+    // readable by any rank, so a rank that times out can name the ranks that never arrived and
+    // those that arrived but stopped inside the collective.
+    MPI_Win_allocate(2 * sizeof(int64_t), sizeof(int64_t), MPI_INFO_NULL, comm_, &board_words_,
+                     &board_);
+    board_words_[entered_word] = 0;
+    board_words_[polls_word] = 0;
     MPI_Win_lock_all(MPI_MODE_NOCHECK, board_);
     std::signal(SIGTERM, say_where_stopped);
     std::signal(SIGINT, say_where_stopped);
@@ -240,7 +245,7 @@ private:
       throw CollectiveError(std::string("sinter: ") + name +
                             " after an earlier collective failed: the job cannot go on");
     Call call{name, ++sequence_, count, type, std::move(detail)};
-    *entered_ = call.sequence;
+    board_words_[entered_word] = call.sequence;
     MPI_Win_sync(board_);
     return call;
   }
@@ -259,6 +264,7 @@ private:
   /// Whether `flight` has completed (testing it once if not yet).
   bool poll(Flight& flight) {
     if (flight.done) return true;
+    ++board_words_[polls_word]; // this rank is alive and waiting (read by missing_ranks)
     int done = 0;
     check(flight.call, MPI_Test(&flight.request, &done, MPI_STATUS_IGNORE));
     if (done) {
@@ -287,43 +293,72 @@ private:
          " failed in MPI: " + std::string(text, static_cast<std::size_t>(length)));
   }
 
-  /// Which ranks have not entered the collective `call` is (read from the arrival board, each
-  /// read bounded to a few seconds: a rank that stopped in a system call may not answer).
+  /// Why collective `call` has not completed, rank by rank, from the arrival board: the ranks
+  /// that never entered it, those that entered it but stopped polling (stopped, or stuck in a
+  /// system call), and those whose board could not be read. Each read is bounded to a few
+  /// seconds: a stopped rank may not answer.
   std::string missing_ranks(const Call& call) {
-    std::vector<int> missing, unknown;
-    for (int r = 0; r < size_; ++r) {
-      if (r == rank_) continue;
-      int64_t seen = -1;
+    auto read_board = [&](int r) -> std::optional<std::array<int64_t, 2>> {
+      std::array<int64_t, 2> words{-1, -1};
       MPI_Request request;
-      if (MPI_Rget(&seen, 1, MPI_INT64_T, r, 0, 1, MPI_INT64_T, board_, &request) != MPI_SUCCESS) {
-        unknown.push_back(r);
-        continue;
-      }
+      if (MPI_Rget(words.data(), 2, MPI_INT64_T, r, 0, 2, MPI_INT64_T, board_, &request) !=
+          MPI_SUCCESS)
+        return std::nullopt;
       auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
       int done = 0;
       while (!done && std::chrono::steady_clock::now() < deadline) {
+        ++board_words_[polls_word]; // still alive: another rank may be looking at this one
         MPI_Test(&request, &done, MPI_STATUS_IGNORE);
         if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
-      if (!done)
+      if (!done) return std::nullopt;
+      return words;
+    };
+    std::vector<int> missing, unknown, stopped;
+    std::map<int, int64_t> arrived; // rank -> its poll count
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      auto words = read_board(r);
+      if (!words)
         unknown.push_back(r);
-      else if (seen < call.sequence)
+      else if ((*words)[entered_word] < call.sequence)
         missing.push_back(r);
+      else
+        arrived[r] = (*words)[polls_word];
     }
-    auto list = [](const std::vector<int>& ranks) {
-      std::string out;
-      for (int r : ranks)
-        out += (out.empty() ? "" : ", ") + std::to_string(r);
+    // A rank inside the collective polls it thousands of times a second while it waits.
+    if (!arrived.empty()) {
+      // Other ranks that timed out look at this one meanwhile: it keeps counting.
+      auto look_again = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      while (std::chrono::steady_clock::now() < look_again) {
+        ++board_words_[polls_word];
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      for (auto [r, polls] : arrived) {
+        auto again = read_board(r);
+        if (!again)
+          unknown.push_back(r);
+        else if ((*again)[polls_word] == polls)
+          stopped.push_back(r);
+      }
+    }
+    auto ranks = [](const std::vector<int>& list) {
+      std::string out = list.size() > 1 ? "ranks " : "rank ";
+      for (std::size_t i = 0; i < list.size(); ++i)
+        out += (i ? ", " : "") + std::to_string(list[i]);
       return out;
     };
     std::string out;
-    if (!missing.empty())
-      out = "rank" + std::string(missing.size() > 1 ? "s " : " ") + list(missing) +
-            " never arrived (stalled or died)";
-    if (!unknown.empty())
-      out += (out.empty() ? "" : "; ") + std::string("rank") + (unknown.size() > 1 ? "s " : " ") +
-             list(unknown) + " did not answer";
-    return out.empty() ? "every rank arrived, but the collective did not complete" : out;
+    auto add = [&](const std::vector<int>& list, const std::string& what) {
+      if (!list.empty()) out += (out.empty() ? "" : "; ") + ranks(list) + " " + what;
+    };
+    add(missing, "never arrived (stalled or died)");
+    add(stopped, "arrived but stopped inside it (no poll for 1 s: stopped, or stuck in a system "
+                 "call)");
+    add(unknown, "did not answer");
+    return out.empty() ? "every rank arrived and is still waiting in it, but it did not complete "
+                         "(the transport is stuck)"
+                       : out;
   }
 
   [[noreturn]] void fail(const std::string& message) {
@@ -333,7 +368,9 @@ private:
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Win board_ = MPI_WIN_NULL;
-  int64_t* entered_ = nullptr;
+  /// This rank's words on the arrival board: collectives entered, polls while waiting.
+  static constexpr int entered_word = 0, polls_word = 1;
+  int64_t* board_words_ = nullptr;
   int rank_ = 0, size_ = 1;
   std::mutex mutex_;
   std::map<Pending, Flight> in_flight_;

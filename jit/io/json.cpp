@@ -95,13 +95,13 @@ private:
       std::size_t key_pos = pos_;
       std::string key = parse_string();
       bool duplicate = std::any_of(v.members.begin(), v.members.end(),
-                                   [&](const auto& m) { return m.first == key; });
+                                   [&](const Member& m) { return m.key == key; });
       if (duplicate) throw ParseError("duplicate key \"" + key + "\"", key_pos);
       skip_whitespace();
       expect(':');
       skip_whitespace();
       Value member = parse_value(depth + 1);
-      v.members.emplace_back(std::move(key), std::move(member));
+      v.members.push_back({std::move(key), std::move(member)});
       skip_whitespace();
       if (peek() == ',' && !at_end()) {
         ++pos_;

@@ -10,17 +10,25 @@
 
 namespace sinter::json {
 
+struct Member;
+
 /// One parsed value. Only what a safetensors header holds: objects (members in file order),
 /// arrays, strings and non-negative integers.
 struct Value {
   enum class Kind : uint8_t { object, array, string, integer };
   Kind kind = Kind::object;
-  std::vector<std::pair<std::string, Value>> members; // object
-  std::vector<Value> elements;                        // array
-  std::string text;                                   // string (valid UTF-8)
-  uint64_t integer = 0;                               // integer
+  std::vector<Member> members; // object (a vector of an incomplete type: allowed since C++17)
+  std::vector<Value> elements; // array
+  std::string text;            // string (valid UTF-8)
+  uint64_t integer = 0;        // integer
 
   bool is(Kind k) const { return kind == k; }
+};
+
+/// An object's member: `"key": value`.
+struct Member {
+  std::string key;
+  Value value;
 };
 
 /// A syntax error, with the byte offset where parsing stopped.

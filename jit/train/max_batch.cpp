@@ -60,7 +60,9 @@ MaxBatch search_max_batch(std::span<const HostTensor> example, int64_t budget_by
   const int64_t p1 = peaks.at(1);
   // The peak grows almost linearly with the batch: extrapolate to the budget, then settle the
   // bracket by interpolation, probing either side of each estimate (bisection if that stalls).
-  for (int rounds = 0; hi == 0 || hi - lo > 1; ++rounds) {
+  // `probe` moves lo and hi (a loop condition on them that clang cannot see change).
+  for (int rounds = 0;; ++rounds) {
+    if (hi != 0 && hi - lo <= 1) break;
     if (hi == 0) {
       double slope = lo > 1 ? static_cast<double>(plo - p1) / static_cast<double>(lo - 1) : 0;
       double estimate =

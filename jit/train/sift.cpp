@@ -44,8 +44,10 @@ std::vector<int64_t> counts_of(const std::map<std::string, HostTensor>& tensors,
   return out;
 }
 
-[[noreturn]] void inconsistent(const std::string& what) {
-  throw std::runtime_error("sinter: the checkpoint's sifting state is inconsistent (" + what +
+/// `tensor`: the `sift.*` tensor that disagrees with the rest of the sifting state.
+[[noreturn]] void inconsistent(const std::string& tensor, const std::string& what) {
+  throw std::runtime_error("sinter: the checkpoint's sifting state is inconsistent at '" + tensor +
+                           "' (" + what +
                            "): it was edited or damaged; resume from another checkpoint");
 }
 
@@ -98,9 +100,10 @@ std::vector<bool> SiftRule::select(std::span<const double> losses, std::span<con
   for (std::size_t i = 0; i < losses.size(); ++i) {
     if (!real.empty() && !real[i]) continue;
     if (!std::isfinite(losses[i]))
-      throw std::invalid_argument("sinter: sifting scored a non-finite loss (" +
-                                  std::to_string(losses[i]) + ") at row " + std::to_string(i) +
-                                  ": the model diverged; lower the learning rate");
+      // A runtime condition, not a caller's mistake: the model's values made it.
+      throw std::runtime_error("sinter: sifting scored a non-finite loss (" +
+                               std::to_string(losses[i]) + ") at row " + std::to_string(i) +
+                               ": the model diverged; lower the learning rate");
     double u = draw(); // drawn in the delay too, so the draws never depend on it
     keep[i] = all || u < std::pow(percentile(losses[i]), options_.beta);
   }
@@ -134,7 +137,7 @@ std::vector<std::pair<std::string, HostTensor>> SiftRule::state() const {
 void SiftRule::restore(const std::map<std::string, HostTensor>& tensors) {
   const HostTensor& history = take(tensors, "sift.history");
   if (history.shape().size() != 1 || history.size() > options_.history)
-    throw std::runtime_error("sinter: the checkpoint's sifting state holds " +
+    throw std::runtime_error("sinter: the checkpoint's 'sift.history' holds " +
                              std::to_string(history.size()) + " losses for a history of " +
                              std::to_string(options_.history) +
                              ": resume with the --sift-history it was written with");
@@ -145,15 +148,15 @@ void SiftRule::restore(const std::map<std::string, HostTensor>& tensors) {
   bool slot_ok = filled < options_.history ? c[0] == filled : c[0] >= 0 && c[0] < filled;
   if (!slot_ok || c[1] < 0 || c[2] < 0 || c[3] < 0 || c[3] > c[2] || c[4] < filled || c[5] < 0 ||
       c[5] > c[4])
-    inconsistent("counters " + std::to_string(c[0]) + ", " + std::to_string(c[1]) + ", " +
-                 std::to_string(c[2]) + ", " + std::to_string(c[3]) + ", " + std::to_string(c[4]) +
-                 ", " + std::to_string(c[5]) + " with " + std::to_string(filled) +
-                 " losses recorded");
+    inconsistent("sift.counters", "counters " + std::to_string(c[0]) + ", " + std::to_string(c[1]) +
+                                      ", " + std::to_string(c[2]) + ", " + std::to_string(c[3]) +
+                                      ", " + std::to_string(c[4]) + ", " + std::to_string(c[5]) +
+                                      " with " + std::to_string(filled) + " losses recorded");
   std::vector<double> losses(static_cast<std::size_t>(filled), 0.0);
   for (int64_t i = 0; i < filled; ++i) {
     losses[static_cast<std::size_t>(i)] = history.at(i);
     if (!std::isfinite(losses[static_cast<std::size_t>(i)]))
-      inconsistent("recorded loss " + std::to_string(i) + " is not finite");
+      inconsistent("sift.history", "recorded loss " + std::to_string(i) + " is not finite");
   }
   history_ = std::move(losses);
   next_slot_ = c[0];
@@ -282,8 +285,8 @@ std::vector<std::pair<std::string, HostTensor>> SiftingLoader::state() const {
 void SiftingLoader::restore(const std::map<std::string, HostTensor>& tensors) {
   std::vector<int64_t> counts = counts_of(tensors, "sift.loader", 2);
   if (counts[0] < 0 || counts[1] < 0)
-    inconsistent(std::to_string(counts[0]) + " samples delivered, " + std::to_string(counts[1]) +
-                 " pending");
+    inconsistent("sift.loader", std::to_string(counts[0]) + " samples delivered, " +
+                                    std::to_string(counts[1]) + " pending");
   std::vector<std::byte> examples_bytes, labels_bytes;
   std::optional<RestoredRows> restored;
   if (counts[1] > 0) {
@@ -291,8 +294,9 @@ void SiftingLoader::restore(const std::map<std::string, HostTensor>& tensors) {
     const HostTensor& labels = take(tensors, "sift.pending.labels");
     if (examples.shape().empty() || examples.shape()[0] != counts[1] || labels.shape().empty() ||
         labels.shape()[0] != counts[1])
-      inconsistent(std::to_string(counts[1]) + " pending rows, examples " +
-                   to_string(examples.shape()) + ", labels " + to_string(labels.shape()));
+      inconsistent("sift.pending.examples", std::to_string(counts[1]) + " pending rows, examples " +
+                                                to_string(examples.shape()) + ", labels " +
+                                                to_string(labels.shape()));
     restored = RestoredRows{examples.dtype(), examples.shape(), labels.dtype(), labels.shape()};
     examples_bytes.assign(examples.bytes().begin(), examples.bytes().end());
     labels_bytes.assign(labels.bytes().begin(), labels.bytes().end());
@@ -317,7 +321,7 @@ void SiftingLoader::check_restored_rows() {
       r.labels != scored_.labels.dtype() ||
       row_of(r.labels_shape) != row_of(scored_.labels.shape()))
     throw std::runtime_error(
-        "sinter: the checkpoint's pending sifted samples are " +
+        "sinter: the checkpoint's pending sifted samples ('sift.pending.examples') are " +
         std::string(dtype_name(r.examples)) + to_string(r.examples_shape) + " with labels " +
         std::string(dtype_name(r.labels)) + to_string(r.labels_shape) +
         ", but this loader's batches are " + std::string(dtype_name(scored_.examples.dtype())) +

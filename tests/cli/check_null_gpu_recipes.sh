@@ -2,7 +2,8 @@
 # tests/cli/check_null_gpu_recipes.sh — on the null CUDA driver (SINTER_NULL_GPU=1, set by the
 # meson test): `sinter info` names the null device, and every recipe trains a few steps with
 # --device cuda, compiling its kernels (ptxas checks them where it is installed), exiting 0 and
-# printing its result line; the driver's report shows the work went through CUDA graphs.
+# printing its result line; the driver's report shows the work went through CUDA graphs;
+# --check-numerics on cuda names the op that made a NaN (on memory the null driver fills with NaN).
 # Usage: check_null_gpu_recipes.sh SINTER MLP VIT GPT DISTILL
 set -uo pipefail
 sinter="$1"
@@ -53,4 +54,21 @@ for recipe in "$@"; do
   echo "$name: $(grep '^result: ' "$tmp/$name.out")"
   echo "  $(cut -c1-400 "$report")"
 done
+# --check-numerics on cuda: no false alarm where kernels leave nothing non-finite, and with every
+# fresh buffer NaN (SINTER_NULL_GPU_FILL, backed memory) the first launch's op (the flattening of
+# the images) is named with its kernel and step, exit 1, as on the CPU.
+mlp="$1"
+out=$(SINTER_CACHE_DIR="$tmp/cache" timeout 300 "$mlp" --device cuda --steps 3 --check-numerics 2>&1)
+code=$?
+[[ $code == 0 ]] || { echo "FAIL: mlp --device cuda --check-numerics exited $code: $out"; status=1; }
+out=$(SINTER_CACHE_DIR="$tmp/cache" SINTER_NULL_GPU_COPIES=1 SINTER_NULL_GPU_FILL=nan timeout 300 \
+  "$mlp" --device cuda --steps 3 --check-numerics 2>&1)
+code=$?
+if [[ $code != 1 || ! $out =~ "non-finite value in step 1 (--check-numerics): \`"[a-z_]+"\`"[^$'\n']*"; kernel k0 " ]]; then
+  echo "FAIL: mlp --device cuda --check-numerics on NaN memory: exit $code, want 1 naming the op:"
+  echo "$out" | tail -5
+  status=1
+else
+  echo "check-numerics on cuda: $(grep -m1 'non-finite value' <<<"$out" | cut -c1-300)"
+fi
 exit $status

@@ -2,10 +2,12 @@
 // or die, for the fault tests (check_faults.sh): every other rank must end with a named error
 #include "jit/dist/communicator.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include <string>
 #include <thread>
@@ -17,8 +19,10 @@ namespace {
 int usage(const char* program) {
   std::fprintf(stderr,
                "usage: %s [--steps N] [--stall RANK:STEP:SECONDS] [--die RANK:STEP]\n"
+               "          [--stop-inside RANK,RANK...:STEP]\n"
                "  N all_reduces of 1000 floats, one per step; a stalling rank sleeps before\n"
-               "  its all_reduce of STEP, a dying one kills itself (SIGKILL) there\n",
+               "  its all_reduce of STEP, a dying one kills itself (SIGKILL) there, and the\n"
+               "  ranks listed by --stop-inside start that all_reduce, then stop (SIGSTOP)\n",
                program);
   return 2;
 }
@@ -28,6 +32,8 @@ int usage(const char* program) {
 int main(int argc, char** argv) {
   int steps = 10, stall_rank = -1, stall_step = -1, die_rank = -1, die_step = -1;
   double stall_seconds = 0;
+  std::vector<int> stop_ranks;
+  int stop_step = -1;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (i + 1 >= argc) return usage(argv[0]);
@@ -39,7 +45,14 @@ int main(int argc, char** argv) {
       continue;
     else if (arg == "--die" && std::sscanf(value, "%d:%d", &die_rank, &die_step) == 2)
       continue;
-    else
+    else if (arg == "--stop-inside" && std::strchr(value, ':')) {
+      std::string ranks(value, std::strchr(value, ':'));
+      stop_step = std::atoi(std::strchr(value, ':') + 1);
+      for (std::size_t at = 0; at < ranks.size(); at = ranks.find(',', at) + 1) {
+        stop_ranks.push_back(std::atoi(ranks.c_str() + at));
+        if (ranks.find(',', at) == std::string::npos) break;
+      }
+    } else
       return usage(argv[0]);
   }
   try {
@@ -50,7 +63,12 @@ int main(int argc, char** argv) {
       if (world.rank() == stall_rank && step == stall_step)
         std::this_thread::sleep_for(std::chrono::duration<double>(stall_seconds));
       if (world.rank() == die_rank && step == die_step) raise(SIGKILL);
-      world.all_reduce(data.data(), 1000, sinter::DType::f32, sinter::ReduceOp::sum);
+      const bool stop = step == stop_step && std::find(stop_ranks.begin(), stop_ranks.end(),
+                                                       world.rank()) != stop_ranks.end();
+      auto pending = world.start_all_reduce(data.data(), data.data(), 1000, sinter::DType::f32,
+                                            sinter::ReduceOp::sum);
+      if (stop) raise(SIGSTOP); // inside the collective: entered, never polled again
+      world.wait(pending);
       std::fill(data.begin(), data.end(), 1.0f);
     }
     std::printf("probe: rank %d done after %d steps\n", world.rank(), steps);

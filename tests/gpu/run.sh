@@ -91,6 +91,13 @@ for stage in "${stages[@]}"; do
       step gpt-cuda-variable-length '^result|buckets|recompiling|error' "$HERE/bin/gpt" \
         --device cuda --steps 200 --variable-length --sample-bytes 8 \
         --text "$HERE/data/fortunes.txt"
+      # --check-numerics on the GPU: no false alarm on a healthy run; a diverging one (exit 1
+      # expected) names the op as on the CPU.
+      step gpt-cuda-check-numerics '^result|non-finite|error' "$HERE/bin/gpt" --device cuda \
+        --steps 20 --sample-bytes 8 --check-numerics --text "$HERE/data/fortunes.txt"
+      step mlp-cuda-check-numerics-diverging 'non-finite|^result|error' bash -c \
+        '"$0" --device cuda --lr 10 --weight-decay 10 --hidden 64 --steps 40 --check-numerics \
+        "${@}"; [[ $? == 1 ]]' "$HERE/bin/mlp" "${data[@]}"
       # Distillation in bf16 (teacher trained first), then the largest batch the GPU fits,
       # predicted from the memory plan, and a run at it (it must not run out of memory).
       step distill-cuda '^result|error|sinter:|distill:' "$HERE/bin/distill" --device cuda \

@@ -343,8 +343,9 @@ void CpuExecutable::run_into(std::span<const HostTensor* const> inputs,
     int64_t range = parallel_range(g, kernel);
     int64_t chunk = std::max<int64_t>(1, elements_per_chunk / work_per_step(g, kernel));
     KernelEntry entry = entries_[k];
-    pool_.parallel_for(range, chunk,
-                       [&](int64_t begin, int64_t end) { entry(args.data(), begin, end); });
+    pool_.parallel_for(range, chunk, [&](int64_t begin, int64_t end) {
+      run_kernel_entry(entry, args.data(), begin, end);
+    });
   };
   for (std::size_t k = 0; k < fusion_.kernels.size(); ++k) {
     for (std::size_t started : waits_before_[k]) {

@@ -13,6 +13,16 @@ namespace sinter {
 /// Entry point of a compiled loop/reduce/scatter kernel (see jit/backend/cpu/cpu_schedule.hpp).
 using KernelEntry = void (*)(void* const* buffers, int64_t begin, int64_t end);
 
+/// Runs a generated kernel over [begin, end). Clang's -fsanitize=function (in the sanitizer
+/// build) checks a type signature that the compiler places before every function it emits;
+/// the JIT's kernels have none, so that one check is off for this call.
+#if defined(__clang__)
+[[clang::no_sanitize("function")]]
+#endif
+inline void run_kernel_entry(KernelEntry entry, void* const* buffers, int64_t begin, int64_t end) {
+  entry(buffers, begin, end);
+}
+
 class CpuTarget {
 public:
   CpuTarget();

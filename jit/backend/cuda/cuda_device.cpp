@@ -87,6 +87,8 @@ CudaDevice::~CudaDevice() {
   if (!try_make_current()) return;
   for (cuda::ModuleHandle m : modules_)
     driver_.cuModuleUnload(m);
+  for (cuda::ModuleHandle m : hand_written_modules_)
+    driver_.cuModuleUnload(m);
   workspace_ = DeviceBuffer();
   if (stream_) driver_.cuStreamDestroy(stream_);
   if (copy_stream_) driver_.cuStreamDestroy(copy_stream_);
@@ -232,15 +234,28 @@ void CudaDevice::compile_ahead(const FusionPlan& plan, std::span<const Kernel* c
 }
 
 cuda::FunctionHandle CudaDevice::load(std::span<const char> cubin, const std::string& symbol) {
+  return load_into(modules_, cubin, symbol);
+}
+
+cuda::FunctionHandle CudaDevice::load_into(std::vector<cuda::ModuleHandle>& modules,
+                                           std::span<const char> cubin, const std::string& symbol) {
   make_current();
   cuda::ModuleHandle module = nullptr;
   driver_.check(driver_.cuModuleLoadDataEx(&module, cubin.data(), 0, nullptr, nullptr),
                 "cuModuleLoadDataEx");
-  modules_.push_back(module);
+  modules.push_back(module);
   cuda::FunctionHandle function = nullptr;
   driver_.check(driver_.cuModuleGetFunction(&function, module, symbol.c_str()),
                 "cuModuleGetFunction");
   return function;
+}
+
+cuda::FunctionHandle CudaDevice::hand_written_kernel(const std::string& ptx,
+                                                     const std::string& symbol) {
+  std::lock_guard lock(mutex_);
+  if (auto it = hand_written_.find(symbol); it != hand_written_.end()) return it->second;
+  make_current();
+  return hand_written_[symbol] = load_into(hand_written_modules_, assemble(ptx, symbol), symbol);
 }
 
 cuda::FunctionHandle CudaDevice::kernel(const FusionPlan& plan, const Kernel& kernel,

@@ -118,6 +118,9 @@ public:
   /// find them ready.
   void compile_ahead(const FusionPlan& plan, std::span<const Kernel* const> kernels,
                      std::span<const RowsKernelRequest* const> rows_kernels, KernelCache& cache);
+  /// A hand-written kernel (kernels/cuda/) from its PTX, assembled by the driver once per
+  /// device and kept.
+  cuda::FunctionHandle hand_written_kernel(const std::string& ptx, const std::string& symbol);
   NvptxTarget& target() { return *target_; }
 
   ~CudaDevice();
@@ -126,6 +129,9 @@ private:
   CudaDevice(const cuda::Driver& driver, int ordinal);
   std::vector<char> assemble(const std::string& ptx, const std::string& symbol);
   cuda::FunctionHandle load(std::span<const char> cubin, const std::string& symbol);
+  /// Loads `cubin` as a module kept in `modules` (unloaded with the device).
+  cuda::FunctionHandle load_into(std::vector<cuda::ModuleHandle>& modules,
+                                 std::span<const char> cubin, const std::string& symbol);
   std::vector<char> compile_rows(const RowsKernelRequest& request, const std::string& symbol);
 
   const cuda::Driver& driver_;
@@ -139,6 +145,9 @@ private:
   mutable std::mutex mutex_;
   std::vector<cuda::ModuleHandle> modules_;        ///< loaded cubins (under kernels_'s lock)
   std::unordered_set<std::string> rows_dependent_; ///< keys of RowsDependentCode kernels
+  /// hand_written_kernel's, by symbol, and their modules (under mutex_).
+  std::unordered_map<std::string, cuda::FunctionHandle> hand_written_;
+  std::vector<cuda::ModuleHandle> hand_written_modules_;
   /// Kernels planned before, by signature, of distinct shapes (RuntimeRowsKernel::signature).
   std::unordered_map<std::string, std::vector<RuntimeRowsKernel>> planned_kernels_;
 };

@@ -11,6 +11,7 @@
 #include "jit/dist/collective_launch.hpp"
 #include "jit/profile/gpu_peak.hpp"
 #include "jit/profile/kernel_costs.hpp"
+#include "jit/profile/numerics_check.hpp"
 #include "jit/settings.hpp"
 
 #include <algorithm>
@@ -330,12 +331,19 @@ void GpuExecutable::drop_graph(InputSet& set) const {
   set.graph = nullptr;
 }
 
-void GpuExecutable::enqueue_body(const InputSet& set,
-                                 std::span<const cuda::EventHandle> marks) const {
+void GpuExecutable::enqueue_body(const InputSet& set, std::span<const cuda::EventHandle> marks,
+                                 GpuNumericsCheck* numerics) const {
   const cuda::Driver& d = device_.driver();
   cuda::StreamHandle stream = device_.stream();
   const Graph& g = *graph_;
+  // Launch i runs the plan's kernels from its own to the next launch's (an absorbed epilogue).
+  auto check = [&](std::size_t i) {
+    std::size_t last = i + 1 < launches_.size() ? launches_[i + 1].kernel : fusion_.kernels.size();
+    numerics->after_launch(fusion_, launches_[i].kernel, last,
+                           [&](ValueId v) { return pointer_for(set, v); });
+  };
   for (std::size_t i = 0; i < launches_.size(); ++i) {
+    if (numerics && i > 0) check(i - 1);
     const GpuLaunchStep& launch = launches_[i];
     const Bound& b = set.bound[i];
     if (!marks.empty()) d.check(d.cuEventRecord(marks[i], stream), "cuEventRecord");
@@ -373,6 +381,7 @@ void GpuExecutable::enqueue_body(const InputSet& set,
                              const_cast<void**>(b.parameters.data()), nullptr),
             "cuLaunchKernel");
   }
+  if (numerics && !launches_.empty()) check(launches_.size() - 1);
   if (!marks.empty()) d.check(d.cuEventRecord(marks[launches_.size()], stream), "cuEventRecord");
   // Carried outputs become the next run's inputs on the device; the rest go to pinned memory.
   for (const Carried& c : carried_)
@@ -573,13 +582,17 @@ void GpuExecutable::run_into(std::span<const HostTensor* const> inputs,
     uploaded = inputs[in]->stamp();
   }
   d.check(d.cuEventRecord(set.events->started, compute), "cuEventRecord");
-  bool direct = runs_ < direct_runs_before_graph || !graphs_enabled() || profiled;
+  // --check-numerics runs launch by launch too, each checked before the next (gpu_numerics).
+  const bool checked = check_numerics_enabled();
+  if (checked && !numerics_) numerics_ = std::make_unique<GpuNumericsCheck>(device_);
+  bool direct = runs_ < direct_runs_before_graph || !graphs_enabled() || profiled || checked;
   if (!direct && !set.exec) capture(set);
   const int64_t enqueued = profile::now_ns();
   if (direct)
-    enqueue_body(set, profiled
-                          ? std::span<const cuda::EventHandle>(marks_.data(), launches_.size() + 1)
-                          : std::span<const cuda::EventHandle>());
+    enqueue_body(set,
+                 profiled ? std::span<const cuda::EventHandle>(marks_.data(), launches_.size() + 1)
+                          : std::span<const cuda::EventHandle>(),
+                 checked ? numerics_.get() : nullptr);
   else
     d.check(d.cuGraphLaunch(set.exec, compute), "cuGraphLaunch");
   d.check(d.cuEventRecord(set.events->finished, compute), "cuEventRecord");
@@ -614,87 +627,5 @@ void GpuExecutable::run_into(std::span<const HostTensor* const> inputs,
     results[c.output].defer(c.latest);
   }
 }
-
-namespace {
-
-BackendGraphStages cuda_graph_stages(const Graph& optimized, const Device& device) {
-  int capability = 90; // an H100 where no GPU can be asked (planning on a build machine)
-  if (cuda::driver()) capability = CudaDevice::get(device.ordinal).info().compute_capability;
-  NvptxAttentionChoice choice;
-  BackendGraphStages stages = nvptx_graph_stages(optimized, capability, &choice);
-  static std::once_flag said_fused, said_decomposed;
-  if (choice.fused)
-    std::call_once(said_fused, [] {
-      log_line("sinter: attention on cuda: fused (NVPTX flash-attention kernels on tensor cores)");
-    });
-  if (choice.decomposed)
-    std::call_once(said_decomposed, [&] {
-      log_line("sinter: attention on cuda: decomposed (scores and softmax in memory): " +
-               choice.why);
-    });
-  return stages;
-}
-
-std::unique_ptr<Executable> compile_for_cuda(Prepared prepared, const Device& device,
-                                             Context& context, CompileRun& run) {
-  auto executable = std::make_unique<GpuExecutable>(
-      std::move(prepared), CudaDevice::get(device.ordinal), context.cache(), run);
-  executable->stage_with(context.pool());
-  context.cache().record_run_stats();
-  return executable;
-}
-
-StepMemory plan_memory_for_cuda(const Prepared& prepared, const Device& device,
-                                std::span<const bool> single_copy) {
-  const Graph& g = *prepared.graph;
-  const FusionPlan& fusion = prepared.fusion;
-  const MemoryPlan& memory = prepared.memory;
-  // As the constructor and the first runs allocate: the arena, a buffer per output outside it,
-  // each input's buffer in both sets (one shared where carried or resident), the device's GEMM
-  // workspace unless it has one already, and an allowance for the kernels' images and the
-  // CUDA graphs (the null driver counts the images; a GPT-2 step's are under 2 MiB).
-  StepMemory out;
-  out.arena = memory.arena_bytes();
-  std::vector<bool> is_input(g.size(), false);
-  for (const NamedValue& in : g.inputs())
-    is_input[in.id] = true;
-  std::vector<bool> counted(g.size(), false);
-  for (const NamedValue& o : g.outputs())
-    if (!memory.offset_of(o.id) && !is_input[o.id] && !counted[o.id]) {
-      counted[o.id] = true;
-      out.outputs += static_cast<int64_t>(std::max<std::size_t>(byte_size(g.type(o.id)), 16));
-    }
-  std::vector<PlannedBuffer> buffers = arena_buffers(g, memory);
-  for (std::size_t i = 0; i < g.inputs().size(); ++i) {
-    const NamedValue& in = g.inputs()[i];
-    int64_t bytes = static_cast<int64_t>(std::max<std::size_t>(byte_size(g.type(in.id)), 16));
-    bool once = i < single_copy.size() && single_copy[i];
-    out.inputs += once ? bytes : 2 * bytes;
-    buffers.push_back({"input: " + in.name + " " + to_string(g.type(in.id)), bytes});
-  }
-  bool has_gemm = std::any_of(fusion.kernels.begin(), fusion.kernels.end(),
-                              [](const Kernel& k) { return k.kind == KernelKind::gemm; });
-  bool workspace_there = cuda::driver() && CudaDevice::get(device.ordinal).has_gemm_workspace();
-  out.workspace =
-      has_gemm && !workspace_there ? static_cast<int64_t>(kernels::CublasLt::workspace_bytes) : 0;
-  out.runtime = runtime_allowance_bytes;
-  out.largest = largest_buffers(std::move(buffers));
-  return out;
-}
-
-int64_t cuda_free_memory(const Device& device) {
-  return CudaDevice::get(device.ordinal).free_bytes();
-}
-
-} // namespace
-
-extern const BackendEntry cuda_backend{Backend::cuda,
-                                       "cuda",
-                                       true,
-                                       cuda_graph_stages,
-                                       compile_for_cuda,
-                                       plan_memory_for_cuda,
-                                       cuda_free_memory,
-                                       remember_shapes_for_cuda};
 
 } // namespace sinter

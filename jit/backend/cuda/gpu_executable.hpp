@@ -3,6 +3,7 @@
 #pragma once
 #include "jit/backend/backends.hpp"
 #include "jit/backend/cuda/cuda_device.hpp"
+#include "jit/backend/cuda/gpu_numerics.hpp"
 #include "jit/backend/cuda/launch_plan.hpp"
 #include "jit/backend/device.hpp"
 #include "jit/backend/executable.hpp"
@@ -94,7 +95,9 @@ private:
 
   /// Enqueues every launch and the output copies. With `marks` (launches_.size() + 1 events,
   /// a profiled run), marks[i] is recorded before launch i and the last after the last one.
-  void enqueue_body(const InputSet& set, std::span<const cuda::EventHandle> marks = {}) const;
+  /// With `numerics` (--check-numerics), each launch's outputs are checked after it.
+  void enqueue_body(const InputSet& set, std::span<const cuda::EventHandle> marks = {},
+                    GpuNumericsCheck* numerics = nullptr) const;
   /// A profiled run's launches, timed by the events around them (on the track "cuda stream").
   void report_kernel_times(profile::ProgramRun& run, int64_t enqueued) const;
   void capture(InputSet& set) const;
@@ -126,6 +129,7 @@ private:
   /// The step's collectives between GPU ranks (made on the first run of a graph that has
   /// any, when NCCL is there or the job has several ranks).
   mutable std::unique_ptr<kernels::NcclCommunicator> nccl_;
+  mutable std::unique_ptr<GpuNumericsCheck> numerics_; ///< made by the first checked run
   int64_t collective_ranks_ = 0; ///< the ranks its collectives were built for (0: none)
   mutable std::mutex run_mutex_;
   mutable int runs_ = 0;

@@ -9,10 +9,38 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <string_view>
 
 using namespace sinter::null_gpu;
 
 namespace {
+
+/// SINTER_NULL_GPU_FILL: `nan` fills fresh device memory (with copies on) with all-ones bytes.
+bool fill_with_nan() {
+  const char* fill = std::getenv("SINTER_NULL_GPU_FILL");
+  return fill && std::string_view(fill) == "nan";
+}
+
+/// What kernels/cuda/non_finite_scan.cpp's kernel does, on the backed device memory:
+/// parameters (data, count, element bytes, exponent mask, found word).
+std::function<void()> emulated_scan(void** parameters) {
+  uint64_t data = 0, count = 0, mask = 0, found = 0;
+  uint32_t element_bytes = 0;
+  std::memcpy(&data, parameters[0], 8);
+  std::memcpy(&count, parameters[1], 8);
+  std::memcpy(&element_bytes, parameters[2], 4);
+  std::memcpy(&mask, parameters[3], 8);
+  std::memcpy(&found, parameters[4], 8);
+  return [=] {
+    auto* word = reinterpret_cast<uint64_t*>(found);
+    for (uint64_t i = 0; i < count; ++i) {
+      uint64_t bits = 0;
+      std::memcpy(&bits, reinterpret_cast<const void*>(data + i * element_bytes), element_bytes);
+      if ((bits & mask) == mask) *word = std::max(*word, ~i);
+    }
+  };
+}
 
 using DevicePtr = unsigned long long;
 
@@ -213,6 +241,9 @@ NULL_GPU_API int cuMemAlloc_v2(DevicePtr* pointer, std::size_t bytes) {
   void* p = mmap(nullptr, rounded, s.copies ? PROT_READ | PROT_WRITE : PROT_NONE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return s.fail(out_of_memory, "the host has no address space left");
+  // SINTER_NULL_GPU_FILL=nan: fresh memory holds NaN in every float type, as if each kernel
+  // that writes it had made one (the --check-numerics tests).
+  if (s.copies && fill_with_nan()) std::memset(p, 0xFF, rounded);
   auto address = reinterpret_cast<uint64_t>(p);
   s.device_memory[address] = Allocation{rounded, device};
   s.device_used[static_cast<std::size_t>(device)] += rounded;
@@ -481,6 +512,7 @@ NULL_GPU_API int cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsign
                                          " points outside every live device allocation");
     w.ranges.emplace_back(address, 0);
   }
+  if (s.copies && k.name == "sinter_first_non_finite") w.emulate = emulated_scan(parameters);
   s.enqueue(s.stream(stream), std::move(w));
   return success;
 }

@@ -303,7 +303,7 @@ NULL_GPU_API int cuModuleGetFunction(void** function, void* module, const char* 
   if (!m || !name) return s.fail(invalid_handle, "cuModuleGetFunction without a module or name");
   for (const KernelSignature& k : m->kernels)
     if (k.name == name) {
-      *function = new FunctionState{m, &k}; // lives as long as the process, like the handle
+      *function = m->functions.emplace_back(std::make_unique<FunctionState>(m, &k)).get();
       return success;
     }
   return s.fail(not_found, std::string("the module has no kernel ") + name);

@@ -293,6 +293,7 @@ void State::perform(const Work& w) {
     case Work::memset: std::memset(w.to, w.value, w.bytes); break;
     default: break;
     }
+  if (copies && w.emulate) w.emulate();
   NullGpuCounters& c = counters;
   c.device_seconds += w.seconds;
   switch (w.kind) {

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -70,6 +71,8 @@ struct Work {
   const void* from = nullptr;
   void* to = nullptr;
   unsigned char value = 0;
+  /// Kernels the null driver runs with copies on (the --check-numerics scan): what it does.
+  std::function<void()> emulate;
 };
 
 struct GraphState {
@@ -100,15 +103,19 @@ struct KernelSignature {
   std::vector<std::pair<std::size_t, bool>> parameters; ///< bytes, pointer
 };
 
-struct ModuleState {
-  std::vector<KernelSignature> kernels;
-  uint64_t bytes = 0;
-  int device = 0;
-};
+struct ModuleState;
 
 struct FunctionState {
   ModuleState* module = nullptr;
   const KernelSignature* signature = nullptr;
+};
+
+struct ModuleState {
+  std::vector<KernelSignature> kernels;
+  uint64_t bytes = 0;
+  int device = 0;
+  /// The handles cuModuleGetFunction gave out: valid until the module is unloaded, as CUDA's.
+  std::vector<std::unique_ptr<FunctionState>> functions;
 };
 
 struct ContextState {

@@ -1,0 +1,98 @@
+// jit/backend/cuda/cuda_backend.cpp — the CUDA room's backend entry: its graph stages, compile
+// (a GpuExecutable), the memory a step will hold on the GPU, and the free memory it has
+#include "jit/api.hpp"
+#include "jit/backend/backends.hpp"
+#include "jit/backend/context.hpp"
+#include "jit/backend/cuda/gpu_executable.hpp"
+#include "jit/backend/cuda/nvptx_attention.hpp"
+#include "jit/backend/cuda/nvptx_schedule.hpp"
+#include "jit/settings.hpp"
+
+#include <algorithm>
+#include <mutex>
+
+namespace sinter {
+
+namespace {
+
+BackendGraphStages cuda_graph_stages(const Graph& optimized, const Device& device) {
+  int capability = 90; // an H100 where no GPU can be asked (planning on a build machine)
+  if (cuda::driver()) capability = CudaDevice::get(device.ordinal).info().compute_capability;
+  NvptxAttentionChoice choice;
+  BackendGraphStages stages = nvptx_graph_stages(optimized, capability, &choice);
+  static std::once_flag said_fused, said_decomposed;
+  if (choice.fused)
+    std::call_once(said_fused, [] {
+      log_line("sinter: attention on cuda: fused (NVPTX flash-attention kernels on tensor cores)");
+    });
+  if (choice.decomposed)
+    std::call_once(said_decomposed, [&] {
+      log_line("sinter: attention on cuda: decomposed (scores and softmax in memory): " +
+               choice.why);
+    });
+  return stages;
+}
+
+std::unique_ptr<Executable> compile_for_cuda(Prepared prepared, const Device& device,
+                                             Context& context, CompileRun& run) {
+  auto executable = std::make_unique<GpuExecutable>(
+      std::move(prepared), CudaDevice::get(device.ordinal), context.cache(), run);
+  executable->stage_with(context.pool());
+  context.cache().record_run_stats();
+  return executable;
+}
+
+StepMemory plan_memory_for_cuda(const Prepared& prepared, const Device& device,
+                                std::span<const bool> single_copy) {
+  const Graph& g = *prepared.graph;
+  const FusionPlan& fusion = prepared.fusion;
+  const MemoryPlan& memory = prepared.memory;
+  // As the constructor and the first runs allocate: the arena, a buffer per output outside it,
+  // each input's buffer in both sets (one shared where carried or resident), the device's GEMM
+  // workspace unless it has one already, and an allowance for the kernels' images and the
+  // CUDA graphs (the null driver counts the images; a GPT-2 step's are under 2 MiB).
+  StepMemory out;
+  out.arena = memory.arena_bytes();
+  std::vector<bool> is_input(g.size(), false);
+  for (const NamedValue& in : g.inputs())
+    is_input[in.id] = true;
+  std::vector<bool> counted(g.size(), false);
+  for (const NamedValue& o : g.outputs())
+    if (!memory.offset_of(o.id) && !is_input[o.id] && !counted[o.id]) {
+      counted[o.id] = true;
+      out.outputs += static_cast<int64_t>(std::max<std::size_t>(byte_size(g.type(o.id)), 16));
+    }
+  std::vector<PlannedBuffer> buffers = arena_buffers(g, memory);
+  for (std::size_t i = 0; i < g.inputs().size(); ++i) {
+    const NamedValue& in = g.inputs()[i];
+    int64_t bytes = static_cast<int64_t>(std::max<std::size_t>(byte_size(g.type(in.id)), 16));
+    bool once = i < single_copy.size() && single_copy[i];
+    out.inputs += once ? bytes : 2 * bytes;
+    buffers.push_back({"input: " + in.name + " " + to_string(g.type(in.id)), bytes});
+  }
+  bool has_gemm = std::any_of(fusion.kernels.begin(), fusion.kernels.end(),
+                              [](const Kernel& k) { return k.kind == KernelKind::gemm; });
+  bool workspace_there = cuda::driver() && CudaDevice::get(device.ordinal).has_gemm_workspace();
+  out.workspace =
+      has_gemm && !workspace_there ? static_cast<int64_t>(kernels::CublasLt::workspace_bytes) : 0;
+  out.runtime = runtime_allowance_bytes;
+  out.largest = largest_buffers(std::move(buffers));
+  return out;
+}
+
+int64_t cuda_free_memory(const Device& device) {
+  return CudaDevice::get(device.ordinal).free_bytes();
+}
+
+} // namespace
+
+extern const BackendEntry cuda_backend{Backend::cuda,
+                                       "cuda",
+                                       true,
+                                       cuda_graph_stages,
+                                       compile_for_cuda,
+                                       plan_memory_for_cuda,
+                                       cuda_free_memory,
+                                       remember_shapes_for_cuda};
+
+} // namespace sinter
