@@ -133,6 +133,7 @@ auto compile_distill_step(Student& student, Teacher& teacher, LossFn loss, Opt o
   if (storage && !is_float(*storage))
     throw std::invalid_argument("sinter: teacher_dtype must be a floating-point dtype, got " +
                                 std::string(dtype_name(*storage)));
+  options.step.parameter_updates = detail::parameter_updates(student, optimizer);
   auto frozen = std::make_shared<detail::FrozenTeacher<Teacher>>(teacher, storage);
   frozen->sync();
   auto inputs = frozen->inputs();

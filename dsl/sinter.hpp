@@ -18,3 +18,4 @@
 #include "jit/data/loader.hpp"
 #include "jit/data/synthetic.hpp"
 #include "jit/data/text.hpp"
+#include "jit/io/metrics_log.hpp" // sinter::Logger: metrics.csv and TensorBoard events

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <memory>
 #include <numbers>
 #include <optional>
@@ -45,14 +46,34 @@ private:
 };
 } // namespace amp
 
+/// A parameter group: the parameters `match` picks, by their path (`blocks.0.ln1.gamma`) and
+/// their Parameter (its role, its value's shape), train with this group's weight decay and
+/// learning-rate scale. An optimizer's groups are tried in order: the first that matches a
+/// parameter sets it; a parameter no group matches takes the optimizer's own settings.
+struct param_group {
+  std::function<bool(const std::string& path, const Parameter& parameter)> match;
+  std::optional<double> weight_decay; ///< unset: the optimizer's
+  double lr_scale = 1.0;
+
+  /// GPT-2's rule: no weight decay on biases, normalisation gains and shifts, embeddings and
+  /// learned positions (every Parameter whose role is not ParameterRole::weight).
+  static param_group no_decay_on_biases_norms_embeddings() {
+    return {.match = [](const std::string&,
+                        const Parameter& p) { return p.role != ParameterRole::weight; },
+            .weight_decay = 0.0};
+  }
+};
+
 /// AdamW; `lr` is the base learning rate the schedule scales.
 struct adamw {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+  std::vector<param_group> groups; ///< parameters with their own decay or lr scale
 };
 /// SGD with optional (Nesterov) momentum and L2 weight decay.
 struct sgd {
   double lr = 0.01, momentum = 0.0, weight_decay = 0.0;
   bool nesterov = false;
+  std::vector<param_group> groups; ///< parameters with their own decay or lr scale
 };
 
 /// Learning rate of optimizer step `step` (0-based). Fed to the compiled step as a runtime
@@ -79,6 +100,9 @@ inline double scale_lr_linear(double lr, double k) { return lr * k; }
 inline double scale_lr_sqrt(double lr, double k) { return lr * std::sqrt(k); }
 
 struct StepOptions {
+  /// Each grouped parameter's weight decay and lr scale, by name: compile_step fills it from
+  /// the optimizer's `groups` (param_group).
+  std::map<std::string, ParameterUpdate> parameter_updates;
   /// Names of the batch parameters (default batch0, batch1, ...).
   std::vector<std::string> batch_names;
   /// Default: the optimizer's lr, constant.
@@ -147,6 +171,21 @@ struct NamedParameters {
     return out;
   }
 };
+
+/// The settings `optimizer`'s groups give `model`'s parameters (param_group), by name.
+template <class Model, class Opt>
+std::map<std::string, ParameterUpdate> parameter_updates(Model& model, const Opt& optimizer) {
+  std::map<std::string, ParameterUpdate> out;
+  if (optimizer.groups.empty()) return out;
+  for_each_parameter(model, [&](const std::string& name, Parameter& p) {
+    for (const param_group& group : optimizer.groups)
+      if (group.match && group.match(name, p)) {
+        out[name] = {group.weight_decay.value_or(optimizer.weight_decay), group.lr_scale};
+        break;
+      }
+  });
+  return out;
+}
 
 template <class Model> NamedParameters named_parameters(Model& model) {
   NamedParameters named;
@@ -296,7 +335,8 @@ public:
       return g;
     };
     TrainStepOptions step_options;
-    step_options.update = UpdateOptions{optimizer, options.clip_grad_norm, options.loss_scaling};
+    step_options.update = UpdateOptions{optimizer, options.clip_grad_norm, options.loss_scaling,
+                                        options.parameter_updates};
     step_options.accumulate = options.accumulate;
     step_options.amp = options.amp;
     step_options.frozen = std::move(frozen);
@@ -400,6 +440,7 @@ public:
 /// parameters hold the updated weights after each call.
 template <class Model, class LossFn, class Opt>
 auto compile_step(Model& model, LossFn loss, Opt optimizer, StepOptions options = {}) {
+  options.parameter_updates = detail::parameter_updates(model, optimizer);
   return CompiledStep<Model, LossFn>(model, std::move(loss), detail::to_optimizer(optimizer),
                                      optimizer.lr, std::move(options));
 }

@@ -179,6 +179,32 @@ Value logsumexp(Value x, std::vector<int64_t> axes, bool keepdims) {
   return emit(OpId::logsumexp, {x}, Attrs{.ints = std::move(axes), .flag = keepdims});
 }
 
+Value argmax(Value x, int64_t axis, bool keepdims) {
+  Value operands[] = {x};
+  std::optional<int64_t> a = normalize_axis(axis, static_cast<std::size_t>(x.rank()));
+  if (!a)
+    throw_op_error(OpId::max, operands, x.graph,
+                   "argmax over axis " + std::to_string(axis) + " of a rank-" +
+                       std::to_string(x.rank()) + " tensor");
+  const int64_t length = x.shape()[static_cast<std::size_t>(*a)];
+  // Positions holding the maximum keep their index, the others `length`; the least wins.
+  Value index = iota(*x.graph, DType::i32, x.shape(), *a);
+  Value at_max = equal(x, max(x, {*a}, true));
+  return min(where(at_max, index, static_cast<double>(length)), {*a}, keepdims);
+}
+
+Value accuracy(Value logits, Value labels) {
+  Value operands[] = {logits, labels};
+  Shape rows = logits.shape();
+  if (!rows.empty()) rows.pop_back();
+  if (logits.rank() < 1 || labels.shape() != rows || is_float(labels.dtype()))
+    throw_op_error(OpId::equal, operands, logits.graph,
+                   "accuracy takes logits [..., classes] and integer labels of their shape "
+                   "without the last dim");
+  Value hits = equal(argmax(logits, -1), cast(labels, DType::i32));
+  return mean(cast(hits, DType::f32));
+}
+
 Value matmul(Value a, Value b) {
   Value operands[] = {a, b};
   if (a.rank() < 2 || b.rank() < 2)

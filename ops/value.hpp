@@ -75,6 +75,12 @@ Value mean(Value x, std::vector<int64_t> axes = {}, bool keepdims = false);
 Value max(Value x, std::vector<int64_t> axes = {}, bool keepdims = false);
 Value min(Value x, std::vector<int64_t> axes = {}, bool keepdims = false);
 Value logsumexp(Value x, std::vector<int64_t> axes = {}, bool keepdims = false);
+/// The index (i32) of the largest element along `axis`; the first of equal largest ones, as
+/// NumPy and PyTorch. A composite (max, equal, iota, min): no gradient flows through it.
+Value argmax(Value x, int64_t axis = -1, bool keepdims = false);
+/// The share (f32 scalar) of rows whose argmax over the last axis of `logits` equals `labels`
+/// (integers, `logits`' shape without its last dim): a metric, no gradient.
+Value accuracy(Value logits, Value labels);
 
 /// Matrix product over the last two dims; batch dims broadcast, a 2-D right operand is shared.
 Value matmul(Value a, Value b);

@@ -181,6 +181,8 @@ int main(int argc, char** argv) {
     recipe::LoopResult run;
     std::string sifted;
     int64_t steps_done = 0;
+    // --log-dir records the student's training (not the teacher's or the baseline's).
+    recipe::open_run_log(flags, {"teacher_accuracy", "student_accuracy"});
     if (in_step) {
       StepOptions options = step_options(total);
       options.sift = sift;
@@ -213,6 +215,9 @@ int main(int argc, char** argv) {
       steps_done = step.steps();
     }
     double student_accuracy = test_accuracy(student, *test);
+    recipe::log_metrics(steps_done, {{"teacher_accuracy", teacher_accuracy},
+                                     {"student_accuracy", student_accuracy}});
+    recipe::run_log().reset();
 
     std::string baseline;
     if (!flags.on("no-baseline")) {

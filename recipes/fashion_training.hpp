@@ -75,6 +75,7 @@ int train_fashion(const std::string& name, const Flags& flags, Model& model) {
     if (leader()) std::printf("result: test_accuracy=%.4f\n", test_accuracy);
     return 0;
   }
+  open_run_log(flags, {"test_accuracy"});
   int64_t epochs = flags.integer("epochs");
   auto step_options = [&](int64_t total) {
     return parallel(flags, {.batch_names = {"images", "labels"},
@@ -130,6 +131,7 @@ int train_fashion(const std::string& name, const Flags& flags, Model& model) {
   if (flags.on("eval-every-epoch")) {
     auto evaluate = [&](int64_t steps, double seconds) {
       double a = accuracy(logits, *test, 500);
+      log_metrics(steps, {{"test_accuracy", a}});
       if (leader())
         std::printf("epoch %s test_accuracy=%.4f steps=%lld seconds=%.1f\n",
                     epoch_label(evaluations_done, evals_per_epoch).c_str(), a,
@@ -195,6 +197,7 @@ int train_fashion(const std::string& name, const Flags& flags, Model& model) {
   }
   double test_accuracy = accuracy(logits, *test, 500);
   if (!leader()) return 0;
+  log_metrics(steps_done, {{"test_accuracy", test_accuracy}});
   std::printf("result: test_accuracy=%.4f train_loss=%.4f steps=%lld steps_per_second=%.1f "
               "seconds=%.1f%s\n",
               test_accuracy, run.last_loss, static_cast<long long>(steps_done),

@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
       {"depth", "4", "transformer blocks"},
       {"heads", "4", "attention heads"},
       {"lr", "0.003", "peak AdamW learning rate (warm-up, then cosine decay)"},
-      {"weight-decay", "0.01", "AdamW decoupled weight decay"},
+      {"weight-decay", "0.01", "AdamW decoupled weight decay (not on biases, norms, embeddings)"},
       {"clip", "1.0", "global gradient-norm clipping (0: off)"},
       {"seed", "0", "initialisation, shuffling and sampling seed"},
       {"threads", "0", "worker threads (0: SINTER_NUM_THREADS or all cores)"},
@@ -150,7 +150,10 @@ int main(int argc, char** argv) {
       auto make_step = [&](int64_t total) {
         return compile_step(
             model, loss_fn,
-            adamw{.lr = flags.real("lr"), .weight_decay = flags.real("weight-decay")},
+            // As GPT-2 trains: no decay on biases, norms, embeddings and positions.
+            adamw{.lr = flags.real("lr"),
+                  .weight_decay = flags.real("weight-decay"),
+                  .groups = {param_group::no_decay_on_biases_norms_embeddings()}},
             recipe::parallel(
                 flags, {.batch_names = {"ids", "next"},
                         .schedule = warmup_cosine(flags.real("lr"),
@@ -208,6 +211,7 @@ int main(int argc, char** argv) {
       if (flags.on("variable-length") && recipe::leader())
         std::fprintf(stderr, "gpt: variable lengths 1..%lld padded to buckets %s\n",
                      static_cast<long long>(context), bucket_list(buckets.at("ids")).c_str());
+      recipe::open_run_log(flags, {"holdout_loss"});
       recipe::LoopResult run = recipe::run_training(
           "gpt", flags, model, step, loader, total,
           [](int64_t s, const data::DataLoader&) { return s % 500 == 0; }, false, {},
@@ -218,6 +222,7 @@ int main(int argc, char** argv) {
       std::string text =
           sample(logits, flags.str("prompt"), context, flags.integer("sample-bytes"), 0.8, seed);
       if (!recipe::leader()) return 0;
+      recipe::log_metrics(step.steps(), {{"holdout_loss", held_out}});
       std::printf("sample: %s\n", text.c_str());
       std::printf("result: holdout_loss=%.4f unigram_entropy=%.4f train_loss=%.4f steps=%lld "
                   "steps_per_second=%.1f seconds=%.1f\n",

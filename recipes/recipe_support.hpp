@@ -59,6 +59,7 @@ inline const std::map<std::string, FlagRange>& flag_ranges() {
       {"sift-beta", {0, 1e6, false}}, // 0: off
       {"bucket-mb", {0, 1e6, false, true}},
       {"collective-timeout", {1e-3, 1e7, false}},
+      {"log-every", {1, steps}},
   };
   return ranges;
 }

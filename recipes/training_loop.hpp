@@ -219,7 +219,48 @@ inline std::vector<Flag> common_flags() {
            "result line with the evaluation's fields only; train nothing"},
           {"allow-changed", "",
            "with --resume: flags (comma-separated, e.g. steps,lr) that may differ from the "
-           "values the checkpoint was written with; any other that differs stops the run"}};
+           "values the checkpoint was written with; any other that differs stops the run"},
+          {"log-dir", "",
+           "write the run's metrics into this folder: metrics.csv and TensorBoard event files "
+           "(step, epoch, loss, lr, throughput, host memory, the evaluations); `sinter plot "
+           "DIR` draws them (docs/training.md)"},
+          {"log-every", "10", "with --log-dir: record the training metrics every this many steps"}};
+}
+
+/// --log-dir: the run's metrics log (rank 0 only; empty without the flag).
+inline std::optional<sinter::Logger>& run_log() {
+  static std::optional<sinter::Logger> log;
+  return log;
+}
+
+/// Opens the run's log when --log-dir is given: the training columns every recipe records,
+/// then the recipe's `evaluations` (e.g. test_accuracy). A folder that holds another run's
+/// metrics or cannot be written stops the recipe (exit 2) before any work.
+inline void open_run_log(const Flags& flags, const std::vector<std::string>& evaluations) {
+  if (flags.str("log-dir").empty() || !leader()) return;
+  std::vector<std::string> columns{
+      "epoch", "loss", "lr", "steps_per_second", "samples_per_second", "host_memory_mb"};
+  columns.insert(columns.end(), evaluations.begin(), evaluations.end());
+  try {
+    run_log().emplace(flags.str("log-dir"), columns);
+  } catch (const std::exception& e) {
+    flags.fail(std::string("--log-dir: ") + e.what());
+  }
+}
+
+/// Records `values` at `step` in the run's log, if it has one.
+inline void log_metrics(int64_t step, const std::map<std::string, double>& values) {
+  if (run_log()) run_log()->record(step, values);
+}
+
+/// This process's resident host memory in MiB (/proc/self/statm), 0 where unknown.
+inline double host_memory_mb() {
+  long pages = 0, resident = 0;
+  if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / 1048576.0;
 }
 
 /// Whether flag `name` changes what a run trains: those are stored in its checkpoints
@@ -227,12 +268,15 @@ inline std::vector<Flag> common_flags() {
 /// The others say only where or how this process runs (or how its result is reported).
 inline bool changes_training(const std::string& name) {
   static const std::set<std::string> local = {
-      "checkpoint-dir",     "resume",        "device",           "threads",
-      "loader-threads",     "profile",       "check-numerics",   "stop-after",
-      "collective-timeout", "bucket-mb",     "check-every",      "zero",
-      "max-batch",          "memory",        "eval-every-epoch", "evals-per-epoch",
-      "data-dir",           "text",          "teacher",          "prompt",
-      "sample-bytes",       "allow-changed", "no-baseline",      "eval-only"};
+      "checkpoint-dir",  "resume",         "device",
+      "threads",         "loader-threads", "profile",
+      "check-numerics",  "stop-after",     "collective-timeout",
+      "bucket-mb",       "check-every",    "zero",
+      "max-batch",       "memory",         "eval-every-epoch",
+      "evals-per-epoch", "data-dir",       "text",
+      "teacher",         "prompt",         "sample-bytes",
+      "allow-changed",   "no-baseline",    "eval-only",
+      "log-dir",         "log-every"};
   return !local.contains(name);
 }
 
@@ -444,6 +488,10 @@ LoopResult run_training(const std::string& name, const Flags& flags, Model& mode
   if (flags.integer("stop-after") > 0)
     stop = std::min(stop, start_step + flags.integer("stop-after"));
   bool passes_done = false;
+  // --log-dir: the training metrics every --log-every steps, throughput since the last record.
+  const int64_t log_every = std::max<int64_t>(1, flags.integer("log-every"));
+  int64_t logged_at = step.steps();
+  double logged_seconds = 0;
   // Runs `evaluate`; the time it took leaves the training time when it says it evaluated.
   auto left_out = [&](auto evaluate) {
     auto began = std::chrono::steady_clock::now();
@@ -470,7 +518,25 @@ LoopResult run_training(const std::string& name, const Flags& flags, Model& mode
     if (before_step) before_step(b, step.steps());
     // The loss is read only when the progress line shows it: on a GPU a read waits for the
     // step to finish, and the host could have queued the next one meanwhile.
-    last_loss = step(b.examples, b.labels).loss;
+    StepOutput out = step(b.examples, b.labels);
+    last_loss = out.loss;
+    if (run_log() && (step.steps() % log_every == 0 || step.steps() == stop)) {
+      const double now = progress.seconds(), steps = static_cast<double>(step.steps() - logged_at);
+      const double rate = steps / std::max(now - logged_seconds, 1e-9);
+      double epoch = static_cast<double>(loader.position().epoch);
+      if constexpr (!sifting) // a sifting loader's passes have no fixed length
+        epoch += static_cast<double>(loader.position().batch) /
+                 static_cast<double>(std::max<int64_t>(1, loader.batches_per_epoch()));
+      log_metrics(step.steps(),
+                  {{"epoch", epoch},
+                   {"loss", finite_loss(last_loss.value(), step.steps())},
+                   {"lr", out.lr},
+                   {"steps_per_second", rate},
+                   {"samples_per_second", rate * static_cast<double>(b.examples.shape().at(0))},
+                   {"host_memory_mb", host_memory_mb()}});
+      logged_at = step.steps();
+      logged_seconds = now;
+    }
     progress.update(
         step.steps(), [&] { return finite_loss(last_loss.value(), step.steps()); },
         [&] {

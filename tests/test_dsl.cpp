@@ -423,3 +423,23 @@ TEST_CASE("The compiled step reports its peak memory before running", "[dsl]") {
   CHECK(large.memory_plan().peak_bytes() > small.memory_plan().peak_bytes());
   CHECK(large.memory_plan().arena_bytes() <= large.memory_plan().unshared_bytes());
 }
+
+TEST_CASE("argmax picks the first of equal largest elements; accuracy is the share of rows "
+          "whose argmax is the label",
+          "[dsl]") {
+  auto f = jit([](Var logits, Var labels) -> std::tuple<Var, Var, Var> {
+    return {argmax(logits), argmax(logits, 0), accuracy(logits, labels)};
+  });
+  HostTensor logits = HostTensor::from_doubles(
+      DType::f32, {3, 4}, std::vector<double>{0, 5, 5, 1, /**/ -1, -2, -3, -4, /**/ 2, 0, 0, 9});
+  HostTensor labels = HostTensor::from_doubles(DType::i32, {3}, std::vector<double>{1, 0, 2});
+  std::vector<HostTensor> out = f(logits, labels); // rows, columns, share
+  REQUIRE(out.size() == 3);
+  CHECK(out[0].dtype() == DType::i32);
+  CHECK(out[0].to_doubles() == std::vector<double>{1, 0, 3}); // ties: the first
+  CHECK(out[1].to_doubles() == std::vector<double>{2, 0, 0, 2});
+  CHECK(out[2].at(0) == Approx(2.0 / 3.0));
+  auto bad = jit([](Var logits, Var labels) -> Var { return accuracy(logits, labels); });
+  HostTensor float_labels = HostTensor::from_doubles(DType::f32, {3}, std::vector<double>{1, 0, 2});
+  CHECK_THROWS_WITH(bad(logits, float_labels), Catch::Contains("integer labels"));
+}

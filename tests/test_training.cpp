@@ -616,3 +616,47 @@ TEST_CASE("feature distillation is the MSE to the teacher's hidden state, frozen
   HostTensor narrow = tensor(DType::f64, {2, 3}, {0, 0, 0, 0, 0, 0});
   CHECK_THROWS_WITH(loss(student, narrow), Catch::Contains("Linear"));
 }
+
+TEST_CASE("parameter groups: GPT-2's rule trains biases, norms and embeddings without weight "
+          "decay, and an lr scale of 0 freezes a group",
+          "[training]") {
+  auto blobs = data::gaussian_blobs(64, 6, 3, 4);
+  data::DataLoader loader(*blobs, {.batch_size = 32, .seed = 2, .prefetch_threads = 0});
+  data::Batch b;
+  REQUIRE(loader.next(b));
+  auto one_step = [&](adamw optimizer) {
+    Init init(3);
+    MLP model({6, 8, 3}, init);
+    auto step = compile_step(model, blob_loss, optimizer);
+    step(b.examples, b.labels);
+    std::map<std::string, std::vector<double>> values;
+    for_each_parameter(
+        model, [&](const std::string& name, Parameter& p) { values[name] = p.value.to_doubles(); });
+    return values;
+  };
+  auto decayed = one_step({.lr = 0.1, .weight_decay = 0.5});
+  auto plain = one_step({.lr = 0.1, .weight_decay = 0.0});
+  auto grouped = one_step({.lr = 0.1,
+                           .weight_decay = 0.5,
+                           .groups = {param_group::no_decay_on_biases_norms_embeddings()}});
+  for (std::string bias : {"layers.0.bias", "layers.1.bias"}) {
+    INFO(bias);
+    CHECK(grouped[bias] == plain[bias]);
+    CHECK(grouped[bias] != decayed[bias]);
+  }
+  for (std::string weight : {"layers.0.weight", "layers.1.weight"}) {
+    INFO(weight);
+    CHECK(grouped[weight] == decayed[weight]);
+    CHECK(grouped[weight] != plain[weight]);
+  }
+  // An lr scale of 0 on the first layer: it does not move, the second does.
+  Init init(3);
+  MLP before({6, 8, 3}, init);
+  auto frozen_first =
+      one_step({.lr = 0.1,
+                .groups = {{.match = [](const std::string& path,
+                                        const Parameter&) { return path.starts_with("layers.0."); },
+                            .lr_scale = 0.0}}});
+  CHECK(frozen_first["layers.0.weight"] == before.layers[0].weight.value.to_doubles());
+  CHECK(frozen_first["layers.1.weight"] != before.layers[1].weight.value.to_doubles());
+}

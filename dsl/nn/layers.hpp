@@ -15,7 +15,7 @@ struct Linear {
   Linear(int64_t in, int64_t out, Init& init) {
     double bound = 1.0 / std::sqrt(static_cast<double>(in));
     weight = Parameter(init.uniform({in, out}, bound));
-    bias = Parameter(init.uniform({out}, bound));
+    bias = Parameter(init.uniform({out}, bound), ParameterRole::bias);
   }
   Var operator()(const Var& x) const {
     module_scope self(weight, "weight");
@@ -28,7 +28,8 @@ struct Embedding {
   BOOST_HANA_DEFINE_STRUCT(Embedding, (Parameter, weight));
 
   Embedding() = default;
-  Embedding(int64_t vocab, int64_t dim, Init& init) : weight(init.normal({vocab, dim}, 0.02)) {}
+  Embedding(int64_t vocab, int64_t dim, Init& init)
+      : weight(init.normal({vocab, dim}, 0.02), ParameterRole::embedding) {}
   Var operator()(const Var& ids) const {
     module_scope self(weight, "weight");
     return Var(gather(weight.node(), ids.value()));
@@ -42,7 +43,8 @@ struct LayerNorm {
 
   LayerNorm() = default;
   LayerNorm(int64_t dim, Init& init, double epsilon = 1e-5)
-      : gamma(init.constant({dim}, 1.0)), beta(init.constant({dim}, 0.0)), eps(epsilon) {}
+      : gamma(init.constant({dim}, 1.0), ParameterRole::norm),
+        beta(init.constant({dim}, 0.0), ParameterRole::norm), eps(epsilon) {}
   Var operator()(const Var& x) const {
     module_scope self(gamma, "gamma");
     return Var(layernorm(x.value(), gamma.node(), beta.node(), eps));

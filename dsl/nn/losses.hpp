@@ -47,6 +47,18 @@ inline Var cross_entropy_loss(const Var& logits, const Var& labels,
   return Var(sum(per_sample) / maximum(counted, scalar_like(counted, 1.0)));
 }
 
+/// The index (i32) of the largest element along `axis` (the first of equal ones), e.g. a
+/// classifier's prediction: argmax(logits).
+inline Var argmax(const Var& x, int64_t axis = -1, bool keepdims = false) {
+  return Var(sinter::argmax(x.value(), axis, keepdims));
+}
+
+/// The share (f32 scalar) of rows whose argmax over the last axis of `logits` equals `labels`:
+/// a metric to return beside the loss (compile_eval), never to train on (no gradient).
+inline Var accuracy(const Var& logits, const Var& labels) {
+  return Var(sinter::accuracy(logits.value(), labels.value()));
+}
+
 /// Mean squared error: per sample (mean over all but the first dim) [N], or the overall mean.
 inline Var mse_loss(const Var& prediction, const Var& target,
                     Reduction reduction = Reduction::mean) {

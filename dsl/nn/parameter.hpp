@@ -16,13 +16,20 @@
 
 namespace sinter {
 
+/// What a parameter is to its module, for optimizer rules such as GPT-2's "no weight decay on
+/// biases, norms and embeddings" (param_group::no_decay_on_biases_norms_embeddings): the
+/// modules set it; a Parameter made by hand is a weight.
+enum class ParameterRole : uint8_t { weight, bias, norm, embedding };
+
 /// A trainable tensor: its current value on the host, and its node while a step is traced.
 struct Parameter {
   HostTensor value;
   Var traced; ///< valid only inside a traced function
+  ParameterRole role = ParameterRole::weight;
 
   Parameter() = default;
-  explicit Parameter(HostTensor v) : value(std::move(v)) {}
+  explicit Parameter(HostTensor v, ParameterRole r = ParameterRole::weight)
+      : value(std::move(v)), role(r) {}
   /// The parameter inside a traced function.
   Var var() const {
     if (!traced)

@@ -138,7 +138,8 @@ struct ViT {
   ViT() = default;
   ViT(const ViTConfig& c, Init& init)
       : embed(c.patch, c.dim, init, c.channels),
-        position(init.normal({(c.image / c.patch) * (c.image / c.patch), c.dim}, 0.02)),
+        position(init.normal({(c.image / c.patch) * (c.image / c.patch), c.dim}, 0.02),
+                 ParameterRole::embedding),
         norm(c.dim, init), head(c.dim, c.classes, init) {
     for (int64_t i = 0; i < c.depth; ++i)
       blocks.emplace_back(c.dim, c.heads, false, init);
@@ -179,7 +180,8 @@ struct GPT {
 
   GPT() = default;
   GPT(const GPTConfig& c, Init& init)
-      : tokens(c.vocab, c.dim, init), position(init.normal({c.context, c.dim}, 0.02)),
+      : tokens(c.vocab, c.dim, init),
+        position(init.normal({c.context, c.dim}, 0.02), ParameterRole::embedding),
         norm(c.dim, init), head(c.dim, c.vocab, init) {
     for (int64_t i = 0; i < c.depth; ++i)
       blocks.emplace_back(c.dim, c.heads, true, init);

@@ -3,6 +3,7 @@
 #include "jit/backend/cpu/thread_pool.hpp"
 #include "jit/backend/cuda/cuda_driver.hpp"
 #include "jit/backend/cuda/nvptx_target.hpp"
+#include "jit/cli/plot_command.hpp"
 #include "jit/io/atomic_file.hpp"
 #include "jit/io/json.hpp"
 #include "jit/io/sharded_checkpoint.hpp"
@@ -40,6 +41,8 @@ void print_usage(std::FILE* to) {
                "  cache clear  remove every kernel cache entry\n"
                "  checkpoint export INDEX OUT  write a checkpoint (one file, or a ZeRO index\n"
                "             and its shard files) as one safetensors file of whole tensors\n"
+               "  plot DIR   draw a recipe's --log-dir metrics (DIR/metrics.csv) as DIR/loss.svg\n"
+               "             and DIR/accuracy.svg\n"
                "  kernel install [--user | --prefix P]  install the Jupyter kernelspec\n"
                "             `sinter` (default /usr/local/share/jupyter; --user: your Jupyter\n"
                "             data dir; --prefix: P/share/jupyter), running sinter-kernel\n"
@@ -228,6 +231,7 @@ int main(int argc, char** argv) {
     if (command == "cache") return run_cache_command(argc, argv);
     if (command == "checkpoint") return run_checkpoint_command(argc, argv);
     if (command == "kernel") return run_kernel_command(argc, argv);
+    if (command == "plot") return sinter::cli::run_plot_command(argc, argv);
   } catch (const std::exception& error) { // e.g. a bad SINTER_NUM_THREADS
     std::fprintf(stderr, "%s\n", error.what());
     return 1;

@@ -23,6 +23,9 @@ struct LinePlot {
   std::vector<std::string> names;
   std::vector<std::vector<double>> series;
   double x_start = 0, x_step = 1;
+  /// Where given (same length as its series), the x of each point of series i instead of
+  /// x_start + i·x_step: metrics logged at uneven steps.
+  std::vector<std::vector<double>> xs;
   bool log_y = false;
   int width = 640, height = 320; // pixels
 
@@ -31,6 +34,18 @@ struct LinePlot {
     names.push_back(std::move(name));
     series.push_back(std::move(values));
     return *this;
+  }
+  /// Adds a series with the x of each point.
+  LinePlot& line(std::string name, std::vector<double> x, std::vector<double> values) {
+    xs.resize(series.size());
+    xs.push_back(std::move(x));
+    return line(std::move(name), std::move(values));
+  }
+  /// The x of point `i` of series `s`.
+  double x_at(std::size_t s, std::size_t i) const {
+    return s < xs.size() && xs[s].size() == series[s].size()
+               ? xs[s][i]
+               : x_start + x_step * static_cast<double>(i);
   }
 };
 

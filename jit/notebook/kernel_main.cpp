@@ -2,6 +2,7 @@
 // clang's incremental interpreter with sinter loaded
 #include "jit/notebook/cell_interpreter.hpp"
 #include "jit/notebook/display.hpp"
+#include "jit/notebook/install_layout.hpp"
 #include "jit/notebook/plot_svg.hpp"
 #include "jit/notebook/tensor_display.hpp"
 #include "jit/runtime/interrupt.hpp"
@@ -462,12 +463,6 @@ extern "C" int sinter_notebook_show_in_place(int id, const char* text, const cha
 }
 
 int main(int argc, char** argv) {
-  sinter::notebook::CellInterpreterOptions options;
-  options.source_root = SINTER_SOURCE_ROOT;
-  options.library = SINTER_LIBRARY;
-  options.prelude = SINTER_PRELUDE;
-  // Another precompiled prelude (an installed kernel's), or none when empty.
-  if (const char* prelude = sinter::setting("SINTER_KERNEL_PRELUDE")) options.prelude = prelude;
   std::string connection_file, write_prelude, depfile;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "-f") == 0) connection_file = argv[i + 1];
@@ -475,6 +470,13 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--depfile") == 0) depfile = argv[i + 1];
   }
   // The build precompiles the prelude (meson.build): `sinter-kernel --write-prelude PATH`.
+  sinter::notebook::CellInterpreterOptions options;
+  if (write_prelude.empty()) {
+    options = sinter::notebook::kernel_options(); // installed: the prefix's (install_layout)
+  } else {
+    options.source_root = SINTER_SOURCE_ROOT;
+    options.library = SINTER_LIBRARY;
+  }
   if (!write_prelude.empty()) {
     try {
       sinter::notebook::write_prelude(options, write_prelude, depfile);

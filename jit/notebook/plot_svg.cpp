@@ -67,11 +67,14 @@ std::string line_plot_svg(const LinePlot& plot) {
   const double inner_w = width - left - right, inner_h = height - top - bottom;
   auto y_of = [&](double v) { return plot.log_y ? std::log10(v) : v; };
 
-  double x_low = plot.x_start, x_high = plot.x_start;
+  double x_low = std::numeric_limits<double>::infinity(), x_high = -x_low;
   double y_low = std::numeric_limits<double>::infinity(), y_high = -y_low;
-  for (const std::vector<double>& s : plot.series) {
-    if (!s.empty())
-      x_high = std::max(x_high, plot.x_start + plot.x_step * static_cast<double>(s.size() - 1));
+  for (std::size_t k = 0; k < plot.series.size(); ++k) {
+    const std::vector<double>& s = plot.series[k];
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      x_low = std::min(x_low, plot.x_at(k, i));
+      x_high = std::max(x_high, plot.x_at(k, i));
+    }
     for (double v : s)
       if (std::isfinite(v) && (!plot.log_y || v > 0)) {
         y_low = std::min(y_low, y_of(v));
@@ -86,6 +89,7 @@ std::string line_plot_svg(const LinePlot& plot) {
     y_low -= pad;
     y_high += pad;
   }
+  if (!std::isfinite(x_low)) x_low = x_high = plot.x_start;
   if (x_high == x_low) x_high = x_low + 1;
   double y_pad = (y_high - y_low) * 0.04;
   y_low -= y_pad;
@@ -144,7 +148,7 @@ std::string line_plot_svg(const LinePlot& plot) {
           pen_down = false;
           continue;
         }
-        point(plot.x_start + plot.x_step * static_cast<double>(i), v);
+        point(plot.x_at(s, i), v);
       }
     } else {
       for (std::size_t c = 0; c < columns; ++c) {
@@ -161,7 +165,7 @@ std::string line_plot_svg(const LinePlot& plot) {
           continue;
         }
         for (std::size_t i : {std::min(low, high), std::max(low, high)})
-          point(plot.x_start + plot.x_step * static_cast<double>(i), values[i]);
+          point(plot.x_at(s, i), values[i]);
       }
     }
     if (!path.empty())

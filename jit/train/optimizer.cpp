@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <variant>
 
 namespace sinter {
 
@@ -89,6 +90,13 @@ UpdateResult append_update(Graph& g, const std::vector<std::string>& names,
     Value p = params[i], grad = gs[i];
     DType dt = p.dtype();
     Value step = cast(lr, dt);
+    const double decay_of_optimizer =
+        std::visit([](const auto& o) { return o.weight_decay; }, options.optimizer);
+    double weight_decay = decay_of_optimizer;
+    if (auto own = options.per_parameter.find(names[i]); own != options.per_parameter.end()) {
+      weight_decay = own->second.weight_decay;
+      if (own->second.lr_scale != 1.0) step = step * own->second.lr_scale;
+    }
     auto state_input = [&](const std::string& which) {
       return input_once(g, step_names::optimizer_state(which, names[i]), p.type());
     };
@@ -101,12 +109,12 @@ UpdateResult append_update(Graph& g, const std::vector<std::string>& names,
       Value new_v = v * adam->beta2 + grad * grad * (1.0 - adam->beta2);
       Value m_hat = new_m / cast(bias1, dt);
       Value v_hat = new_v / cast(bias2, dt);
-      Value decayed = adam->weight_decay != 0.0 ? p - step * adam->weight_decay * p : p;
+      Value decayed = weight_decay != 0.0 ? p - step * weight_decay * p : p;
       u.parameter = decayed - step * m_hat / (sqrt(v_hat) + adam->eps);
       u.state = {new_m, new_v};
     } else {
       const SGD& sgd = std::get<SGD>(options.optimizer);
-      Value direction = sgd.weight_decay != 0.0 ? grad + p * sgd.weight_decay : grad;
+      Value direction = weight_decay != 0.0 ? grad + p * weight_decay : grad;
       if (sgd.momentum != 0.0) {
         Value buffer = state_input("momentum");
         Value new_buffer = buffer * sgd.momentum + direction;

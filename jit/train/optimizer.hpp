@@ -4,6 +4,7 @@
 #include "ops/value.hpp"
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <variant>
@@ -40,12 +41,22 @@ struct LossScaling {
   int64_t growth_interval = 2000;
 };
 
+/// A parameter's own settings (a parameter group's): its weight decay instead of the
+/// optimizer's, and a factor on the learning rate.
+struct ParameterUpdate {
+  double weight_decay = 0.0;
+  double lr_scale = 1.0;
+};
+
 struct UpdateOptions {
   Optimizer optimizer = AdamW{};
   /// Rescale all gradients together when their global L2 norm exceeds this (0: off).
   double clip_grad_norm = 0.0;
   /// Set: the gradients arrive multiplied by `state.amp.scale` (see LossScaling).
   std::optional<LossScaling> loss_scaling;
+  /// Parameters, by name, whose settings differ from the optimizer's (parameter groups); the
+  /// others take its weight decay and the plain learning rate.
+  std::map<std::string, ParameterUpdate> per_parameter;
 };
 
 /// Names of the optimizer's per-parameter state tensors (same shape as the parameter).
