@@ -77,8 +77,9 @@ std::map<std::string, std::string> load_checkpoint(const std::filesystem::path& 
                        ? reader.read(key, tensor->dtype(), tensor->shape())
                        : reader.read(key, tensor->dtype(), runtime.state_shape(name),
                                      runtime.state_pieces(name), runtime.communicator().rank());
-    // AdamW's second moment is a mean of squares: never below 0.
+    // AdamW's second moment is a mean of squares: never below 0. Sifting's counters count.
     require_finite(t, key, file, name.starts_with("state.v."));
+    if (name == step_names::sift_counters) require_counts(t, key, file);
     restored.emplace_back(tensor, std::move(t));
   }
   for (auto& [into, value] : restored)

@@ -149,6 +149,16 @@ TEST_CASE("a sifting state restored from an edited checkpoint is refused, changi
                       Catch::Contains("inconsistent at 'sift.counters' (counters"));
     CHECK(resumed.seen() == 0);
   }
+  // Fuzzing: the largest i64 once overflowed when read through a double (UBSan), and counts
+  // that large would overflow as the run went on.
+  for (int64_t index : {1, 4}) {
+    std::map<std::string, HostTensor> huge = saved;
+    const int64_t largest = std::numeric_limits<int64_t>::max();
+    std::memcpy(huge.at("sift.counters").bytes().data() + index * 8, &largest, 8);
+    INFO("counter " << index << " set to the largest i64");
+    CHECK_THROWS_WITH(SiftRule({.beta = 1.0, .history = 300, .seed = 42}).restore(huge),
+                      Catch::Contains("inconsistent at 'sift.counters'"));
+  }
   std::map<std::string, HostTensor> short_counters = saved;
   short_counters.at("sift.counters") = HostTensor(DType::i64, {5});
   CHECK_THROWS_WITH(SiftRule({.beta = 1.0, .history = 300}).restore(short_counters),
@@ -463,6 +473,21 @@ TEST_CASE("in-step sifting honours the delay (again each epoch with repeat_delay
       got.push_back(static_cast<int64_t>(again.runtime().sift_rows().at(r)));
     CHECK(got == want);
     CHECK(largest_difference(model, resumed) < 1e-6);
+  }
+  // Counters edited to what no run counts are refused by name before anything is restored
+  // (a huge one once went through a cast to an integer: undefined behaviour).
+  for (double edit : {-1.0, 1e18}) { // i64 counters: below 0, and past 2^53
+    INFO("a counter set to " << edit);
+    Checkpoint ckpt = load_safetensors(folder / "sift.safetensors");
+    HostTensor& counters = ckpt.tensors.at("optimizer.sift.counters");
+    counters.set(0, edit);
+    std::vector<std::pair<std::string, const HostTensor*>> named;
+    for (const auto& [name, tensor] : ckpt.tensors)
+      named.emplace_back(name, &tensor);
+    save_safetensors(folder / "edited.safetensors", named, ckpt.metadata);
+    CHECK_THROWS_WITH(load_checkpoint(folder / "edited.safetensors", resumed, again),
+                      Catch::Contains("'optimizer.sift.counters'") &&
+                          Catch::Contains("only a count"));
   }
   std::filesystem::remove_all(folder);
 }

@@ -419,6 +419,19 @@ void require_finite(const HostTensor& tensor, const std::string& name,
   }
 }
 
+void require_counts(const HostTensor& tensor, const std::string& name,
+                    const std::filesystem::path& file) {
+  constexpr double most = 9007199254740992.0; // 2^53: every count below is exact in a double
+  for (int64_t i = 0; i < tensor.size(); ++i) {
+    const double v = tensor.at(i);
+    if (!(v >= 0 && v <= most && v == std::floor(v)))
+      throw std::runtime_error("sinter: " + file.string() + ": tensor '" + name + "' holds " +
+                               std::to_string(v) + " at element " + std::to_string(i) +
+                               ", where only a count (a whole number from 0 to 2^53) can be: "
+                               "the checkpoint was edited or damaged; resume from another one");
+  }
+}
+
 int64_t metadata_integer(const std::map<std::string, std::string>& metadata, const std::string& key,
                          const std::filesystem::path& file, int64_t min, int64_t max) {
   auto found = metadata.find(key);

@@ -40,6 +40,11 @@ Checkpoint load_safetensors(const std::filesystem::path& file);
 void require_finite(const HostTensor& tensor, const std::string& name,
                     const std::filesystem::path& file, bool non_negative = false);
 
+/// Refuses a restored tensor of counts (in-step sifting's counters) holding anything but whole
+/// numbers from 0 to 2^53: std::runtime_error naming the file, the tensor and the element.
+void require_counts(const HostTensor& tensor, const std::string& name,
+                    const std::filesystem::path& file);
+
 /// Integer metadata `key` of checkpoint `file`, read whole (decimal digits, a leading `-` at
 /// most) and from `min` to `max`: what a resume restores its step, epoch and batch from. A
 /// missing key or any other text (`3abc`, `1e3`, `-5` below `min`) throws std::runtime_error

@@ -38,9 +38,10 @@ std::vector<int64_t> counts_of(const std::map<std::string, HostTensor>& tensors,
                              std::string(dtype_name(t.dtype())) + to_string(t.shape()) +
                              ", not i64[" + std::to_string(count) +
                              "]: it was edited or damaged; resume from another checkpoint");
-  std::vector<int64_t> out;
-  for (int64_t i = 0; i < count; ++i)
-    out.push_back(static_cast<int64_t>(t.at(i)));
+  // Read as the integers they are: through a double, INT64_MAX would round past the range
+  // and the cast back would overflow (fuzzing found it).
+  std::vector<int64_t> out(static_cast<std::size_t>(count));
+  std::memcpy(out.data(), t.bytes().data(), out.size() * sizeof(int64_t));
   return out;
 }
 
@@ -146,8 +147,11 @@ void SiftRule::restore(const std::map<std::string, HostTensor>& tensors) {
   // until it is full; every count is at least 0, and kept and the epoch's within their totals.
   const int64_t filled = history.size();
   bool slot_ok = filled < options_.history ? c[0] == filled : c[0] >= 0 && c[0] < filled;
-  if (!slot_ok || c[1] < 0 || c[2] < 0 || c[3] < 0 || c[3] > c[2] || c[4] < filled || c[5] < 0 ||
-      c[5] > c[4])
+  // No run counts 2^62 of anything: a larger count would overflow as the run goes on.
+  const bool in_range =
+      std::all_of(c.begin(), c.end(), [](int64_t v) { return v <= (int64_t{1} << 62); });
+  if (!slot_ok || !in_range || c[1] < 0 || c[2] < 0 || c[3] < 0 || c[3] > c[2] || c[4] < filled ||
+      c[5] < 0 || c[5] > c[4])
     inconsistent("sift.counters", "counters " + std::to_string(c[0]) + ", " + std::to_string(c[1]) +
                                       ", " + std::to_string(c[2]) + ", " + std::to_string(c[3]) +
                                       ", " + std::to_string(c[4]) + ", " + std::to_string(c[5]) +
