@@ -44,11 +44,11 @@ CellInterpreterOptions kernel_options() {
       std::fprintf(stderr, "sinter-kernel: precompiling the prelude into %s (once)\n",
                    folder.c_str());
       const fs::path draft = folder.string() + ".tmp-" + std::to_string(::getpid());
-      fs::create_directories(draft);
       try {
+        fs::create_directories(draft);
         write_prelude(options, (draft / "prelude").string(), "");
         fs::rename(draft, folder, error); // another kernel may have won: its prelude is as good
-      } catch (const std::exception& e) {
+      } catch (const std::exception& e) { // an unwritable cache, or clang refusing the header
         std::fprintf(stderr, "sinter-kernel: %s; the prelude is parsed in each session\n",
                      e.what());
       }
