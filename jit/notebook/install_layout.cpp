@@ -40,7 +40,7 @@ CellInterpreterOptions kernel_options() {
     std::error_code error;
     if (!fs::exists(options.prelude + ".pch", error) && !setting("SINTER_KERNEL_PRELUDE")) {
       // Written to a folder of its own, then renamed into place: a kernel started meanwhile
-      // never reads half a prelude. Takes about 10 s, once per user and version.
+      // never reads half a prelude. Takes about 5 s, once per user and version.
       std::fprintf(stderr, "sinter-kernel: precompiling the prelude into %s (once)\n",
                    folder.c_str());
       const fs::path draft = folder.string() + ".tmp-" + std::to_string(::getpid());
