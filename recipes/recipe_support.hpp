@@ -116,27 +116,19 @@ public:
   /// As integer(), real() and on(), throwing FlagError instead of exiting.
   int64_t checked_integer(const std::string& name) const {
     const std::string& text = str(name);
-    int64_t v = 0;
-    try {
-      std::size_t used = 0;
-      v = std::stoll(text, &used);
-      if (used != text.size()) throw std::invalid_argument(text);
-    } catch (...) {
-      throw FlagError("--" + name + " must be an integer, got '" + text + "'");
-    }
+    int64_t v =
+        whole_value<int64_t>(name, text, "an integer", [](const std::string& t, std::size_t* used) {
+          return std::stoll(t, used);
+        });
     check_range(name, static_cast<double>(v), text);
     return v;
   }
   double checked_real(const std::string& name) const {
     const std::string& text = str(name);
-    double v = 0;
-    try {
-      std::size_t used = 0;
-      v = std::stod(text, &used);
-      if (used != text.size()) throw std::invalid_argument(text);
-    } catch (...) {
-      throw FlagError("--" + name + " must be a number, got '" + text + "'");
-    }
+    double v =
+        whole_value<double>(name, text, "a number", [](const std::string& t, std::size_t* used) {
+          return std::stod(t, used);
+        });
     if (!std::isfinite(v))
       throw FlagError("--" + name + " must be a finite number, got '" + text + "'");
     check_range(name, v, text);
@@ -195,6 +187,19 @@ private:
         checked_real(f.name);
     }
     return false;
+  }
+  /// `text` read whole by `read` (std::stoll, std::stod); anything else throws FlagError
+  /// saying the flag takes `what`.
+  template <class T, class Read>
+  static T whole_value(const std::string& name, const std::string& text, const char* what,
+                       const Read& read) {
+    try {
+      std::size_t used = 0;
+      auto v = read(text, &used);
+      if (used == text.size()) return v;
+    } catch (const std::logic_error&) { // std::invalid_argument, std::out_of_range
+    }
+    throw FlagError("--" + name + " must be " + what + ", got '" + text + "'");
   }
   template <class T, class Read> T or_exit(const Read& read) const {
     try {

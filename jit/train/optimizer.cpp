@@ -85,13 +85,13 @@ UpdateResult append_update(Graph& g, const std::vector<std::string>& names,
   // Skipped updates do not count towards AdamW's bias correction.
   Value t = scaling ? step_count - cast(skipped, DType::f64) : step_count;
   UpdateResult result;
+  const double decay_of_optimizer =
+      std::visit([](const auto& o) { return o.weight_decay; }, options.optimizer);
   for (std::size_t i = 0; i < params.size(); ++i) {
     ScopeGuard in_parameter(g, names[i]);
     Value p = params[i], grad = gs[i];
     DType dt = p.dtype();
     Value step = cast(lr, dt);
-    const double decay_of_optimizer =
-        std::visit([](const auto& o) { return o.weight_decay; }, options.optimizer);
     double weight_decay = decay_of_optimizer;
     if (auto own = options.per_parameter.find(names[i]); own != options.per_parameter.end()) {
       weight_decay = own->second.weight_decay;
