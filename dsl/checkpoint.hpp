@@ -2,6 +2,7 @@
 #pragma once
 #include "dsl/train.hpp"
 #include "jit/io/checkpoint.hpp"
+#include "jit/io/pretrained_weights.hpp"
 #include "jit/io/sharded_checkpoint.hpp"
 #include "jit/train/step_roles.hpp"
 
@@ -130,6 +131,44 @@ std::map<std::string, std::string> load_weights(const std::filesystem::path& fil
   for (auto [parameter, tensor] : matched)
     parameter->value = std::move(*tensor);
   return ckpt.metadata;
+}
+
+/// How load_weights(file, model, options) reads a file.
+struct LoadWeightsOptions {
+  /// The file's naming: sinter's own (default), or another library's: hf::gpt2, hf::vit,
+  /// hf::bert, hf::roberta (docs/pretrained.md).
+  WeightNames names = {};
+  /// Load only the parameters under this path of the model (`vit` of a model holding a ViT
+  /// as member `vit`), named without it; the others keep their values. Empty: all of them.
+  std::string under;
+  /// Refuse a file holding tensors that no parameter reads (another configuration); false
+  /// loads what the model has and leaves the rest of the file.
+  bool strict = true;
+};
+
+/// Loads `model`'s parameters (or those `under` a path) from a safetensors file by a naming
+/// scheme: `load_weights("gpt2/model.safetensors", model, {.names = hf::gpt2})`. Tensors are
+/// laid out (transposed, packed) and converted to each parameter's dtype. Throws
+/// std::runtime_error naming the file, the parameter and the tensor for a missing tensor, a
+/// shape that differs, a tensor holding inf or NaN, or (strict) a tensor nothing reads;
+/// nothing in `model` changes then.
+template <class Model>
+void load_weights(const std::filesystem::path& file, Model& model,
+                  const LoadWeightsOptions& options) {
+  std::vector<WantedTensor> wanted;
+  std::vector<Parameter*> into;
+  const std::string prefix = options.under.empty() ? "" : options.under + ".";
+  for_each_parameter(model, [&](const std::string& name, Parameter& p) {
+    if (!name.starts_with(prefix)) return;
+    wanted.push_back({name.substr(prefix.size()), p.value.dtype(), p.value.shape()});
+    into.push_back(&p);
+  });
+  if (wanted.empty())
+    throw std::invalid_argument("sinter: the model has no parameters under '" + options.under +
+                                "' — name a member path of the model (e.g. \"vit\")");
+  std::vector<HostTensor> values = read_named_weights(file, wanted, options.names, options.strict);
+  for (std::size_t i = 0; i < into.size(); ++i)
+    into[i]->value = std::move(values[i]);
 }
 
 } // namespace sinter

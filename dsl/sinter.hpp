@@ -10,6 +10,7 @@
 #include "dsl/nn/parameter.hpp"
 #include "dsl/nn/transformer.hpp"
 #include "dsl/operators.hpp"
+#include "dsl/pretrained.hpp" // Hugging Face GPT-2, ViT, BERT configs and weights
 #include "dsl/tensor.hpp"
 #include "dsl/trace.hpp"
 #include "dsl/train.hpp"

@@ -104,6 +104,10 @@ constexpr SettingInfo table[] = {
      "tests: a Python with numpy and safetensors for the checkpoint interop test"},
     {"SINTER_INTEROP_REEXEC", "`0`, `1`", "`0`",
      "tests: set by the checkpoint interop test when it runs itself again"},
+    {"SINTER_HF_PYTHON", "path", "`python3`",
+     "tests: a Python with torch and transformers for the Hugging Face weights test"},
+    {"SINTER_HF_REEXEC", "`0`, `1`", "`0`",
+     "tests: set by the Hugging Face weights test when it runs itself again"},
 };
 
 } // namespace

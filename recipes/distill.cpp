@@ -43,8 +43,9 @@ int main(int argc, char** argv) {
       recipe::fashion_flags(
           {{"epochs", "3"}, {"lr", "0.003"}, {"weight-decay", "0.05"}},
           {{"teacher", "",
-            "the teacher's weights: a safetensors file the vit recipe wrote "
-            "(default: train a teacher first)"},
+            "the teacher's weights: a safetensors file the vit recipe wrote, or a Hugging Face "
+            "ViTForImageClassification folder (config.json beside model.safetensors; "
+            "docs/pretrained.md) (default: train a teacher first)"},
            {"teacher-epochs", "12",
             "epochs of the teacher trained first (without --teacher; the vit recipe's 12)"},
            {"teacher-steps", "0", "steps of the teacher trained first instead (0: epochs)"},
@@ -72,8 +73,12 @@ int main(int argc, char** argv) {
     auto seed = static_cast<uint64_t>(flags.integer("seed"));
     KdOptions kd{.temperature = flags.real("temperature"), .alpha = flags.real("alpha")};
     Init teacher_init(seed + 1), student_init(seed);
+    // A Hugging Face teacher brings its own configuration (config.json beside its weights).
     DistillPair pair(FashionViT(recipe::vit_config(flags), student_init),
-                     FashionViT(recipe::vit_config(flags, "teacher-"), teacher_init));
+                     FashionViT(recipe::is_hf_vit(flags.str("teacher"))
+                                    ? recipe::hf_teacher_config(flags)
+                                    : recipe::vit_config(flags, "teacher-"),
+                                teacher_init));
     FashionViT& teacher = pair.teacher;
     FashionViT& student = pair.student;
     // --eval-only: the distilled student's checkpoint (and the teacher's, when there is one).
@@ -84,8 +89,10 @@ int main(int argc, char** argv) {
       std::filesystem::path teacher_ckpt =
           std::filesystem::path(flags.str("checkpoint-dir")) / "teacher.safetensors";
       if (!flags.str("teacher").empty() || std::filesystem::exists(teacher_ckpt)) {
-        load_weights(flags.str("teacher").empty() ? teacher_ckpt.string() : flags.str("teacher"),
-                     teacher);
+        if (flags.str("teacher").empty())
+          load_weights(teacher_ckpt, teacher);
+        else
+          recipe::load_teacher(flags, teacher);
         char text[64];
         std::snprintf(text, sizeof text, "teacher_accuracy=%.4f ", test_accuracy(teacher, *test));
         teacher_field = text;
@@ -130,7 +137,7 @@ int main(int argc, char** argv) {
 
     // The teacher: from a file, or trained here first.
     if (!flags.str("teacher").empty()) {
-      load_weights(flags.str("teacher"), teacher);
+      recipe::load_teacher(flags, teacher);
       if (recipe::leader())
         std::fprintf(stderr, "distill: teacher (%lld parameters) loaded from %s\n",
                      static_cast<long long>(parameter_count(teacher)),

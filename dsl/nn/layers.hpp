@@ -63,10 +63,17 @@ struct Dropout {
   }
 };
 
-enum class Activation { relu, gelu };
+/// gelu: the tanh approximation (GPT-2's `gelu_new`); gelu_exact: the erf form (BERT's and
+/// ViT's `gelu`, PyTorch's nn.GELU()).
+enum class Activation { relu, gelu, gelu_exact };
 
 inline Value activate(Value x, Activation a) {
-  return a == Activation::relu ? relu(x) : gelu_tanh(x);
+  switch (a) {
+  case Activation::relu: return relu(x);
+  case Activation::gelu: return gelu_tanh(x);
+  case Activation::gelu_exact: return gelu_erf(x);
+  }
+  throw std::invalid_argument("sinter: unknown Activation");
 }
 
 /// Linear layers with an activation between them (none after the last).

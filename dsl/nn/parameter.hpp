@@ -109,6 +109,8 @@ private:
 namespace detail {
 template <class T> struct is_std_vector : std::false_type {};
 template <class T, class A> struct is_std_vector<std::vector<T, A>> : std::true_type {};
+template <class T> struct is_std_optional : std::false_type {};
+template <class T> struct is_std_optional<std::optional<T>> : std::true_type {};
 
 inline std::string join_path(const std::string& prefix, const std::string& name) {
   return prefix.empty() ? name : prefix + "." + name;
@@ -142,6 +144,8 @@ void visit_parameters(M& module, ParameterVisitor visit, const std::string& pref
   } else if constexpr (is_std_vector<T>::value) {
     for (std::size_t i = 0; i < module.size(); ++i)
       visit_parameters(module[i], visit, join_path(prefix, std::to_string(i)));
+  } else if constexpr (is_std_optional<T>::value) {
+    if (module) visit_parameters(*module, visit, prefix);
   } else if constexpr (boost::hana::Struct<T>::value) {
     boost::hana::for_each(boost::hana::accessors<T>(), [&](auto pair) {
       std::string name = boost::hana::to<const char*>(boost::hana::first(pair));
@@ -153,8 +157,10 @@ void visit_parameters(M& module, ParameterVisitor visit, const std::string& pref
 } // namespace detail
 
 /// Calls f(dotted_name, Parameter&) for every parameter of a module, in declaration order:
-/// members declared with BOOST_HANA_DEFINE_STRUCT, recursing into sub-modules and
-/// std::vectors of them (`blocks.3.attn.qkv.weight`). Other members are configuration.
+/// members declared with BOOST_HANA_DEFINE_STRUCT, recursing into sub-modules, std::vectors of
+/// them (`blocks.3.attn.qkv.weight`) and std::optionals of them (a module the configuration may
+/// leave out, such as ViT's class token: visited when present, under the member's name). Other
+/// members are configuration.
 template <class M, class F>
 void for_each_parameter(M& module, F&& f, const std::string& prefix = "") {
   detail::visit_parameters(module, detail::ParameterVisitor(f), prefix);

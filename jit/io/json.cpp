@@ -2,7 +2,10 @@
 #include "jit/io/json.hpp"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <limits>
+#include <tuple>
 
 namespace sinter::json {
 namespace {
@@ -37,7 +40,7 @@ std::size_t utf8_sequence_length(std::string_view s, std::size_t pos) {
 
 class Parser {
 public:
-  explicit Parser(std::string_view text) : text_(text) {}
+  Parser(std::string_view text, bool whole_grammar) : text_(text), whole_grammar_(whole_grammar) {}
 
   Value parse_document() {
     skip_whitespace();
@@ -74,6 +77,19 @@ private:
       v.kind = Value::Kind::string;
       v.text = parse_string();
       return v;
+    }
+    if (whole_grammar_) {
+      if (c == '-' || (c >= '0' && c <= '9')) return parse_number();
+      for (auto [word, kind, truth] : {std::tuple{"true", Value::Kind::boolean, true},
+                                       std::tuple{"false", Value::Kind::boolean, false},
+                                       std::tuple{"null", Value::Kind::null, false}}) {
+        if (!text_.substr(pos_).starts_with(word)) continue;
+        pos_ += std::string_view(word).size();
+        Value v;
+        v.kind = kind;
+        v.boolean = truth;
+        return v;
+      }
     }
     if (c >= '0' && c <= '9') return parse_integer();
     if (c == '-') fail("negative numbers are not allowed here");
@@ -152,6 +168,45 @@ private:
     }
     if (peek() == '.' || peek() == 'e' || peek() == 'E')
       fail("only integers are allowed here, not fractions or exponents");
+    return v;
+  }
+
+  // RFC 8259's number: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+  Value parse_number() {
+    std::size_t start = pos_;
+    auto digits = [&] {
+      std::size_t from = pos_;
+      while (!at_end() && peek() >= '0' && peek() <= '9')
+        ++pos_;
+      if (pos_ == from) fail("expected a digit");
+    };
+    bool whole = true;
+    if (peek() == '-') ++pos_, whole = false;
+    if (peek() == '0' && pos_ + 1 < text_.size() && text_[pos_ + 1] >= '0' &&
+        text_[pos_ + 1] <= '9')
+      fail("leading zeros are not allowed");
+    digits();
+    if (peek() == '.') ++pos_, digits(), whole = false;
+    if (peek() == 'e' || peek() == 'E') {
+      ++pos_, whole = false;
+      if (peek() == '+' || peek() == '-') ++pos_;
+      digits();
+    }
+    std::string_view literal = text_.substr(start, pos_ - start);
+    Value v;
+    v.kind = Value::Kind::number;
+    auto [end, error] = std::from_chars(literal.data(), literal.data() + literal.size(), v.number);
+    if (error != std::errc() || end != literal.data() + literal.size() ||
+        !std::isfinite(v.number)) {
+      pos_ = start;
+      fail("number out of range");
+    }
+    if (whole) {
+      auto [int_end, int_error] =
+          std::from_chars(literal.data(), literal.data() + literal.size(), v.integer);
+      if (int_error == std::errc() && int_end == literal.data() + literal.size())
+        v.kind = Value::Kind::integer;
+    }
     return v;
   }
 
@@ -250,12 +305,21 @@ private:
   }
 
   std::string_view text_;
+  bool whole_grammar_;
   std::size_t pos_ = 0;
 };
 
 } // namespace
 
-Value parse(std::string_view text) { return Parser(text).parse_document(); }
+const Value* Value::find(std::string_view key) const {
+  for (const Member& m : members)
+    if (m.key == key) return &m.value;
+  return nullptr;
+}
+
+Value parse(std::string_view text) { return Parser(text, false).parse_document(); }
+
+Value parse_document(std::string_view text) { return Parser(text, true).parse_document(); }
 
 bool is_valid_utf8(std::string_view s) {
   for (std::size_t pos = 0; pos < s.size();) {

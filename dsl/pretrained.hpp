@@ -1,0 +1,146 @@
+// dsl/pretrained.hpp — Hugging Face models' config.json as sinter configurations (GPT-2, ViT,
+// BERT, RoBERTa); their weights load with load_weights(file, model, {.names = hf::…})
+#pragma once
+#include "dsl/checkpoint.hpp"
+#include "dsl/nn/transformer.hpp"
+#include "jit/io/pretrained_weights.hpp"
+
+#include <filesystem>
+#include <string>
+
+namespace sinter::hf {
+
+namespace detail {
+
+inline void require_model_type(const ModelConfigFile& c, std::initializer_list<const char*> types,
+                               const std::string& reader) {
+  if (!c.has("model_type")) return;
+  std::string type = c.text("model_type");
+  for (const char* t : types)
+    if (type == t) return;
+  c.refuse("model_type", "is \"" + type + "\": " + reader +
+                             " reads another family's config (gpt2_config: gpt2; vit_config: "
+                             "vit; bert_config: bert, roberta)");
+}
+
+inline Activation activation(const ModelConfigFile& c, const std::string& key,
+                             const std::string& fallback) {
+  std::string name = c.text(key, fallback);
+  if (name == "gelu") return Activation::gelu_exact;
+  if (name == "gelu_new" || name == "gelu_pytorch_tanh") return Activation::gelu;
+  if (name == "relu") return Activation::relu;
+  c.refuse(key, "is \"" + name +
+                    "\", which sinter has no activation for (it has gelu, gelu_new, "
+                    "gelu_pytorch_tanh and relu)");
+}
+
+inline void require_flag(const ModelConfigFile& c, const std::string& key, bool fallback,
+                         bool wanted) {
+  if (c.flag(key, fallback) != wanted)
+    c.refuse(key, std::string("is ") + (wanted ? "false" : "true") +
+                      ": sinter's modules implement only " + (wanted ? "true" : "false"));
+}
+
+} // namespace detail
+
+/// GPTConfig of a GPT2LMHeadModel / GPT2Model folder (or its config.json, or a file beside it):
+/// tied head unless "tie_word_embeddings" is false, learned positions, gelu_new.
+inline GPTConfig gpt2_config(const std::filesystem::path& path) {
+  ModelConfigFile c(path);
+  detail::require_model_type(c, {"gpt2"}, "gpt2_config");
+  detail::require_flag(c, "scale_attn_weights", true, true);
+  detail::require_flag(c, "scale_attn_by_inverse_layer_idx", false, false);
+  return {.vocab = c.integer("vocab_size"),
+          .context = c.integer("n_positions"),
+          .dim = c.integer("n_embd"),
+          .depth = c.integer("n_layer"),
+          .heads = c.integer("n_head"),
+          .tied_head = c.flag("tie_word_embeddings", true),
+          .mlp_hidden = c.integer("n_inner", 0),
+          .activation = detail::activation(c, "activation_function", "gelu_new"),
+          .norm_eps = c.real("layer_norm_epsilon", 1e-5)};
+}
+
+/// ViTConfig of a ViTModel (pooler, no head) or ViTForImageClassification (a head of
+/// len(id2label) classes, no pooler) folder: class token, exact GELU, LayerNorm eps 1e-12.
+inline ViTConfig vit_config(const std::filesystem::path& path) {
+  ModelConfigFile c(path);
+  detail::require_model_type(c, {"vit"}, "vit_config");
+  detail::require_flag(c, "qkv_bias", true, true);
+  bool classifier = c.lists("architectures", "ViTForImageClassification");
+  // Square images and patches: one whole number each ([h, w] pairs are refused by key).
+  int64_t image = c.integer("image_size"), patch = c.integer("patch_size");
+  if (patch <= 0 || image % patch != 0)
+    c.refuse("patch_size", "must divide image_size (" + std::to_string(image) + ")");
+  return {.image = image,
+          .patch = patch,
+          .dim = c.integer("hidden_size"),
+          .depth = c.integer("num_hidden_layers"),
+          .heads = c.integer("num_attention_heads"),
+          .classes = !classifier               ? 0
+                     : c.count("id2label") > 0 ? c.count("id2label")
+                                               : c.integer("num_labels", 2),
+          .channels = c.integer("num_channels", 3),
+          .class_token = true,
+          .pooler = !classifier,
+          .mlp_hidden = c.integer("intermediate_size"),
+          .activation = detail::activation(c, "hidden_act", "gelu"),
+          .norm_eps = c.real("layer_norm_eps", 1e-12)};
+}
+
+/// BertConfig of a BertModel / RobertaModel folder (or of a Bert…/Roberta… task model's
+/// encoder): post-norm blocks, exact GELU, absolute positions (RoBERTa's from padding id + 1).
+/// The pooler is there for BertModel, RobertaModel and the BERT models whose heads read it.
+inline BertConfig bert_config(const std::filesystem::path& path) {
+  ModelConfigFile c(path);
+  detail::require_model_type(c, {"bert", "roberta"}, "bert_config");
+  if (c.text("position_embedding_type", "absolute") != "absolute")
+    c.refuse("position_embedding_type", "is not \"absolute\": sinter's Bert has only absolute "
+                                        "positions");
+  bool roberta = c.text("model_type", "bert") == "roberta";
+  int64_t offset = roberta ? c.integer("pad_token_id", 1) + 1 : 0;
+  int64_t positions = c.integer("max_position_embeddings");
+  if (positions <= offset)
+    c.refuse("max_position_embeddings",
+             "must exceed the padding id + 1 (" + std::to_string(offset) + ")");
+  bool pooler = c.count("architectures") == 0;
+  for (const char* with_pooler :
+       {"BertModel", "RobertaModel", "BertForSequenceClassification", "BertForPreTraining",
+        "BertForNextSentencePrediction", "BertForMultipleChoice", "RobertaForMultipleChoice"})
+    pooler = pooler || c.lists("architectures", with_pooler);
+  return {.vocab = c.integer("vocab_size"),
+          .context = positions - offset,
+          .type_vocab = c.integer("type_vocab_size", 2),
+          .dim = c.integer("hidden_size"),
+          .depth = c.integer("num_hidden_layers"),
+          .heads = c.integer("num_attention_heads"),
+          .mlp_hidden = c.integer("intermediate_size"),
+          .activation = detail::activation(c, "hidden_act", "gelu"),
+          .norm_eps = c.real("layer_norm_eps", 1e-12),
+          .position_offset = offset,
+          .pooler = pooler};
+}
+
+/// The naming of a folder's model_type: hf::gpt2, hf::vit, hf::bert or hf::roberta.
+inline const WeightNames& names_for(const std::filesystem::path& path) {
+  ModelConfigFile c(path);
+  std::string type = c.text("model_type");
+  if (type == "gpt2") return gpt2;
+  if (type == "vit") return vit;
+  if (type == "bert") return bert;
+  if (type == "roberta") return roberta;
+  c.refuse("model_type", "is \"" + type + "\": sinter reads gpt2, vit, bert and roberta models");
+}
+
+/// The weights file of a Hugging Face folder (model.safetensors), or `path` itself.
+inline std::filesystem::path weights_file(const std::filesystem::path& path) {
+  if (!std::filesystem::is_directory(path)) return path;
+  std::filesystem::path file = path / "model.safetensors";
+  if (!std::filesystem::exists(file))
+    throw std::runtime_error("sinter: " + path.string() +
+                             " holds no model.safetensors — save the model with "
+                             "save_pretrained(…, safe_serialization=True)");
+  return file;
+}
+
+} // namespace sinter::hf

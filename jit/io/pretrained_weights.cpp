@@ -1,0 +1,478 @@
+// jit/io/pretrained_weights.cpp — the Hugging Face naming schemes, tensor layouts and config files
+#include "jit/io/pretrained_weights.hpp"
+
+#include "jit/io/checkpoint.hpp"
+#include "jit/io/json.hpp"
+
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+namespace sinter {
+namespace {
+
+using Table = std::map<std::string, TensorSource>;
+
+/// `blocks.<i>.<rest>` → (i, rest).
+std::optional<std::pair<std::string, std::string>> block_member(const std::string& name) {
+  const std::string head = "blocks.";
+  if (!name.starts_with(head)) return std::nullopt;
+  std::size_t dot = name.find('.', head.size());
+  if (dot == std::string::npos || dot == head.size()) return std::nullopt;
+  std::string index = name.substr(head.size(), dot - head.size());
+  if (index.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  return std::pair{index, name.substr(dot + 1)};
+}
+
+/// A scheme from a table of whole-model names and one of per-block names, whose file names
+/// are `<layer_prefix><i>.<name>`.
+std::function<std::optional<TensorSource>(const std::string&)>
+table_source(Table top, Table block, std::string layer_prefix) {
+  return [top = std::move(top), block = std::move(block), layer_prefix = std::move(layer_prefix)](
+             const std::string& name) -> std::optional<TensorSource> {
+    if (auto it = top.find(name); it != top.end()) return it->second;
+    auto member = block_member(name);
+    if (!member) return std::nullopt;
+    auto it = block.find(member->second);
+    if (it == block.end()) return std::nullopt;
+    TensorSource source = it->second;
+    for (std::string& n : source.names)
+      n = layer_prefix + member->first + "." + n;
+    return source;
+  };
+}
+
+TensorSource one(std::string name, TensorLayout layout = TensorLayout::same) {
+  return {{std::move(name)}, layout};
+}
+
+/// nn.Linear `base` as sinter's Linear `into` (`mlp.layers.0`): its weight transposed.
+void add_linear(Table& table, const std::string& into, const std::string& base) {
+  table[into + ".weight"] = one(base + ".weight", TensorLayout::transposed);
+  table[into + ".bias"] = one(base + ".bias");
+}
+
+void add_layernorm(Table& table, const std::string& into, const std::string& base) {
+  table[into + ".gamma"] = one(base + ".weight");
+  table[into + ".beta"] = one(base + ".bias");
+}
+
+/// Three nn.Linears (query, key, value under `base`) as one packed qkv Linear.
+void add_packed_qkv(Table& table, const std::string& base) {
+  auto names = [&](const std::string& field) {
+    return std::vector<std::string>{base + ".query." + field, base + ".key." + field,
+                                    base + ".value." + field};
+  };
+  table["attn.qkv.weight"] = {names("weight"), TensorLayout::packed_transposed};
+  table["attn.qkv.bias"] = {names("bias"), TensorLayout::packed_transposed};
+}
+
+WeightNames make_gpt2() {
+  Table top{{"tokens.weight", one("wte.weight")},
+            {"position", one("wpe.weight")},
+            {"head.weight", one("lm_head.weight", TensorLayout::transposed)},
+            {"head.bias", {{}, TensorLayout::zeros}}}; // GPT-2's lm_head has no bias
+  add_layernorm(top, "norm", "ln_f");
+  // GPT-2's Conv1D stores [in, out], as sinter's Linear does: nothing is transposed.
+  Table block;
+  add_layernorm(block, "ln1", "ln_1");
+  add_layernorm(block, "ln2", "ln_2");
+  for (auto [into, base] : {std::pair{"attn.qkv", "attn.c_attn"},
+                            {"attn.proj", "attn.c_proj"},
+                            {"mlp.layers.0", "mlp.c_fc"},
+                            {"mlp.layers.1", "mlp.c_proj"}}) {
+    block[std::string(into) + ".weight"] = one(std::string(base) + ".weight");
+    block[std::string(into) + ".bias"] = one(std::string(base) + ".bias");
+  }
+  return {.family = "hf::gpt2",
+          .prefixes = {"", "transformer."},
+          .source = table_source(std::move(top), std::move(block), "h."),
+          .ignorable =
+              [](const std::string& name) {
+                // The causal-mask buffers older transformers versions saved.
+                return name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias");
+              },
+          .tied = {{"lm_head.weight", "wte.weight"}}};
+}
+
+WeightNames make_vit() {
+  Table top{{"embed.proj.weight",
+             one("embeddings.patch_embeddings.projection.weight", TensorLayout::conv_patches)},
+            {"embed.proj.bias", one("embeddings.patch_embeddings.projection.bias")},
+            {"cls", one("embeddings.cls_token", TensorLayout::flattened)},
+            {"position", one("embeddings.position_embeddings", TensorLayout::flattened)}};
+  add_layernorm(top, "norm", "layernorm");
+  add_linear(top, "pooler", "pooler.dense");
+  add_linear(top, "head", "classifier");
+  Table block;
+  add_layernorm(block, "ln1", "layernorm_before");
+  add_layernorm(block, "ln2", "layernorm_after");
+  add_packed_qkv(block, "attention.attention");
+  add_linear(block, "attn.proj", "attention.output.dense");
+  add_linear(block, "mlp.layers.0", "intermediate.dense");
+  add_linear(block, "mlp.layers.1", "output.dense");
+  return {.family = "hf::vit",
+          .prefixes = {"", "vit."},
+          .source = table_source(std::move(top), std::move(block), "encoder.layer."),
+          .ignorable = [](const std::string& name) { return name == "embeddings.mask_token"; },
+          .tied = {}};
+}
+
+WeightNames make_bert(std::string family, std::string prefix) {
+  Table top{{"words.weight", one("embeddings.word_embeddings.weight")},
+            {"positions.weight", one("embeddings.position_embeddings.weight")},
+            {"token_types.weight", one("embeddings.token_type_embeddings.weight")}};
+  add_layernorm(top, "embed_norm", "embeddings.LayerNorm");
+  add_linear(top, "pooler", "pooler.dense");
+  Table block;
+  add_packed_qkv(block, "attention.self");
+  add_linear(block, "attn.proj", "attention.output.dense");
+  add_layernorm(block, "ln1", "attention.output.LayerNorm");
+  add_linear(block, "mlp.layers.0", "intermediate.dense");
+  add_linear(block, "mlp.layers.1", "output.dense");
+  add_layernorm(block, "ln2", "output.LayerNorm");
+  return {.family = std::move(family),
+          .prefixes = {"", std::move(prefix)},
+          .source = table_source(std::move(top), std::move(block), "encoder.layer."),
+          .ignorable =
+              [](const std::string& name) {
+                return name == "embeddings.position_ids" || name == "embeddings.token_type_ids";
+              },
+          .tied = {}};
+}
+
+/// The names a file may hold `name` under: each prefix, and the LayerNorm gamma/beta names of
+/// checkpoints older transformers versions wrote.
+std::vector<std::string> candidates(const WeightNames& names, const std::string& name) {
+  std::vector<std::string> out;
+  for (const std::string& prefix : names.prefixes) {
+    out.push_back(prefix + name);
+    for (auto [modern, legacy] : {std::pair{"LayerNorm.weight", "LayerNorm.gamma"},
+                                  std::pair{"LayerNorm.bias", "LayerNorm.beta"}})
+      if (name.ends_with(modern))
+        out.push_back(prefix + name.substr(0, name.size() - std::strlen(modern)) + legacy);
+  }
+  return out;
+}
+
+std::string quoted_list(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names)
+    out += (out.empty() ? "'" : ", '") + n + "'";
+  return out;
+}
+
+std::vector<float> to_floats(const HostTensor& t) {
+  std::vector<float> out(static_cast<std::size_t>(t.size()));
+  if (t.dtype() == DType::f32) {
+    std::memcpy(out.data(), t.bytes().data(), out.size() * sizeof(float));
+    return out;
+  }
+  for (int64_t i = 0; i < t.size(); ++i)
+    out[static_cast<std::size_t>(i)] = static_cast<float>(t.at(i));
+  return out;
+}
+
+struct Laid {
+  Shape shape;
+  std::vector<float> values;
+};
+
+/// `parts` laid out as `layout` describes; std::invalid_argument says why they cannot be.
+Laid lay_out(TensorLayout layout, const std::vector<const HostTensor*>& parts,
+             const Shape& wanted) {
+  switch (layout) {
+  case TensorLayout::zeros:
+    return {wanted, std::vector<float>(static_cast<std::size_t>(numel(wanted)), 0.0f)};
+  case TensorLayout::same: return {parts[0]->shape(), to_floats(*parts[0])};
+  case TensorLayout::flattened: {
+    Shape s = parts[0]->shape();
+    while (s.size() > wanted.size() && s.front() == 1)
+      s.erase(s.begin());
+    return {s, to_floats(*parts[0])};
+  }
+  case TensorLayout::transposed: {
+    const Shape& s = parts[0]->shape();
+    if (s.size() != 2) throw std::invalid_argument("a Linear weight [out, in] must be 2-D");
+    std::vector<float> in = to_floats(*parts[0]), out(in.size());
+    for (int64_t o = 0; o < s[0]; ++o)
+      for (int64_t i = 0; i < s[1]; ++i)
+        out[static_cast<std::size_t>(i * s[0] + o)] = in[static_cast<std::size_t>(o * s[1] + i)];
+    return {{s[1], s[0]}, std::move(out)};
+  }
+  case TensorLayout::packed_transposed: {
+    std::size_t rank = parts[0]->shape().size();
+    int64_t total = 0, inner = rank == 2 ? parts[0]->shape()[1] : 1;
+    for (const HostTensor* p : parts) {
+      if (p->shape().size() != rank || rank < 1 || rank > 2 ||
+          (rank == 2 && p->shape()[1] != inner))
+        throw std::invalid_argument("the packed parts must be vectors, or matrices [out, " +
+                                    std::to_string(inner) + "] alike");
+      total += p->shape()[0];
+    }
+    std::vector<float> out(static_cast<std::size_t>(total * inner));
+    int64_t offset = 0;
+    for (const HostTensor* p : parts) {
+      std::vector<float> in = to_floats(*p);
+      int64_t rows = p->shape()[0];
+      for (int64_t o = 0; o < rows; ++o)
+        for (int64_t i = 0; i < inner; ++i)
+          out[static_cast<std::size_t>(i * total + offset + o)] =
+              in[static_cast<std::size_t>(o * inner + i)];
+      offset += rows;
+    }
+    return {rank == 2 ? Shape{inner, total} : Shape{total}, std::move(out)};
+  }
+  case TensorLayout::conv_patches: {
+    const Shape& s = parts[0]->shape();
+    if (s.size() != 4)
+      throw std::invalid_argument("a patch convolution weight [out, channels, P, P] must be 4-D");
+    int64_t out_channels = s[0], patch = s[1] * s[2] * s[3];
+    std::vector<float> in = to_floats(*parts[0]), out(in.size());
+    for (int64_t o = 0; o < out_channels; ++o)
+      for (int64_t j = 0; j < patch; ++j)
+        out[static_cast<std::size_t>(j * out_channels + o)] =
+            in[static_cast<std::size_t>(o * patch + j)];
+    return {{patch, out_channels}, std::move(out)};
+  }
+  }
+  throw std::invalid_argument("unknown tensor layout");
+}
+
+std::string_view layout_words(TensorLayout layout) {
+  switch (layout) {
+  case TensorLayout::same: return "";
+  case TensorLayout::flattened: return " (leading 1s dropped)";
+  case TensorLayout::transposed: return " (transposed from [out, in])";
+  case TensorLayout::packed_transposed: return " (query, key and value packed)";
+  case TensorLayout::conv_patches: return " (the patch convolution as a Linear)";
+  case TensorLayout::zeros: return "";
+  }
+  return "";
+}
+
+} // namespace
+
+namespace hf {
+const WeightNames gpt2 = make_gpt2();
+const WeightNames vit = make_vit();
+const WeightNames bert = make_bert("hf::bert", "bert.");
+const WeightNames roberta = make_bert("hf::roberta", "roberta.");
+} // namespace hf
+
+std::vector<HostTensor> read_named_weights(const std::filesystem::path& file,
+                                           std::span<const WantedTensor> wanted,
+                                           const WeightNames& names, bool strict) {
+  Checkpoint ckpt = load_safetensors(file);
+  const std::string where = "sinter: " + file.string();
+  std::set<std::string> used;
+  auto find = [&](const std::string& name) -> const std::string* {
+    for (const std::string& candidate : candidates(names, name))
+      if (auto it = ckpt.tensors.find(candidate); it != ckpt.tensors.end()) return &it->first;
+    return nullptr;
+  };
+  std::vector<HostTensor> out;
+  out.reserve(wanted.size());
+  for (const WantedTensor& w : wanted) {
+    std::optional<TensorSource> source =
+        names.source ? names.source(w.name) : TensorSource{{w.name}, TensorLayout::same};
+    if (!source)
+      throw std::runtime_error(where + ": the model's parameter '" + w.name + "' has no " +
+                               names.family +
+                               " name — the model is not the one this naming reads (see "
+                               "docs/pretrained.md for which model each naming fills)");
+    std::vector<const HostTensor*> parts;
+    std::vector<std::string> found;
+    for (const std::string& n : source->names) {
+      const std::string* key = find(n);
+      if (!key)
+        throw std::runtime_error(
+            where + " has no tensor '" + n + "' (tried " + quoted_list(candidates(names, n)) +
+            ") for the model's '" + w.name + "' (" + names.family +
+            " names) — the file holds another model, or fewer layers or parts than the "
+            "model was built with; build it from the file's config.json");
+      parts.push_back(&ckpt.tensors.at(*key));
+      found.push_back(*key);
+      if (!is_float(parts.back()->dtype()))
+        throw std::runtime_error(
+            where + ": tensor '" + *key + "' is " + std::string(dtype_name(parts.back()->dtype())) +
+            ", not floating point: it is no weight of the model's '" + w.name + "'");
+    }
+    Laid laid;
+    try {
+      laid = lay_out(source->layout, parts, w.shape);
+    } catch (const std::invalid_argument& e) {
+      throw std::runtime_error(where + ": tensor " + quoted_list(found) + " of shape " +
+                               to_string(parts[0]->shape()) + " cannot make the model's '" +
+                               w.name + "': " + e.what());
+    }
+    if (laid.shape != w.shape)
+      throw std::runtime_error(
+          where + ": tensor " + quoted_list(found) + " gives " + to_string(laid.shape) +
+          std::string(layout_words(source->layout)) + " where the model's '" + w.name + "' is " +
+          to_string(w.shape) +
+          " — build the model with the configuration that wrote the file (its config.json)");
+    HostTensor t(w.dtype, w.shape);
+    if (w.dtype == DType::f32)
+      std::memcpy(t.bytes().data(), laid.values.data(), laid.values.size() * sizeof(float));
+    else
+      for (std::size_t i = 0; i < laid.values.size(); ++i)
+        t.set(static_cast<int64_t>(i), laid.values[i]);
+    require_finite(t, found.empty() ? w.name : found[0], file);
+    used.insert(found.begin(), found.end());
+    out.push_back(std::move(t));
+  }
+  // A copy of a tied tensor is read as its original: it must hold the same values.
+  for (auto& [copy, original] : names.tied) {
+    const std::string* copy_key = find(copy);
+    const std::string* original_key = find(original);
+    if (!copy_key || !original_key || used.contains(*copy_key) || !used.contains(*original_key))
+      continue;
+    const HostTensor& a = ckpt.tensors.at(*copy_key);
+    const HostTensor& b = ckpt.tensors.at(*original_key);
+    if (a.shape() != b.shape() || a.to_doubles() != b.to_doubles())
+      throw std::runtime_error(where + ": '" + *copy_key + "' differs from '" + *original_key +
+                               "', but the model ties them — build it with its own head "
+                               "(GPTConfig::tied_head = false; config.json: "
+                               "\"tie_word_embeddings\": false)");
+    used.insert(*copy_key);
+  }
+  if (strict) {
+    std::vector<std::string> unused;
+    for (auto& [name, tensor] : ckpt.tensors) {
+      if (used.contains(name)) continue;
+      bool ignored = false;
+      for (const std::string& prefix : names.prefixes)
+        if (name.starts_with(prefix) && names.ignorable &&
+            names.ignorable(name.substr(prefix.size())))
+          ignored = true;
+      if (!ignored) unused.push_back(name);
+    }
+    if (!unused.empty())
+      throw std::runtime_error(
+          where + " holds " + std::to_string(unused.size()) +
+          " tensor(s) the model does not read, the first '" + unused.front() +
+          "' — build the model with the file's configuration (more layers, a pooler or a "
+          "head), or load part of the file with .strict = false");
+  }
+  return out;
+}
+
+// ---- config.json ----
+
+struct ModelConfigFile::Document {
+  json::Value root;
+};
+
+std::filesystem::path ModelConfigFile::locate(const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
+  if (fs::is_directory(path)) return path / "config.json";
+  if (path.extension() == ".json") return path; // config.json, preprocessor_config.json
+  return path.parent_path() / "config.json";
+}
+
+ModelConfigFile::ModelConfigFile(const std::filesystem::path& path)
+    : file_(locate(path)), document_(std::make_unique<Document>()) {
+  std::ifstream in(file_, std::ios::binary);
+  if (!in)
+    throw std::runtime_error("sinter: cannot open " + file_.string() +
+                             " — a Hugging Face model folder holds config.json beside its "
+                             "model.safetensors (save_pretrained writes both)");
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    document_->root = json::parse_document(text.str());
+  } catch (const json::ParseError& e) {
+    throw std::runtime_error("sinter: " + file_.string() + " is not valid JSON: " + e.what());
+  }
+  if (!document_->root.is(json::Value::Kind::object))
+    throw std::runtime_error("sinter: " + file_.string() + " must hold a JSON object");
+}
+
+ModelConfigFile::~ModelConfigFile() = default;
+ModelConfigFile::ModelConfigFile(ModelConfigFile&&) noexcept = default;
+ModelConfigFile& ModelConfigFile::operator=(ModelConfigFile&&) noexcept = default;
+
+bool ModelConfigFile::has(const std::string& key) const {
+  const json::Value* v = document_->root.find(key);
+  return v && !v->is(json::Value::Kind::null);
+}
+
+const json::Value* ModelConfigFile::present(const std::string& key, bool has_fallback) const {
+  if (has(key)) return document_->root.find(key);
+  if (!has_fallback) refuse(key, "is missing: the model's configuration needs it");
+  return nullptr;
+}
+
+void ModelConfigFile::refuse(const std::string& key, const std::string& problem) const {
+  throw std::runtime_error("sinter: " + file_.string() + ": \"" + key + "\" " + problem);
+}
+
+int64_t ModelConfigFile::integer(const std::string& key, std::optional<int64_t> fallback) const {
+  const json::Value* found = present(key, fallback.has_value());
+  if (!found) return *fallback;
+  const json::Value& v = *found;
+  if (!v.is(json::Value::Kind::integer) || v.integer > (uint64_t{1} << 40))
+    refuse(key, "must be a whole number from 0 to 2^40");
+  return static_cast<int64_t>(v.integer);
+}
+
+double ModelConfigFile::real(const std::string& key, std::optional<double> fallback) const {
+  const json::Value* found = present(key, fallback.has_value());
+  if (!found) return *fallback;
+  const json::Value& v = *found;
+  if (!v.is(json::Value::Kind::integer) && !v.is(json::Value::Kind::number))
+    refuse(key, "must be a number");
+  return v.number;
+}
+
+std::string ModelConfigFile::text(const std::string& key,
+                                  std::optional<std::string> fallback) const {
+  const json::Value* found = present(key, fallback.has_value());
+  if (!found) return *fallback;
+  const json::Value& v = *found;
+  if (!v.is(json::Value::Kind::string)) refuse(key, "must be a string");
+  return v.text;
+}
+
+bool ModelConfigFile::flag(const std::string& key, std::optional<bool> fallback) const {
+  const json::Value* found = present(key, fallback.has_value());
+  if (!found) return *fallback;
+  const json::Value& v = *found;
+  if (!v.is(json::Value::Kind::boolean)) refuse(key, "must be true or false");
+  return v.boolean;
+}
+
+std::vector<double> ModelConfigFile::reals(const std::string& key) const {
+  std::vector<double> out;
+  if (!has(key)) return out;
+  const json::Value& v = *document_->root.find(key);
+  if (!v.is(json::Value::Kind::array)) refuse(key, "must be an array of numbers");
+  for (const json::Value& e : v.elements) {
+    if (!e.is(json::Value::Kind::integer) && !e.is(json::Value::Kind::number))
+      refuse(key, "must be an array of numbers");
+    out.push_back(e.number);
+  }
+  return out;
+}
+
+int64_t ModelConfigFile::count(const std::string& key) const {
+  if (!has(key)) return 0;
+  const json::Value& v = *document_->root.find(key);
+  if (v.is(json::Value::Kind::object)) return static_cast<int64_t>(v.members.size());
+  if (v.is(json::Value::Kind::array)) return static_cast<int64_t>(v.elements.size());
+  refuse(key, "must be an object or an array");
+}
+
+bool ModelConfigFile::lists(const std::string& key, const std::string& value) const {
+  if (!has(key)) return false;
+  const json::Value& v = *document_->root.find(key);
+  if (!v.is(json::Value::Kind::array)) refuse(key, "must be an array");
+  for (const json::Value& e : v.elements)
+    if (e.is(json::Value::Kind::string) && e.text == value) return true;
+  return false;
+}
+
+} // namespace sinter
