@@ -41,7 +41,32 @@ inline void require_flag(const ModelConfigFile& c, const std::string& key, bool 
                       ": sinter's modules implement only " + (wanted ? "true" : "false"));
 }
 
+/// A size from the file, at least `min`: what a module can be built with.
+inline int64_t size(const ModelConfigFile& c, const std::string& key,
+                    std::optional<int64_t> fallback = {}, int64_t min = 1) {
+  int64_t value = c.integer(key, fallback);
+  if (value < min)
+    c.refuse(key, "is " + std::to_string(value) + ": it must be at least " + std::to_string(min));
+  return value;
+}
+
+inline void require_divides(const ModelConfigFile& c, const std::string& heads_key, int64_t heads,
+                            const std::string& width_key, int64_t width) {
+  if (width % heads != 0)
+    c.refuse(heads_key, "is " + std::to_string(heads) + ", which does not divide \"" + width_key +
+                            "\" (" + std::to_string(width) + ")");
+}
+
+inline double epsilon(const ModelConfigFile& c, const std::string& key, double fallback) {
+  double eps = c.real(key, fallback);
+  if (!(eps > 0.0)) c.refuse(key, "must be above 0");
+  return eps;
+}
+
 } // namespace detail
+
+/// Each reader refuses, naming the file and the key, a size below 1, heads that do not divide
+/// the width, an epsilon of 0 or less, and a setting sinter's modules lack.
 
 /// GPTConfig of a GPT2LMHeadModel / GPT2Model folder (or its config.json, or a file beside it):
 /// tied head unless "tie_word_embeddings" is false, learned positions, gelu_new.
@@ -50,15 +75,17 @@ inline GPTConfig gpt2_config(const std::filesystem::path& path) {
   detail::require_model_type(c, {"gpt2"}, "gpt2_config");
   detail::require_flag(c, "scale_attn_weights", true, true);
   detail::require_flag(c, "scale_attn_by_inverse_layer_idx", false, false);
-  return {.vocab = c.integer("vocab_size"),
-          .context = c.integer("n_positions"),
-          .dim = c.integer("n_embd"),
-          .depth = c.integer("n_layer"),
-          .heads = c.integer("n_head"),
-          .tied_head = c.flag("tie_word_embeddings", true),
-          .mlp_hidden = c.integer("n_inner", 0),
-          .activation = detail::activation(c, "activation_function", "gelu_new"),
-          .norm_eps = c.real("layer_norm_epsilon", 1e-5)};
+  GPTConfig g{.vocab = detail::size(c, "vocab_size"),
+              .context = detail::size(c, "n_positions"),
+              .dim = detail::size(c, "n_embd"),
+              .depth = detail::size(c, "n_layer"),
+              .heads = detail::size(c, "n_head"),
+              .tied_head = c.flag("tie_word_embeddings", true),
+              .mlp_hidden = detail::size(c, "n_inner", 0, 0),
+              .activation = detail::activation(c, "activation_function", "gelu_new"),
+              .norm_eps = detail::epsilon(c, "layer_norm_epsilon", 1e-5)};
+  detail::require_divides(c, "n_head", g.heads, "n_embd", g.dim);
+  return g;
 }
 
 /// ViTConfig of a ViTModel (pooler, no head) or ViTForImageClassification (a head of
@@ -69,23 +96,25 @@ inline ViTConfig vit_config(const std::filesystem::path& path) {
   detail::require_flag(c, "qkv_bias", true, true);
   bool classifier = c.lists("architectures", "ViTForImageClassification");
   // Square images and patches: one whole number each ([h, w] pairs are refused by key).
-  int64_t image = c.integer("image_size"), patch = c.integer("patch_size");
-  if (patch <= 0 || image % patch != 0)
+  int64_t image = detail::size(c, "image_size"), patch = detail::size(c, "patch_size");
+  if (image % patch != 0)
     c.refuse("patch_size", "must divide image_size (" + std::to_string(image) + ")");
+  int64_t dim = detail::size(c, "hidden_size"), heads = detail::size(c, "num_attention_heads");
+  detail::require_divides(c, "num_attention_heads", heads, "hidden_size", dim);
   return {.image = image,
           .patch = patch,
-          .dim = c.integer("hidden_size"),
-          .depth = c.integer("num_hidden_layers"),
-          .heads = c.integer("num_attention_heads"),
+          .dim = dim,
+          .depth = detail::size(c, "num_hidden_layers"),
+          .heads = heads,
           .classes = !classifier               ? 0
                      : c.count("id2label") > 0 ? c.count("id2label")
-                                               : c.integer("num_labels", 2),
-          .channels = c.integer("num_channels", 3),
+                                               : detail::size(c, "num_labels", 2),
+          .channels = detail::size(c, "num_channels", 3),
           .class_token = true,
           .pooler = !classifier,
-          .mlp_hidden = c.integer("intermediate_size"),
+          .mlp_hidden = detail::size(c, "intermediate_size"),
           .activation = detail::activation(c, "hidden_act", "gelu"),
-          .norm_eps = c.real("layer_norm_eps", 1e-12)};
+          .norm_eps = detail::epsilon(c, "layer_norm_eps", 1e-12)};
 }
 
 /// BertConfig of a BertModel / RobertaModel folder (or of a Bert…/Roberta… task model's
@@ -98,8 +127,10 @@ inline BertConfig bert_config(const std::filesystem::path& path) {
     c.refuse("position_embedding_type", "is not \"absolute\": sinter's Bert has only absolute "
                                         "positions");
   bool roberta = c.text("model_type", "bert") == "roberta";
-  int64_t offset = roberta ? c.integer("pad_token_id", 1) + 1 : 0;
-  int64_t positions = c.integer("max_position_embeddings");
+  int64_t offset = roberta ? detail::size(c, "pad_token_id", 1, 0) + 1 : 0;
+  int64_t positions = detail::size(c, "max_position_embeddings");
+  int64_t dim = detail::size(c, "hidden_size"), heads = detail::size(c, "num_attention_heads");
+  detail::require_divides(c, "num_attention_heads", heads, "hidden_size", dim);
   if (positions <= offset)
     c.refuse("max_position_embeddings",
              "must exceed the padding id + 1 (" + std::to_string(offset) + ")");
@@ -108,15 +139,15 @@ inline BertConfig bert_config(const std::filesystem::path& path) {
        {"BertModel", "RobertaModel", "BertForSequenceClassification", "BertForPreTraining",
         "BertForNextSentencePrediction", "BertForMultipleChoice", "RobertaForMultipleChoice"})
     pooler = pooler || c.lists("architectures", with_pooler);
-  return {.vocab = c.integer("vocab_size"),
+  return {.vocab = detail::size(c, "vocab_size"),
           .context = positions - offset,
-          .type_vocab = c.integer("type_vocab_size", 2),
-          .dim = c.integer("hidden_size"),
-          .depth = c.integer("num_hidden_layers"),
-          .heads = c.integer("num_attention_heads"),
-          .mlp_hidden = c.integer("intermediate_size"),
+          .type_vocab = detail::size(c, "type_vocab_size", 2),
+          .dim = dim,
+          .depth = detail::size(c, "num_hidden_layers"),
+          .heads = heads,
+          .mlp_hidden = detail::size(c, "intermediate_size"),
           .activation = detail::activation(c, "hidden_act", "gelu"),
-          .norm_eps = c.real("layer_norm_eps", 1e-12),
+          .norm_eps = detail::epsilon(c, "layer_norm_eps", 1e-12),
           .position_offset = offset,
           .pooler = pooler};
 }

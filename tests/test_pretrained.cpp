@@ -169,6 +169,18 @@ TEST_CASE("hf configs: config.json read into sinter configurations, bad ones ref
   CHECK(&hf::names_for(dir.path) == &hf::gpt2);
   std::string e = refusal([&] { hf::vit_config(dir.path); });
   CHECK_THAT(e, Catch::Contains("\"model_type\"") && Catch::Contains("gpt2"));
+  write_text(dir.path / "config.json", R"({"model_type": "gpt2", "vocab_size": 97,
+    "n_positions": 24, "n_embd": 32, "n_layer": 2, "n_head": 3})");
+  e = refusal([&] { hf::gpt2_config(dir.path); });
+  CHECK_THAT(e, Catch::Contains("\"n_head\" is 3, which does not divide \"n_embd\" (32)"));
+  write_text(dir.path / "config.json", R"({"model_type": "gpt2", "vocab_size": 0,
+    "n_positions": 24, "n_embd": 32, "n_layer": 2, "n_head": 4})");
+  e = refusal([&] { hf::gpt2_config(dir.path); });
+  CHECK_THAT(e, Catch::Contains("\"vocab_size\" is 0: it must be at least 1"));
+  write_text(dir.path / "config.json", R"({"model_type": "gpt2", "vocab_size": 5,
+    "n_positions": 24, "n_embd": 32, "n_layer": 2, "n_head": 4, "layer_norm_epsilon": -1})");
+  e = refusal([&] { hf::gpt2_config(dir.path); });
+  CHECK_THAT(e, Catch::Contains("\"layer_norm_epsilon\" must be above 0"));
 
   write_text(dir.path / "config.json", R"({"model_type": "roberta", "vocab_size": 99,
     "max_position_embeddings": 42, "type_vocab_size": 1, "hidden_size": 32,

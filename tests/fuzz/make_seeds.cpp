@@ -151,6 +151,100 @@ void flag_seeds(const fs::path& out) {
   write(out / "ranges", line({"--clip", "1e12", "--temperature=0.5", "--seed", "9"}));
 }
 
+/// Hugging Face folders of each family, written with the shapes transformers gives them:
+/// config.json, then model.safetensors.
+void pretrained_seeds(const fs::path& out, const fs::path& work) {
+  auto folder = [&](const std::string& name, const std::string& config,
+                    const std::vector<std::pair<std::string, Shape>>& shapes) {
+    std::vector<std::pair<std::string, HostTensor>> owned;
+    for (auto& [tensor, shape] : shapes) {
+      HostTensor t(DType::f32, shape);
+      for (int64_t i = 0; i < t.size(); ++i)
+        t.set(i, 0.01 * static_cast<double>(i % 7));
+      owned.emplace_back(tensor, std::move(t));
+    }
+    std::vector<std::pair<std::string, const HostTensor*>> named;
+    for (auto& [tensor, t] : owned)
+      named.emplace_back(tensor, &t);
+    save_safetensors(work / (name + ".safetensors"), named);
+    write(out / name, joined({config, read_all(work / (name + ".safetensors"))}));
+  };
+  const int64_t d = 4;
+  std::vector<std::pair<std::string, Shape>> gpt2{{"transformer.wte.weight", {6, d}},
+                                                  {"transformer.wpe.weight", {5, d}},
+                                                  {"transformer.ln_f.weight", {d}},
+                                                  {"transformer.ln_f.bias", {d}},
+                                                  {"transformer.h.0.attn.bias", {1, 1, 5, 5}}};
+  for (auto [part, in, out_width] :
+       {std::tuple{"attn.c_attn", d, 3 * d}, std::tuple{"attn.c_proj", d, d},
+        std::tuple{"mlp.c_fc", d, 4 * d}, std::tuple{"mlp.c_proj", 4 * d, d}}) {
+    gpt2.push_back({"transformer.h.0." + std::string(part) + ".weight", {in, out_width}});
+    gpt2.push_back({"transformer.h.0." + std::string(part) + ".bias", {out_width}});
+  }
+  for (const char* norm : {"ln_1", "ln_2"}) {
+    gpt2.push_back({"transformer.h.0." + std::string(norm) + ".weight", {d}});
+    gpt2.push_back({"transformer.h.0." + std::string(norm) + ".bias", {d}});
+  }
+  folder("gpt2",
+         R"({"model_type": "gpt2", "vocab_size": 6, "n_positions": 5, "n_embd": 4, "n_layer": 1,
+             "n_head": 2, "n_inner": null, "layer_norm_epsilon": 1e-05})",
+         gpt2);
+  // BERT's and ViT's encoder layers share their Linear and LayerNorm names.
+  auto encoder_layer = [&](const std::string& attention, std::vector<std::string> norms) {
+    std::vector<std::pair<std::string, Shape>> layer;
+    std::string p = "encoder.layer.0.";
+    for (const char* qkv : {"query", "key", "value"}) {
+      layer.push_back({p + attention + "." + qkv + ".weight", {d, d}});
+      layer.push_back({p + attention + "." + qkv + ".bias", {d}});
+    }
+    for (auto [linear, out_width, in] : {std::tuple{"attention.output.dense", d, d},
+                                         std::tuple{"intermediate.dense", int64_t{8}, d},
+                                         std::tuple{"output.dense", d, int64_t{8}}}) {
+      layer.push_back({p + linear + ".weight", {out_width, in}});
+      layer.push_back({p + linear + ".bias", {out_width}});
+    }
+    for (const std::string& norm : norms) {
+      layer.push_back({p + norm + ".weight", {d}});
+      layer.push_back({p + norm + ".bias", {d}});
+    }
+    return layer;
+  };
+  auto bert = encoder_layer("attention.self", {"attention.output.LayerNorm", "output.LayerNorm"});
+  for (auto [tensor, shape] :
+       {std::pair{"embeddings.word_embeddings.weight", Shape{6, d}},
+        std::pair{"embeddings.position_embeddings.weight", Shape{5, d}},
+        std::pair{"embeddings.token_type_embeddings.weight", Shape{2, d}},
+        std::pair{"embeddings.LayerNorm.weight", Shape{d}},
+        std::pair{"embeddings.LayerNorm.bias", Shape{d}},
+        std::pair{"pooler.dense.weight", Shape{d, d}}, std::pair{"pooler.dense.bias", Shape{d}}})
+    bert.push_back({tensor, shape});
+  folder("bert",
+         R"({"model_type": "bert", "architectures": ["BertModel"], "vocab_size": 6,
+             "max_position_embeddings": 5, "hidden_size": 4, "num_hidden_layers": 1,
+             "num_attention_heads": 2, "intermediate_size": 8, "hidden_act": "gelu"})",
+         bert);
+  auto vit = encoder_layer("attention.attention", {"layernorm_before", "layernorm_after"});
+  for (auto [tensor, shape] :
+       {std::pair{"embeddings.cls_token", Shape{1, 1, d}},
+        std::pair{"embeddings.position_embeddings", Shape{1, 5, d}},
+        std::pair{"embeddings.patch_embeddings.projection.weight", Shape{d, 1, 2, 2}},
+        std::pair{"embeddings.patch_embeddings.projection.bias", Shape{d}},
+        std::pair{"layernorm.weight", Shape{d}}, std::pair{"layernorm.bias", Shape{d}},
+        std::pair{"classifier.weight", Shape{3, d}}, std::pair{"classifier.bias", Shape{3}}})
+    // ViTForImageClassification: the classifier beside the `vit.` encoder.
+    vit.push_back(
+        {(std::string(tensor).starts_with("classifier") ? "" : "vit.") + std::string(tensor),
+         shape});
+  for (auto& [tensor, shape] : vit)
+    if (tensor.starts_with("encoder.")) tensor = "vit." + tensor;
+  folder("vit",
+         R"({"model_type": "vit", "architectures": ["ViTForImageClassification"],
+             "image_size": 4, "patch_size": 2, "num_channels": 1, "hidden_size": 4,
+             "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 8,
+             "id2label": {"0": "a", "1": "b", "2": "c"}})",
+         vit);
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -165,5 +259,6 @@ int main(int argc, char** argv) {
   text_seeds(out / "text");
   kernel_cache_seeds(out / "kernel_cache", work);
   flag_seeds(out / "flags");
+  pretrained_seeds(out / "pretrained", work);
   return 0;
 }

@@ -15,7 +15,7 @@ if ! [[ "$seconds" =~ ^[1-9][0-9]*$ ]] || [ -z "$build" ] || [ ! -x "$build/test
   echo "  BUILDDIR is a clang build configured with -Dfuzz=true (see docs/reliability.md)" >&2
   exit 2
 fi
-targets=(safetensors checkpoint idx text kernel_cache flags)
+targets=(safetensors checkpoint idx text kernel_cache flags pretrained)
 work="$(mktemp -d "${TMPDIR:-/tmp}/sinter-fuzz-run.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 findings="$build/fuzz-findings"
