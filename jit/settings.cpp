@@ -108,6 +108,8 @@ constexpr SettingInfo table[] = {
      "tests: a Python with torch and transformers for the Hugging Face weights test"},
     {"SINTER_HF_REEXEC", "`0`, `1`", "`0`",
      "tests: set by the Hugging Face weights test when it runs itself again"},
+    {"SINTER_HF_TIMING", "`0`, `1`", "`0`",
+     "tests: `tests/pretrained/hf_forward` prints its build, load and forward seconds"},
 };
 
 } // namespace

@@ -43,26 +43,35 @@ struct Parameter {
 class Init {
 public:
   explicit Init(uint64_t seed) : rng_(seed) {}
+  /// Draws nothing: random parameters start as zeros (constants are still set). For a model
+  /// whose weights are loaded right after it is built (load_weights): drawing GPT-2 small's
+  /// 124 M random numbers would take two seconds for nothing.
+  static Init for_loading() {
+    Init init(0);
+    init.draw_ = false;
+    return init;
+  }
   HostTensor uniform(Shape shape, double bound, DType dtype = DType::f32) {
     std::uniform_real_distribution<double> d(-bound, bound);
-    return fill(std::move(shape), dtype, [&] { return d(rng_); });
+    return fill(std::move(shape), dtype, [&] { return d(rng_); }, draw_);
   }
   HostTensor normal(Shape shape, double stddev, DType dtype = DType::f32) {
     std::normal_distribution<double> d(0.0, stddev);
-    return fill(std::move(shape), dtype, [&] { return d(rng_); });
+    return fill(std::move(shape), dtype, [&] { return d(rng_); }, draw_);
   }
   HostTensor constant(Shape shape, double value, DType dtype = DType::f32) {
     return fill(std::move(shape), dtype, [&] { return value; });
   }
 
 private:
-  template <class F> HostTensor fill(Shape shape, DType dtype, F draw) {
+  template <class F> HostTensor fill(Shape shape, DType dtype, F draw, bool drawn = true) {
     for (int64_t d : shape)
       if (d < 1)
         throw std::invalid_argument("sinter: a parameter of shape " + to_string(shape) +
                                     ": every size must be at least 1 — check the sizes the "
                                     "model was built with (widths, heads, vocabulary, context)");
-    HostTensor t(dtype, std::move(shape));
+    HostTensor t(dtype, std::move(shape)); // zeros
+    if (!drawn) return t;
     if (dtype == DType::f32) { // the common case in bulk: the same values as set() stores
       auto* out = reinterpret_cast<float*>(t.bytes().data());
       for (int64_t i = 0; i < t.size(); ++i)
@@ -74,6 +83,7 @@ private:
     return t;
   }
   std::mt19937_64 rng_;
+  bool draw_ = true;
 };
 
 /// Inside a module's forward: the scope of the module's whole path (`enc.layers.0`), read from

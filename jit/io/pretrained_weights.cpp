@@ -300,6 +300,22 @@ std::vector<HostTensor> read_named_weights(const std::filesystem::path& file,
             where + ": tensor '" + *key + "' is " + std::string(dtype_name(parts.back()->dtype())) +
             ", not floating point: it is no weight of the model's '" + w.name + "'");
     }
+    // The common case, a tensor kept as it is in the parameter's dtype: its bytes, copied once.
+    if ((source->layout == TensorLayout::same || source->layout == TensorLayout::flattened) &&
+        parts[0]->dtype() == w.dtype && parts[0]->size() == numel(w.shape) &&
+        (source->layout == TensorLayout::flattened || parts[0]->shape() == w.shape)) {
+      Shape s = parts[0]->shape();
+      while (s.size() > w.shape.size() && s.front() == 1)
+        s.erase(s.begin());
+      if (s == w.shape) {
+        HostTensor t(w.dtype, w.shape);
+        std::memcpy(t.bytes().data(), parts[0]->bytes().data(), t.bytes().size());
+        require_finite(t, found[0], file);
+        used.insert(found.begin(), found.end());
+        out.push_back(std::move(t));
+        continue;
+      }
+    }
     Laid laid;
     try {
       laid = lay_out(source->layout, parts, w.shape);
@@ -332,7 +348,11 @@ std::vector<HostTensor> read_named_weights(const std::filesystem::path& file,
       continue;
     const HostTensor& a = ckpt.tensors.at(*copy_key);
     const HostTensor& b = ckpt.tensors.at(*original_key);
-    if (a.shape() != b.shape() || a.to_doubles() != b.to_doubles())
+    bool equal = a.shape() == b.shape() &&
+                 (a.dtype() == b.dtype()
+                      ? std::memcmp(a.bytes().data(), b.bytes().data(), a.bytes().size()) == 0
+                      : a.to_doubles() == b.to_doubles());
+    if (!equal)
       throw std::runtime_error(where + ": '" + *copy_key + "' differs from '" + *original_key +
                                "', but the model ties them — build it with its own head "
                                "(GPTConfig::tied_head = false; config.json: "

@@ -9,16 +9,32 @@
 //   OUTPUTS  written: logits (gpt2, a ViT classifier), pooler_output (ViTModel, bert, roberta)
 //            and last_hidden_state (bert, roberta)
 //   --part   load with .strict = false (a task model's encoder without its head)
+// With SINTER_HF_TIMING=1 it prints `hf_forward: build X s, load Y s, forward Z s` on stderr.
 // A refused file prints "hf_forward: <the error>" and exits 1.
 #include "dsl/sinter.hpp"
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
 using namespace sinter;
 
 namespace {
+
+/// Seconds since the last call (the phases SINTER_HF_TIMING reports).
+double lap() {
+  static auto last = std::chrono::steady_clock::now();
+  auto now = std::chrono::steady_clock::now();
+  double seconds = std::chrono::duration<double>(now - last).count();
+  last = now;
+  return seconds;
+}
+
+struct Phases {
+  double build = 0, load = 0, forward = 0;
+};
 
 HostTensor as_f32(const HostTensor& t) {
   HostTensor out(DType::f32, t.shape());
@@ -39,16 +55,22 @@ int run(bool part, const std::filesystem::path& dir, const std::filesystem::path
   const WeightNames& names = hf::names_for(dir);
   LoadWeightsOptions options{.names = names, .strict = !part};
   std::vector<std::pair<std::string, HostTensor>> outputs;
-  Init init(1);
+  Phases phases;
+  lap();
+  Init init = Init::for_loading(); // every parameter is loaded
   if (names.family == "hf::gpt2") {
     GPT model(hf::gpt2_config(dir), init);
+    phases.build = lap();
     load_weights(hf::weights_file(dir), model, options);
+    phases.load = lap();
     auto logits = compile_eval(model, [](GPT& m, Var ids) { return m(ids); }, {"input_ids"});
     outputs.emplace_back("logits", logits(input("input_ids")));
   } else if (names.family == "hf::vit") {
     ViTConfig config = hf::vit_config(dir);
     ViT model(config, init);
+    phases.build = lap();
     load_weights(hf::weights_file(dir), model, options);
+    phases.load = lap();
     HostTensor pixels = input("pixel_values");
     if (config.channels == 1) { // sinter's one-channel ViT reads [B, H, W]
       HostTensor planar(DType::f32, {pixels.shape()[0], pixels.shape()[2], pixels.shape()[3]});
@@ -59,7 +81,9 @@ int run(bool part, const std::filesystem::path& dir, const std::filesystem::path
     outputs.emplace_back(config.classes > 0 ? "logits" : "pooler_output", forward(pixels));
   } else {
     Bert model(hf::bert_config(dir), init);
+    phases.build = lap();
     load_weights(hf::weights_file(dir), model, options);
+    phases.load = lap();
     HostTensor mask = as_f32(input("attention_mask"));
     auto hidden = compile_eval(
         model, [](Bert& m, Var ids, Var types, Var keep) { return m(ids, types, keep); },
@@ -72,6 +96,10 @@ int run(bool part, const std::filesystem::path& dir, const std::filesystem::path
     outputs.emplace_back("pooler_output",
                          pooled(input("input_ids"), input("token_type_ids"), mask));
   }
+  phases.forward = lap();
+  if (const char* timing = std::getenv("SINTER_HF_TIMING"); timing && std::string(timing) == "1")
+    std::fprintf(stderr, "hf_forward: build %.2f s, load %.2f s, forward %.2f s\n", phases.build,
+                 phases.load, phases.forward);
   std::vector<std::pair<std::string, const HostTensor*>> written;
   for (auto& [name, tensor] : outputs)
     written.emplace_back(name, &tensor);
