@@ -174,4 +174,120 @@ inline std::filesystem::path weights_file(const std::filesystem::path& path) {
   return file;
 }
 
+namespace detail {
+
+inline std::string activation_name(Activation a) {
+  switch (a) {
+  case Activation::gelu: return "gelu_new";
+  case Activation::gelu_exact: return "gelu";
+  case Activation::relu: return "relu";
+  }
+  throw std::invalid_argument("sinter: unknown Activation");
+}
+
+/// Every parameter of `model` for write_named_weights.
+template <class Model> std::vector<NamedWeight> weights_of(Model& model) {
+  std::vector<NamedWeight> out;
+  for_each_parameter(
+      model, [&](const std::string& name, Parameter& p) { out.push_back({name, &p.value}); });
+  return out;
+}
+
+/// The keys BERT's and ViT's configurations share (no dropout: sinter's modules have none).
+inline void add_encoder_keys(ConfigText& config, int64_t dim, int64_t depth, int64_t heads,
+                             int64_t mlp_hidden, Activation activation, double norm_eps) {
+  config.add("hidden_size", dim)
+      .add("num_hidden_layers", depth)
+      .add("num_attention_heads", heads)
+      .add("intermediate_size", mlp_hidden > 0 ? mlp_hidden : 4 * dim)
+      .add("hidden_act", activation_name(activation))
+      .add("layer_norm_eps", norm_eps)
+      .add("hidden_dropout_prob", 0.0)
+      .add("attention_probs_dropout_prob", 0.0);
+}
+
+inline std::string labels(int64_t classes, bool by_id) {
+  std::string text = "{";
+  for (int64_t i = 0; i < classes; ++i) {
+    std::string id = std::to_string(i), label = "LABEL_" + id;
+    text +=
+        (i ? ", \"" : "\"") + (by_id ? id : label) + "\": " + (by_id ? "\"" + label + "\"" : id);
+  }
+  return text + "}";
+}
+
+} // namespace detail
+
+/// Writes `model` as transformers' save_pretrained would: `folder`/model.safetensors by the
+/// family's names and layouts, and `folder`/config.json for `config` (the one the model was
+/// built with), both atomically; `GPT2LMHeadModel.from_pretrained(folder)` then gives the same
+/// logits. An untied GPT's head bias must be zeros (GPT-2's lm_head has none).
+inline void save_pretrained(const std::filesystem::path& folder, GPT& model, const GPTConfig& c) {
+  std::filesystem::create_directories(folder);
+  write_named_weights(folder / "model.safetensors", detail::weights_of(model), gpt2);
+  ConfigText config;
+  config.add("model_type", "gpt2")
+      .raw("architectures", "[\"GPT2LMHeadModel\"]")
+      .add("vocab_size", c.vocab)
+      .add("n_positions", c.context)
+      .add("n_embd", c.dim)
+      .add("n_layer", c.depth)
+      .add("n_head", c.heads)
+      .raw("n_inner", c.mlp_hidden > 0 ? std::to_string(c.mlp_hidden) : "null")
+      .add("activation_function", detail::activation_name(c.activation))
+      .add("layer_norm_epsilon", c.norm_eps)
+      .add("tie_word_embeddings", c.tied_head)
+      .add("resid_pdrop", 0.0)
+      .add("embd_pdrop", 0.0)
+      .add("attn_pdrop", 0.0);
+  write_model_config(folder, config);
+}
+
+/// ViTForImageClassification (with a head) or ViTModel (without; it must have the pooler), as
+/// above. transformers' ViT reads its class token: a mean-pooled ViT (class_token = false) is
+/// refused.
+inline void save_pretrained(const std::filesystem::path& folder, ViT& model, const ViTConfig& c) {
+  if (!c.class_token)
+    throw std::invalid_argument("sinter: transformers' ViT pools its class token; this ViT "
+                                "averages its tokens — build it with class_token = true");
+  if (c.classes > 0 && c.pooler)
+    throw std::invalid_argument("sinter: ViTForImageClassification has no pooler; build the "
+                                "ViT with pooler = false");
+  if (c.classes == 0 && !c.pooler)
+    throw std::invalid_argument("sinter: ViTModel has a pooler; build the ViT with pooler = true");
+  std::filesystem::create_directories(folder);
+  write_named_weights(folder / "model.safetensors", detail::weights_of(model), vit, c.channels);
+  ConfigText config;
+  config.add("model_type", "vit")
+      .raw("architectures", c.classes > 0 ? "[\"ViTForImageClassification\"]" : "[\"ViTModel\"]")
+      .add("image_size", c.image)
+      .add("patch_size", c.patch)
+      .add("num_channels", c.channels)
+      .add("qkv_bias", true);
+  detail::add_encoder_keys(config, c.dim, c.depth, c.heads, c.mlp_hidden, c.activation, c.norm_eps);
+  if (c.classes > 0)
+    config.raw("id2label", detail::labels(c.classes, true))
+        .raw("label2id", detail::labels(c.classes, false));
+  write_model_config(folder, config);
+}
+
+/// BertModel, or RobertaModel when position_offset > 0 (its pad_token_id is the offset - 1),
+/// as above.
+inline void save_pretrained(const std::filesystem::path& folder, Bert& model, const BertConfig& c) {
+  bool roberta = c.position_offset > 0;
+  std::filesystem::create_directories(folder);
+  write_named_weights(folder / "model.safetensors", detail::weights_of(model),
+                      roberta ? hf::roberta : hf::bert);
+  ConfigText config;
+  config.add("model_type", roberta ? "roberta" : "bert")
+      .raw("architectures", roberta ? "[\"RobertaModel\"]" : "[\"BertModel\"]")
+      .add("vocab_size", c.vocab)
+      .add("max_position_embeddings", c.context + c.position_offset)
+      .add("type_vocab_size", c.type_vocab)
+      .add("pad_token_id", roberta ? c.position_offset - 1 : int64_t{0})
+      .add("position_embedding_type", "absolute");
+  detail::add_encoder_keys(config, c.dim, c.depth, c.heads, c.mlp_hidden, c.activation, c.norm_eps);
+  write_model_config(folder, config);
+}
+
 } // namespace sinter::hf

@@ -241,3 +241,79 @@ TEST_CASE("optional modules: a ViT's class token, pooler and head exist as confi
   HostTensor ids = HostTensor::from<int32_t>(DType::i32, {1, 2}, {3, 7});
   CHECK(logits(ids).shape() == Shape{1, 2, 11});
 }
+
+namespace {
+
+template <class Model> std::vector<std::vector<double>> values_of(Model& model) {
+  std::vector<std::vector<double>> out;
+  for_each_parameter(
+      model, [&](const std::string&, Parameter& p) { out.push_back(p.value.to_doubles()); });
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("hf::save_pretrained writes what the configuration readers and load_weights read back",
+          "[pretrained]") {
+  TempDir dir;
+  Init init(11);
+  GPTConfig g{.vocab = 13, .context = 6, .dim = 8, .depth = 2, .heads = 2, .tied_head = true};
+  GPT gpt(g, init);
+  hf::save_pretrained(dir.path / "gpt2", gpt, g);
+  GPTConfig g2 = hf::gpt2_config(dir.path / "gpt2");
+  CHECK((g2.vocab == 13 && g2.context == 6 && g2.dim == 8 && g2.depth == 2 && g2.heads == 2));
+  CHECK(g2.tied_head);
+  Init none = Init::for_loading();
+  GPT gpt_again(g2, none);
+  load_weights(hf::weights_file(dir.path / "gpt2"), gpt_again, {.names = hf::gpt2});
+  CHECK(values_of(gpt_again) == values_of(gpt));
+
+  ViTConfig v{.image = 8,
+              .patch = 4,
+              .dim = 8,
+              .depth = 1,
+              .heads = 2,
+              .classes = 3,
+              .channels = 3,
+              .class_token = true,
+              .activation = Activation::gelu_exact,
+              .norm_eps = 1e-12};
+  ViT vit(v, init);
+  hf::save_pretrained(dir.path / "vit", vit, v);
+  ViTConfig v2 = hf::vit_config(dir.path / "vit");
+  CHECK((v2.classes == 3 && v2.channels == 3 && v2.class_token && !v2.pooler));
+  CHECK(v2.norm_eps == 1e-12);
+  ViT vit_again(v2, none);
+  load_weights(hf::weights_file(dir.path / "vit"), vit_again, {.names = hf::vit});
+  CHECK(values_of(vit_again) == values_of(vit));
+
+  BertConfig b{.vocab = 17,
+               .context = 7,
+               .type_vocab = 1,
+               .dim = 8,
+               .depth = 1,
+               .heads = 2,
+               .position_offset = 2};
+  Bert roberta(b, init);
+  hf::save_pretrained(dir.path / "roberta", roberta, b);
+  CHECK(&hf::names_for(dir.path / "roberta") == &hf::roberta);
+  BertConfig b2 = hf::bert_config(dir.path / "roberta");
+  CHECK((b2.context == 7 && b2.position_offset == 2 && b2.pooler));
+  Bert roberta_again(b2, none);
+  load_weights(hf::weights_file(dir.path / "roberta"), roberta_again, {.names = hf::roberta});
+  CHECK(values_of(roberta_again) == values_of(roberta));
+
+  // What transformers' models cannot hold is refused by name.
+  ViTConfig mean_pooled{.image = 8, .patch = 4, .dim = 8, .depth = 1, .heads = 2, .classes = 3};
+  ViT averaging(mean_pooled, init);
+  CHECK_THAT(refusal([&] { hf::save_pretrained(dir.path / "mean", averaging, mean_pooled); }),
+             Catch::Contains("class_token = true"));
+  GPTConfig untied = g;
+  untied.tied_head = false;
+  GPT with_bias(untied, init);
+  CHECK_THAT(refusal([&] { hf::save_pretrained(dir.path / "untied", with_bias, untied); }),
+             Catch::Contains("'head.bias'") && Catch::Contains("not all zeros"));
+  CHECK(hf::detail::activation_name(Activation::gelu) == "gelu_new");
+  CHECK(json_number(1e-12) == "1e-12");
+  CHECK(json_number(2.0) == "2.0");
+}

@@ -1,9 +1,12 @@
 // jit/io/pretrained_weights.cpp — the Hugging Face naming schemes, tensor layouts and config files
 #include "jit/io/pretrained_weights.hpp"
 
+#include "jit/io/atomic_file.hpp"
 #include "jit/io/checkpoint.hpp"
 #include "jit/io/json.hpp"
 
+#include <charconv>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -94,15 +97,17 @@ WeightNames make_gpt2() {
                 // The causal-mask buffers older transformers versions saved.
                 return name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias");
               },
-          .tied = {{"lm_head.weight", "wte.weight"}}};
+          .tied = {{"lm_head.weight", "wte.weight"}},
+          .task_prefix = "transformer.",
+          .head_prefix = "lm_head."};
 }
 
 WeightNames make_vit() {
   Table top{{"embed.proj.weight",
              one("embeddings.patch_embeddings.projection.weight", TensorLayout::conv_patches)},
             {"embed.proj.bias", one("embeddings.patch_embeddings.projection.bias")},
-            {"cls", one("embeddings.cls_token", TensorLayout::flattened)},
-            {"position", one("embeddings.position_embeddings", TensorLayout::flattened)}};
+            {"cls", {{"embeddings.cls_token"}, TensorLayout::flattened, 3}},
+            {"position", {{"embeddings.position_embeddings"}, TensorLayout::flattened, 3}}};
   add_layernorm(top, "norm", "layernorm");
   add_linear(top, "pooler", "pooler.dense");
   add_linear(top, "head", "classifier");
@@ -117,7 +122,9 @@ WeightNames make_vit() {
           .prefixes = {"", "vit."},
           .source = table_source(std::move(top), std::move(block), "encoder.layer."),
           .ignorable = [](const std::string& name) { return name == "embeddings.mask_token"; },
-          .tied = {}};
+          .tied = {},
+          .task_prefix = "vit.",
+          .head_prefix = "classifier."};
 }
 
 WeightNames make_bert(std::string family, std::string prefix) {
@@ -140,7 +147,9 @@ WeightNames make_bert(std::string family, std::string prefix) {
               [](const std::string& name) {
                 return name == "embeddings.position_ids" || name == "embeddings.token_type_ids";
               },
-          .tied = {}};
+          .tied = {},
+          .task_prefix = "",
+          .head_prefix = ""};
 }
 
 /// The names a file may hold `name` under: each prefix, and the LayerNorm gamma/beta names of
@@ -378,6 +387,148 @@ std::vector<HostTensor> read_named_weights(const std::filesystem::path& file,
           "head), or load part of the file with .strict = false");
   }
   return out;
+}
+
+// ---- writing ----
+
+namespace {
+
+/// `value` laid out as the file holds it: the parts of `source`, in order.
+std::vector<HostTensor> lay_back(const TensorSource& source, const HostTensor& value,
+                                 int64_t image_channels, const std::string& name) {
+  auto fail = [&](const std::string& why) -> std::runtime_error {
+    return std::runtime_error("sinter: cannot write the model's '" + name + "' " +
+                              to_string(value.shape()) + ": " + why);
+  };
+  const Shape& s = value.shape();
+  std::vector<float> in = to_floats(value);
+  auto tensor = [](Shape shape, const std::vector<float>& values) {
+    HostTensor t(DType::f32, std::move(shape));
+    std::memcpy(t.bytes().data(), values.data(), values.size() * sizeof(float));
+    return t;
+  };
+  switch (source.layout) {
+  case TensorLayout::same: return {tensor(s, in)};
+  case TensorLayout::flattened: {
+    Shape shape = s;
+    while (static_cast<int64_t>(shape.size()) < source.file_rank)
+      shape.insert(shape.begin(), 1);
+    return {tensor(shape, in)};
+  }
+  case TensorLayout::zeros:
+    for (float v : in)
+      if (v != 0.0f) throw fail("the other model has no such parameter, and it is not all zeros");
+    return {};
+  case TensorLayout::transposed: {
+    if (s.size() != 2) throw fail("a Linear weight must be 2-D");
+    std::vector<float> out(in.size());
+    for (int64_t i = 0; i < s[0]; ++i)
+      for (int64_t o = 0; o < s[1]; ++o)
+        out[static_cast<std::size_t>(o * s[0] + i)] = in[static_cast<std::size_t>(i * s[1] + o)];
+    return {tensor({s[1], s[0]}, out)};
+  }
+  case TensorLayout::packed_transposed: {
+    auto parts = static_cast<int64_t>(source.names.size());
+    int64_t total = s.back();
+    if (s.size() > 2 || total % parts != 0)
+      throw fail("it does not split into " + std::to_string(parts) + " equal parts");
+    int64_t rows = total / parts, inner = s.size() == 2 ? s[0] : 1;
+    std::vector<HostTensor> out;
+    for (int64_t k = 0; k < parts; ++k) {
+      std::vector<float> part(static_cast<std::size_t>(rows * inner));
+      for (int64_t o = 0; o < rows; ++o)
+        for (int64_t i = 0; i < inner; ++i)
+          part[static_cast<std::size_t>(o * inner + i)] =
+              in[static_cast<std::size_t>(i * total + k * rows + o)];
+      out.push_back(tensor(s.size() == 2 ? Shape{rows, inner} : Shape{rows}, part));
+    }
+    return out;
+  }
+  case TensorLayout::conv_patches: {
+    if (s.size() != 2 || s[0] % image_channels != 0) throw fail("not a patch projection");
+    auto patch = static_cast<int64_t>(std::llround(std::sqrt(double(s[0] / image_channels))));
+    if (patch * patch * image_channels != s[0])
+      throw fail("not " + std::to_string(image_channels) + " channels of square patches");
+    std::vector<float> out(in.size());
+    for (int64_t j = 0; j < s[0]; ++j)
+      for (int64_t o = 0; o < s[1]; ++o)
+        out[static_cast<std::size_t>(o * s[0] + j)] = in[static_cast<std::size_t>(j * s[1] + o)];
+    return {tensor({s[1], image_channels, patch, patch}, out)};
+  }
+  }
+  throw fail("unknown layout");
+}
+
+} // namespace
+
+void write_named_weights(const std::filesystem::path& file, std::span<const NamedWeight> weights,
+                         const WeightNames& names, int64_t image_channels) {
+  if (!names.source)
+    throw std::invalid_argument("sinter: write_named_weights needs another library's naming "
+                                "(hf::gpt2, hf::vit, hf::bert, hf::roberta); save_weights "
+                                "writes sinter's own");
+  std::vector<std::pair<std::string, HostTensor>> out;
+  bool has_head = false;
+  for (const NamedWeight& w : weights) {
+    std::optional<TensorSource> source = names.source(w.name);
+    if (!source)
+      throw std::runtime_error("sinter: the model's parameter '" + w.name + "' has no " +
+                               names.family +
+                               " name — the model is not the one this naming "
+                               "writes (docs/pretrained.md)");
+    std::vector<HostTensor> parts = lay_back(*source, *w.value, image_channels, w.name);
+    for (std::size_t k = 0; k < parts.size(); ++k) {
+      has_head = has_head ||
+                 (!names.head_prefix.empty() && source->names[k].starts_with(names.head_prefix));
+      out.emplace_back(source->names[k], std::move(parts[k]));
+    }
+  }
+  // As the task model saves itself: its body under its prefix, its head beside it.
+  std::vector<std::pair<std::string, const HostTensor*>> named;
+  for (auto& [name, tensor] : out) {
+    bool head = !names.head_prefix.empty() && name.starts_with(names.head_prefix);
+    name = (has_head && !head ? names.task_prefix : "") + name;
+    named.emplace_back(name, &tensor);
+  }
+  save_safetensors(file, named, {{"format", "pt"}});
+}
+
+std::string json_number(double value) {
+  char text[64];
+  auto [end, error] = std::to_chars(text, text + sizeof text, value);
+  std::string out(text, end);
+  // A whole number keeps a decimal point, so that it reads back as a float.
+  if (out.find_first_of(".e") == std::string::npos) out += ".0";
+  return out;
+}
+
+ConfigText& ConfigText::add(const std::string& key, int64_t value) {
+  return raw(key, std::to_string(value));
+}
+ConfigText& ConfigText::add(const std::string& key, double value) {
+  if (!std::isfinite(value))
+    throw std::invalid_argument("sinter: config key " + key + " is not finite");
+  return raw(key, json_number(value));
+}
+ConfigText& ConfigText::add(const std::string& key, bool value) {
+  return raw(key, value ? "true" : "false");
+}
+ConfigText& ConfigText::add(const std::string& key, const std::string& value) {
+  std::string quoted;
+  json::append_quoted(quoted, value);
+  return raw(key, quoted);
+}
+ConfigText& ConfigText::raw(const std::string& key, const std::string& json_value) {
+  text_ += text_.empty() ? "{\n  " : ",\n  ";
+  json::append_quoted(text_, key);
+  text_ += ": " + json_value;
+  return *this;
+}
+std::string ConfigText::str() const { return (text_.empty() ? "{" : text_) + "\n}\n"; }
+
+void write_model_config(const std::filesystem::path& folder, const ConfigText& config) {
+  std::filesystem::create_directories(folder);
+  write_file_atomically(folder / "config.json", config.str(), "model configuration");
 }
 
 // ---- config.json ----

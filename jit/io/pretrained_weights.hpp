@@ -38,6 +38,7 @@ enum class TensorLayout : uint8_t {
 struct TensorSource {
   std::vector<std::string> names;
   TensorLayout layout = TensorLayout::same;
+  int64_t file_rank = 0; ///< flattened: the rank the file holds it at (leading 1s); written so
 };
 
 /// A naming scheme: which tensors of a file make each sinter parameter. The default scheme is
@@ -54,6 +55,10 @@ struct WeightNames {
   /// (copy, original): the file may hold `copy` beside `original` when the model ties them
   /// (GPT-2's lm_head and token table); it is then checked to be equal, not read.
   std::vector<std::pair<std::string, std::string>> tied;
+  /// Writing: the task model's prefix (`transformer.`, `vit.`) that names carry when the model
+  /// has a head, and the head's own names, which never carry it (`lm_head.`, `classifier.`).
+  std::string task_prefix;
+  std::string head_prefix;
 };
 
 namespace hf {
@@ -83,6 +88,44 @@ struct WantedTensor {
 std::vector<HostTensor> read_named_weights(const std::filesystem::path& file,
                                            std::span<const WantedTensor> wanted,
                                            const WeightNames& names, bool strict);
+
+/// One parameter to write: its dotted name and value.
+struct NamedWeight {
+  std::string name;
+  const HostTensor* value;
+};
+
+/// The inverse of read_named_weights: writes `weights` to the safetensors `file` (atomically)
+/// under the scheme's names, laid out as the other library holds them (transposed back, q/k/v
+/// split, the patch Linear as a Conv2d of `image_channels` channels). A parameter the scheme
+/// reads as zeros must be all zeros (the other model has no place for it). Throws
+/// std::runtime_error naming the parameter when it cannot be written.
+void write_named_weights(const std::filesystem::path& file, std::span<const NamedWeight> weights,
+                         const WeightNames& names, int64_t image_channels = 1);
+
+/// The shortest text that reads back as `value` (config.json numbers: 1e-12, 0.02).
+std::string json_number(double value);
+
+/// A config.json being written: members in the order added.
+class ConfigText {
+public:
+  ConfigText& add(const std::string& key, int64_t value);
+  ConfigText& add(const std::string& key, double value);
+  ConfigText& add(const std::string& key, bool value);
+  ConfigText& add(const std::string& key, const std::string& value);
+  ConfigText& add(const std::string& key, const char* value) {
+    return add(key, std::string(value));
+  }
+  /// A member whose value is already JSON text (an array, an object, null).
+  ConfigText& raw(const std::string& key, const std::string& json_value);
+  std::string str() const;
+
+private:
+  std::string text_;
+};
+
+/// Writes `config` as `folder`/config.json (atomically), making the folder.
+void write_model_config(const std::filesystem::path& folder, const ConfigText& config);
 
 /// A model's configuration file (Hugging Face's config.json), with typed look-ups whose errors
 /// name the file, the key and the fix.

@@ -14,6 +14,9 @@ gains at 1, which would hide a bias or gain read from the wrong tensor). Cases:
   bert           BertModel, token types and a padded row: last_hidden_state (unpadded
                  tokens) and pooler_output
   roberta        RobertaModel: positions from padding id + 1, the same outputs
+  (each of the above is also written back by hf_forward --export with hf::save_pretrained and
+   loaded by transformers' from_pretrained, which must read every weight from it and give the
+   same outputs)
   bert-task      BertForSequenceClassification: refused whole (naming its classifier), then its
                  `bert.` encoder read with --part
   gpt2-deeper    a 3-layer file under a 2-layer config.json: refused naming h.2.*
@@ -72,7 +75,7 @@ def main():
                 p.add_(torch.randn_like(p) * 0.05)
         return model.eval()
 
-    def run_forward(name, model, inputs, part=False, expect_error=None):
+    def run_forward(name, model, inputs, part=False, expect_error=None, export=True):
         folder = work / name
         model.save_pretrained(folder, safe_serialization=True)
         save_file({k: v.contiguous() for k, v in inputs.items()}, str(folder / "inputs.safetensors"))
@@ -80,6 +83,7 @@ def main():
         if out.exists():
             out.unlink()
         command = [args.forward] + (["--part"] if part else []) + \
+            (["--export", str(folder / "exported")] if export and expect_error is None else []) + \
             [str(folder), str(folder / "inputs.safetensors"), str(out)]
         done = subprocess.run(command, capture_output=True, text=True)
         if expect_error is not None:
@@ -93,6 +97,16 @@ def main():
         return load_file(str(out))
 
     failures = []
+
+    def exported(name, model_type):
+        """What hf_forward --export wrote, loaded back by transformers: every weight must be
+        read from the file (none missing, unexpected or of another shape)."""
+        model, info = model_type.from_pretrained(work / name / "exported",
+                                                 output_loading_info=True)
+        problems = {k: v for k, v in info.items() if v}
+        if problems:
+            failures.append(f"{name} exported: transformers reports {problems}")
+        return model.eval()
 
     def compare(name, ours, reference, keep=None):
         ours = ours.to(torch.float32)
@@ -122,6 +136,9 @@ def main():
             reference = model(ids).logits
         out = run_forward(name, model, {"input_ids": ids})
         compare(f"{name} logits", out["logits"], reference)
+        with torch.no_grad():
+            again = exported(name, T.GPT2LMHeadModel)(ids).logits
+        compare(f"{name} exported by sinter, logits in transformers", again, reference)
 
     # ViT: a classifier on 3-channel images, a pooled backbone on 1-channel ones.
     for name, channels, classifier in (("vit-classifier", 3, True), ("vit-model", 1, False)):
@@ -134,10 +151,17 @@ def main():
         with torch.no_grad():
             result = model(pixel_values=pixels)
         out = run_forward(name, model, {"pixel_values": pixels})
+        kind = T.ViTForImageClassification if classifier else T.ViTModel
+        with torch.no_grad():
+            again = exported(name, kind)(pixel_values=pixels)
         if classifier:
             compare(f"{name} logits", out["logits"], result.logits)
+            compare(f"{name} exported by sinter, logits in transformers", again.logits,
+                    result.logits)
         else:
             compare(f"{name} pooler_output", out["pooler_output"], result.pooler_output)
+            compare(f"{name} exported by sinter, pooler_output in transformers",
+                    again.pooler_output, result.pooler_output)
 
     # BERT and RoBERTa encoders, with token types and a padded row.
     def text_inputs(vocab, types, pad):
@@ -166,6 +190,10 @@ def main():
         compare(f"{name} last_hidden_state", out["last_hidden_state"], result.last_hidden_state,
                 keep)
         compare(f"{name} pooler_output", out["pooler_output"], result.pooler_output)
+        with torch.no_grad():
+            again = exported(name, model_type)(**inputs)
+        compare(f"{name} exported by sinter, last_hidden_state in transformers",
+                again.last_hidden_state, result.last_hidden_state, keep)
 
     # A task model: refused whole (the classifier has no place in sinter's Bert), its encoder
     # read with --part.
@@ -177,7 +205,7 @@ def main():
     run_forward("bert-task", model, inputs, expect_error="'classifier.")
     with torch.no_grad():
         result = model.bert(**inputs)
-    out = run_forward("bert-task", model, inputs, part=True)
+    out = run_forward("bert-task", model, inputs, part=True, export=False)
     compare("bert-task last_hidden_state", out["last_hidden_state"], result.last_hidden_state,
             inputs["attention_mask"].bool())
     compare("bert-task pooler_output", out["pooler_output"], result.pooler_output)

@@ -1,7 +1,7 @@
 // tests/pretrained/hf_forward.cpp — runs a Hugging Face model folder's forward pass in sinter
 // for check_hf_weights.py
 //
-// Usage: hf_forward [--part] DIR INPUTS OUTPUTS
+// Usage: hf_forward [--part] [--export FOLDER] DIR INPUTS OUTPUTS
 //   DIR      what save_pretrained wrote (config.json, model.safetensors); its model_type picks
 //            the model: gpt2, vit, bert or roberta
 //   INPUTS   safetensors: input_ids (i64 [B, T]) with, for bert/roberta, attention_mask and
@@ -9,6 +9,7 @@
 //   OUTPUTS  written: logits (gpt2, a ViT classifier), pooler_output (ViTModel, bert, roberta)
 //            and last_hidden_state (bert, roberta)
 //   --part   load with .strict = false (a task model's encoder without its head)
+//   --export FOLDER  then write the model with hf::save_pretrained into FOLDER
 // With SINTER_HF_TIMING=1 it prints `hf_forward: build X s, load Y s, forward Z s` on stderr.
 // A refused file prints "hf_forward: <the error>" and exits 1.
 #include "dsl/sinter.hpp"
@@ -43,8 +44,8 @@ HostTensor as_f32(const HostTensor& t) {
   return out;
 }
 
-int run(bool part, const std::filesystem::path& dir, const std::filesystem::path& inputs_file,
-        const std::filesystem::path& outputs_file) {
+int run(bool part, const std::string& export_to, const std::filesystem::path& dir,
+        const std::filesystem::path& inputs_file, const std::filesystem::path& outputs_file) {
   Checkpoint inputs = load_safetensors(inputs_file);
   auto input = [&](const std::string& name) -> HostTensor& {
     auto it = inputs.tensors.find(name);
@@ -59,12 +60,14 @@ int run(bool part, const std::filesystem::path& dir, const std::filesystem::path
   lap();
   Init init = Init::for_loading(); // every parameter is loaded
   if (names.family == "hf::gpt2") {
-    GPT model(hf::gpt2_config(dir), init);
+    GPTConfig config = hf::gpt2_config(dir);
+    GPT model(config, init);
     phases.build = lap();
     load_weights(hf::weights_file(dir), model, options);
     phases.load = lap();
     auto logits = compile_eval(model, [](GPT& m, Var ids) { return m(ids); }, {"input_ids"});
     outputs.emplace_back("logits", logits(input("input_ids")));
+    if (!export_to.empty()) hf::save_pretrained(export_to, model, config);
   } else if (names.family == "hf::vit") {
     ViTConfig config = hf::vit_config(dir);
     ViT model(config, init);
@@ -79,8 +82,10 @@ int run(bool part, const std::filesystem::path& dir, const std::filesystem::path
     }
     auto forward = compile_eval(model, [](ViT& m, Var images) { return m(images); }, {"pixels"});
     outputs.emplace_back(config.classes > 0 ? "logits" : "pooler_output", forward(pixels));
+    if (!export_to.empty()) hf::save_pretrained(export_to, model, config);
   } else {
-    Bert model(hf::bert_config(dir), init);
+    BertConfig config = hf::bert_config(dir);
+    Bert model(config, init);
     phases.build = lap();
     load_weights(hf::weights_file(dir), model, options);
     phases.load = lap();
@@ -95,6 +100,7 @@ int run(bool part, const std::filesystem::path& dir, const std::filesystem::path
                          hidden(input("input_ids"), input("token_type_ids"), mask));
     outputs.emplace_back("pooler_output",
                          pooled(input("input_ids"), input("token_type_ids"), mask));
+    if (!export_to.empty()) hf::save_pretrained(export_to, model, config);
   }
   phases.forward = lap();
   if (const char* timing = std::getenv("SINTER_HF_TIMING"); timing && std::string(timing) == "1")
@@ -110,14 +116,23 @@ int run(bool part, const std::filesystem::path& dir, const std::filesystem::path
 } // namespace
 
 int main(int argc, char** argv) {
-  bool part = argc > 1 && std::strcmp(argv[1], "--part") == 0;
-  if (argc != 4 + (part ? 1 : 0)) {
-    std::fprintf(stderr, "usage: hf_forward [--part] DIR INPUTS OUTPUTS\n");
+  bool part = false;
+  std::string export_to;
+  int at = 1;
+  for (; at < argc && std::strncmp(argv[at], "--", 2) == 0; ++at) {
+    if (std::strcmp(argv[at], "--part") == 0)
+      part = true;
+    else if (std::strcmp(argv[at], "--export") == 0 && at + 1 < argc)
+      export_to = argv[++at];
+    else
+      break;
+  }
+  if (argc - at != 3) {
+    std::fprintf(stderr, "usage: hf_forward [--part] [--export FOLDER] DIR INPUTS OUTPUTS\n");
     return 2;
   }
-  char** args = argv + (part ? 2 : 1);
   try {
-    return run(part, args[0], args[1], args[2]);
+    return run(part, export_to, argv[at], argv[at + 1], argv[at + 2]);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hf_forward: %s\n", e.what());
     return 1;
