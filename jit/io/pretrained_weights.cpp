@@ -184,6 +184,22 @@ std::vector<float> to_floats(const HostTensor& t) {
   return out;
 }
 
+/// `in`, a row-major [rows, cols] matrix, as [cols, rows].
+std::vector<float> transposed(const std::vector<float>& in, int64_t rows, int64_t cols) {
+  std::vector<float> out(in.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      out[static_cast<std::size_t>(c * rows + r)] = in[static_cast<std::size_t>(r * cols + c)];
+  return out;
+}
+
+/// `s` without leading dims of size 1 beyond `rank` dims ([1, 1, D] → [D] for rank 1).
+Shape without_leading_ones(Shape s, std::size_t rank) {
+  while (s.size() > rank && s.front() == 1)
+    s.erase(s.begin());
+  return s;
+}
+
 struct Laid {
   Shape shape;
   std::vector<float> values;
@@ -196,20 +212,12 @@ Laid lay_out(TensorLayout layout, const std::vector<const HostTensor*>& parts,
   case TensorLayout::zeros:
     return {wanted, std::vector<float>(static_cast<std::size_t>(numel(wanted)), 0.0f)};
   case TensorLayout::same: return {parts[0]->shape(), to_floats(*parts[0])};
-  case TensorLayout::flattened: {
-    Shape s = parts[0]->shape();
-    while (s.size() > wanted.size() && s.front() == 1)
-      s.erase(s.begin());
-    return {s, to_floats(*parts[0])};
-  }
+  case TensorLayout::flattened:
+    return {without_leading_ones(parts[0]->shape(), wanted.size()), to_floats(*parts[0])};
   case TensorLayout::transposed: {
     const Shape& s = parts[0]->shape();
     if (s.size() != 2) throw std::invalid_argument("a Linear weight [out, in] must be 2-D");
-    std::vector<float> in = to_floats(*parts[0]), out(in.size());
-    for (int64_t o = 0; o < s[0]; ++o)
-      for (int64_t i = 0; i < s[1]; ++i)
-        out[static_cast<std::size_t>(i * s[0] + o)] = in[static_cast<std::size_t>(o * s[1] + i)];
-    return {{s[1], s[0]}, std::move(out)};
+    return {{s[1], s[0]}, transposed(to_floats(*parts[0]), s[0], s[1])};
   }
   case TensorLayout::packed_transposed: {
     std::size_t rank = parts[0]->shape().size();
@@ -239,12 +247,7 @@ Laid lay_out(TensorLayout layout, const std::vector<const HostTensor*>& parts,
     if (s.size() != 4)
       throw std::invalid_argument("a patch convolution weight [out, channels, P, P] must be 4-D");
     int64_t out_channels = s[0], patch = s[1] * s[2] * s[3];
-    std::vector<float> in = to_floats(*parts[0]), out(in.size());
-    for (int64_t o = 0; o < out_channels; ++o)
-      for (int64_t j = 0; j < patch; ++j)
-        out[static_cast<std::size_t>(j * out_channels + o)] =
-            in[static_cast<std::size_t>(o * patch + j)];
-    return {{patch, out_channels}, std::move(out)};
+    return {{patch, out_channels}, transposed(to_floats(*parts[0]), out_channels, patch)};
   }
   }
   throw std::invalid_argument("unknown tensor layout");
@@ -310,20 +313,17 @@ std::vector<HostTensor> read_named_weights(const std::filesystem::path& file,
             ", not floating point: it is no weight of the model's '" + w.name + "'");
     }
     // The common case, a tensor kept as it is in the parameter's dtype: its bytes, copied once.
-    if ((source->layout == TensorLayout::same || source->layout == TensorLayout::flattened) &&
-        parts[0]->dtype() == w.dtype && parts[0]->size() == numel(w.shape) &&
-        (source->layout == TensorLayout::flattened || parts[0]->shape() == w.shape)) {
-      Shape s = parts[0]->shape();
-      while (s.size() > w.shape.size() && s.front() == 1)
-        s.erase(s.begin());
-      if (s == w.shape) {
-        HostTensor t(w.dtype, w.shape);
-        std::memcpy(t.bytes().data(), parts[0]->bytes().data(), t.bytes().size());
-        require_finite(t, found[0], file);
-        used.insert(found.begin(), found.end());
-        out.push_back(std::move(t));
-        continue;
-      }
+    bool kept = source->layout == TensorLayout::same || source->layout == TensorLayout::flattened;
+    if (kept && parts[0]->dtype() == w.dtype &&
+        (source->layout == TensorLayout::same
+             ? parts[0]->shape()
+             : without_leading_ones(parts[0]->shape(), w.shape.size())) == w.shape) {
+      HostTensor t(w.dtype, w.shape);
+      std::memcpy(t.bytes().data(), parts[0]->bytes().data(), t.bytes().size());
+      require_finite(t, found[0], file);
+      used.insert(found.begin(), found.end());
+      out.push_back(std::move(t));
+      continue;
     }
     Laid laid;
     try {
@@ -421,11 +421,7 @@ std::vector<HostTensor> lay_back(const TensorSource& source, const HostTensor& v
     return {};
   case TensorLayout::transposed: {
     if (s.size() != 2) throw fail("a Linear weight must be 2-D");
-    std::vector<float> out(in.size());
-    for (int64_t i = 0; i < s[0]; ++i)
-      for (int64_t o = 0; o < s[1]; ++o)
-        out[static_cast<std::size_t>(o * s[0] + i)] = in[static_cast<std::size_t>(i * s[1] + o)];
-    return {tensor({s[1], s[0]}, out)};
+    return {tensor({s[1], s[0]}, transposed(in, s[0], s[1]))};
   }
   case TensorLayout::packed_transposed: {
     auto parts = static_cast<int64_t>(source.names.size());
@@ -449,11 +445,7 @@ std::vector<HostTensor> lay_back(const TensorSource& source, const HostTensor& v
     auto patch = static_cast<int64_t>(std::llround(std::sqrt(double(s[0] / image_channels))));
     if (patch * patch * image_channels != s[0])
       throw fail("not " + std::to_string(image_channels) + " channels of square patches");
-    std::vector<float> out(in.size());
-    for (int64_t j = 0; j < s[0]; ++j)
-      for (int64_t o = 0; o < s[1]; ++o)
-        out[static_cast<std::size_t>(o * s[0] + j)] = in[static_cast<std::size_t>(j * s[1] + o)];
-    return {tensor({s[1], image_channels, patch, patch}, out)};
+    return {tensor({s[1], image_channels, patch, patch}, transposed(in, s[0], s[1]))};
   }
   }
   throw fail("unknown layout");
