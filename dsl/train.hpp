@@ -457,9 +457,11 @@ template <class Model, class Fn> class ModelProgram {
 public:
   /// With `gradients`, output 0 must be a scalar loss and the program also returns its
   /// gradient with respect to every parameter (outputs `grad:<parameter name>`).
-  ModelProgram(Model& model, Fn fn, std::vector<std::string> batch_names, bool gradients)
+  /// `amp`: the forward is traced as compile_step's mixed precision computes it.
+  ModelProgram(Model& model, Fn fn, std::vector<std::string> batch_names, bool gradients,
+               AmpMode amp = AmpMode::off)
       : model_(model), fn_(std::move(fn)),
-        batch_names_(default_batch_names(std::move(batch_names), arity)) {
+        batch_names_(default_batch_names(std::move(batch_names), arity)), amp_(amp) {
     NamedParameters named = named_parameters(model_);
     names_ = std::move(named.names);
     params_ = named.values();
@@ -477,7 +479,9 @@ public:
     std::string key = signature_key(batch);
     if (auto it = compiled_.find(key); it != compiled_.end()) return *it->second;
     const auto started = std::chrono::steady_clock::now();
-    Graph g = trace_with_model(model_, fn_, batch, batch_names_, std::make_index_sequence<arity>{});
+    Graph g = amp_forward(
+        trace_with_model(model_, fn_, batch, batch_names_, std::make_index_sequence<arity>{}),
+        amp_);
     const double traced_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
             .count();
@@ -514,6 +518,7 @@ private:
   Model& model_;
   Fn fn_;
   std::vector<std::string> batch_names_;
+  AmpMode amp_;
   std::optional<AutodiffOptions> autodiff_;
   std::vector<std::string> names_;
   std::vector<HostTensor*> params_;
@@ -571,8 +576,9 @@ auto compile_eval(Model& model, Fn fn, std::vector<std::string> batch_names = {}
 /// model, compiled once per batch types. Reads the parameters at every call; never changes them.
 template <class Model, class LossFn> class CompiledGrad {
 public:
-  CompiledGrad(Model& model, LossFn fn, std::vector<std::string> batch_names)
-      : program_(model, std::move(fn), std::move(batch_names), true) {}
+  CompiledGrad(Model& model, LossFn fn, std::vector<std::string> batch_names,
+               AmpMode amp = AmpMode::off)
+      : program_(model, std::move(fn), std::move(batch_names), true, amp) {}
 
   /// A recompile's line names the calling source line.
   template <class... H>
@@ -614,6 +620,22 @@ template <class Model, class LossFn>
   requires(!std::same_as<std::remove_cvref_t<LossFn>, GradOptions>)
 auto value_and_grad(Model& model, LossFn loss, std::vector<std::string> batch_names = {}) {
   return CompiledGrad<Model, LossFn>(model, std::move(loss), std::move(batch_names));
+}
+
+/// Options of value_and_grad over a model.
+struct ModelGradOptions {
+  std::vector<std::string> batch_names;
+  /// Mixed precision (amp::bf16, amp::fp16): the loss and gradients as compile_step with the
+  /// same `amp` computes them (before its loss scaling), to compare them with f32's.
+  AmpMode amp = AmpMode::off;
+};
+
+/// value_and_grad over a model with options: `{.batch_names = {...}, .amp = amp::bf16}`.
+template <class Model, class LossFn>
+  requires(!std::same_as<std::remove_cvref_t<LossFn>, GradOptions>)
+auto value_and_grad(Model& model, LossFn loss, ModelGradOptions options) {
+  return CompiledGrad<Model, LossFn>(model, std::move(loss), std::move(options.batch_names),
+                                     options.amp);
 }
 
 } // namespace sinter

@@ -59,7 +59,10 @@ struct GpuPlan {
 /// loss = cross_entropy(LN(x + W2·gelu(W1·LN(x) + b1) + b2) · Wo, labels), differentiated with
 /// respect to every weight and x: layernorm rows forward and backward, a softmax-loss row, bias
 /// and γ/β column sums, GEMMs.
-Graph transformer_layer_gradients(DType t, int64_t rows, int64_t width, int64_t classes) {
+/// With `amp`, the f32 layer goes through the autocast pass to bf16 first, as a step's forward
+/// does: GEMMs low, the residual stream f32.
+Graph transformer_layer_gradients(DType t, int64_t rows, int64_t width, int64_t classes,
+                                  bool amp = false) {
   Graph g;
   Value x = input(g, "x", {t, {rows, width}});
   Value g1 = input(g, "g1", {t, {width}});
@@ -72,8 +75,11 @@ Graph transformer_layer_gradients(DType t, int64_t rows, int64_t width, int64_t 
   Value c2 = input(g, "c2", {t, {width}});
   Value wo = input(g, "wo", {t, {width, classes}});
   Value labels = input(g, "labels", {DType::i32, {rows}});
+  // Under AMP the residual stream is f32 work (in a model, the embeddings' sum), not an input.
+  if (amp) x = x * constant(g, 1.0, t);
   Value h = x + matmul(gelu_tanh(matmul(layernorm(x, g1, c1), w1) + b1), w2) + b2;
   g.add_output("loss", cross_entropy_mean(matmul(layernorm(h, g2, c2), wo), labels).id);
+  if (amp) g = autocast(g, DType::bf16);
   return Pipeline::standard(
              AutodiffOptions{{"x", "g1", "c1", "w1", "b1", "w2", "b2", "g2", "c2", "wo"}, 0})
       .run(g, DumpSelection(""), std::cerr);
@@ -112,6 +118,31 @@ TEST_CASE("emulated CUDA: a transformer layer's gradients match the interpreter 
     CHECK(sibling_column_passes >= 2); // the γ and β sums of each layernorm
     compare_emulated(g, layer_values(g, 10), backend_tolerance(t, true));
   }
+}
+
+TEST_CASE("emulated CUDA: under bf16 autocast a layer's row kernels also write the casts its "
+          "GEMMs read, and its gradients match the interpreter",
+          "[emulated]") {
+  Graph g = transformer_layer_gradients(DType::f32, 96, 48, 10, true);
+  GpuPlan gpu(g);
+  INFO(gpu.plan.print());
+  // The residual stream's gradient is f32; the GEMMs before it read its bf16 cast, which the
+  // layernorm-backward row kernel writes as another output.
+  std::size_t rows_writing_casts = 0;
+  for (const Kernel& k : gpu.plan.kernels) {
+    if (k.kind != KernelKind::row) continue;
+    for (ValueId out : k.outputs()) {
+      ValueId v = out;
+      while (gpu.graph.node(v).op == OpId::reshape)
+        v = gpu.graph.node(v).inputs[0];
+      // A bf16 output that casts another of the kernel's own (f32) outputs.
+      rows_writing_casts += gpu.graph.type(out).dtype == DType::bf16 &&
+                            gpu.graph.node(v).op == OpId::cast &&
+                            k.writes(gpu.graph.node(v).inputs[0]);
+    }
+  }
+  CHECK(rows_writing_casts >= 1);
+  compare_emulated(g, layer_values(g, 10), backend_tolerance(DType::bf16, true));
 }
 
 TEST_CASE("GPU plan: GELU and layer-norm values the backward pass reads are recomputed, not "

@@ -266,6 +266,7 @@ FusionPlan fuse(const Graph& g, FusionOptions options) {
   merge_attention_kernels(plan);
   if (options.row_kernels) merge_into_row_kernels(plan);
   merge_sibling_kernels(plan, options.sibling_reductions);
+  if (options.row_kernels) join_row_kernels(plan);
   hoist_collectives(plan);
   choose_in_place(plan);
   return plan;

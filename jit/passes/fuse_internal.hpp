@@ -40,6 +40,8 @@ void merge_into_row_kernels(FusionPlan& plan);
 /// Loop kernels over one shape (with `reductions`, also reductions over the same axes of
 /// same-shaped operands) become one pass with several outputs.
 void merge_sibling_kernels(FusionPlan& plan, bool reductions);
+/// Elementwise loops over a row kernel's full-row outputs (a cast) become more of its outputs.
+void join_row_kernels(FusionPlan& plan);
 
 // ---- fuse_order.cpp: when kernels run and where they write ---------------------------------
 

@@ -20,6 +20,18 @@ void drop_merged(std::vector<Kernel>& kernels, const std::vector<bool>& merged) 
   kernels = std::move(kept);
 }
 
+/// No kernel writes the buffer (an input).
+constexpr std::size_t none = static_cast<std::size_t>(-1);
+
+/// For each buffer of the plan's graph, the index of the kernel writing it (or `none`).
+std::vector<std::size_t> writers(const FusionPlan& plan) {
+  std::vector<std::size_t> writer(plan.graph->size(), none);
+  for (std::size_t k = 0; k < plan.kernels.size(); ++k)
+    for (ValueId out : plan.kernels[k].outputs())
+      writer[out] = k;
+  return writer;
+}
+
 /// Earlier kernels (still standing) a loop kernel may join: bounds the search and how much
 /// earlier a merged kernel's outputs come to life.
 constexpr std::size_t merge_window = 32;
@@ -144,11 +156,7 @@ std::vector<ValueId> fuse_steps::aligned_reads(const FusionPlan& plan, const Ker
 void fuse_steps::merge_sibling_kernels(FusionPlan& plan, bool reductions) {
   const Graph& g = *plan.graph;
   auto& kernels = plan.kernels;
-  constexpr std::size_t none = static_cast<std::size_t>(-1);
-  std::vector<std::size_t> writer(g.size(), none); // buffer -> kernel writing it
-  for (std::size_t k = 0; k < kernels.size(); ++k)
-    for (ValueId out : kernels[k].outputs())
-      writer[out] = k;
+  std::vector<std::size_t> writer = writers(plan);
   std::vector<bool> merged(kernels.size(), false);
   for (std::size_t j = 0; j < kernels.size(); ++j) {
     const Kernel& late = kernels[j];
@@ -243,7 +251,6 @@ void fuse_steps::merge_attention_kernels(FusionPlan& plan) {
 void fuse_steps::merge_into_row_kernels(FusionPlan& plan) {
   const Graph& g = *plan.graph;
   auto& kernels = plan.kernels;
-  constexpr std::size_t none = static_cast<std::size_t>(-1);
   std::vector<bool> is_output(g.size(), false);
   for (const NamedValue& out : g.outputs())
     is_output[out.id] = true;
@@ -361,6 +368,63 @@ void fuse_steps::merge_into_row_kernels(FusionPlan& plan) {
       }
       changed = changed || kernels[l].kind == KernelKind::row;
     }
+  }
+  drop_merged(kernels, merged);
+}
+
+/// A loop kernel of elementwise ops (and reshapes) over full rows that reads a row kernel's
+/// outputs joins that row kernel as further outputs, when everything else it reads exists by
+/// the time the row kernel runs: under AMP the cast of an f32 gradient for the next GEMM is
+/// then written by the pass that computes the gradient, not by a pass of its own.
+void fuse_steps::join_row_kernels(FusionPlan& plan) {
+  const Graph& g = *plan.graph;
+  auto& kernels = plan.kernels;
+  std::vector<std::size_t> writer = writers(plan);
+  std::vector<bool> merged(kernels.size(), false);
+  for (std::size_t j = 0; j < kernels.size(); ++j) {
+    const Kernel& late = kernels[j];
+    if (late.kind != KernelKind::loop || g.recomputed(late.root)) continue;
+    bool elementwise = std::all_of(late.body.begin(), late.body.end(), [&](ValueId v) {
+      OpId op = g.node(v).op;
+      return op == OpId::reshape ||
+             (op != OpId::input && is_primitive(op) && !index_only(op) && !always_root(op));
+    });
+    std::size_t i = none;
+    for (ValueId r : late.reads)
+      if (writer[r] != none && writer[r] < j && kernels[writer[r]].kind == KernelKind::row)
+        i = i == none ? writer[r] : std::max(i, writer[r]);
+    if (!elementwise || i == none || merged[i]) continue;
+    Kernel& early = kernels[i];
+    std::vector<ValueId> reductions = row_reductions(g, early);
+    if (reductions.empty()) continue;
+    RowGeometry geo{numel(g.type(reductions.front()).shape),
+                    g.type(g.node(reductions.front()).inputs[0]).shape.back()};
+    // Full rows everywhere, so every value is read at the element being written.
+    bool fits =
+        early.reads.size() + late.reads.size() + early.outputs().size() + late.outputs().size() <=
+        max_merged_buffers;
+    for (ValueId v : late.body)
+      fits = fits && geo.full_row(g.type(v).shape);
+    for (ValueId r : late.reads)
+      fits = fits && geo.full_row(g.type(r).shape) &&
+             (early.writes(r) || writer[r] == none || writer[r] < i);
+    if (!fits) continue;
+    Kernel candidate = early;
+    for (ValueId out : late.outputs())
+      candidate.extra_outputs.push_back(out);
+    for (ValueId r : late.reads)
+      if (!candidate.writes(r) &&
+          std::find(candidate.reads.begin(), candidate.reads.end(), r) == candidate.reads.end())
+        candidate.reads.push_back(r);
+    candidate.body.insert(candidate.body.end(), late.body.begin(), late.body.end());
+    std::sort(candidate.body.begin(), candidate.body.end());
+    candidate.body.erase(std::unique(candidate.body.begin(), candidate.body.end()),
+                         candidate.body.end());
+    if (!rows_stay_aligned(plan, candidate, geo)) continue;
+    for (ValueId out : late.outputs())
+      writer[out] = i;
+    early = std::move(candidate);
+    merged[j] = true;
   }
   drop_merged(kernels, merged);
 }

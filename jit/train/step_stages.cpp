@@ -216,6 +216,11 @@ Stage autocast_stage(DType low) {
   return {"autocast", [low](Graph g) { return autocast(g, low); }};
 }
 
+Graph amp_forward(Graph forward, AmpMode mode) {
+  if (mode == AmpMode::off) return forward;
+  return autocast(forward, mode == AmpMode::bf16 ? DType::bf16 : DType::f16);
+}
+
 Stage loss_scale_stage() {
   return {"loss-scale", [](Graph g) {
             Value loss{&g, g.outputs()[differentiated_output(g)].id};

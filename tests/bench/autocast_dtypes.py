@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 # tests/bench/autocast_dtypes.py — which dtype PyTorch's autocast gives each op a transformer
-# step uses, measured on this machine's torch (docs/amp.md, "Beside PyTorch's autocast")
+# step uses, measured on this machine's torch (docs/amp.md, "Op by op, beside PyTorch's
+# autocast")
 """Usage: autocast_dtypes.py [--device cpu|cuda] [--dtype bf16|fp16]
 
 Run it with a Python that has torch (build-ci/hf-venv/bin/python, which .ci/test makes, has

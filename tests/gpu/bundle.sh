@@ -41,7 +41,7 @@ if [[ ! -f $BUILD/build.ninja ]]; then
     -Dcpp_link_args=-Wl,--gc-sections >/dev/null
 fi
 ninja -C "$BUILD" sinter tests/sinter_tests recipes/mlp recipes/vit recipes/gpt recipes/distill \
-  tests/bench/train_step
+  tests/bench/train_step tests/bench/amp_parity
 if grep -q libLLVM <<<"$(ldd "$BUILD/libsinter.so")"; then
   die "libsinter.so still needs libLLVM.so: the static LLVM link did not take"
 fi
@@ -50,7 +50,8 @@ fi
 rm -rf "$OUT"
 mkdir -p "$OUT/bin" "$OUT/lib" "$OUT/data/fashion-mnist" "$OUT/bench"
 cp "$BUILD/sinter" "$BUILD/tests/sinter_tests" "$BUILD/recipes/mlp" "$BUILD/recipes/vit" \
-  "$BUILD/recipes/gpt" "$BUILD/recipes/distill" "$BUILD/tests/bench/train_step" "$OUT/bin/"
+  "$BUILD/recipes/gpt" "$BUILD/recipes/distill" "$BUILD/tests/bench/train_step" \
+  "$BUILD/tests/bench/amp_parity" "$OUT/bin/"
 cp "$BUILD/libsinter.so" "$OUT/lib/"
 cp "$libdevice" "$OUT/lib/libdevice.10.bc"
 strip --strip-unneeded "$OUT"/bin/* "$OUT/lib/libsinter.so"

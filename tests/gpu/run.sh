@@ -3,7 +3,8 @@
 # suite, the recipes on cuda, and the training-step benchmarks against PyTorch on the same GPU;
 # writes REPORT_DIR/report.md with every command, its exit status and its result lines.
 #
-# Usage: ./run.sh [STAGE...]     stages: info tests recipes bench (default: all, in that order)
+# Usage: ./run.sh [STAGE...]     stages: info tests recipes amp bench (default: all but amp, in
+#                                that order)
 # Exits 1 when any step failed (the report lists which), 0 when all passed.
 # Environment: REPORT_DIR (default $OUT, else ./report), RECIPE_EPOCHS (default: each recipe's
 # own, as in docs/perf.md's CPU table), BENCH_MODELS (default: mlp vit distill gpt gpt2-small),
@@ -107,6 +108,20 @@ for stage in "${stages[@]}"; do
       step distill-at-max-batch '^result|batch size max|error|sinter:|out of memory' \
         "$HERE/bin/distill" --device cuda --amp bf16 --batch-size max --teacher-steps 5 \
         --steps 5 --no-baseline "${data[@]}"
+      ;;
+    amp)
+      # Mixed-precision parity (docs/amp.md): the study of tests/bench/amp_parity.py on the GPU,
+      # then GPT-2 small bf16 on one batch for 77 steps, each attention path, against PyTorch
+      # eager (train_step's and train_peers.py's final_loss: the 77th step's loss).
+      step amp-parity '^parity|^sinter |^torch |FAILED|Error|error' "$PYTHON" \
+        "$HERE/bench/amp_parity.py" --sinter "$HERE/bin/amp_parity" --device cuda \
+        --text "$HERE/data/fortunes.txt" --out "$REPORT_DIR/logs/amp-parity.d"
+      for attention in fused decomposed; do
+        SINTER_ATTENTION=$attention step "amp-gpt2-small-77-$attention" '^peer=|error|sinter:' \
+          "$HERE/bin/train_step" --model gpt2-small --device cuda --amp bf16 --warmup 0 --iters 76
+      done
+      step amp-gpt2-small-77-torch-eager '^peer=|Error' "$PYTHON" "$HERE/bench/train_peers.py" \
+        --model gpt2-small --device cuda --amp bf16 --peers torch-eager --warmup 0 --iters 76
       ;;
     bench)
       # Interleaved rounds (tests/bench/train_rounds.py): sinter and the PyTorch peers stay
