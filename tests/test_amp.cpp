@@ -62,7 +62,8 @@ TEST_CASE("autocast: GEMMs and the elementwise work after them go low, norms and
 }
 
 TEST_CASE("autocast: the residual stream stays f32 where a low block output joins it, as in "
-          "PyTorch's type promotion; a GEMM's bias and scale join the GEMM's precision",
+          "PyTorch's type promotion; a GEMM's bias and a constant join the GEMM's precision, "
+          "another parameter does not",
           "[amp]") {
   for (DType low : {DType::bf16, DType::f16}) {
     INFO(dtype_name(low));
@@ -70,11 +71,14 @@ TEST_CASE("autocast: the residual stream stays f32 where a low block output join
     Value x = input(g, "x", {DType::f32, {4, 8}});
     Value w = input(g, "w", {DType::f32, {8, 8}});
     Value b = input(g, "b", {DType::f32, {8}});
+    Value position = input(g, "position", {DType::f32, {4, 8}});
     Value stream = exp(x);                               // f32 work: the residual stream
     Value block = matmul(stream, w) + b;                 // low: a GEMM and its bias
     Value scaled = block * constant(g, 0.5, DType::f32); // low: a constant joins it
     Value out = stream + scaled;                         // f32: the stream meets a low output
+    Value embedded = block + position; // f32: a parameter that is no GEMM's bias (ViT's positions)
     g.add_output("y", out.id);
+    g.add_output("embedded", embedded.id);
     Graph cast = autocast(g, low);
     sinter::verify(cast);
     std::vector<DType> adds, muls;
@@ -82,7 +86,7 @@ TEST_CASE("autocast: the residual stream stays f32 where a low block output join
       if (cast.node(id).op == OpId::add) adds.push_back(cast.type(id).dtype);
       if (cast.node(id).op == OpId::mul) muls.push_back(cast.type(id).dtype);
     }
-    CHECK(adds == std::vector<DType>{low, DType::f32});
+    CHECK(adds == std::vector<DType>{low, DType::f32, DType::f32});
     CHECK(muls == std::vector<DType>{low});
     CHECK(dtype_of_first(cast, OpId::exp) == DType::f32);
   }

@@ -18,25 +18,41 @@ Precision rule_for(const Graph& graph, const Node& n) {
   return op_def(n.op).precision;
 }
 
-/// The values an op may round to the low precision together with its low operands: graph
-/// inputs (parameters), constants, what is computed from constants alone (masks, scales), and
-/// views of these (a bias broadcast over the batch). Everything else that is f32 is f32 work —
-/// the residual stream — and an op mixing it with low values computes in f32, as PyTorch's
-/// type promotion has `x + block(x)` keep an f32 `x` in f32.
-std::vector<bool> castable_values(const Graph& graph) {
+bool is_view(OpId op) {
+  return op == OpId::reshape || op == OpId::permute || op == OpId::broadcast ||
+         op == OpId::broadcast_to || op == OpId::transpose || op == OpId::slice;
+}
+
+/// The f32 values an op may round to the low precision together with its low operands:
+/// constants, what is computed from constants alone (masks, scales) and views of these, as
+/// PyTorch leaves a Python scalar out of type promotion. Every other f32 value — the residual
+/// stream, a parameter — is f32 work, and an op that mixes it with a low value computes in f32,
+/// as PyTorch's type promotion has `x + block(x)` keep an f32 `x` in f32.
+std::vector<bool> constant_values(const Graph& graph) {
   std::vector<bool> from_constants(graph.size()), castable(graph.size());
   for (ValueId id = 0; id < graph.size(); ++id) {
     const Node& n = graph.node(id);
     bool constant = n.op != OpId::input;
     for (ValueId in : n.inputs)
       constant = constant && from_constants[in];
-    bool view = (n.op == OpId::reshape || n.op == OpId::permute || n.op == OpId::broadcast ||
-                 n.op == OpId::broadcast_to || n.op == OpId::transpose || n.op == OpId::slice) &&
-                castable[n.inputs[0]];
     from_constants[id] = constant;
-    castable[id] = constant || n.op == OpId::input || view;
+    castable[id] = constant || (is_view(n.op) && castable[n.inputs[0]]);
   }
   return castable;
+}
+
+/// Whether operand `i` of `n` is a bias added to a GEMM's result: a vector parameter broadcast
+/// over the rows of a matmul (a Linear's `x · W + b`). PyTorch's `linear` adds it inside its
+/// low-precision GEMM, so it joins the GEMM's precision here too.
+bool gemm_bias(const Graph& graph, const Node& n, std::size_t i) {
+  if (n.op != OpId::add || n.inputs.size() != 2) return false;
+  ValueId bias = n.inputs[i], product = n.inputs[1 - i];
+  while (is_view(graph.node(bias).op))
+    bias = graph.node(bias).inputs[0];
+  while (graph.node(product).op == OpId::reshape)
+    product = graph.node(product).inputs[0];
+  return graph.node(bias).op == OpId::input && graph.type(bias).shape.size() == 1 &&
+         graph.node(product).op == OpId::matmul;
 }
 
 } // namespace
@@ -45,7 +61,7 @@ Graph autocast(const Graph& graph, DType low) {
   if (low != DType::bf16 && low != DType::f16)
     throw std::invalid_argument("sinter: autocast needs bf16 or f16 as its low precision, got " +
                                 std::string(dtype_name(low)));
-  const std::vector<bool> castable = castable_values(graph);
+  const std::vector<bool> castable = constant_values(graph);
   Graph out = rebuild(
       graph,
       [&](const Node& n, std::span<const Value> mapped) -> Value {
@@ -59,14 +75,14 @@ Graph autocast(const Graph& graph, DType low) {
           case Precision::low: target = low; break;
           case Precision::fp32: target = DType::f32; break;
           case Precision::follow_input: {
-            // Low when a low operand meets nothing but castable f32 values (a GEMM's output
-            // and its bias); f32 when it meets f32 work.
+            // Low when a low operand meets nothing but constants or a GEMM's bias; f32 when it
+            // meets f32 work.
             bool low_operand = false, f32_work = false;
             for (std::size_t i = 0; i < operands.size(); ++i) {
               if (graph.type(n.inputs[i]).dtype != DType::f32) continue;
               if (operands[i].dtype() == low)
                 low_operand = true;
-              else if (!castable[n.inputs[i]])
+              else if (!castable[n.inputs[i]] && !gemm_bias(graph, n, i))
                 f32_work = true;
             }
             if (low_operand && !f32_work) target = low;

@@ -44,7 +44,8 @@ relative gradient difference at the start is at most 1.25 times PyTorch's larges
 Usage: amp_parity.py --sinter build/tests/bench/amp_parity [--device cpu|cuda] [--steps 300]
            [--batch 8] [--context 256] [--dim 256] [--depth 4] [--heads 4] [--text FILE]
            [--seed 0] [--threads N] [--holdout-batches 8] [--out DIR] [--no-torch-compile]
-           [--no-torch-math] [--only sinter|torch] [--check] [--check-slack 0.0]
+           [--no-torch-math] [--only sinter|torch] [--modes off,bf16,fp16] [--check]
+           [--check-slack 0.0]
 Run it with a python that has torch: tests/bench/setup.sh's venv (build-bench/venv; torch with
 torch.compile) or CI's build-ci/hf-venv (Debian's torch 1.13). With SINTER_HF_PYTHON set (CI
 sets it) the script runs under that interpreter. Without torch it exits 77 (meson's SKIP),
@@ -184,7 +185,7 @@ def torch_runs(args, work, train_rows, holdout_rows):
         paths.append("eager-math")
     results = {}
     for path in paths:
-        for mode in MODES:
+        for mode in args.modes:
             low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(mode)
             if mode == "fp16" and path != "eager" and device.type == "cpu":
                 continue  # CPU fp16 is slow in inductor and in the math path, and rare
@@ -307,12 +308,20 @@ def main():
     ap.add_argument("--no-torch-math", action="store_true",
                     help="skip PyTorch's decomposed attention runs (eager-math)")
     ap.add_argument("--only", choices=("sinter", "torch"), help="run one library (no parity line)")
+    ap.add_argument("--modes", default=",".join(MODES),
+                    help="comma-separated subset of off,bf16,fp16 (off is always run)")
     ap.add_argument("--check", action="store_true", help="exit 1 unless the bounds hold")
     ap.add_argument("--check-slack", type=float, default=0.0)
     args = ap.parse_args()
 
     if args.steps < LAST:
         sys.exit("amp_parity.py: --steps must be at least %d" % LAST)
+    unknown = set(args.modes.split(",")) - set(MODES)
+    if unknown:
+        sys.exit("amp_parity.py: unknown --modes %s (use off, bf16, fp16)" % ",".join(unknown))
+    args.modes = [m for m in MODES if m == "off" or m in args.modes.split(",")]
+    if args.check and args.modes != list(MODES):
+        sys.exit("amp_parity.py: --check needs every mode (leave --modes out)")
     work = args.out or tempfile.mkdtemp(prefix="amp-parity-")
     os.makedirs(work, exist_ok=True)
     text = open(args.text, "rb").read() if args.text else fortune_text()
@@ -325,7 +334,7 @@ def main():
     runs = {}  # (library, mode, path) → (losses, holdout, first gradients)
     if args.only != "torch":
         for attention in ("fused", "decomposed"):
-            for mode in MODES:
+            for mode in args.modes:
                 started = time.time()
                 runs[("sinter", mode, attention)] = sinter_run(args, work, mode, attention)
                 print("sinter %s %s: %d steps in %.0f s" % (attention, mode, args.steps,
