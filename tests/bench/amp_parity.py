@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# tests/bench/amp_parity.py — mixed-precision parity: sinter beside PyTorch (docs/amp.md)
 """Mixed-precision parity study: does sinter's bf16 / fp16 training follow its f32 training as
 closely as PyTorch's autocast follows PyTorch's f32?
 
