@@ -62,6 +62,25 @@ struct RowGeometry {
   bool per_row(const Shape& s) const { return numel(s) == rows; }
 };
 
+/// The rows a row kernel walks: those of its first last-axis reduction.
+RowGeometry row_geometry(const Graph& g, const Kernel& row_kernel) {
+  ValueId first = row_reductions(g, row_kernel).front();
+  return {numel(g.type(first).shape), g.type(g.node(first).inputs[0]).shape.back()};
+}
+
+/// `from`'s outputs, reads and body become `into`'s too: one pass computes both.
+void absorb(Kernel& into, const Kernel& from) {
+  for (ValueId out : from.outputs())
+    into.extra_outputs.push_back(out);
+  for (ValueId r : from.reads)
+    if (!into.writes(r) && std::find(into.reads.begin(), into.reads.end(), r) == into.reads.end())
+      into.reads.push_back(r);
+  std::erase_if(into.reads, [&](ValueId r) { return into.writes(r); });
+  into.body.insert(into.body.end(), from.body.begin(), from.body.end());
+  std::sort(into.body.begin(), into.body.end());
+  into.body.erase(std::unique(into.body.begin(), into.body.end()), into.body.end());
+}
+
 /// Whether `v` reduces its operand's last axis alone (what row kernels take in).
 bool is_row_reduction(const Graph& g, ValueId v) {
   const Node& n = g.node(v);
@@ -197,18 +216,9 @@ void fuse_steps::merge_sibling_kernels(FusionPlan& plan, bool reductions) {
       Kernel& into = ready_at_early ? early : kernels[j];
       const Kernel& from = ready_at_early ? kernels[j] : early;
       std::size_t target = ready_at_early ? i : j;
-      for (ValueId out : from.outputs()) {
-        into.extra_outputs.push_back(out);
+      for (ValueId out : from.outputs())
         writer[out] = target;
-      }
-      for (ValueId r : from.reads)
-        if (!into.writes(r) &&
-            std::find(into.reads.begin(), into.reads.end(), r) == into.reads.end())
-          into.reads.push_back(r);
-      std::erase_if(into.reads, [&](ValueId r) { return into.writes(r); });
-      into.body.insert(into.body.end(), from.body.begin(), from.body.end());
-      std::sort(into.body.begin(), into.body.end());
-      into.body.erase(std::unique(into.body.begin(), into.body.end()), into.body.end());
+      absorb(into, from);
       merged[ready_at_early ? j : i] = true;
       break;
     }
@@ -297,8 +307,7 @@ void fuse_steps::merge_into_row_kernels(FusionPlan& plan) {
             const Shape& operand = g.type(g.node(producer.root).inputs[0]).shape;
             trial = {numel(g.type(producer.root).shape), operand.back()};
           } else if (trial.rows == 0 && producer.kind == KernelKind::row) { // rows of that kernel
-            ValueId first = row_reductions(g, producer).front();
-            trial = {numel(g.type(first).shape), g.type(g.node(first).inputs[0]).shape.back()};
+            trial = row_geometry(g, producer);
           } else if (trial.rows == 0 && !root.empty() && root.back() > 1) { // rows of the root
             trial = {numel(root) / root.back(), root.back()};
           }
@@ -395,10 +404,8 @@ void fuse_steps::join_row_kernels(FusionPlan& plan) {
         i = i == none ? writer[r] : std::max(i, writer[r]);
     if (!elementwise || i == none || merged[i]) continue;
     Kernel& early = kernels[i];
-    std::vector<ValueId> reductions = row_reductions(g, early);
-    if (reductions.empty()) continue;
-    RowGeometry geo{numel(g.type(reductions.front()).shape),
-                    g.type(g.node(reductions.front()).inputs[0]).shape.back()};
+    if (row_reductions(g, early).empty()) continue;
+    RowGeometry geo = row_geometry(g, early);
     // Full rows everywhere, so every value is read at the element being written.
     bool fits =
         early.reads.size() + late.reads.size() + early.outputs().size() + late.outputs().size() <=
@@ -410,16 +417,7 @@ void fuse_steps::join_row_kernels(FusionPlan& plan) {
              (early.writes(r) || writer[r] == none || writer[r] < i);
     if (!fits) continue;
     Kernel candidate = early;
-    for (ValueId out : late.outputs())
-      candidate.extra_outputs.push_back(out);
-    for (ValueId r : late.reads)
-      if (!candidate.writes(r) &&
-          std::find(candidate.reads.begin(), candidate.reads.end(), r) == candidate.reads.end())
-        candidate.reads.push_back(r);
-    candidate.body.insert(candidate.body.end(), late.body.begin(), late.body.end());
-    std::sort(candidate.body.begin(), candidate.body.end());
-    candidate.body.erase(std::unique(candidate.body.begin(), candidate.body.end()),
-                         candidate.body.end());
+    absorb(candidate, late);
     if (!rows_stay_aligned(plan, candidate, geo)) continue;
     for (ValueId out : late.outputs())
       writer[out] = i;
@@ -441,9 +439,9 @@ RowLayout row_layout(const Graph& g, const Kernel& kernel) {
   RowLayout layout;
   layout.reductions = row_reductions(g, kernel);
   if (layout.reductions.empty()) return layout;
-  ValueId first = layout.reductions.front();
-  layout.length = g.type(g.node(first).inputs[0]).shape.back();
-  layout.rows = numel(g.type(first).shape);
+  RowGeometry geo = row_geometry(g, kernel);
+  layout.length = geo.length;
+  layout.rows = geo.rows;
   std::vector<ValueId> outputs = kernel.outputs();
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     const Shape& s = g.type(outputs[i]).shape;
