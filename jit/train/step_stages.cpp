@@ -212,13 +212,13 @@ AmpMode amp_from_name(std::string_view name) {
                               "' (use off, bf16 or fp16)");
 }
 
-Stage autocast_stage(DType low) {
-  return {"autocast", [low](Graph g) { return autocast(g, low); }};
-}
-
 Graph amp_forward(Graph forward, AmpMode mode) {
   if (mode == AmpMode::off) return forward;
   return autocast(forward, mode == AmpMode::bf16 ? DType::bf16 : DType::f16);
+}
+
+Stage autocast_stage(AmpMode mode) {
+  return {"autocast", [mode](Graph g) { return amp_forward(std::move(g), mode); }};
 }
 
 Stage loss_scale_stage() {

@@ -67,11 +67,11 @@ Stage sift_stage(const SiftOptions& sift, std::span<const HostTensor> batch,
 /// are read from the batch's.
 Stage share_taken_rows_stage();
 
-/// Mixed precision's `autocast` stage (low: bf16 or f16).
-Stage autocast_stage(DType low);
 /// `forward` as a step under `mode` computes it: the autocast pass to bf16 or f16 (off: as it
 /// is). value_and_grad over a model uses it to return the gradients such a step applies.
 Graph amp_forward(Graph forward, AmpMode mode);
+/// Mixed precision's `autocast` stage: amp_forward under `mode`.
+Stage autocast_stage(AmpMode mode);
 /// fp16 loss scaling's `loss-scale` stage: one more output, `amp.scaled_loss`, the loss times
 /// `state.amp.scale`, which autodiff then differentiates.
 Stage loss_scale_stage();

@@ -164,7 +164,7 @@ TrainStep::Built TrainStep::build(std::span<const HostTensor> batch, Sifting sif
         *options_.sift, batch, facts, sifting == Sifting::select,
         sifting == Sifting::select ? sift_rows_for(batch.front().shape().at(0)) : 0, trace_));
   if (options_.amp != AmpMode::off) {
-    stages.push_back(autocast_stage(options_.amp == AmpMode::bf16 ? DType::bf16 : DType::f16));
+    stages.push_back(autocast_stage(options_.amp));
     if (options_.update.loss_scaling) stages.push_back(loss_scale_stage());
     stages.push_back(state_->working_copies_stage());
   }

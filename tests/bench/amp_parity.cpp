@@ -15,6 +15,8 @@
 //       --amp (value_and_grad with .amp), one f32 tensor per parameter, as a safetensors file;
 //       with --grad-scale S the loss is multiplied by S before the backward pass and the
 //       gradients divided by it after, as fp16's loss scaling does (S = its initial 65536).
+//       --save FILE: after the N updates, the trained weights as --write-init writes them (a
+//       later study can start from them: amp_parity.py --init).
 // SINTER_ATTENTION=fused|decomposed picks the attention path as everywhere else.
 #include "dsl/sinter.hpp"
 
@@ -35,7 +37,7 @@ namespace {
 
 struct Options {
   GPTConfig model{.vocab = 256, .context = 256, .dim = 256, .depth = 4, .heads = 4};
-  std::string write_init, init, train, holdout, grads, amp = "off", device = "cpu";
+  std::string write_init, init, train, holdout, grads, save, amp = "off", device = "cpu";
   int64_t steps = 0, batch = 0;
   uint64_t seed = 0;
   double grad_scale = 1.0;
@@ -113,6 +115,7 @@ int train(const Options& opt) {
     std::printf("loss step=%lld value=%.6f\n", static_cast<long long>(k + 1), loss);
     std::fflush(stdout);
   }
+  if (!opt.save.empty()) save_weights(opt.save, model);
   // Held-out loss in f32, as each side evaluates its f32 master weights.
   auto eval = compile_eval(model, loss_fn, {"ids", "next"});
   double sum = 0;
@@ -128,8 +131,8 @@ int usage() {
   std::fprintf(stderr,
                "usage: amp_parity --write-init FILE [--seed S] [model flags]\n"
                "       amp_parity --init FILE --train FILE --holdout FILE --steps N --batch B "
-               "[--amp off|bf16|fp16] [--grads FILE [--grad-scale S]] [--device cpu|cuda[:N]] "
-               "[model flags]\n"
+               "[--amp off|bf16|fp16] [--grads FILE [--grad-scale S]] [--save FILE] "
+               "[--device cpu|cuda[:N]] [model flags]\n"
                "model flags: --context T --dim D --depth L --heads H\n");
   return 2;
 }
@@ -152,6 +155,8 @@ int main(int argc, char** argv) {
       opt.holdout = v;
     else if (a == "--grads")
       opt.grads = v;
+    else if (a == "--save")
+      opt.save = v;
     else if (a == "--amp")
       opt.amp = v;
     else if (a == "--device")

@@ -44,7 +44,7 @@ relative gradient difference at the start is at most 1.25 times PyTorch's larges
 
 Usage: amp_parity.py --sinter build/tests/bench/amp_parity [--device cpu|cuda] [--steps 300]
            [--batch 8] [--context 256] [--dim 256] [--depth 4] [--heads 4] [--text FILE]
-           [--seed 0] [--threads N] [--holdout-batches 8] [--out DIR] [--no-torch-compile]
+           [--seed 0] [--init FILE] [--threads N] [--holdout-batches 8] [--out DIR] [--no-torch-compile]
            [--no-torch-math] [--only sinter|torch] [--modes off,bf16,fp16] [--check]
            [--check-slack 0.0]
 Run it with a python that has torch: tests/bench/setup.sh's venv (build-bench/venv; torch with
@@ -56,6 +56,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -272,6 +273,74 @@ def grad_diff(np, grads, reference):
     return (math.inf if bad else per[worst]), worst, per
 
 
+def without_options(argv, names):
+    """argv less each option of `names` and its value (`--x v` or `--x=v`)."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in names:
+            skip = True
+        elif not any(a.startswith(n + "=") for n in names):
+            out.append(a)
+    return out
+
+
+def across_seeds(args):
+    """--seeds: the whole study once per seed (this script again, --out DIR/seed-<s>), each run's
+    output as it comes, then the figures of its parity lines over the seeds: a row per seed, the
+    means of the max_dloss figures, the largest of the others, and how often sinter's bf16 curve
+    stayed at least as close to its f32 curve as PyTorch's did."""
+    try:
+        seeds = [int(x) for x in args.seeds.split(",")]
+    except ValueError:
+        sys.exit("amp_parity.py: --seeds takes comma-separated integers, e.g. 0,1,2")
+    work = args.out or tempfile.mkdtemp(prefix="amp-parity-")
+    rest = without_options(sys.argv[1:], ("--seeds", "--seed", "--out"))
+    figures = []  # per seed: name → value (None for na) of its parity-more and parity lines
+    for seed in seeds:
+        cmd = [sys.executable, os.path.abspath(__file__)] + rest + [
+            "--seed", str(seed), "--out", os.path.join(work, "seed-%d" % seed)]
+        print("== seed %d: %s" % (seed, " ".join(cmd[1:])), flush=True)
+        child = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        found = {}
+        for line in child.stdout:
+            print(line, end="", flush=True)
+            if line.startswith(("parity:", "parity-more:")):
+                for pair in line.split()[1:]:
+                    name, _, value = pair.partition("=")
+                    found[name] = None if value == "na" else float(value)
+        if child.wait() != 0 or "sinter_bf16_max_dloss" not in found:
+            sys.exit("amp_parity.py: the study with --seed %d failed (exit %d)" % (
+                seed, child.returncode))
+        figures.append(found)
+
+    def over_seeds(name, how):
+        vals = [f[name] for f in figures if f.get(name) is not None]
+        return "na" if not vals else "%.4f" % how(vals)
+
+    mean = lambda vals: sum(vals) / len(vals)  # noqa: E731
+    print("\n%-6s %12s %12s %12s %12s %12s" % ("seed", "sinter_bf16", "torch_bf16", "sinter_fp16",
+                                               "torch_fp16", "fused_vs_dec"))
+    for seed, f in zip(seeds, figures):
+        print("%-6d %12s %12s %12s %12s %12s" % (seed, *(
+            "na" if f.get(k) is None else "%.4f" % f[k] for k in (
+                "sinter_bf16_max_dloss", "torch_bf16_max_dloss", "sinter_fp16_max_dloss",
+                "torch_fp16_max_dloss", "fused_vs_decomposed"))))
+    closer = sum(1 for f in figures if f.get("torch_bf16_max_dloss") is not None and
+                 f["sinter_bf16_max_dloss"] <= f["torch_bf16_max_dloss"])
+    print("parity-more: seeds=%s sinter_bf16_closer=%d/%d sinter_fp16_max_dloss=%s "
+          "torch_fp16_max_dloss=%s max_d_holdout=%s torch_sdpa_vs_math=%s" % (
+              ",".join(map(str, seeds)), closer, len(seeds),
+              over_seeds("sinter_fp16_max_dloss", mean), over_seeds("torch_fp16_max_dloss", mean),
+              over_seeds("max_d_holdout", max), over_seeds("torch_sdpa_vs_math", max)))
+    print("parity: sinter_bf16_max_dloss=%s torch_bf16_max_dloss=%s fused_vs_decomposed=%s "
+          "torch_eager_vs_compile=%s" % (
+              over_seeds("sinter_bf16_max_dloss", mean), over_seeds("torch_bf16_max_dloss", mean),
+              over_seeds("fused_vs_decomposed", max), over_seeds("torch_eager_vs_compile", max)))
+    return 0
+
+
 def reexec_under_hf_python():
     python = os.environ.get("SINTER_HF_PYTHON")
     if python and os.path.realpath(sys.executable) != os.path.realpath(python) \
@@ -303,6 +372,10 @@ def main():
     ap.add_argument("--text", help="a text file instead of the fortunes")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--seeds", help="comma-separated seeds: the study once per seed, then "
+                    "the figures over the seeds")
+    ap.add_argument("--init", help="start from these weights (amp_parity --save writes them) "
+                    "instead of sinter's initialisation with --seed")
     ap.add_argument("--holdout-batches", type=int, default=8)
     ap.add_argument("--out", help="folder for curves.tsv and grads.tsv (default: a new one)")
     ap.add_argument("--no-torch-compile", action="store_true")
@@ -321,6 +394,10 @@ def main():
     if unknown:
         sys.exit("amp_parity.py: unknown --modes %s (use off, bf16, fp16)" % ",".join(unknown))
     args.modes = [m for m in MODES if m == "off" or m in args.modes.split(",")]
+    if args.seeds:
+        if args.check or args.only or args.init:
+            sys.exit("amp_parity.py: --seeds takes neither --check, --only nor --init")
+        return across_seeds(args)
     if args.check and args.modes != list(MODES):
         sys.exit("amp_parity.py: --check needs every mode (leave --modes out)")
     work = args.out or tempfile.mkdtemp(prefix="amp-parity-")
@@ -329,8 +406,11 @@ def main():
     train_rows, holdout_rows = make_batches(np, text, args)
     train_rows.tofile(os.path.join(work, "train.bin"))
     holdout_rows.tofile(os.path.join(work, "holdout.bin"))
-    subprocess.run([args.sinter, "--write-init", os.path.join(work, "init.safetensors"),
-                    "--seed", str(args.seed)] + model_args(args), check=True)
+    if args.init:
+        shutil.copyfile(args.init, os.path.join(work, "init.safetensors"))
+    else:
+        subprocess.run([args.sinter, "--write-init", os.path.join(work, "init.safetensors"),
+                        "--seed", str(args.seed)] + model_args(args), check=True)
 
     runs = {}  # (library, mode, path) → (losses, holdout, first gradients)
     if args.only != "torch":
