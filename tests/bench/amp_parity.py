@@ -42,11 +42,18 @@ autocast) + --check-slack; c <= max(d, 0.01) (0.01 when d is na); every mixed-pr
 loss is within 0.02 of its f32 run's; and in each mixed precision PyTorch ran, sinter's largest
 relative gradient difference at the start is at most 1.25 times PyTorch's largest.
 
+--seeds 0,1,2 runs the whole study once per seed (batch order and initial weights; each in
+--out DIR/seed-<s>) and ends with a row per seed and the two lines over the seeds: max_dloss
+figures averaged, the others their largest, and `sinter_bf16_closer=k/n` in parity-more (in k
+of the n seeds sinter's bf16 max_dloss was at most PyTorch's). --init FILE starts both
+libraries from FILE's weights (amp_parity --save writes a run's trained weights): the
+gradient table then compares the libraries later in training.
+
 Usage: amp_parity.py --sinter build/tests/bench/amp_parity [--device cpu|cuda] [--steps 300]
            [--batch 8] [--context 256] [--dim 256] [--depth 4] [--heads 4] [--text FILE]
-           [--seed 0] [--init FILE] [--threads N] [--holdout-batches 8] [--out DIR] [--no-torch-compile]
-           [--no-torch-math] [--only sinter|torch] [--modes off,bf16,fp16] [--check]
-           [--check-slack 0.0]
+           [--seed 0 | --seeds 0,1,2] [--init FILE] [--threads N] [--holdout-batches 8]
+           [--out DIR] [--no-torch-compile] [--no-torch-math] [--only sinter|torch]
+           [--modes off,bf16,fp16] [--check] [--check-slack 0.0]
 Run it with a python that has torch: tests/bench/setup.sh's venv (build-bench/venv; torch with
 torch.compile) or CI's build-ci/hf-venv (Debian's torch 1.13). With SINTER_HF_PYTHON set (CI
 sets it) the script runs under that interpreter. Without torch it exits 77 (meson's SKIP),
