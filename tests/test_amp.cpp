@@ -149,6 +149,49 @@ TEST_CASE("amp::region in a model's loss keeps its GEMM in f32 inside compile_st
 
 namespace {
 
+/// Two MLPs in a row; the first may be kept in f32 by a region, as docs/amp.md's example does.
+struct TwoMLPs {
+  BOOST_HANA_DEFINE_STRUCT(TwoMLPs, (MLP, first), (MLP, second));
+};
+
+} // namespace
+
+TEST_CASE("an amp::region around an MLP ends with it: the next MLP's GEMMs are low again",
+          "[amp]") {
+  Init init(3);
+  TwoMLPs model{MLP({4, 8, 4}, init, Activation::gelu), MLP({4, 8, 2}, init, Activation::gelu)};
+  auto loss = [](TwoMLPs& m, Var x, Var y) {
+    Var h;
+    {
+      amp::region keep(amp::fp32);
+      h = m.first(x);
+    }
+    Value err = m.second(h).value() - y.value();
+    return Var(sinter::mean(err * err));
+  };
+  auto step = compile_step(model, loss, adamw{}, {.amp = amp::bf16});
+  std::vector<double> xs(12, 0.5), ys(6, 0.25);
+  step(tensor(DType::f32, {3, 4}, xs), tensor(DType::f32, {3, 2}, ys));
+  const Graph& g = step.runtime().program().graph();
+  int first = 0, second = 0;
+  for (ValueId id = 0; id < g.size(); ++id) {
+    if (g.node(id).op != OpId::matmul) continue;
+    const std::string& path = g.scope_path(g.node(id).scope);
+    INFO(path << ": " << to_string(g.type(id)));
+    if (path.starts_with("first.") && !path.ends_with(".bwd")) {
+      ++first;
+      CHECK(g.type(id).dtype == DType::f32);
+    } else if (path.starts_with("second.") && !path.ends_with(".bwd")) {
+      ++second;
+      CHECK(g.type(id).dtype == DType::bf16);
+    }
+  }
+  CHECK(first == 2);
+  CHECK(second == 2);
+}
+
+namespace {
+
 /// Kernels that only cast (and move elements): what AMP must not add to a step.
 std::vector<std::string> standalone_casts(const FusionPlan& plan) {
   std::vector<std::string> found;

@@ -57,6 +57,30 @@ TEST_CASE("the printer shows every node with its type, attributes and scope", "[
   CHECK(g.print() == Graph(g).print());
 }
 
+TEST_CASE("leaving a scope entered again from inside itself returns to where it was entered",
+          "[ir]") {
+  // An MLP's `layers.0` scope, then its Linear's module scope of the same whole path.
+  Graph g;
+  Value x = input(g, "x", {DType::f32, {2}});
+  {
+    ScopeGuard block(g, "blocks.0");
+    {
+      ScopeGuard layer(g, "mlp.layers.0");
+      ScopeGuard linear(g, "blocks.0.mlp.layers.0", ScopeGuard::WholePath{});
+      g.add_output("inner", exp(x).id);
+    }
+    g.add_output("residual", (x + 1.0).id);
+  }
+  g.add_output("after", (x * 3.0).id);
+  auto scope_of = [&](std::size_t output) {
+    return g.scope_path(g.node(g.outputs()[output].id).scope);
+  };
+  CHECK(scope_of(0) == "blocks.0.mlp.layers.0");
+  CHECK(scope_of(1) == "blocks.0");
+  CHECK(scope_of(2) == "");
+  CHECK(g.current_scope() == 0);
+}
+
 TEST_CASE("shape errors name the op, the operand shapes and the model path", "[ir][errors]") {
   Graph g;
   Value x = input(g, "x", {DType::f32, {8, 192}});

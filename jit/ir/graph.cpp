@@ -60,7 +60,6 @@ std::string to_string(const TensorType& t) {
 
 Graph::Graph() {
   scopes_.push_back("");
-  scope_parent_.push_back(0);
   scope_precision_.push_back(RegionPrecision::policy);
 }
 
@@ -104,32 +103,38 @@ uint32_t Graph::intern_scope(const std::string& path, RegionPrecision precision)
   for (uint32_t i = 0; i < scopes_.size(); ++i)
     if (scopes_[i] == path && scope_precision_[i] == precision) return i;
   scopes_.push_back(path);
-  scope_parent_.push_back(current_scope_);
   scope_precision_.push_back(precision);
   return static_cast<uint32_t>(scopes_.size() - 1);
 }
 
+// Entered scopes form a stack of their own: one scope (one path and precision) can be entered
+// again from inside itself, e.g. a Linear's scope from the MLP's `layers.0` scope of the same
+// path, and leaving it must return to where each entry came from.
 void Graph::push_scope(std::string_view name) {
   const std::string& base = scopes_[current_scope_];
   std::string path = base.empty() ? std::string(name) : base + "." + std::string(name);
-  uint32_t parent = current_scope_;
+  entered_.push_back(current_scope_);
   current_scope_ = intern_scope(path, scope_precision_[current_scope_]);
-  scope_parent_[current_scope_] = parent;
 }
 
 void Graph::push_path(std::string_view path) {
-  uint32_t parent = current_scope_;
+  entered_.push_back(current_scope_);
   current_scope_ = intern_scope(std::string(path), scope_precision_[current_scope_]);
-  scope_parent_[current_scope_] = parent;
 }
 
 void Graph::push_precision(RegionPrecision precision) {
-  uint32_t parent = current_scope_;
+  entered_.push_back(current_scope_);
   current_scope_ = intern_scope(scopes_[current_scope_], precision);
-  scope_parent_[current_scope_] = parent;
 }
 
-void Graph::pop_scope() { current_scope_ = scope_parent_[current_scope_]; }
+void Graph::pop_scope() {
+  if (entered_.empty()) { // more pops than pushes: the guards are scoped, so only the root
+    current_scope_ = 0;
+    return;
+  }
+  current_scope_ = entered_.back();
+  entered_.pop_back();
+}
 
 void Graph::verify() const {
   auto fail = [&](ValueId id, const std::string& what) {

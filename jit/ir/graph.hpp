@@ -98,6 +98,7 @@ public:
   void push_path(std::string_view path);
   /// Enters a region of the same path whose nodes compute in `precision` under autocast.
   void push_precision(RegionPrecision precision);
+  /// Leaves the scope the last push_* entered, back to the one it was called in.
   void pop_scope();
   uint32_t current_scope() const { return current_scope_; }
   void set_current_scope(uint32_t scope) { current_scope_ = scope; }
@@ -120,7 +121,7 @@ private:
   std::unordered_map<uint64_t, std::vector<ValueId>> by_hash_;
   std::vector<ValueId> recomputed_; ///< ascending
   std::vector<std::string> scopes_;
-  std::vector<uint32_t> scope_parent_;
+  std::vector<uint32_t> entered_; ///< the scope each push_* left, innermost last
   std::vector<RegionPrecision> scope_precision_;
   uint32_t current_scope_ = 0;
 };
