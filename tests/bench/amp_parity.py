@@ -27,7 +27,10 @@ losses; raw_max: of the per-batch losses; mean_dloss: the mean per-batch |Δloss
 loss, and, for the mixed-precision runs, the relative difference
 ||g - g_f32|| / ||g_f32|| of each parameter's gradient at the initial weights on batch 1
 (--out DIR/grads.tsv; the largest is in the table; fp16's with its initial loss scale, 2^16,
-divided out again). It ends with
+divided out again), and the signed part of that difference along the f32 gradient,
+<g - g_f32, g_f32> / ||g_f32||^2 (grads.tsv's along_f32; the table has its mean over the
+parameters: the systematic part of the rounding, where the relative difference is mostly
+noise). It ends with
   parity: sinter_bf16_max_dloss=<a> torch_bf16_max_dloss=<b> fused_vs_decomposed=<c> \
 torch_eager_vs_compile=<d>
 a: the larger max_dloss of sinter's two bf16 runs; b: the larger of PyTorch's bf16 runs;
@@ -270,14 +273,19 @@ def relative(a, b):
 
 
 def grad_diff(np, grads, reference):
-    """(largest relative difference, its parameter, {parameter: relative difference})."""
+    """(largest relative difference, its parameter, {parameter: (relative difference, along)}).
+    along: the signed part of the difference along the f32 gradient, <g - g32, g32> / |g32|^2
+    (negative: the gradient is shorter than f32's), the systematic part of the rounding."""
     per = {}
     for name, g in reference.items():
-        ref = float(np.linalg.norm(g.astype(np.float64)))
-        per[name] = float(np.linalg.norm(grads[name].astype(np.float64) - g)) / max(ref, 1e-30)
-    bad = [name for name, d in per.items() if not math.isfinite(d)]
-    worst = bad[0] if bad else max(per, key=per.get)
-    return (math.inf if bad else per[worst]), worst, per
+        g = g.astype(np.float64)
+        diff = grads[name].astype(np.float64) - g
+        ref = float(np.dot(g.ravel(), g.ravel()))
+        per[name] = (float(np.linalg.norm(diff)) / max(math.sqrt(ref), 1e-30),
+                     float(np.dot(diff.ravel(), g.ravel())) / max(ref, 1e-60))
+    bad = [name for name, d in per.items() if not all(math.isfinite(x) for x in d)]
+    worst = bad[0] if bad else max(per, key=lambda n: per[n][0])
+    return (math.inf if bad else per[worst][0]), worst, per
 
 
 def without_options(argv, names):
@@ -434,7 +442,7 @@ def main():
     # The table, the curves and the gradients.
     print("\n%-8s %-10s %-5s %8s %9s %8s %10s %8s %9s  %s" % (
         "library", "path", "amp", "final", "max_dloss", "raw_max", "mean_dloss", "holdout",
-        "d_holdout", "max grad rel diff (parameter)"))
+        "d_holdout", "grad along f32 (mean); max grad rel diff (parameter)"))
     stats = {}
     grad_rows = []
     worst_grad = {}  # (library, mode) → the largest relative gradient difference of its runs
@@ -449,9 +457,10 @@ def main():
             s["raw_max"], s["mean_dloss"] = max(per_batch), sum(per_batch) / len(per_batch)
             s["d_holdout"] = abs(holdout - ref[1])
             worst, where, per = grad_diff(np, grads, ref[2])
-            grad_note = "%.3g (%s)" % (worst, where)
+            along = sum(a for _, a in per.values()) / len(per)
+            grad_note = "%+.5f; %.3g (%s)" % (along, worst, where)
             worst_grad[(lib, mode)] = max(worst, worst_grad.get((lib, mode), 0.0))
-            grad_rows += [(lib, path, mode, n, d) for n, d in per.items()]
+            grad_rows += [(lib, path, mode, n, d, a) for n, (d, a) in per.items()]
         stats[(lib, mode, path)] = s
         def cell(key):
             return "-" if s[key] is None else "%.4f" % s[key]
@@ -464,9 +473,9 @@ def main():
         for k in range(args.steps):
             f.write("%d\t" % (k + 1) + "\t".join("%.6f" % runs[key][0][k] for key in keys) + "\n")
     with open(os.path.join(work, "grads.tsv"), "w") as f:
-        f.write("library\tpath\tamp\tparameter\trelative_difference\n")
+        f.write("library\tpath\tamp\tparameter\trelative_difference\talong_f32\n")
         for row in grad_rows:
-            f.write("%s\t%s\t%s\t%s\t%.6g\n" % row)
+            f.write("%s\t%s\t%s\t%s\t%.6g\t%.6g\n" % row)
     print("curves and gradients: %s" % work)
     if args.only:
         return 0
