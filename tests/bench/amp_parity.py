@@ -55,8 +55,8 @@ gradient table then compares the libraries later in training.
 Usage: amp_parity.py --sinter build/tests/bench/amp_parity [--device cpu|cuda] [--steps 300]
            [--batch 8] [--context 256] [--dim 256] [--depth 4] [--heads 4] [--text FILE]
            [--seed 0 | --seeds 0,1,2] [--init FILE] [--threads N] [--holdout-batches 8]
-           [--out DIR] [--no-torch-compile] [--no-torch-math] [--only sinter|torch]
-           [--modes off,bf16,fp16] [--check] [--check-slack 0.0]
+           [--out DIR] [--no-torch-eager] [--no-torch-compile] [--no-torch-math]
+           [--only sinter|torch] [--modes off,bf16,fp16] [--check] [--check-slack 0.0]
 Run it with a python that has torch: tests/bench/setup.sh's venv (build-bench/venv; torch with
 torch.compile) or CI's build-ci/hf-venv (Debian's torch 1.13). With SINTER_HF_PYTHON set (CI
 sets it) the script runs under that interpreter. Without torch it exits 77 (meson's SKIP),
@@ -190,7 +190,7 @@ def torch_runs(args, work, train_rows, holdout_rows):
         return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
                                batch[:, 1:].reshape(-1))
 
-    paths = ["eager"]
+    paths = [] if args.no_torch_eager else ["eager"]
     if hasattr(torch, "compile") and not args.no_torch_compile:
         paths.append("compile")
     if sdpa and not args.no_torch_math:
@@ -393,6 +393,8 @@ def main():
                     "instead of sinter's initialisation with --seed")
     ap.add_argument("--holdout-batches", type=int, default=8)
     ap.add_argument("--out", help="folder for curves.tsv and grads.tsv (default: a new one)")
+    ap.add_argument("--no-torch-eager", action="store_true",
+                    help="skip PyTorch's eager runs with scaled_dot_product_attention")
     ap.add_argument("--no-torch-compile", action="store_true")
     ap.add_argument("--no-torch-math", action="store_true",
                     help="skip PyTorch's decomposed attention runs (eager-math)")
@@ -413,8 +415,9 @@ def main():
         if args.check or args.only or args.init:
             sys.exit("amp_parity.py: --seeds takes neither --check, --only nor --init")
         return across_seeds(args)
-    if args.check and args.modes != list(MODES):
-        sys.exit("amp_parity.py: --check needs every mode (leave --modes out)")
+    if args.check and (args.modes != list(MODES) or args.no_torch_eager):
+        sys.exit("amp_parity.py: --check needs every mode and PyTorch's eager runs (leave --modes "
+                 "and --no-torch-eager out)")
     work = args.out or tempfile.mkdtemp(prefix="amp-parity-")
     os.makedirs(work, exist_ok=True)
     text = open(args.text, "rb").read() if args.text else fortune_text()
