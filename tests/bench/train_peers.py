@@ -44,7 +44,9 @@ Mixed precision (--amp bf16|fp16, PyTorch peers; sinter's `train_step --amp`): t
 stay float32 (master weights) and the step is
   opt.zero_grad(set_to_none=True)
   with torch.autocast(device_type, dtype=torch.bfloat16 | torch.float16):
-      loss = f(params)                  # GPT attention: F.scaled_dot_product_attention(causal)
+      loss = f(params)                  # GPT attention: F.scaled_dot_product_attention(causal),
+                                        # or with --torch-attention math the decomposed one
+                                        # (scores, mask, softmax, weighted sum) under autocast
   loss.backward(); opt.step()           # fp16: scaler.scale(loss).backward(); scaler.step(opt);
                                         #       scaler.update()  (torch.amp.GradScaler defaults:
                                         #       scale 2^16, growth 2 every 2000, backoff 0.5)
@@ -563,9 +565,6 @@ def main():
                                    not (args.model in GPT or args.model == "distill-vit-b-s")):
         ap.error("--batch takes a positive count, for the gpt and distill-vit-b-s models only "
                  "(the others: %d)" % BATCH)
-    if args.amp != "off" and args.torch_attention == "math":
-        ap.error("--amp %s runs attention through F.scaled_dot_product_attention; leave "
-                 "--torch-attention at sdpa" % args.amp)
     if args.serve and not args.peer:
         ap.error("--serve needs --peer P")
     if args.peak:

@@ -237,9 +237,6 @@ def parse_args():
     if args.batch is not None and (args.batch < 1 or not (args.model.startswith("gpt") or
                                                           args.model == "distill-vit-b-s")):
         ap.error("--batch takes a positive count, for the gpt and distill-vit-b-s models only")
-    if args.amp != "off" and args.torch_attention == "math":
-        ap.error("--amp runs the peers' attention through F.scaled_dot_product_attention; leave "
-                 "--torch-attention at sdpa")
     if args.peers is None:
         gpu_or_gpt = (args.device == "cuda" or args.model.startswith("gpt") or
                       args.model.startswith("distill"))
