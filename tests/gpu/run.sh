@@ -120,8 +120,13 @@ for stage in "${stages[@]}"; do
         SINTER_ATTENTION=$attention step "amp-gpt2-small-77-$attention" '^peer=|error|sinter:' \
           "$HERE/bin/train_step" --model gpt2-small --device cuda --amp bf16 --warmup 0 --iters 76
       done
-      step amp-gpt2-small-77-torch-eager '^peer=|Error' "$PYTHON" "$HERE/bench/train_peers.py" \
-        --model gpt2-small --device cuda --amp bf16 --peers torch-eager --warmup 0 --iters 76
+      # PyTorch's two attention algorithms: SDPA beside sinter's fused path, the decomposed one
+      # beside SINTER_ATTENTION=decomposed (on the CPU they part by 9% on one batch in bf16).
+      for attention in sdpa math; do
+        step "amp-gpt2-small-77-torch-eager-$attention" '^peer=|Error' "$PYTHON" \
+          "$HERE/bench/train_peers.py" --model gpt2-small --device cuda --amp bf16 \
+          --peers torch-eager --torch-attention "$attention" --warmup 0 --iters 76
+      done
       ;;
     bench)
       # Interleaved rounds (tests/bench/train_rounds.py): sinter and the PyTorch peers stay
