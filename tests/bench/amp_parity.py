@@ -288,6 +288,22 @@ def grad_diff(np, grads, reference):
     return (math.inf if bad else per[worst][0]), worst, per
 
 
+# The study's last two lines, figure by figure (a seeds study averages the max_dloss ones).
+PARITY_MORE = ("sinter_fp16_max_dloss", "torch_fp16_max_dloss", "max_d_holdout",
+               "torch_sdpa_vs_math")
+PARITY = ("sinter_bf16_max_dloss", "torch_bf16_max_dloss", "fused_vs_decomposed",
+          "torch_eager_vs_compile")
+
+
+def print_parity(values, more_prefix=""):
+    """The parity-more and parity lines of `values` (name → float, or None for na)."""
+    def fields(names):
+        return " ".join("%s=%s" % (n, "na" if values.get(n) is None else "%.4f" % values[n])
+                        for n in names)
+    print("parity-more: %s%s" % (more_prefix, fields(PARITY_MORE)))
+    print("parity: %s" % fields(PARITY))
+
+
 def without_options(argv, names):
     """argv less each option of `names` and its value (`--x v` or `--x=v`)."""
     out, skip = [], False
@@ -330,11 +346,12 @@ def across_seeds(args):
                 seed, child.returncode))
         figures.append(found)
 
-    def over_seeds(name, how):
+    def over_seeds(name):  # the max_dloss figures averaged, the others their largest
         vals = [f[name] for f in figures if f.get(name) is not None]
-        return "na" if not vals else "%.4f" % how(vals)
+        if not vals:
+            return None
+        return sum(vals) / len(vals) if name.endswith("max_dloss") else max(vals)
 
-    mean = lambda vals: sum(vals) / len(vals)  # noqa: E731
     print("\n%-6s %12s %12s %12s %12s %12s" % ("seed", "sinter_bf16", "torch_bf16", "sinter_fp16",
                                                "torch_fp16", "fused_vs_dec"))
     for seed, f in zip(seeds, figures):
@@ -344,15 +361,9 @@ def across_seeds(args):
                 "torch_fp16_max_dloss", "fused_vs_decomposed"))))
     closer = sum(1 for f in figures if f.get("torch_bf16_max_dloss") is not None and
                  f["sinter_bf16_max_dloss"] <= f["torch_bf16_max_dloss"])
-    print("parity-more: seeds=%s sinter_bf16_closer=%d/%d sinter_fp16_max_dloss=%s "
-          "torch_fp16_max_dloss=%s max_d_holdout=%s torch_sdpa_vs_math=%s" % (
-              ",".join(map(str, seeds)), closer, len(seeds),
-              over_seeds("sinter_fp16_max_dloss", mean), over_seeds("torch_fp16_max_dloss", mean),
-              over_seeds("max_d_holdout", max), over_seeds("torch_sdpa_vs_math", max)))
-    print("parity: sinter_bf16_max_dloss=%s torch_bf16_max_dloss=%s fused_vs_decomposed=%s "
-          "torch_eager_vs_compile=%s" % (
-              over_seeds("sinter_bf16_max_dloss", mean), over_seeds("torch_bf16_max_dloss", mean),
-              over_seeds("fused_vs_decomposed", max), over_seeds("torch_eager_vs_compile", max)))
+    print_parity({n: over_seeds(n) for n in PARITY_MORE + PARITY},
+                 "seeds=%s sinter_bf16_closer=%d/%d " % (",".join(map(str, seeds)), closer,
+                                                        len(seeds)))
     return 0
 
 
@@ -493,19 +504,13 @@ def main():
                 for m in MODES if (lib, m, a) in stats and (lib, m, b) in stats]
         return max(vals) if vals else None
 
-    def fmt(v):
-        return "na" if v is None else "%.4f" % v
-
     a, b = worst("sinter", "bf16", "max_dloss"), worst("torch", "bf16", "max_dloss")
     c, d = paths_apart("sinter", "fused", "decomposed"), paths_apart("torch", "eager", "compile")
     holdouts = [s["d_holdout"] for s in stats.values() if s["d_holdout"] is not None]
-    print("parity-more: sinter_fp16_max_dloss=%s torch_fp16_max_dloss=%s max_d_holdout=%s "
-          "torch_sdpa_vs_math=%s" % (
-              fmt(worst("sinter", "fp16", "max_dloss")), fmt(worst("torch", "fp16", "max_dloss")),
-              fmt(max(holdouts) if holdouts else None),
-              fmt(paths_apart("torch", "eager", "eager-math"))))
-    print("parity: sinter_bf16_max_dloss=%s torch_bf16_max_dloss=%s fused_vs_decomposed=%s "
-          "torch_eager_vs_compile=%s" % (fmt(a), fmt(b), fmt(c), fmt(d)))
+    print_parity(dict(zip(PARITY_MORE + PARITY, (
+        worst("sinter", "fp16", "max_dloss"), worst("torch", "fp16", "max_dloss"),
+        max(holdouts) if holdouts else None, paths_apart("torch", "eager", "eager-math"),
+        a, b, c, d))))
     if not args.check:
         return 0
     failures = []
