@@ -369,6 +369,16 @@ TEST_CASE("null gpu: the largest batch max_batch predicts runs, and one more run
   CHECK_THROWS_WITH(run_at(fit.batch + 1), Catch::Contains("out of memory on cuda") &&
                                                Catch::Contains("planned peak") &&
                                                Catch::Contains("largest buffers"));
+  // Out of memory, a step lets go of what its failed program holds: the report plans the batch
+  // that fits against what is free for a retry, names sinter's share of the device, and the
+  // same step then runs at that batch.
+  auto retried = make_step();
+  std::vector<HostTensor> too_large = resized_batch(example, fit.batch + 1);
+  CHECK_THROWS_WITH(retried(too_large[0], too_large[1]),
+                    Catch::Contains("largest batch that fits: " + std::to_string(target) + " ") &&
+                        Catch::Contains("sinter's device buffers hold"));
+  std::vector<HostTensor> fitting = resized_batch(example, fit.batch);
+  CHECK_NOTHROW(retried(fitting[0], fitting[1]));
 }
 
 // With SINTER_NULL_GPU_COPIES=1 (the meson test null-gpu-copies) device memory holds what the

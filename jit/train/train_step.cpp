@@ -252,6 +252,18 @@ MaxBatch TrainStep::max_batch(std::span<const HostTensor> example, int64_t budge
   });
 }
 
+namespace {
+// The device's free memory once a failed allocation's partial work is released (the catch
+// site has dropped it), or what the failure saw if the device cannot say.
+int64_t available_after(const OutOfMemory& failure, const Device& device) {
+  try {
+    return backend_entry(device.backend).free_memory(device);
+  } catch (const std::exception&) {
+    return failure.available_bytes();
+  }
+}
+} // namespace
+
 [[noreturn]] void TrainStep::explain_out_of_memory(std::span<const HostTensor> batch,
                                                    const StepMemory& planned, int64_t available,
                                                    const std::string& cause) {
@@ -308,7 +320,9 @@ const TrainStep::Compiled& TrainStep::compiled_for(std::span<const HostTensor> b
           compile(std::move(built.apply), Pipeline::standard(std::nullopt), apply_run);
     }
   } catch (const OutOfMemory& e) {
-    explain_out_of_memory(batch, plan_memory(batch), e.available_bytes(), e.what());
+    // What the failed compile allocated is freed by now: the batch that fits is planned
+    // against what is free for a retry, not what was left at the failing allocation.
+    explain_out_of_memory(batch, plan_memory(batch), available_after(e, backend), e.what());
   } catch (const std::bad_alloc&) {
     explain_out_of_memory(batch, plan_memory(batch),
                           backend_entry(backend.backend).free_memory(backend),
@@ -359,9 +373,14 @@ LossHandle TrainStep::operator()(std::span<const HostTensor> batch, double lr) {
   try {
     run(step);
   } catch (const OutOfMemory& e) {
-    // The first run allocates what compiling left (workspace, graph capture): explain it once.
+    // The first run allocates what compiling left (workspace, graph capture): explain it once,
+    // after dropping the program, so that its buffers do not stand in the way of a retry with
+    // a smaller batch.
     if (!first_run || e.planned_bytes() != 0) throw;
-    explain_out_of_memory(batch, plan_memory(batch), e.available_bytes(), e.what());
+    last_ = nullptr;
+    by_batch_types_.erase(batch_key(batch));
+    explain_out_of_memory(batch, plan_memory(batch), available_after(e, default_device()),
+                          e.what());
   }
   // Moved, not copied: on a GPU the loss is still deferred, so the step runs on while the
   // caller prepares the next batch; reading it waits for the step.

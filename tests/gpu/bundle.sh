@@ -73,6 +73,7 @@ find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8
 cp "$ROOT"/tests/bench/*.py "$OUT/bench/"
 cp "$ROOT/tests/gpu/run.sh" "$OUT/run.sh"
 cp "$ROOT/tests/gpu/compile_stages.sh" "$OUT/compile_stages.sh"
+cp "$ROOT/tests/gpu/short.sh" "$OUT/short.sh"
 cp "$ROOT/tests/gpu/max_batch_check.sh" "$OUT/max_batch_check.sh"
 cp "$ROOT/tests/cli/check_cuda_exit.sh" "$OUT/"
 git -C "$ROOT" rev-parse HEAD > "$OUT/COMMIT" 2>/dev/null || echo unknown > "$OUT/COMMIT"

@@ -12,8 +12,12 @@ MODEL=${1:-distill-vit-b-s}
 AMP=${2:-bf16}
 export LD_LIBRARY_PATH="$HERE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export SINTER_LIBDEVICE="$HERE/lib/libdevice.10.bc"
-cache=$(mktemp -d)
-trap 'rm -rf "$cache"' EXIT
+# A kernel cache of the caller's (SINTER_CACHE_DIR) is kept; otherwise a fresh one, removed after.
+cache=${SINTER_CACHE_DIR:-}
+if [[ -z $cache ]]; then
+  cache=$(mktemp -d)
+  trap 'rm -rf "$cache"' EXIT
+fi
 run() { SINTER_CACHE_DIR="$cache" timeout 600 "$HERE/bin/train_step" --model "$MODEL" \
   --device cuda --amp "$AMP" "$@" 2>&1; }
 line=$(run --max-batch | grep '^max_batch=')

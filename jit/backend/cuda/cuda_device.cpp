@@ -2,24 +2,62 @@
 #include "jit/backend/cuda/cuda_device.hpp"
 
 #include "jit/backend/cpu/thread_pool.hpp"
+#include "jit/runtime/memory_plan.hpp"
 
 #include "kernels/cuda/cublaslt_gemm.hpp"
 #include <algorithm>
 
 #include <array>
+#include <atomic>
 #include <stdexcept>
 #include <utility>
 
 namespace sinter {
 
+namespace {
+std::atomic<int64_t> device_buffer_bytes{0};
+std::atomic<int64_t> device_buffer_count{0};
+// Free memory once the first device's context and streams were made (-1: not yet).
+std::atomic<int64_t> free_after_context{-1};
+
+// "the GPU is out of memory (...)" for a cuMemAlloc of `bytes` that failed: what is free, what
+// sinter's buffers hold, and what the driver took on its own since the context was made.
+[[noreturn]] void throw_device_out_of_memory(const cuda::Driver& d, std::size_t bytes) {
+  std::size_t free = 0, total = 0;
+  if (d.cuMemGetInfo(&free, &total) != 0) free = 0;
+  const int64_t held = device_buffer_bytes.load(), at_start = free_after_context.load();
+  std::string account = format_bytes(static_cast<int64_t>(free)) + " free; sinter's device " +
+                        "buffers hold " + format_bytes(held) + " in " +
+                        std::to_string(device_buffer_count.load()) + " allocations";
+  if (at_start >= 0)
+    account += ", and the driver and libraries took " +
+               format_bytes(std::max<int64_t>(0, at_start - static_cast<int64_t>(free) - held)) +
+               " of the " + format_bytes(at_start) + " free after the context was made";
+  throw OutOfMemory("sinter: CUDA cuMemAlloc of " + format_bytes(static_cast<int64_t>(bytes)) +
+                        " failed: CUDA_ERROR_OUT_OF_MEMORY (out of memory); the GPU is out of "
+                        "memory (" +
+                        account + "): use a smaller batch or model",
+                    0, static_cast<int64_t>(free));
+}
+} // namespace
+
 DeviceBuffer::DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
   if (bytes == 0) return;
   const cuda::Driver& d = cuda::require_driver();
-  d.check(d.cuMemAlloc(&ptr_, bytes), "cuMemAlloc");
+  cuda::Result result = d.cuMemAlloc(&ptr_, bytes);
+  if (result == 2) throw_device_out_of_memory(d, bytes); // CUDA_ERROR_OUT_OF_MEMORY
+  d.check(result, "cuMemAlloc");
+  device_buffer_bytes += static_cast<int64_t>(bytes);
+  ++device_buffer_count;
 }
 DeviceBuffer::~DeviceBuffer() {
-  if (ptr_) cuda::driver()->cuMemFree(ptr_);
+  if (!ptr_) return;
+  cuda::driver()->cuMemFree(ptr_);
+  device_buffer_bytes -= static_cast<int64_t>(bytes_);
+  --device_buffer_count;
 }
+int64_t DeviceBuffer::live_bytes() { return device_buffer_bytes.load(); }
+int64_t DeviceBuffer::live_count() { return device_buffer_count.load(); }
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
     : ptr_(std::exchange(other.ptr_, 0)), bytes_(std::exchange(other.bytes_, 0)) {}
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
@@ -72,6 +110,12 @@ CudaDevice::CudaDevice(const cuda::Driver& driver, int ordinal) : driver_(driver
   make_current();
   driver.check(driver.cuStreamCreate(&stream_, cuda::stream_non_blocking), "cuStreamCreate");
   driver.check(driver.cuStreamCreate(&copy_stream_, cuda::stream_non_blocking), "cuStreamCreate");
+  // The first device's; with a second one the driver's share can no longer be told apart.
+  std::size_t free = 0, total = 0;
+  if (free_after_context.load() == -1 && driver.cuMemGetInfo(&free, &total) == 0)
+    free_after_context = static_cast<int64_t>(free) + device_buffer_bytes.load();
+  else
+    free_after_context = -2;
   // A GPU newer than this LLVM gets PTX for the newest target it knows; the driver compiles
   // that PTX for the GPU (PTX is forward-compatible).
   target_ = std::make_unique<NvptxTarget>(NvptxTarget::best_target_for(info_.compute_capability));

@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# tests/gpu/short.sh — the open issues' GPU figures in one device call of under 10 minutes (from
+# a bundle, tests/gpu/bundle.sh): steps in priority order, each with its own time limit and all
+# under one deadline, so whatever ran comes back even when the call is cut short.
+#
+# Usage: ./short.sh [STAGE...]   (REPORT_DIR, default $OUT; DEADLINE_S, default 540 seconds)
+# Writes REPORT_DIR/short.md (each step's command, exit status, seconds and result lines) and
+# REPORT_DIR/short-logs.tar.gz (whole outputs and profiles, one file: the device tool brings back
+# only a few files; a compile's stages are in its log, SINTER_DUMP=list). Stages (default: the
+# first seven, in this order):
+#   info          sinter info, the GPU
+#   compile       GPT-2 small bf16 B=8: cold compile (empty kernel cache, SINTER_DUMP=list,plan:
+#                 stages and predicted_step_ms), warm compile (second process), a profiled run
+#   amp77         the CUDA suites in the background, beside GPT-2 small bf16, 77 steps on one
+#                 batch: sinter fused/decomposed, PyTorch eager SDPA/math (issue 34: within 2% of
+#                 PyTorch eager's loss)
+#   rounds-gpt2   interleaved rounds against torch eager and torch.compile (issue 33)
+#   distill       ViT-B/16 -> ViT-S/16 bf16 B=256: step, plan, profile; predicted largest batch
+#   buckets       the gpt recipe's shape-bucket recompiles (issue 32: < 0.3 s each)
+#   ab            GPT-2 small's step with split reductions, then runtime row counts, turned off
+#   profiles      cold compiles profiled (GPT-2 small, the distillation pair), and GPT-2 small's
+#                 cold compile on all the host's cores (--threads)
+#   max-batch     the predicted largest batch of the distillation pair, then smaller ones until
+#                 one trains (how far off the prediction is)
+#   rounds-distill  the distillation pair against torch eager and torch.compile
+set -uo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPORT_DIR="${REPORT_DIR:-${OUT:-$HERE/short-report}}"
+PYTHON="${PYTHON:-python3}"
+DEADLINE=$((SECONDS + ${DEADLINE_S:-540}))
+LOGS="$REPORT_DIR/logs"
+mkdir -p "$LOGS"
+export LD_LIBRARY_PATH="$HERE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export SINTER_LIBDEVICE="$HERE/lib/libdevice.10.bc"
+export SINTER_REQUIRE_GPU=1
+CACHE="${TMPDIR:-/tmp}/sinter-short-cache"
+export SINTER_CACHE_DIR="$CACHE"
+if [[ -z ${SINTER_LIBNCCL:-} ]]; then
+  nccl_dir=$("$PYTHON" -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
+  [[ -n $nccl_dir && -f $nccl_dir/libnccl.so.2 ]] && export SINTER_LIBNCCL="$nccl_dir/libnccl.so.2"
+fi
+REPORT="$REPORT_DIR/short.md"
+echo "# sinter short GPU report, commit $(cat "$HERE/COMMIT" 2>/dev/null), $(date -u +%FT%TZ)" >>"$REPORT"
+TS="$HERE/bin/train_step"
+RESULT='^peer=|^sinter: |predicted_step_ms|passed|failed|FAILED|rror|^prediction|^max_batch=|^batch |verdict|^result'
+
+# step NAME LIMIT_S CMD...: runs CMD with the smaller of LIMIT_S and the time left, logs it whole
+# and reports its matching lines; a step with under 10 s left is skipped (and says so).
+step() {
+  local name=$1 limit=$2
+  shift 2
+  local left=$((DEADLINE - SECONDS))
+  ((left < limit)) && limit=$left
+  if ((limit < 10)); then
+    echo "### $name: skipped, the deadline is near" >>"$REPORT"
+    return 1
+  fi
+  local start=$SECONDS
+  timeout --kill-after=5 "$limit" "$@" >"$LOGS/$name.log" 2>&1
+  local status=$?
+  {
+    echo "### $name (exit $status, $((SECONDS - start)) s, limit $limit s)"
+    echo "\$ $*"
+    grep -aE "$RESULT" "$LOGS/$name.log" | tail -n 30
+  } >>"$REPORT"
+  return $status
+}
+
+gpt2=(--model gpt2-small --device cuda --amp bf16 --batch 8)
+distill=(--model distill-vit-b-s --device cuda --amp bf16)
+stage_info() {
+  step info 20 "$HERE/bin/sinter" info
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem \
+    --format=csv >>"$REPORT" 2>&1
+}
+stage_compile() {
+  SINTER_DUMP=list,plan step compile-cold 150 "$TS" "${gpt2[@]}" --warmup 3 --iters 20
+  SINTER_DUMP=list step compile-warm 60 "$TS" "${gpt2[@]}" --warmup 3 --iters 20
+  SINTER_PROFILE="$REPORT_DIR/profile-gpt2-small" step compile-warm-profiled 60 "$TS" "${gpt2[@]}" \
+    --warmup 2 --iters 5
+}
+stage_amp77() {
+  # The CUDA suites (correctness of kernels never run on a GPU) next to steps that check losses only.
+  (
+    REPORT="$REPORT_DIR/short-tests.md"
+    for suite in '[cuda-forward]' '[cuda-gradient]' '[cuda]~[cuda-forward]~[cuda-gradient]'; do
+      SINTER_CACHE_DIR="$CACHE-tests" step "tests-${suite//[^a-z-]/}" 150 \
+        "$HERE/bin/sinter_tests" "$suite"
+    done
+  ) &
+  tests_pid=$!
+  for attention in fused decomposed; do
+    SINTER_ATTENTION=$attention step "amp77-sinter-$attention" 90 "$TS" "${gpt2[@]}" --warmup 0 \
+      --iters 76
+  done
+  for attention in sdpa math; do
+    step "amp77-torch-eager-$attention" 90 "$PYTHON" "$HERE/bench/train_peers.py" "${gpt2[@]}" \
+      --peers torch-eager --torch-attention "$attention" --warmup 0 --iters 76
+  done
+  wait "$tests_pid"
+  cat "$REPORT_DIR/short-tests.md" >>"$REPORT" 2>/dev/null
+}
+stage_rounds_gpt2() {
+  step rounds-gpt2 200 "$PYTHON" "$HERE/bench/train_rounds.py" --sinter "$TS" "${gpt2[@]}" \
+    --peers torch-eager,torch-compile --warmup 5 --rounds 6 --time-limit 60 --no-warm-start \
+    --out "$LOGS/rounds-gpt2.d"
+}
+stage_distill() {
+  SINTER_DUMP=list,plan step distill-step 90 "$TS" "${distill[@]}" --batch 256 --warmup 3 --iters 20
+  SINTER_PROFILE="$REPORT_DIR/profile-distill" step distill-profiled 60 "$TS" "${distill[@]}" \
+    --batch 256 --warmup 2 --iters 5
+  step distill-max-batch 150 bash "$HERE/max_batch_check.sh" distill-vit-b-s bf16
+}
+stage_buckets() {
+  step buckets 60 "$HERE/bin/gpt" --device cuda --steps 200 --variable-length --sample-bytes 8 \
+    --text "$HERE/data/fortunes.txt"
+}
+stage_ab() {
+  # A/B of GPU changes never measured (against compile-warm's step): split column reductions and
+  # row counts as kernel parameters, each off.
+  SINTER_SPLIT_REDUCTIONS=0 step ab-split-reductions-off 60 "$TS" "${gpt2[@]}" --warmup 3 --iters 20
+  SINTER_ROWS_PARAMETER=0 step ab-rows-parameter-off 60 "$TS" "${gpt2[@]}" --warmup 3 --iters 20
+}
+stage_profiles() {
+  SINTER_PROFILE="$REPORT_DIR/profile-gpt2-small-cold" \
+  step profiled-cold-gpt2 90 "$TS" "${gpt2[@]}" --warmup 2 --iters 5
+  SINTER_PROFILE="$REPORT_DIR/profile-distill-cold" \
+  step profiled-cold-distill 90 "$TS" "${distill[@]}" --batch 256 --warmup 2 --iters 5
+  SINTER_CACHE_DIR="$CACHE-threads" SINTER_DUMP=list step compile-cold-all-threads 90 "$TS" \
+    "${gpt2[@]}" --threads "$(nproc)" --warmup 2 --iters 5
+}
+stage_max_batch() {
+  step max-batch-prediction 60 "$TS" "${distill[@]}" --max-batch
+  local batch
+  batch=$(sed -n 's/^max_batch=\([0-9]*\) .*/\1/p' "$LOGS/max-batch-prediction.log")
+  [[ -n $batch ]] || return 1
+  # Each sample of the pair plans about 27 MB: 40 fewer are about 1 GiB less.
+  for fewer in 0 40 80 160 320 640; do
+    step "max-batch-at-$((batch - fewer))" 60 "$TS" "${distill[@]}" --batch $((batch - fewer)) \
+      --warmup 1 --iters 2 && break
+  done
+}
+stage_rounds_distill() {
+  step rounds-distill 240 "$PYTHON" "$HERE/bench/train_rounds.py" --sinter "$TS" \
+    "${distill[@]}" --peers torch-eager,torch-compile --warmup 3 --rounds 5 --time-limit 60 \
+    --no-warm-start --out "$LOGS/rounds-distill.d"
+}
+
+stages=("$@")
+[[ ${#stages[@]} -gt 0 ]] || stages=(info compile amp77 rounds-gpt2 distill buckets ab)
+for stage in "${stages[@]}"; do
+  case "$stage" in
+    info | compile | amp77 | rounds-gpt2 | distill | buckets | ab | profiles | max-batch | \
+      rounds-distill) "stage_${stage//-/_}" ;;
+    *) echo "short.sh: unknown stage '$stage'" >&2 ;;
+  esac
+done
+echo "### done at $SECONDS s" >>"$REPORT"
+tar -C "$REPORT_DIR" -czf "$REPORT_DIR/short-logs.tar.gz.tmp" logs $(cd "$REPORT_DIR" && ls -d profile-* 2>/dev/null) &&
+  mv "$REPORT_DIR/short-logs.tar.gz.tmp" "$REPORT_DIR/short-logs.tar.gz" &&
+  rm -rf "$LOGS" "$REPORT_DIR"/profile-* "$REPORT_DIR/short-tests.md"
