@@ -18,6 +18,9 @@ namespace {
 constexpr SettingInfo table[] = {
     {"SINTER_NUM_THREADS", "count", "hardware threads",
      "threads for kernels on the CPU (a bad value is an error naming it)"},
+    {"SINTER_COMPILE_THREADS", "count", "hardware threads",
+     "threads a CUDA compile generates and assembles its kernels on, whatever "
+     "`SINTER_NUM_THREADS` says (a bad value is an error naming it)"},
     {"SINTER_CACHE_DIR", "path", "`$XDG_CACHE_HOME/sinter`, else `~/.cache/sinter`",
      "the persistent kernel cache"},
     {"SINTER_BACKEND", "`cpu`, `interpreter`", "`cpu`",

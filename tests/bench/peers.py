@@ -199,7 +199,8 @@ def child(args):
 def run_each_in_child(script, peers, arguments):
     """Runs `python script --peer P arguments...` for each peer P, each in a process of its own
     (thread settings and imports never leak between peers), and prints each child's result line
-    (peer=...); library warnings stay on stderr. Returns 1 if any peer failed, else 0."""
+    (peer=...), after its step=N loss=L lines (--print-losses) prefixed with the peer's name;
+    library warnings stay on stderr. Returns 1 if any peer failed, else 0."""
     failed = 0
     for peer in peers:
         cmd = [sys.executable, os.path.abspath(script), "--peer", peer] + arguments
@@ -211,6 +212,9 @@ def run_each_in_child(script, peers, arguments):
                   file=sys.stderr)
             failed += 1
             continue
+        for line in proc.stdout.splitlines():
+            if line.startswith("step="):
+                print("%s %s" % (peer, line))
         print(lines[-1], flush=True)
     return 1 if failed else 0
 

@@ -312,6 +312,15 @@ def run_torch(args, compiled):
                 scaler.update()
             return loss.detach()
 
+    if args.print_losses:  # every step's loss (a host sync each): where two curves part
+        one_step, taken = step, [0]
+
+        def step():
+            out = one_step()
+            taken[0] += 1
+            print("step=%d loss=%.6f" % (taken[0], float(out)), flush=True)
+            return out
+
     calls = [0]
 
     def sync(out):
@@ -556,6 +565,8 @@ def main():
                     "own; see search_max_batch)")
     ap.add_argument("--max-batch-step", type=int, default=64,
                     help="--max-batch: the granularity of the search (default 64)")
+    ap.add_argument("--print-losses", action="store_true",
+                    help="print step=N loss=L after every step (train_step --print-losses too)")
     ap.add_argument("--serve", action="store_true",
                     help="with --peer: serve rounds on stdin for train_rounds.py (see above)")
     args = ap.parse_args()
@@ -596,7 +607,8 @@ def main():
         ["--model", args.model, "--device", args.device] + (["--tf32"] if args.tf32 else []) +
         ["--threads", str(args.threads), "--warmup", str(args.warmup), "--iters", str(args.iters),
          "--torch-attention", args.torch_attention, "--amp", args.amp] +
-        (["--batch", str(args.batch)] if args.batch is not None else []))
+        (["--batch", str(args.batch)] if args.batch is not None else []) +
+        (["--print-losses"] if args.print_losses else []))
 
 if __name__ == "__main__":
     sys.exit(main())

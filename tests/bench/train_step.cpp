@@ -17,7 +17,9 @@
 //                give model FLOP utilisation against a measured peak (train_peers.py --peak)
 // Every step trains on the same batch, which stays on the device (StepOptions::resident_batch,
 // uploaded once), as the PyTorch peers keep theirs on the GPU; `--host-batch` uploads it from
-// the host every step instead, as a loop over new batches does.
+// the host every step instead, as a loop over new batches does. `--print-losses` prints
+// `step=N loss=L` after every step (as train_peers.py --print-losses does), to see where two
+// runs' curves part.
 // `--device cpu|cuda[:N]` picks where the step runs; `--amp off|bf16|fp16` its mixed precision;
 // `--batch N` the sequences per step of the gpt models.
 // AdamW: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight decay 1e-4 (decoupled, on every
@@ -104,8 +106,9 @@ struct Options : bench::StepFlags {
   std::string amp = "off";
   int64_t batch = 0; ///< gpt models: sequences per step (0: the model's own)
   bool max_batch = false;
-  std::string memory;      ///< --memory: the budget of --max-batch (default: free memory)
-  bool host_batch = false; ///< --host-batch: the batch goes up from the host every step
+  bool print_losses = false; ///< --print-losses: `step=N loss=L` after every step
+  std::string memory;        ///< --memory: the budget of --max-batch (default: free memory)
+  bool host_batch = false;   ///< --host-batch: the batch goes up from the host every step
 };
 
 double maxrss_mb() {
@@ -178,9 +181,11 @@ int run(const Options& opt, Model& model, double base_rss, MakeStep make_step) {
 
   double first_loss = 0, loss = 0;
   bool first = true;
+  int taken = 0;
   auto one_step = [&] {
     loss = step(images, labels).loss.value();
     if (std::exchange(first, false)) first_loss = loss;
+    if (opt.print_losses) std::printf("step=%d loss=%.6f\n", ++taken, loss);
   };
   auto ready = [&](double first_call_s) {
     std::printf("ready peer=sinter model=%s compile_s=%.4g loss=%.6f device=%s\n",
@@ -221,7 +226,7 @@ int usage(const char* argv0) {
                "cpu|cuda[:N]] [--threads N] "
                "[--warmup N] [--amp off|bf16|fp16] [--batch N (gpt, distill-vit-b-s)] "
                "[--iters N] [--print-params] [--serve] [--max-batch [--memory BYTES]] "
-               "[--host-batch]\n"
+               "[--host-batch] [--print-losses]\n"
                "  one full training step (forward, loss, backward, AdamW) via compile_step,\n"
                "  batch 128; prints first-call and median step time, losses and memory\n"
                "  --serve: after warm-up, answer 'run K [W]' / 'quit' on stdin (train_rounds.py)\n",
@@ -256,6 +261,8 @@ int main(int argc, char** argv) {
       opt.memory = argv[++i];
     else if (a == "--host-batch")
       opt.host_batch = true;
+    else if (a == "--print-losses")
+      opt.print_losses = true;
     else
       ok = false;
     if (!ok ||

@@ -117,14 +117,15 @@ void ThreadPool::parallel_for(int64_t count, int64_t min_chunk,
   if (job.error) std::rethrow_exception(job.error);
 }
 
-std::size_t default_thread_count() {
-  const char* env = setting("SINTER_NUM_THREADS");
+namespace {
+std::size_t thread_count_setting(const char* name) {
+  const char* env = setting(name);
   if (env != nullptr && *env != '\0') {
     std::string_view text = env;
     std::size_t value = 0;
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
     if (ec != std::errc{} || end != text.data() + text.size() || value == 0 || value > 4096) {
-      throw std::invalid_argument("sinter: SINTER_NUM_THREADS='" + std::string(text) +
+      throw std::invalid_argument("sinter: " + std::string(name) + "='" + std::string(text) +
                                   "' is not a thread count; set it to an integer from 1 to 4096 "
                                   "or unset it to use every hardware thread");
     }
@@ -132,5 +133,10 @@ std::size_t default_thread_count() {
   }
   return std::max(1u, std::thread::hardware_concurrency());
 }
+} // namespace
+
+std::size_t default_thread_count() { return thread_count_setting("SINTER_NUM_THREADS"); }
+
+std::size_t compile_thread_count() { return thread_count_setting("SINTER_COMPILE_THREADS"); }
 
 } // namespace sinter

@@ -52,5 +52,9 @@ private:
 /// `SINTER_NUM_THREADS` when set (a positive integer; anything else throws
 /// std::invalid_argument naming the variable and the value), else the hardware thread count.
 std::size_t default_thread_count();
+/// `SINTER_COMPILE_THREADS` when set (validated the same way), else the hardware thread count:
+/// the threads a GPU compile generates and assembles its kernels on, whatever the CPU
+/// runtime's count (a GPU step's speed does not depend on it; its cold compile does).
+std::size_t compile_thread_count();
 
 } // namespace sinter

@@ -274,7 +274,7 @@ void CudaDevice::compile_ahead(const FusionPlan& plan, std::span<const Kernel* c
         make_current(); // the context is current per thread
         return assemble(target_->compile(plan, *request.kernel, symbol), symbol);
       },
-      static_cast<unsigned>(default_thread_count()));
+      static_cast<unsigned>(compile_thread_count()));
 }
 
 cuda::FunctionHandle CudaDevice::load(std::span<const char> cubin, const std::string& symbol) {
