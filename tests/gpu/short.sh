@@ -23,6 +23,8 @@
 #   max-batch     the predicted largest batch of the distillation pair, then smaller ones until
 #                 one trains (how far off the prediction is)
 #   rounds-distill  the distillation pair against torch eager and torch.compile
+#   parity        the mixed-precision parity study on the GPU (issue 34; tests/bench/amp_parity.py
+#                 --device cuda, seeds 0 and 1, 300 steps)
 set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPORT_DIR="${REPORT_DIR:-${OUT:-$HERE/short-report}}"
@@ -42,7 +44,7 @@ fi
 REPORT="$REPORT_DIR/short.md"
 echo "# sinter short GPU report, commit $(cat "$HERE/COMMIT" 2>/dev/null), $(date -u +%FT%TZ)" >>"$REPORT"
 TS="$HERE/bin/train_step"
-RESULT='^peer=|^sinter: |predicted_step_ms|passed|failed|FAILED|rror|^prediction|^max_batch=|^batch |verdict|^result'
+RESULT='^peer=|^sinter: |^parity|predicted_step_ms|passed|failed|FAILED|rror|^prediction|^max_batch=|^batch |verdict|^result'
 
 # step NAME LIMIT_S CMD...: runs CMD with the smaller of LIMIT_S and the time left, logs it whole
 # and reports its matching lines; a step with under 10 s left is skipped (and says so).
@@ -146,12 +148,17 @@ stage_rounds_distill() {
     --no-warm-start --out "$LOGS/rounds-distill.d"
 }
 
+stage_parity() {
+  step parity 300 "$PYTHON" "$HERE/bench/amp_parity.py" --sinter "$HERE/bin/amp_parity" \
+    --device cuda --seeds 0,1 --text "$HERE/data/fortunes.txt" --out "$LOGS/parity.d"
+}
+
 stages=("$@")
 [[ ${#stages[@]} -gt 0 ]] || stages=(info compile amp77 rounds-gpt2 distill buckets ab)
 for stage in "${stages[@]}"; do
   case "$stage" in
     info | compile | amp77 | rounds-gpt2 | distill | buckets | ab | profiles | max-batch | \
-      rounds-distill) "stage_${stage//-/_}" ;;
+      rounds-distill | parity) "stage_${stage//-/_}" ;;
     *) echo "short.sh: unknown stage '$stage'" >&2 ;;
   esac
 done
