@@ -190,6 +190,9 @@ TEST_CASE("attention: bf16 and f16 run as one fused forward and one backward ker
           CHECK(ptx.find(mma) != std::string::npos);
           CHECK(ptx.find("bar.sync") != std::string::npos);
           CHECK(ptx.find(".local") == std::string::npos); // accumulators stay in registers
+          // Rows of whole 16-byte pieces (the causal step's d = 16, not the masked one's 20)
+          // reach the shared tiles 16 bytes at a time.
+          CHECK((ptx.find("ld.global.nc.v4") != std::string::npos) == !masked);
           PtxasResult assembled = run_ptxas(*ptxas, ptx, target.arch(), dir.path);
           INFO("ptxas: " << assembled.log);
           CHECK(assembled.ok);
@@ -247,8 +250,11 @@ TEST_CASE("attention: the CUDA kernels, emulated, span query blocks, key tiles a
     bool causal, masked;
     double scale;
   };
-  for (Problem p : {Problem{2, 130, 130, 16, 24, true, false, 0.0},
-                    Problem{3, 70, 75, 20, 9, false, true, 0.3}})
+  // The third has whole 16-byte rows (d = dv = 64): its key and value tiles go 16 bytes at a
+  // time, the last one past the keys' end zero-filled (100 keys: 64 + 36).
+  for (Problem p :
+       {Problem{2, 130, 130, 16, 24, true, false, 0.0}, Problem{3, 70, 75, 20, 9, false, true, 0.3},
+        Problem{2, 70, 100, 64, 64, false, false, 0.125}})
     for (DType t : {DType::bf16, DType::f16}) {
       INFO(dtype_name(t) << " tq " << p.tq << " tk " << p.tk << (p.causal ? " causal" : " masked"));
       std::mt19937_64 rng(11);
