@@ -15,6 +15,8 @@
 namespace sinter {
 
 namespace {
+// What every live DeviceBuffer holds, and how many there are: an out-of-memory message names
+// them beside the driver's own share.
 std::atomic<int64_t> device_buffer_bytes{0};
 std::atomic<int64_t> device_buffer_count{0};
 // Free memory once the first device's context and streams were made (-1: not yet).
@@ -56,8 +58,6 @@ DeviceBuffer::~DeviceBuffer() {
   device_buffer_bytes -= static_cast<int64_t>(bytes_);
   --device_buffer_count;
 }
-int64_t DeviceBuffer::live_bytes() { return device_buffer_bytes.load(); }
-int64_t DeviceBuffer::live_count() { return device_buffer_count.load(); }
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
     : ptr_(std::exchange(other.ptr_, 0)), bytes_(std::exchange(other.bytes_, 0)) {}
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {

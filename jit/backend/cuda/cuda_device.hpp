@@ -27,11 +27,6 @@ public:
   DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
   cuda::DevicePtr get() const { return ptr_; }
   std::size_t bytes() const { return bytes_; }
-  /// What every live DeviceBuffer of the process holds, and how many there are: with the free
-  /// memory after the context was made, what the driver and libraries took besides (modules,
-  /// local memory, graphs), which an out-of-memory message names.
-  static int64_t live_bytes();
-  static int64_t live_count();
 
 private:
   cuda::DevicePtr ptr_ = 0;

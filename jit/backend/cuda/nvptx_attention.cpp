@@ -1,8 +1,11 @@
-// jit/backend/cuda/nvptx_attention.cpp — fused attention on NVIDIA tensor cores: flash-attention
-// forward and backward kernels in LLVM IR (mma.sync m16n8k16 on bf16/f16, f32 accumulators)
+// jit/backend/cuda/nvptx_attention.cpp — fused attention on NVIDIA tensor cores: the bodies of the
+// flash-attention forward and backward kernels in LLVM IR (mma.sync m16n8k16 on bf16/f16, f32
+// accumulators)
 #include "jit/backend/cuda/nvptx_attention.hpp"
 
 #include "jit/backend/attention_layout.hpp"
+#include "jit/backend/cuda/nvptx_attention_tiling.hpp"
+#include "jit/backend/cuda/nvptx_block_memory.hpp"
 
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
@@ -19,100 +22,32 @@
 namespace sinter {
 namespace {
 
-// Each warp owns 16 rows (one mma tile of rows); a block of 4 warps owns 64 query rows (forward
-// and dQ) or 64 keys (dK and dV).
-constexpr int64_t warps_per_block = 4;
-constexpr int64_t threads_per_block = 32 * warps_per_block;
-constexpr int64_t warp_rows = 16;
-constexpr int64_t block_rows = warps_per_block * warp_rows;
-constexpr int64_t key_tile = 64;      ///< keys per shared-memory tile (forward and dQ)
-constexpr int64_t max_head_dim = 128; ///< beyond it the accumulators no longer fit in registers
-constexpr int64_t row_padding = 8;    ///< elements after each shared row: lanes hit other banks
-constexpr int min_capability = 80;    ///< mma.sync m16n8k16 with bf16 operands
-constexpr int64_t max_grid = 65535;   ///< more work than that is walked grid-stride
+using namespace attention_tiling;
+
 constexpr float masked_score = -1e9f; ///< what the op's definition puts in masked scores
-
-int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
-int64_t ceil_div(int64_t n, int64_t m) { return (n + m - 1) / m; }
-
-/// Argument positions of the outputs the kernel writes (-1: not written).
-struct OutputPositions {
-  int o = -1, lse = -1, dq = -1, dk = -1, dv = -1;
-  bool key_side() const { return dk >= 0 || dv >= 0; }
-};
-
-OutputPositions output_positions(const Graph& g, const Kernel& kernel) {
-  OutputPositions out;
-  std::vector<ValueId> outputs = kernel.outputs();
-  for (std::size_t i = 0; i < outputs.size(); ++i) {
-    const Node& n = g.node(outputs[i]);
-    int position = static_cast<int>(i);
-    if (n.op == OpId::fused_attention)
-      out.o = position;
-    else if (n.op == OpId::fused_attention_lse)
-      out.lse = position;
-    else
-      (n.attrs.ints[0] == 0 ? out.dq : n.attrs.ints[0] == 1 ? out.dk : out.dv) = position;
-  }
-  return out;
-}
-
-/// A kernel's work items per launch: dK/dV blocks (backward, when dK or dV is an output), then
-/// blocks of query rows (the forward, or dQ when it is an output).
-struct WorkItems {
-  int64_t key_side = 0, query_side = 0;
-};
-WorkItems work_items(const AttentionLayout& l, const OutputPositions& out) {
-  int64_t query_blocks = l.batches * ceil_div(l.tq, block_rows);
-  if (!l.backward) return {0, query_blocks};
-  return {out.key_side() ? l.batches * ceil_div(l.tk, block_rows) : 0,
-          out.dq >= 0 ? query_blocks : 0};
-}
-
-/// Queries per tile of the dK/dV pass: 64, or 32 when feature dims above 64 leave fewer
-/// registers for the scores.
-int64_t backward_query_tile(const AttentionLayout& l) { return std::max(l.d, l.dv) > 64 ? 16 : 32; }
 
 using Frag = std::array<llvm::Value*, 4>;  ///< an A operand (4 × b32) or a 16×8 f32 accumulator
 using BFrag = std::array<llvm::Value*, 2>; ///< a B operand (2 × b32)
-
-/// A [rows, cols] row-major matrix of one slice in global memory (16-bit elements).
-struct GlobalMatrix {
-  llvm::Value* pointer = nullptr;
-  llvm::Value* first = nullptr; ///< the slice's first element
-  int64_t rows = 0, cols = 0;
-};
-
-/// A tile in shared memory: 16-bit elements, `stride` elements per row, from byte `offset`.
-struct SharedTile {
-  int64_t offset = 0, stride = 0;
-};
 
 class AttentionKernel {
 public:
   explicit AttentionKernel(KernelEmitter& e)
       : e_(e), b_(e.builder()), g_(e.graph()), root_(e.root()),
         l_(attention_layout(e.graph(), e.root())), out_(output_positions(g_, e.kernel())),
-        dtype_(g_.type(root_.inputs[0]).dtype), dp_(round_up(l_.d, 16)), dvp_(round_up(l_.dv, 16)) {
+        dtype_(g_.type(root_.inputs[0]).dtype), dp_(round_up(l_.d, 16)), dvp_(round_up(l_.dv, 16)),
+        mem_(e, threads_per_block,
+             std::max(tile_bytes(key_tile, dp_) + tile_bytes(key_tile, dvp_),
+                      l_.backward ? key_side_bytes() : 0)) {
     i8_ = b_.getInt8Ty();
     i16_ = b_.getInt16Ty();
     i32_ = b_.getInt32Ty();
     f32_ = b_.getFloatTy();
-    llvm::Value* tid = b_.CreateZExt(
-        b_.CreateIntrinsic(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, {}, {}), b_.getInt64Ty());
-    tid_ = tid;
-    llvm::Value* lane = b_.CreateAnd(tid, 31);
-    warp_ = b_.CreateLShr(tid, 5);
+    tid_ = mem_.thread();
+    llvm::Value* lane = b_.CreateAnd(tid_, 31);
+    warp_ = b_.CreateLShr(tid_, 5);
     group_ = b_.CreateLShr(lane, 2);
     quad_ = b_.CreateAnd(lane, 3);
     lane_col_ = b_.CreateShl(quad_, 1);
-    int64_t bytes = std::max(tile_bytes(key_tile, dp_) + tile_bytes(key_tile, dvp_),
-                             l_.backward ? key_side_bytes() : 0);
-    auto* type = llvm::ArrayType::get(i8_, static_cast<uint64_t>(bytes));
-    shared_ = new llvm::GlobalVariable(e.module(), type, false, llvm::GlobalValue::InternalLinkage,
-                                       llvm::UndefValue::get(type), "attention_tiles", nullptr,
-                                       llvm::GlobalValue::NotThreadLocal, 3);
-    shared_->setAlignment(llvm::Align(16));
     k_tile_ = {0, dp_ + row_padding};
     v_tile_ = {tile_bytes(key_tile, dp_), dvp_ + row_padding};
   }
@@ -238,8 +173,8 @@ private:
     e_.emit_for(first_tile, ix(ceil_div(l_.tq, tile_rows)), [&](llvm::Value* tile) {
       llvm::Value* query0 = b_.CreateMul(tile, ix(tile_rows));
       barrier();
-      copy_tile(pass.q, query0, q_tile, tile_rows, dp_);
-      copy_tile(pass.d_o, query0, do_tile, tile_rows, dvp_);
+      mem_.copy_tile(pass.q, query0, q_tile, tile_rows, dp_);
+      mem_.copy_tile(pass.d_o, query0, do_tile, tile_rows, dvp_);
       e_.emit_for(
           tid_, ix(tile_rows),
           [&](llvm::Value* i) {
@@ -248,10 +183,10 @@ private:
             llvm::Value* row = b_.CreateSelect(valid, query, ix(0));
             llvm::Value* lse = load_lse(batch, row);
             llvm::Value* delta = row_dot(pass.o, pass.d_o, row, ix(0), 1);
-            store_shared_f32(stats, i, b_.CreateSelect(valid, lse, f(0)));
-            store_shared_f32(stats + 4 * tile_rows, i, b_.CreateSelect(valid, delta, f(0)));
+            mem_.store_shared_f32(stats, i, b_.CreateSelect(valid, lse, f(0)));
+            mem_.store_shared_f32(stats + 4 * tile_rows, i, b_.CreateSelect(valid, delta, f(0)));
             if (l_.has_mask)
-              store_shared_f32(stats + 8 * tile_rows, i, keeps_any(mask_base, row, ix(0), 1));
+              mem_.store_shared_f32(stats + 8 * tile_rows, i, keeps_any(mask_base, row, ix(0), 1));
           },
           ix(threads_per_block));
       barrier();
@@ -267,10 +202,10 @@ private:
           llvm::Value* local = element_col(ix(0), j, e);
           llvm::Value* query = b_.CreateAdd(query0, local);
           llvm::Value* fill = nullptr;
-          if (l_.has_mask) fill = masked_fill(load_shared_f32(stats + 8 * tile_rows, local));
+          if (l_.has_mask) fill = masked_fill(mem_.load_shared_f32(stats + 8 * tile_rows, local));
           Score s = score(p[j][e], mask_base, query, keys[e / 2], fill);
           masked[j][e] = s.masked;
-          llvm::Value* weight = exp(b_.CreateFSub(s.value, load_shared_f32(stats, local)));
+          llvm::Value* weight = exp(b_.CreateFSub(s.value, mem_.load_shared_f32(stats, local)));
           llvm::Value* real = b_.CreateAnd(b_.CreateICmpSLT(keys[e / 2], ix(l_.tk)),
                                            b_.CreateICmpSLT(query, ix(l_.tq)));
           p[j][e] = b_.CreateSelect(real, weight, f(0));
@@ -286,7 +221,8 @@ private:
         for (int64_t ks = 0; ks < dvp_ / 16; ++ks)
           ds[j] = mma(v_frags[ks], b_from_rows(do_tile, j * 8, ks * 16), ds[j]);
         for (int e = 0; e < 4; ++e) {
-          llvm::Value* delta = load_shared_f32(stats + 4 * tile_rows, element_col(ix(0), j, e));
+          llvm::Value* delta =
+              mem_.load_shared_f32(stats + 4 * tile_rows, element_col(ix(0), j, e));
           llvm::Value* g = b_.CreateFMul(p[j][e], b_.CreateFSub(ds[j][e], delta));
           ds[j][e] = b_.CreateSelect(masked[j][e], f(0), g);
         }
@@ -396,8 +332,8 @@ private:
   llvm::Value* load_key_tiles(const Pass& pass, llvm::Value* tile) {
     llvm::Value* key0 = b_.CreateMul(tile, ix(key_tile));
     barrier(); // every warp is done with the previous tile
-    copy_tile(pass.k, key0, k_tile_, key_tile, dp_);
-    copy_tile(pass.v, key0, v_tile_, key_tile, dvp_);
+    mem_.copy_tile(pass.k, key0, k_tile_, key_tile, dp_);
+    mem_.copy_tile(pass.v, key0, v_tile_, key_tile, dvp_);
     barrier();
     return key0;
   }
@@ -481,7 +417,7 @@ private:
   llvm::Value* load_lse(llvm::Value* batch, llvm::Value* row) {
     DType t = g_.type(root_.inputs[4]).dtype;
     llvm::Value* at = b_.CreateAdd(b_.CreateMul(batch, ix(l_.tq)), row);
-    return load_float(read(4), t, at);
+    return mem_.load_float(read(4), t, at);
   }
 
   /// Σ o[row, c]·do[row, c] over c = first, first + step, ... < dv, in f32.
@@ -492,7 +428,7 @@ private:
         first, ix(l_.dv),
         [&](llvm::Value* c) {
           llvm::Value* at = b_.CreateAdd(b_.CreateMul(row, ix(l_.dv)), c);
-          llvm::Value* x = b_.CreateFMul(widen(load16(o, at)), widen(load16(d_o, at)));
+          llvm::Value* x = b_.CreateFMul(widen(mem_.load16(o, at)), widen(mem_.load16(d_o, at)));
           b_.CreateStore(b_.CreateFAdd(load(sum), x), sum);
         },
         ix(step));
@@ -517,10 +453,10 @@ private:
     llvm::Value* r1 = b_.CreateAdd(r0, ix(8));
     llvm::Value* c0 = b_.CreateAdd(lane_col_, ix(col0));
     auto at = [&](llvm::Value* r, int64_t dc) {
-      return load_or_zero(m, r, b_.CreateAdd(c0, ix(dc)));
+      return mem_.load_or_zero(m, r, b_.CreateAdd(c0, ix(dc)));
     };
-    return {pack(at(r0, 0), at(r0, 1)), pack(at(r1, 0), at(r1, 1)), pack(at(r0, 8), at(r0, 9)),
-            pack(at(r1, 8), at(r1, 9))};
+    return {mem_.pack(at(r0, 0), at(r0, 1)), mem_.pack(at(r1, 0), at(r1, 1)),
+            mem_.pack(at(r0, 8), at(r0, 9)), mem_.pack(at(r1, 8), at(r1, 9))};
   }
 
   /// The B operand whose (k, n) element is tile[n0 + n][k0 + k] (k runs along a row).
@@ -529,14 +465,16 @@ private:
     // per fragment (they would be hoisted out of the tile loop and fill the register file).
     llvm::Value* base = lane_base(t, true);
     int64_t at = (n0 * t.stride + k0) * 2;
-    return {load_shared(i32_, base, at), load_shared(i32_, base, at + 16)};
+    return {mem_.load_shared(i32_, base, at), mem_.load_shared(i32_, base, at + 16)};
   }
 
   /// The B operand whose (k, n) element is tile[k0 + k][n0 + n] (k runs down a column).
   BFrag b_from_columns(const SharedTile& t, int64_t k0, int64_t n0) {
     llvm::Value* base = lane_base(t, false);
-    auto at = [&](int64_t dr) { return load_shared(i16_, base, ((k0 + dr) * t.stride + n0) * 2); };
-    return {pack(at(0), at(1)), pack(at(8), at(9))};
+    auto at = [&](int64_t dr) {
+      return mem_.load_shared(i16_, base, ((k0 + dr) * t.stride + n0) * 2);
+    };
+    return {mem_.pack(at(0), at(1)), mem_.pack(at(8), at(9))};
   }
 
   /// The A operand (16 rows × keys [16·kk, 16·kk + 16)) made of accumulators: n-tiles 2·kk
@@ -544,8 +482,8 @@ private:
   Frag a_from_accumulators(const std::vector<Frag>& s, int64_t kk) {
     const Frag& lo = s[static_cast<std::size_t>(2 * kk)];
     const Frag& hi = s[static_cast<std::size_t>(2 * kk + 1)];
-    return {pack(narrow(lo[0]), narrow(lo[1])), pack(narrow(lo[2]), narrow(lo[3])),
-            pack(narrow(hi[0]), narrow(hi[1])), pack(narrow(hi[2]), narrow(hi[3]))};
+    return {mem_.pack(narrow(lo[0]), narrow(lo[1])), mem_.pack(narrow(lo[2]), narrow(lo[3])),
+            mem_.pack(narrow(hi[0]), narrow(hi[1])), mem_.pack(narrow(hi[2]), narrow(hi[3]))};
   }
 
   /// acc += left · tile: `left` is accumulator tiles used as A operands (16 columns per
@@ -603,73 +541,6 @@ private:
     return {read(operand), b_.CreateMul(batch, ix(rows * cols)), rows, cols};
   }
 
-  /// Element `at` (from the slice's first) of `m`, as 16 bits.
-  llvm::Value* load16(const GlobalMatrix& m, llvm::Value* at) {
-    return b_.CreateAlignedLoad(i16_, b_.CreateGEP(i16_, m.pointer, b_.CreateAdd(m.first, at)),
-                                llvm::Align(2));
-  }
-  /// m[row, col], or 0 outside the matrix (then the slice's first element is read instead).
-  llvm::Value* load_or_zero(const GlobalMatrix& m, llvm::Value* row, llvm::Value* col) {
-    llvm::Value* inside =
-        b_.CreateAnd(b_.CreateICmpSLT(row, ix(m.rows)), b_.CreateICmpSLT(col, ix(m.cols)));
-    llvm::Value* at =
-        b_.CreateSelect(inside, b_.CreateAdd(b_.CreateMul(row, ix(m.cols)), col), ix(0));
-    return b_.CreateSelect(inside, load16(m, at), b_.getInt16(0));
-  }
-
-  /// Rows [first, first + rows) of `m` into `tile`, zero-padded to `cols_padded` columns and
-  /// past m's last row; the whole block copies, consecutive threads on consecutive elements.
-  /// Rows of whole 16-byte pieces (8 elements, no column padding) go 16 bytes at a time when
-  /// the slice is 16-byte aligned: a tile's copy is then 8 times fewer loads and stores, which
-  /// at short sequences (few tiles per block) is much of a block's time.
-  void copy_tile(const GlobalMatrix& m, llvm::Value* first, const SharedTile& tile, int64_t rows,
-                 int64_t cols_padded) {
-    auto by_element = [&] {
-      e_.emit_for(
-          tid_, ix(rows * cols_padded),
-          [&](llvm::Value* i) {
-            llvm::Value* r = b_.CreateUDiv(i, ix(cols_padded));
-            llvm::Value* c = b_.CreateURem(i, ix(cols_padded));
-            b_.CreateAlignedStore(load_or_zero(m, b_.CreateAdd(first, r), c), shared_at(tile, r, c),
-                                  llvm::Align(2));
-          },
-          ix(threads_per_block));
-    };
-    constexpr int64_t piece = 8; // 16-bit elements in 16 bytes
-    bool whole_pieces = m.cols % piece == 0 && cols_padded == m.cols &&
-                        (tile.stride * 2) % 16 == 0 && tile.offset % 16 == 0;
-    if (!whole_pieces) return by_element();
-    // The pointer and slice offset are the same for every thread: the branch is uniform.
-    llvm::Value* slice_address =
-        b_.CreateAdd(b_.CreatePtrToInt(m.pointer, b_.getInt64Ty()), b_.CreateMul(m.first, ix(2)));
-    llvm::Value* aligned = b_.CreateICmpEQ(b_.CreateAnd(slice_address, ix(15)), ix(0));
-    e_.emit_if(b_.CreateNot(aligned), by_element);
-    e_.emit_if(aligned, [&] {
-      auto* vector = llvm::FixedVectorType::get(i32_, 4);
-      int64_t per_row = m.cols / piece;
-      e_.emit_for(
-          tid_, ix(rows * per_row),
-          [&](llvm::Value* i) {
-            llvm::Value* r = b_.CreateUDiv(i, ix(per_row));
-            llvm::Value* c = b_.CreateMul(b_.CreateURem(i, ix(per_row)), ix(piece));
-            llvm::Value* row = b_.CreateAdd(first, r);
-            llvm::Value* inside = b_.CreateICmpSLT(row, ix(m.rows));
-            llvm::Value* at =
-                b_.CreateSelect(inside, b_.CreateAdd(b_.CreateMul(row, ix(m.cols)), c), ix(0));
-            llvm::Value* values = b_.CreateAlignedLoad(
-                vector, b_.CreateGEP(i16_, m.pointer, b_.CreateAdd(m.first, at)), llvm::Align(16));
-            values = b_.CreateSelect(inside, values, llvm::Constant::getNullValue(vector));
-            b_.CreateAlignedStore(values, shared_at(tile, r, c), llvm::Align(16));
-          },
-          ix(threads_per_block));
-    });
-  }
-
-  llvm::Value* shared_at(const SharedTile& t, llvm::Value* row, llvm::Value* col) {
-    llvm::Value* element = b_.CreateAdd(b_.CreateMul(row, ix(t.stride)), col);
-    llvm::Value* offset = b_.CreateAdd(ix(t.offset), b_.CreateMul(element, ix(2)));
-    return b_.CreateGEP(i8_, shared_, offset);
-  }
   /// The address of this lane's element of `t` in B operands: row group, column pair
   /// (`by_rows`), or row pair, column group. Made once per pass (before its loops).
   llvm::Value* lane_base(const SharedTile& t, bool by_rows) {
@@ -680,7 +551,7 @@ private:
       b_.SetInsertPoint(pass_start_);
       llvm::Value* row = by_rows ? group_ : lane_col_;
       llvm::Value* col = by_rows ? lane_col_ : group_;
-      it->second = shared_at(t, row, col);
+      it->second = mem_.shared_at(t, row, col);
     }
     return it->second;
   }
@@ -689,21 +560,6 @@ private:
     lane_bases_.clear();
     pass_start_ = b_.CreateIntrinsic(llvm::Intrinsic::donothing, {}, {});
   }
-  /// Loads a `type` at byte `offset` from `base` (2- or 4-byte aligned by construction).
-  llvm::Value* load_shared(llvm::Type* type, llvm::Value* base, int64_t offset) {
-    llvm::Value* at = b_.CreateConstInBoundsGEP1_64(i8_, base, static_cast<uint64_t>(offset));
-    return b_.CreateAlignedLoad(type, at, llvm::Align(type == i32_ ? 4 : 2));
-  }
-  llvm::Value* shared_f32_at(int64_t offset, llvm::Value* i) {
-    return b_.CreateGEP(i8_, shared_, b_.CreateAdd(ix(offset), b_.CreateMul(i, ix(4))));
-  }
-  void store_shared_f32(int64_t offset, llvm::Value* i, llvm::Value* v) {
-    b_.CreateAlignedStore(v, shared_f32_at(offset, i), llvm::Align(4));
-  }
-  llvm::Value* load_shared_f32(int64_t offset, llvm::Value* i) {
-    return b_.CreateAlignedLoad(f32_, shared_f32_at(offset, i), llvm::Align(4));
-  }
-
   /// Stores f32 `v` as `t` at [row, col] of the [rows, cols] slice `batch` of output
   /// `position`, when the element exists.
   void store_element(int position, DType t, llvm::Value* batch, int64_t rows, int64_t cols,
@@ -713,54 +569,14 @@ private:
     e_.emit_if(inside, [&] {
       llvm::Value* at = b_.CreateAdd(b_.CreateMul(batch, ix(rows * cols)),
                                      b_.CreateAdd(b_.CreateMul(row, ix(cols)), col));
-      store_float(argument(position), t, at, v);
+      mem_.store_float(argument(position), t, at, v);
     });
-  }
-
-  llvm::Value* load_float(llvm::Value* pointer, DType t, llvm::Value* at) {
-    switch (t) {
-    case DType::f64:
-      return b_.CreateFPTrunc(
-          b_.CreateLoad(b_.getDoubleTy(), b_.CreateGEP(b_.getDoubleTy(), pointer, at)), f32_);
-    case DType::bf16:
-    case DType::f16: {
-      llvm::Value* bits = b_.CreateLoad(i16_, b_.CreateGEP(i16_, pointer, at));
-      return widen(bits, t);
-    }
-    default: return b_.CreateLoad(f32_, b_.CreateGEP(f32_, pointer, at));
-    }
-  }
-  void store_float(llvm::Value* pointer, DType t, llvm::Value* at, llvm::Value* v) {
-    switch (t) {
-    case DType::f64:
-      b_.CreateStore(b_.CreateFPExt(v, b_.getDoubleTy()),
-                     b_.CreateGEP(b_.getDoubleTy(), pointer, at));
-      return;
-    case DType::bf16:
-    case DType::f16: b_.CreateStore(narrow(v, t), b_.CreateGEP(i16_, pointer, at)); return;
-    default: b_.CreateStore(v, b_.CreateGEP(f32_, pointer, at)); return;
-    }
   }
 
   // ---- values ------------------------------------------------------------------------------
 
-  /// 16-bit element bits (bf16 or f16) → f32.
-  llvm::Value* widen(llvm::Value* bits, DType t) {
-    if (t == DType::bf16)
-      return b_.CreateBitCast(b_.CreateShl(b_.CreateZExt(bits, i32_), 16), f32_);
-    return b_.CreateFPExt(b_.CreateBitCast(bits, b_.getHalfTy()), f32_);
-  }
-  llvm::Value* widen(llvm::Value* bits) { return widen(bits, dtype_); }
-  /// f32 → 16-bit element bits, rounding to nearest even (cvt.rn).
-  llvm::Value* narrow(llvm::Value* v, DType t) {
-    return b_.CreateBitCast(
-        b_.CreateFPTrunc(v, t == DType::bf16 ? b_.getBFloatTy() : b_.getHalfTy()), i16_);
-  }
-  llvm::Value* narrow(llvm::Value* v) { return narrow(v, dtype_); }
-  /// Two 16-bit elements in one 32-bit register, `low` first.
-  llvm::Value* pack(llvm::Value* low, llvm::Value* high) {
-    return b_.CreateOr(b_.CreateZExt(low, i32_), b_.CreateShl(b_.CreateZExt(high, i32_), 16));
-  }
+  llvm::Value* widen(llvm::Value* bits) { return mem_.widen(bits, dtype_); }
+  llvm::Value* narrow(llvm::Value* v) { return mem_.narrow(v, dtype_); }
 
   /// e^x through ex2.approx (the scores are rounded to 16 bits before they are used anyway).
   llvm::Value* exp(llvm::Value* x) {
@@ -824,42 +640,16 @@ private:
   OutputPositions out_;
   DType dtype_;
   int64_t dp_, dvp_; ///< feature dims rounded up to whole mma k-steps
+  BlockMemory mem_;  ///< the shared tiles and the copies into them
   llvm::Type *i8_ = nullptr, *i16_ = nullptr, *i32_ = nullptr, *f32_ = nullptr;
   llvm::Value *tid_ = nullptr, *warp_ = nullptr, *group_ = nullptr, *quad_ = nullptr,
               *lane_col_ = nullptr;
-  llvm::GlobalVariable* shared_ = nullptr;
   SharedTile k_tile_{0, 0}, v_tile_{0, 0}; ///< the forward's and dQ's key tiles
   std::map<std::tuple<int64_t, int64_t, bool>, llvm::Value*> lane_bases_; ///< this pass's
   llvm::Instruction* pass_start_ = nullptr; ///< where this pass's lane addresses go
 };
 
 } // namespace
-
-std::string nvptx_attention_unsupported(std::span<const TensorType> operands, int capability) {
-  DType t = operands[0].dtype;
-  if (t != DType::bf16 && t != DType::f16)
-    return "the fused CUDA kernels run on tensor cores in bf16 or f16, and these operands are " +
-           std::string(dtype_name(t)) + " (train with --amp bf16 or fp16 to use them)";
-  if (capability < min_capability)
-    return "the fused CUDA kernels need mma.sync m16n8k16 (sm_80 or newer), and this GPU is sm_" +
-           std::to_string(capability);
-  int64_t d = operands[0].shape.back(), dv = operands[2].shape.back();
-  if (d > max_head_dim || dv > max_head_dim)
-    return "the fused CUDA kernels take feature dims up to " + std::to_string(max_head_dim) +
-           ", and these are " + std::to_string(d) + " and " + std::to_string(dv);
-  return {};
-}
-
-GpuLaunch nvptx_attention_launch(const Graph& g, const Kernel& kernel) {
-  WorkItems items =
-      work_items(attention_layout(g, g.node(kernel.root)), output_positions(g, kernel));
-  GpuLaunch launch;
-  launch.strategy = GpuStrategy::attention;
-  launch.threads = threads_per_block;
-  launch.items = items.key_side + items.query_side;
-  launch.blocks = std::clamp<int64_t>(launch.items, 1, max_grid);
-  return launch;
-}
 
 void emit_nvptx_attention(KernelEmitter& emitter, const GpuLaunch& launch) {
   AttentionKernel(emitter).emit(launch);

@@ -1,0 +1,143 @@
+// jit/backend/cuda/nvptx_block_memory.cpp — a thread block's global matrices, shared tiles and
+// copies in a hand-built NVPTX kernel
+#include "jit/backend/cuda/nvptx_block_memory.hpp"
+
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/IntrinsicsNVPTX.h>
+#include <llvm/IR/Module.h>
+
+namespace sinter {
+
+BlockMemory::BlockMemory(KernelEmitter& emitter, int64_t threads, int64_t shared_bytes)
+    : e_(emitter), b_(emitter.builder()), threads_(threads) {
+  i8_ = b_.getInt8Ty();
+  i16_ = b_.getInt16Ty();
+  i32_ = b_.getInt32Ty();
+  f32_ = b_.getFloatTy();
+  auto* type = llvm::ArrayType::get(i8_, static_cast<uint64_t>(shared_bytes));
+  shared_ = new llvm::GlobalVariable(e_.module(), type, false, llvm::GlobalValue::InternalLinkage,
+                                     llvm::UndefValue::get(type), "block_tiles", nullptr,
+                                     llvm::GlobalValue::NotThreadLocal, 3);
+  shared_->setAlignment(llvm::Align(16));
+  thread_ = b_.CreateZExt(b_.CreateIntrinsic(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, {}, {}),
+                          b_.getInt64Ty());
+}
+
+llvm::Value* BlockMemory::load16(const GlobalMatrix& m, llvm::Value* at) {
+  return b_.CreateAlignedLoad(i16_, b_.CreateGEP(i16_, m.pointer, b_.CreateAdd(m.first, at)),
+                              llvm::Align(2));
+}
+
+llvm::Value* BlockMemory::load_or_zero(const GlobalMatrix& m, llvm::Value* row, llvm::Value* col) {
+  llvm::Value* inside =
+      b_.CreateAnd(b_.CreateICmpSLT(row, ix(m.rows)), b_.CreateICmpSLT(col, ix(m.cols)));
+  llvm::Value* at =
+      b_.CreateSelect(inside, b_.CreateAdd(b_.CreateMul(row, ix(m.cols)), col), ix(0));
+  return b_.CreateSelect(inside, load16(m, at), b_.getInt16(0));
+}
+
+void BlockMemory::copy_tile(const GlobalMatrix& m, llvm::Value* first, const SharedTile& tile,
+                            int64_t rows, int64_t cols_padded) {
+  auto by_element = [&] {
+    e_.emit_for(
+        thread_, ix(rows * cols_padded),
+        [&](llvm::Value* i) {
+          llvm::Value* r = b_.CreateUDiv(i, ix(cols_padded));
+          llvm::Value* c = b_.CreateURem(i, ix(cols_padded));
+          b_.CreateAlignedStore(load_or_zero(m, b_.CreateAdd(first, r), c), shared_at(tile, r, c),
+                                llvm::Align(2));
+        },
+        ix(threads_));
+  };
+  constexpr int64_t piece = 8; // 16-bit elements in 16 bytes
+  bool whole_pieces = m.cols % piece == 0 && cols_padded == m.cols && (tile.stride * 2) % 16 == 0 &&
+                      tile.offset % 16 == 0;
+  if (!whole_pieces) return by_element();
+  // The pointer and slice offset are the same for every thread: the branch is uniform.
+  llvm::Value* slice_address =
+      b_.CreateAdd(b_.CreatePtrToInt(m.pointer, b_.getInt64Ty()), b_.CreateMul(m.first, ix(2)));
+  llvm::Value* aligned = b_.CreateICmpEQ(b_.CreateAnd(slice_address, ix(15)), ix(0));
+  e_.emit_if(b_.CreateNot(aligned), by_element);
+  e_.emit_if(aligned, [&] {
+    auto* vector = llvm::FixedVectorType::get(i32_, 4);
+    int64_t per_row = m.cols / piece;
+    e_.emit_for(
+        thread_, ix(rows * per_row),
+        [&](llvm::Value* i) {
+          llvm::Value* r = b_.CreateUDiv(i, ix(per_row));
+          llvm::Value* c = b_.CreateMul(b_.CreateURem(i, ix(per_row)), ix(piece));
+          llvm::Value* row = b_.CreateAdd(first, r);
+          llvm::Value* inside = b_.CreateICmpSLT(row, ix(m.rows));
+          llvm::Value* at =
+              b_.CreateSelect(inside, b_.CreateAdd(b_.CreateMul(row, ix(m.cols)), c), ix(0));
+          llvm::Value* values = b_.CreateAlignedLoad(
+              vector, b_.CreateGEP(i16_, m.pointer, b_.CreateAdd(m.first, at)), llvm::Align(16));
+          values = b_.CreateSelect(inside, values, llvm::Constant::getNullValue(vector));
+          b_.CreateAlignedStore(values, shared_at(tile, r, c), llvm::Align(16));
+        },
+        ix(threads_));
+  });
+}
+
+llvm::Value* BlockMemory::shared_at(const SharedTile& t, llvm::Value* row, llvm::Value* col) {
+  llvm::Value* element = b_.CreateAdd(b_.CreateMul(row, ix(t.stride)), col);
+  llvm::Value* offset = b_.CreateAdd(ix(t.offset), b_.CreateMul(element, ix(2)));
+  return b_.CreateGEP(i8_, shared_, offset);
+}
+
+llvm::Value* BlockMemory::load_shared(llvm::Type* type, llvm::Value* base, int64_t offset) {
+  llvm::Value* at = b_.CreateConstInBoundsGEP1_64(i8_, base, static_cast<uint64_t>(offset));
+  return b_.CreateAlignedLoad(type, at, llvm::Align(type == i32_ ? 4 : 2));
+}
+
+llvm::Value* BlockMemory::shared_f32_at(int64_t offset, llvm::Value* i) {
+  return b_.CreateGEP(i8_, shared_, b_.CreateAdd(ix(offset), b_.CreateMul(i, ix(4))));
+}
+void BlockMemory::store_shared_f32(int64_t offset, llvm::Value* i, llvm::Value* v) {
+  b_.CreateAlignedStore(v, shared_f32_at(offset, i), llvm::Align(4));
+}
+llvm::Value* BlockMemory::load_shared_f32(int64_t offset, llvm::Value* i) {
+  return b_.CreateAlignedLoad(f32_, shared_f32_at(offset, i), llvm::Align(4));
+}
+
+llvm::Value* BlockMemory::load_float(llvm::Value* pointer, DType t, llvm::Value* at) {
+  switch (t) {
+  case DType::f64:
+    return b_.CreateFPTrunc(
+        b_.CreateLoad(b_.getDoubleTy(), b_.CreateGEP(b_.getDoubleTy(), pointer, at)), f32_);
+  case DType::bf16:
+  case DType::f16: {
+    llvm::Value* bits = b_.CreateLoad(i16_, b_.CreateGEP(i16_, pointer, at));
+    return widen(bits, t);
+  }
+  default: return b_.CreateLoad(f32_, b_.CreateGEP(f32_, pointer, at));
+  }
+}
+
+void BlockMemory::store_float(llvm::Value* pointer, DType t, llvm::Value* at, llvm::Value* v) {
+  switch (t) {
+  case DType::f64:
+    b_.CreateStore(b_.CreateFPExt(v, b_.getDoubleTy()),
+                   b_.CreateGEP(b_.getDoubleTy(), pointer, at));
+    return;
+  case DType::bf16:
+  case DType::f16: b_.CreateStore(narrow(v, t), b_.CreateGEP(i16_, pointer, at)); return;
+  default: b_.CreateStore(v, b_.CreateGEP(f32_, pointer, at)); return;
+  }
+}
+
+llvm::Value* BlockMemory::widen(llvm::Value* bits, DType t) {
+  if (t == DType::bf16) return b_.CreateBitCast(b_.CreateShl(b_.CreateZExt(bits, i32_), 16), f32_);
+  return b_.CreateFPExt(b_.CreateBitCast(bits, b_.getHalfTy()), f32_);
+}
+
+llvm::Value* BlockMemory::narrow(llvm::Value* v, DType t) {
+  return b_.CreateBitCast(b_.CreateFPTrunc(v, t == DType::bf16 ? b_.getBFloatTy() : b_.getHalfTy()),
+                          i16_);
+}
+
+llvm::Value* BlockMemory::pack(llvm::Value* low, llvm::Value* high) {
+  return b_.CreateOr(b_.CreateZExt(low, i32_), b_.CreateShl(b_.CreateZExt(high, i32_), 16));
+}
+
+} // namespace sinter
