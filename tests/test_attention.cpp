@@ -191,8 +191,12 @@ TEST_CASE("attention: bf16 and f16 run as one fused forward and one backward ker
           CHECK(ptx.find("bar.sync") != std::string::npos);
           CHECK(ptx.find(".local") == std::string::npos); // accumulators stay in registers
           // Rows of whole 16-byte pieces (the causal step's d = 16, not the masked one's 20)
-          // reach the shared tiles 16 bytes at a time.
-          CHECK((ptx.find("ld.global.nc.v4") != std::string::npos) == !masked);
+          // reach the shared tiles 16 bytes at a time, by cp.async; B operands come from them
+          // through ldmatrix, transposed where k runs down the tile's columns.
+          CHECK((ptx.find("cp.async.cg.shared.global") != std::string::npos) == !masked);
+          CHECK(ptx.find("cp.async.wait_group 0") != std::string::npos);
+          CHECK(ptx.find("ldmatrix.sync.aligned.m8n8.x4.shared.b16") != std::string::npos);
+          CHECK(ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") != std::string::npos);
           PtxasResult assembled = run_ptxas(*ptxas, ptx, target.arch(), dir.path);
           INFO("ptxas: " << assembled.log);
           CHECK(assembled.ok);

@@ -649,6 +649,30 @@ TEST_CASE("HostTensor: copies of a deferred tensor hold real bytes", "[runtime]"
   CHECK(source->fetches == 1); // t was fetched once, by the first copy
 }
 
+TEST_CASE("HostTensor: known_zero holds from making until the first write", "[runtime]") {
+  using sinter::HostTensor;
+  HostTensor fresh(sinter::DType::f32, {8});
+  CHECK(fresh.known_zero());
+  CHECK(fresh.at(3) == 0.0); // reading keeps it
+  CHECK(fresh.known_zero());
+  HostTensor copy = fresh, borrowed = HostTensor::borrow(fresh);
+  CHECK(copy.known_zero());
+  CHECK(borrowed.known_zero());
+  HostTensor written = fresh;
+  written.set(2, 1.0);
+  CHECK_FALSE(written.known_zero());
+  CHECK_FALSE(HostTensor(written).known_zero());
+  HostTensor through_bytes = fresh;
+  (void)through_bytes.bytes(); // writable bytes: whatever the caller does with them
+  CHECK_FALSE(through_bytes.known_zero());
+  HostTensor deferred = fresh;
+  deferred.defer(std::make_shared<CountingSource>());
+  CHECK_FALSE(deferred.known_zero());
+  CHECK_FALSE(HostTensor::from_doubles(sinter::DType::f32, {2}, std::vector<double>{0, 0})
+                  .known_zero()); // made from values, even zeros: not known without looking
+  CHECK_FALSE(HostTensor().known_zero());
+}
+
 TEST_CASE("a compiled graph still runs after it is moved, on the CPU and the interpreter",
           "[runtime]") {
   TempDir dir("sinter-moved-graph");

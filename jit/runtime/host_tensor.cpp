@@ -133,10 +133,11 @@ ZeroedBytes bytes_for(DType dtype, const Shape& shape) {
 } // namespace
 
 HostTensor::HostTensor(DType dtype, Shape shape)
-    : dtype_(dtype), shape_(std::move(shape)), bytes_(bytes_for(dtype_, shape_)) {}
+    : dtype_(dtype), shape_(std::move(shape)), bytes_(bytes_for(dtype_, shape_)), zero_(true) {}
 
 HostTensor::HostTensor(const HostTensor& other)
-    : dtype_(other.dtype_), shape_(other.shape_), bytes_((other.settle(), other.bytes_)) {}
+    : dtype_(other.dtype_), shape_(other.shape_), bytes_((other.settle(), other.bytes_)),
+      zero_(other.zero_) {}
 
 HostTensor HostTensor::borrow(const HostTensor& of) {
   HostTensor out;
@@ -144,6 +145,7 @@ HostTensor HostTensor::borrow(const HostTensor& of) {
   out.shape_ = of.shape_;
   out.bytes_ = ZeroedBytes::borrow(of.bytes());
   out.stamp_ = of.stamp();
+  out.zero_ = of.known_zero();
   return out;
 }
 
@@ -163,6 +165,7 @@ void HostTensor::defer(std::shared_ptr<const DeferredBytes> source) {
   source_ = std::move(source);
   pending_ = source_ != nullptr;
   stamp_ = 0;
+  zero_ = false;
 }
 
 HostTensor HostTensor::from_doubles(DType dtype, Shape shape, std::span<const double> values) {

@@ -104,6 +104,7 @@ public:
     settle();
     source_.reset();
     stamp_ = 0; // a new stamp is drawn when one is next asked for
+    zero_ = false;
     return bytes_;
   }
   std::span<const std::byte> bytes() const {
@@ -119,6 +120,10 @@ public:
   const DeferredBytes* unwritten_source() const { return source_.get(); }
   /// Whether the value is still deferred (not fetched yet).
   bool deferred() const { return pending_; }
+  /// Whether the value is all zeros because nothing has written it since it was made (as a
+  /// new tensor of a dtype and shape, or a copy or borrow of one): a GPU backend clears its
+  /// device buffer instead of copying zeros up (an optimizer's fresh moments).
+  bool known_zero() const { return zero_ && !pending_; }
   /// Bytes held (dtype size × elements, 0 for a default tensor), without fetching anything.
   std::size_t byte_size() const { return bytes_.size(); }
   /// Identifies the tensor's current value without reading it: a new stamp whenever the value
@@ -152,6 +157,7 @@ private:
   mutable ZeroedBytes bytes_;
   std::shared_ptr<const DeferredBytes> source_;
   mutable bool pending_ = false;
+  bool zero_ = false; ///< made zero and not written since (known_zero)
 };
 
 /// Writes `from`'s values into `to` (same element count), converted to `to`'s dtype as set()

@@ -22,7 +22,10 @@
 #include <barrier>
 #include <bit>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -50,6 +53,7 @@ struct Warp {
   std::array<float, warp_size> values{};
   std::array<std::array<uint32_t, 4>, warp_size> a{};
   std::array<std::array<uint32_t, 2>, warp_size> b{};
+  std::array<const std::byte*, warp_size> rows{}; ///< ldmatrix's row addresses
 };
 
 /// The block being run.
@@ -137,6 +141,69 @@ void mma(uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32
   w.meet.arrive_and_wait();
 }
 
+/// A check the hardware makes (misaligned addresses fault): the thread cannot throw across the
+/// barriers its warp waits at, so the whole test stops, naming the fault.
+[[noreturn]] void fault(const char* what) {
+  std::fprintf(stderr, "emulator: %s\n", what);
+  std::abort();
+}
+
+/// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: lanes 8i to 8i + 7 give the addresses of
+/// the 8 rows (16 bytes each) of matrix i; every lane receives its part of each matrix, laid
+/// out as an mma fragment: row lane / 4, columns 2·(lane % 4) and + 1, or (.trans) rows
+/// 2·(lane % 4) and + 1 of column lane / 4.
+void ldmatrix(const std::byte* row, int32_t transposed, uint32_t* out) {
+  if (reinterpret_cast<uintptr_t>(row) % 16 != 0) fault("ldmatrix row address not 16-byte aligned");
+  Warp& w = my_warp();
+  int lane = my_lane();
+  w.rows[static_cast<std::size_t>(lane)] = row;
+  w.meet.arrive_and_wait();
+  int group = lane / 4, pair = 2 * (lane % 4);
+  for (int i = 0; i < 4; ++i) {
+    auto at = [&](int r, int c) {
+      uint16_t bits;
+      std::memcpy(&bits, w.rows[static_cast<std::size_t>(8 * i + r)] + 2 * c, 2);
+      return static_cast<uint32_t>(bits);
+    };
+    uint32_t low = transposed ? at(pair, group) : at(group, pair);
+    uint32_t high = transposed ? at(pair + 1, group) : at(group, pair + 1);
+    out[i] = low | high << 16;
+  }
+  w.meet.arrive_and_wait();
+}
+
+/// cp.async.cg.shared.global 16 bytes: the copy happens when a later wait needs it, not when it
+/// is issued, so a kernel that reads the tile before waiting reads stale data, as a GPU may.
+struct AsyncCopy {
+  std::byte* to;
+  const std::byte* from;
+  int32_t source_bytes; ///< the rest of the 16 bytes is zero-filled
+};
+thread_local std::vector<AsyncCopy> uncommitted_copies;
+thread_local std::deque<std::vector<AsyncCopy>> copy_groups;
+void cp_async(std::byte* to, const std::byte* from, int32_t source_bytes) {
+  if (reinterpret_cast<uintptr_t>(to) % 16 != 0 || reinterpret_cast<uintptr_t>(from) % 16 != 0)
+    fault("cp.async address not 16-byte aligned");
+  uncommitted_copies.push_back({to, from, source_bytes});
+}
+void cp_async_commit() {
+  copy_groups.push_back(std::move(uncommitted_copies));
+  uncommitted_copies.clear();
+}
+void cp_async_wait_group(int32_t pending) {
+  while (static_cast<int32_t>(copy_groups.size()) > pending) {
+    for (const AsyncCopy& c : copy_groups.front()) {
+      std::memset(c.to, 0, 16);
+      std::memcpy(c.to, c.from, static_cast<std::size_t>(c.source_bytes));
+    }
+    copy_groups.pop_front();
+  }
+}
+void cp_async_wait_all() {
+  cp_async_commit();
+  cp_async_wait_group(0);
+}
+
 template <class F> void throw_on(llvm::Expected<F>& e, const char* what) {
   if (!e)
     throw std::runtime_error(std::string("emulator: ") + what + ": " +
@@ -164,6 +231,12 @@ const std::vector<HostFunction>& host_functions() {
       {"llvm.nvvm.ex2.approx.f", "emu_ex2", address_of(&ex2)},
       {"llvm.nvvm.lg2.approx.f", "emu_lg2", address_of(&lg2)},
       {nullptr, "emu_mma", address_of(&mma)},
+      {nullptr, "emu_ldmatrix", address_of(&ldmatrix)},
+      {nullptr, "emu_cp_async", address_of(&cp_async)},
+      {"llvm.nvvm.cp.async.commit.group", "emu_cp_async_commit", address_of(&cp_async_commit)},
+      {"llvm.nvvm.cp.async.wait.group", "emu_cp_async_wait_group",
+       address_of(&cp_async_wait_group)},
+      {"llvm.nvvm.cp.async.wait.all", "emu_cp_async_wait_all", address_of(&cp_async_wait_all)},
       {nullptr, "emu_round_bf16", address_of(&round_bf16)},
       {nullptr, "emu_round_f16", address_of(&round_f16)},
       {nullptr, "emu_widen_f16", address_of(&widen_f16)},
@@ -231,6 +304,14 @@ void replace_intrinsics(llvm::Module& module) {
           emulation, llvm::FunctionType::get(call->getType(), types, false));
       return b.CreateCall(callee, args);
     };
+    // The intrinsic's result (a struct of four) from the four values an emulation wrote.
+    auto four_results = [&](llvm::Value* out, llvm::Type* element) {
+      llvm::Value* result = llvm::PoisonValue::get(call->getType());
+      for (unsigned i = 0; i < 4; ++i)
+        result = b.CreateInsertValue(
+            result, b.CreateLoad(element, b.CreateConstGEP1_32(element, out, i)), {i});
+      return result;
+    };
     llvm::Value* replacement = nullptr;
     for (const HostFunction& f : host_functions())
       if (f.intrinsic && name == f.intrinsic) replacement = simple(f.symbol);
@@ -249,11 +330,24 @@ void replace_intrinsics(llvm::Module& module) {
       b.CreateCall(module.getOrInsertFunction("emu_mma",
                                               llvm::FunctionType::get(b.getVoidTy(), types, false)),
                    words);
-      llvm::Value* result = llvm::PoisonValue::get(call->getType());
-      for (unsigned i = 0; i < 4; ++i)
-        result =
-            b.CreateInsertValue(result, b.CreateLoad(f32, b.CreateConstGEP1_32(f32, out, i)), {i});
-      replacement = result;
+      replacement = four_results(out, f32);
+    }
+    if (!replacement && name.starts_with("llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.")) {
+      bool transposed = name.starts_with("llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.trans.");
+      llvm::IRBuilder<> entry(&*call->getFunction()->getEntryBlock().getFirstInsertionPt());
+      llvm::Value* out = entry.CreateAlloca(llvm::ArrayType::get(i32, 4));
+      b.CreateCall(
+          module.getOrInsertFunction(
+              "emu_ldmatrix", llvm::FunctionType::get(b.getVoidTy(), {ptr, i32, ptr}, false)),
+          {b.CreateAddrSpaceCast(args[0], ptr), b.getInt32(transposed ? 1 : 0), out});
+      replacement = four_results(out, i32);
+    }
+    if (!replacement && name.starts_with("llvm.nvvm.cp.async.cg.shared.global.16")) {
+      llvm::Value* source_bytes = args.size() > 2 ? args[2] : b.getInt32(16);
+      replacement = b.CreateCall(
+          module.getOrInsertFunction(
+              "emu_cp_async", llvm::FunctionType::get(b.getVoidTy(), {ptr, ptr, i32}, false)),
+          {b.CreateAddrSpaceCast(args[0], ptr), b.CreateAddrSpaceCast(args[1], ptr), source_bytes});
     }
     if (!replacement) throw std::runtime_error("emulator: no emulation of " + name);
     call->replaceAllUsesWith(replacement);

@@ -6,6 +6,7 @@
 #include "jit/backend/attention_layout.hpp"
 #include "jit/backend/cuda/nvptx_attention_tiling.hpp"
 #include "jit/backend/cuda/nvptx_block_memory.hpp"
+#include "jit/backend/cuda/nvptx_warp_mma.hpp"
 
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
@@ -26,33 +27,35 @@ using namespace attention_tiling;
 
 constexpr float masked_score = -1e9f; ///< what the op's definition puts in masked scores
 
-using Frag = std::array<llvm::Value*, 4>;  ///< an A operand (4 × b32) or a 16×8 f32 accumulator
-using BFrag = std::array<llvm::Value*, 2>; ///< a B operand (2 × b32)
-
 class AttentionKernel {
 public:
   explicit AttentionKernel(KernelEmitter& e)
       : e_(e), b_(e.builder()), g_(e.graph()), root_(e.root()),
         l_(attention_layout(e.graph(), e.root())), out_(output_positions(g_, e.kernel())),
         dtype_(g_.type(root_.inputs[0]).dtype), dp_(round_up(l_.d, 16)), dvp_(round_up(l_.dv, 16)),
+        key_stages_(stages(key_stage_bytes())), query_stages_(stages(query_stage_bytes())),
         mem_(e, threads_per_block,
-             std::max(tile_bytes(key_tile, dp_) + tile_bytes(key_tile, dvp_),
-                      l_.backward ? key_side_bytes() : 0)) {
+             std::max(key_stages_ * key_stage_bytes(),
+                      l_.backward ? query_stages_ * query_stage_bytes() : 0)),
+        mma_(e, mem_, dtype_) {
     i8_ = b_.getInt8Ty();
-    i16_ = b_.getInt16Ty();
-    i32_ = b_.getInt32Ty();
     f32_ = b_.getFloatTy();
     tid_ = mem_.thread();
-    llvm::Value* lane = b_.CreateAnd(tid_, 31);
     warp_ = b_.CreateLShr(tid_, 5);
-    group_ = b_.CreateLShr(lane, 2);
-    quad_ = b_.CreateAnd(lane, 3);
-    lane_col_ = b_.CreateShl(quad_, 1);
-    k_tile_ = {0, dp_ + row_padding};
-    v_tile_ = {tile_bytes(key_tile, dp_), dvp_ + row_padding};
+    quad_ = b_.CreateAnd(tid_, 3);
   }
 
   void emit(const GpuLaunch& launch) {
+    // The forward fits three blocks an SM in 168 registers a thread (65536 / 3 / 128, in
+    // ptxas's steps of 8); left alone ptxas takes a few more and only two blocks fit.
+    if (!l_.backward) {
+      llvm::LLVMContext& ctx = e_.context();
+      e_.module()
+          .getOrInsertNamedMetadata("nvvm.annotations")
+          ->addOperand(llvm::MDNode::get(ctx, {llvm::ValueAsMetadata::get(e_.function()),
+                                               llvm::MDString::get(ctx, "minctasm"),
+                                               llvm::ValueAsMetadata::get(b_.getInt32(3))}));
+    }
     auto special = [&](llvm::Intrinsic::ID id) {
       return b_.CreateZExt(b_.CreateIntrinsic(id, {}, {}), b_.getInt64Ty());
     };
@@ -81,7 +84,7 @@ private:
   void forward(llvm::Value* work) {
     Pass pass = start_pass(work, l_.tq);
     llvm::Value *batch = pass.batch, *mask_base = pass.mask_base;
-    std::vector<Frag> q_frags = a_frags(pass.q, pass.first, dp_);
+    std::vector<Frag> q_frags = mma_.a_frags(pass.q, pass.first, dp_);
     Slots o_acc = slots(dvp_ / 8);
     std::array<llvm::AllocaInst*, 2> row_max{}, row_sum{};
     for (int h = 0; h < 2; ++h) {
@@ -89,17 +92,11 @@ private:
       row_sum[h] = scalar_slot(f(0));
     }
     std::array<llvm::Value*, 2> rows = pass.rows;
-    e_.emit_for(ix(0), key_tiles(pass.block), [&](llvm::Value* tile) {
-      llvm::Value* key0 = load_key_tiles(pass, tile);
-      std::vector<Frag> s(key_tile / 8);
-      for (int64_t j = 0; j < key_tile / 8; ++j) {
-        s[j] = zero_frag();
-        for (int64_t ks = 0; ks < dp_ / 16; ++ks)
-          s[j] = mma(q_frags[ks], b_from_rows(k_tile_, j * 8, ks * 16), s[j]);
-      }
+    key_tile_loop(pass, [&](llvm::Value* key0, const SharedTile& k_tile, const SharedTile& v_tile) {
+      std::vector<Frag> s = mma_.multiply_rows(q_frags, k_tile, key_tile / 8);
       for (int64_t j = 0; j < key_tile / 8; ++j)
         for (int e = 0; e < 4; ++e) {
-          llvm::Value* key = element_col(key0, j, e);
+          llvm::Value* key = mma_.element_col(key0, j, e);
           llvm::Value* x = score(s[j][e], mask_base, rows[e / 2], key).value;
           s[j][e] = b_.CreateSelect(b_.CreateICmpSLT(key, ix(l_.tk)), x, negative_infinity());
         }
@@ -128,7 +125,7 @@ private:
       for (Frag& frag : o)
         for (int e = 0; e < 4; ++e)
           frag[e] = b_.CreateFMul(frag[e], alpha[e / 2]);
-      multiply_add(o, s, v_tile_);
+      mma_.multiply_add(o, s, v_tile);
       store(o_acc, o);
     });
     std::array<llvm::Value*, 2> total{};
@@ -157,55 +154,64 @@ private:
   void key_pass(llvm::Value* work) {
     Pass pass = start_pass(work, l_.tk);
     llvm::Value *batch = pass.batch, *mask_base = pass.mask_base, *key_block = pass.block;
-    std::vector<Frag> k_frags = a_frags(pass.k, pass.first, dp_);
-    std::vector<Frag> v_frags = a_frags(pass.v, pass.first, dvp_);
+    std::vector<Frag> k_frags = mma_.a_frags(pass.k, pass.first, dp_);
+    std::vector<Frag> v_frags = mma_.a_frags(pass.v, pass.first, dvp_);
     Slots dk_acc = slots(dp_ / 8), dv_acc = slots(dvp_ / 8);
     int64_t tile_rows = backward_query_tile(l_);
-    SharedTile q_tile{0, dp_ + row_padding};
-    SharedTile do_tile{tile_bytes(tile_rows, dp_), dvp_ + row_padding};
-    // Per query row of the tile: lse, dO·O, and (masked) whether the row keeps any key.
-    int64_t stats = do_tile.offset + tile_bytes(tile_rows, dvp_);
+    // A stage: the query tile of q and of dO, then per query row lse, dO·O and (masked)
+    // whether the row keeps any key.
+    auto stage_at = [&](llvm::Value* shift) {
+      SharedTile q{0, dp_ + row_padding, shift};
+      SharedTile d_o{tile_bytes(tile_rows, dp_), dvp_ + row_padding, shift};
+      return std::pair{q, d_o};
+    };
+    int64_t stats = tile_bytes(tile_rows, dp_) + tile_bytes(tile_rows, dvp_);
     std::array<llvm::Value*, 2> keys = pass.rows;
     llvm::Value* first_tile = ix(0);
     // Causal without a mask: query tiles before the block's first key attend to none of them.
     if (l_.causal && !l_.has_mask)
       first_tile = b_.CreateUDiv(b_.CreateMul(key_block, ix(block_rows)), ix(tile_rows));
-    e_.emit_for(first_tile, ix(ceil_div(l_.tq, tile_rows)), [&](llvm::Value* tile) {
+    auto fill_stage = [&](llvm::Value* tile, llvm::Value* shift) {
       llvm::Value* query0 = b_.CreateMul(tile, ix(tile_rows));
-      barrier();
-      mem_.copy_tile(pass.q, query0, q_tile, tile_rows, dp_);
-      mem_.copy_tile(pass.d_o, query0, do_tile, tile_rows, dvp_);
-      e_.emit_for(
-          tid_, ix(tile_rows),
-          [&](llvm::Value* i) {
-            llvm::Value* query = b_.CreateAdd(query0, i);
-            llvm::Value* valid = b_.CreateICmpSLT(query, ix(l_.tq));
-            llvm::Value* row = b_.CreateSelect(valid, query, ix(0));
-            llvm::Value* lse = load_lse(batch, row);
-            llvm::Value* delta = row_dot(pass.o, pass.d_o, row, ix(0), 1);
-            mem_.store_shared_f32(stats, i, b_.CreateSelect(valid, lse, f(0)));
-            mem_.store_shared_f32(stats + 4 * tile_rows, i, b_.CreateSelect(valid, delta, f(0)));
-            if (l_.has_mask)
-              mem_.store_shared_f32(stats + 8 * tile_rows, i, keeps_any(mask_base, row, ix(0), 1));
-          },
-          ix(threads_per_block));
-      barrier();
+      auto [q_tile, do_tile] = stage_at(shift);
+      mem_.copy_tile(pass.q, query0, q_tile, tile_rows, dp_, true);
+      mem_.copy_tile(pass.d_o, query0, do_tile, tile_rows, dvp_, true);
+      // Every thread takes part: `lanes` consecutive lanes share a row, each its share of
+      // the columns, and add up by shuffles. One thread per row made dO·O a chain of 2 · dv
+      // dependent loads on a quarter of the threads, at every query tile.
+      int64_t lanes = threads_per_block / tile_rows;
+      llvm::Value* i = b_.CreateUDiv(tid_, ix(lanes));
+      llvm::Value* part = b_.CreateURem(tid_, ix(lanes));
+      llvm::Value* query = b_.CreateAdd(query0, i);
+      llvm::Value* valid = b_.CreateICmpSLT(query, ix(l_.tq));
+      llvm::Value* row = b_.CreateSelect(valid, query, ix(0));
+      llvm::Value* delta = lanes_reduce(row_dot(pass.o, pass.d_o, row, part, lanes), lanes, false);
+      llvm::Value* keeps = nullptr;
+      if (l_.has_mask) keeps = lanes_reduce(keeps_any(mask_base, row, part, lanes), lanes, true);
+      e_.emit_if(b_.CreateICmpEQ(part, ix(0)), [&] {
+        mem_.store_shared_f32(stats, i, b_.CreateSelect(valid, load_lse(batch, row), f(0)), shift);
+        mem_.store_shared_f32(stats + 4 * tile_rows, i, b_.CreateSelect(valid, delta, f(0)), shift);
+        if (keeps) mem_.store_shared_f32(stats + 8 * tile_rows, i, keeps, shift);
+      });
+    };
+    auto use_stage = [&](llvm::Value* tile, llvm::Value* shift) {
+      llvm::Value* query0 = b_.CreateMul(tile, ix(tile_rows));
+      auto [q_tile, do_tile] = stage_at(shift);
       int64_t query_tiles = tile_rows / 8;
       // Sᵀ = K Qᵀ (16 keys × the tile's queries) → Pᵀ from the saved log-sum-exp.
-      std::vector<Frag> p(query_tiles), ds(query_tiles);
+      std::vector<Frag> p = mma_.multiply_rows(k_frags, q_tile, query_tiles);
       std::vector<std::array<llvm::Value*, 4>> masked(query_tiles);
       for (int64_t j = 0; j < query_tiles; ++j) {
-        p[j] = zero_frag();
-        for (int64_t ks = 0; ks < dp_ / 16; ++ks)
-          p[j] = mma(k_frags[ks], b_from_rows(q_tile, j * 8, ks * 16), p[j]);
         for (int e = 0; e < 4; ++e) {
-          llvm::Value* local = element_col(ix(0), j, e);
+          llvm::Value* local = mma_.element_col(ix(0), j, e);
           llvm::Value* query = b_.CreateAdd(query0, local);
           llvm::Value* fill = nullptr;
-          if (l_.has_mask) fill = masked_fill(mem_.load_shared_f32(stats + 8 * tile_rows, local));
+          if (l_.has_mask)
+            fill = masked_fill(mem_.load_shared_f32(stats + 8 * tile_rows, local, shift));
           Score s = score(p[j][e], mask_base, query, keys[e / 2], fill);
           masked[j][e] = s.masked;
-          llvm::Value* weight = exp(b_.CreateFSub(s.value, mem_.load_shared_f32(stats, local)));
+          llvm::Value* lse = mem_.load_shared_f32(stats, local, shift);
+          llvm::Value* weight = exp(b_.CreateFSub(s.value, lse));
           llvm::Value* real = b_.CreateAnd(b_.CreateICmpSLT(keys[e / 2], ix(l_.tk)),
                                            b_.CreateICmpSLT(query, ix(l_.tq)));
           p[j][e] = b_.CreateSelect(real, weight, f(0));
@@ -213,25 +219,25 @@ private:
       }
       // dV += Pᵀ dO.
       std::vector<Frag> dv = load(dv_acc);
-      multiply_add(dv, p, do_tile);
+      mma_.multiply_add(dv, p, do_tile);
       store(dv_acc, dv);
       // dPᵀ = V dOᵀ; dSᵀ = Pᵀ ∘ (dPᵀ − dO·O), zero where the op's where() masked the score.
+      std::vector<Frag> ds = mma_.multiply_rows(v_frags, do_tile, query_tiles);
       for (int64_t j = 0; j < query_tiles; ++j) {
-        ds[j] = zero_frag();
-        for (int64_t ks = 0; ks < dvp_ / 16; ++ks)
-          ds[j] = mma(v_frags[ks], b_from_rows(do_tile, j * 8, ks * 16), ds[j]);
         for (int e = 0; e < 4; ++e) {
           llvm::Value* delta =
-              mem_.load_shared_f32(stats + 4 * tile_rows, element_col(ix(0), j, e));
+              mem_.load_shared_f32(stats + 4 * tile_rows, mma_.element_col(ix(0), j, e), shift);
           llvm::Value* g = b_.CreateFMul(p[j][e], b_.CreateFSub(ds[j][e], delta));
           ds[j][e] = b_.CreateSelect(masked[j][e], f(0), g);
         }
       }
       // dK += dSᵀ Q (scaled at the end).
       std::vector<Frag> dk = load(dk_acc);
-      multiply_add(dk, ds, q_tile);
+      mma_.multiply_add(dk, ds, q_tile);
       store(dk_acc, dk);
-    });
+    };
+    mem_.pipelined_tiles(first_tile, ix(ceil_div(l_.tq, tile_rows)),
+                         query_stages_ == 2 ? query_stage_bytes() : 0, fill_stage, use_stage);
     if (out_.dk >= 0) store_tiles(out_.dk, load(dk_acc), batch, keys, l_.tk, l_.d, scaled());
     if (out_.dv >= 0)
       store_tiles(out_.dv, load(dv_acc), batch, keys, l_.tk, l_.dv,
@@ -242,8 +248,8 @@ private:
   void query_pass(llvm::Value* work) {
     Pass pass = start_pass(work, l_.tq);
     llvm::Value *batch = pass.batch, *mask_base = pass.mask_base;
-    std::vector<Frag> q_frags = a_frags(pass.q, pass.first, dp_);
-    std::vector<Frag> do_frags = a_frags(pass.d_o, pass.first, dvp_);
+    std::vector<Frag> q_frags = mma_.a_frags(pass.q, pass.first, dp_);
+    std::vector<Frag> do_frags = mma_.a_frags(pass.d_o, pass.first, dvp_);
     std::array<llvm::Value*, 2> rows = pass.rows;
     std::array<llvm::Value*, 2> lse{}, delta{}, fill{};
     for (int h = 0; h < 2; ++h) {
@@ -251,32 +257,28 @@ private:
       llvm::Value* row = b_.CreateSelect(valid, rows[h], ix(0));
       lse[h] = load_lse(batch, row);
       // dO·O of the row: the quad's four lanes take every fourth column, then add up.
-      delta[h] = quad_reduce(row_dot(pass.o, pass.d_o, row, quad_, 4), false);
+      delta[h] = lanes_reduce(row_dot(pass.o, pass.d_o, row, quad_, 4), 4, false);
       if (l_.has_mask)
-        fill[h] = masked_fill(quad_reduce(keeps_any(mask_base, row, quad_, 4), true));
+        fill[h] = masked_fill(lanes_reduce(keeps_any(mask_base, row, quad_, 4), 4, true));
     }
     Slots dq_acc = slots(dp_ / 8);
-    e_.emit_for(ix(0), key_tiles(pass.block), [&](llvm::Value* tile) {
-      llvm::Value* key0 = load_key_tiles(pass, tile);
-      std::vector<Frag> ds(key_tile / 8);
+    key_tile_loop(pass, [&](llvm::Value* key0, const SharedTile& k_tile, const SharedTile& v_tile) {
+      // S = Q Kᵀ and dP = dO Vᵀ; each score becomes its dS = P ∘ (dP − dO·O) in place.
+      std::vector<Frag> ds = mma_.multiply_rows(q_frags, k_tile, key_tile / 8);
+      std::vector<Frag> dp = mma_.multiply_rows(do_frags, v_tile, key_tile / 8);
       for (int64_t j = 0; j < key_tile / 8; ++j) {
-        Frag s = zero_frag(), dp = zero_frag();
-        for (int64_t ks = 0; ks < dp_ / 16; ++ks)
-          s = mma(q_frags[ks], b_from_rows(k_tile_, j * 8, ks * 16), s);
-        for (int64_t ks = 0; ks < dvp_ / 16; ++ks)
-          dp = mma(do_frags[ks], b_from_rows(v_tile_, j * 8, ks * 16), dp);
         for (int e = 0; e < 4; ++e) {
-          llvm::Value* key = element_col(key0, j, e);
-          Score x = score(s[e], mask_base, rows[e / 2], key, fill[e / 2]);
+          llvm::Value* key = mma_.element_col(key0, j, e);
+          Score x = score(ds[j][e], mask_base, rows[e / 2], key, fill[e / 2]);
           llvm::Value* weight = exp(b_.CreateFSub(x.value, lse[e / 2]));
           llvm::Value* real = b_.CreateAnd(b_.CreateICmpSLT(key, ix(l_.tk)),
                                            b_.CreateICmpSLT(rows[e / 2], ix(l_.tq)));
-          llvm::Value* g = b_.CreateFMul(weight, b_.CreateFSub(dp[e], delta[e / 2]));
+          llvm::Value* g = b_.CreateFMul(weight, b_.CreateFSub(dp[j][e], delta[e / 2]));
           ds[j][e] = b_.CreateSelect(b_.CreateAnd(real, b_.CreateNot(x.masked)), g, f(0));
         }
       }
       std::vector<Frag> dq = load(dq_acc);
-      multiply_add(dq, ds, k_tile_);
+      mma_.multiply_add(dq, ds, k_tile);
       store(dq_acc, dq);
     });
     store_tiles(out_.dq, load(dq_acc), batch, rows, l_.tq, l_.d, scaled());
@@ -292,14 +294,14 @@ private:
     GlobalMatrix q, k, v, o, d_o; ///< o and d_o in the backward only
   };
   Pass start_pass(llvm::Value* work, int64_t rows) {
-    begin_pass();
+    mma_.begin_pass();
     Pass p{};
     int64_t blocks = ceil_div(rows, block_rows);
     p.batch = b_.CreateUDiv(work, ix(blocks));
     p.block = b_.CreateURem(work, ix(blocks));
     p.first =
         b_.CreateAdd(b_.CreateMul(p.block, ix(block_rows)), b_.CreateMul(warp_, ix(warp_rows)));
-    p.rows = {b_.CreateAdd(p.first, group_), nullptr};
+    p.rows = {b_.CreateAdd(p.first, mma_.group()), nullptr};
     p.rows[1] = b_.CreateAdd(p.rows[0], ix(8));
     p.mask_base = mask_offset(p.batch);
     p.q = matrix(0, p.batch, l_.tq, l_.d);
@@ -312,14 +314,6 @@ private:
     return p;
   }
 
-  /// The A operands of rows [first, first + 16) of `m`, for k-steps over `cols_padded`.
-  std::vector<Frag> a_frags(const GlobalMatrix& m, llvm::Value* first, int64_t cols_padded) {
-    std::vector<Frag> frags;
-    for (int64_t ks = 0; ks < cols_padded / 16; ++ks)
-      frags.push_back(a_from_global(m, first, ks * 16));
-    return frags;
-  }
-
   /// The key tiles a block of query rows reads. Causal without a mask: tiles past the block's
   /// last row hold only masked scores, whose weights are exactly 0 (a row always keeps key 0).
   llvm::Value* key_tiles(llvm::Value* query_block) {
@@ -328,14 +322,27 @@ private:
     return b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, tiles, b_.CreateAdd(query_block, ix(1)));
   }
 
-  /// Key tile `tile` of k and v into shared memory (k_tile_, v_tile_); returns its first key.
-  llvm::Value* load_key_tiles(const Pass& pass, llvm::Value* tile) {
-    llvm::Value* key0 = b_.CreateMul(tile, ix(key_tile));
-    barrier(); // every warp is done with the previous tile
-    mem_.copy_tile(pass.k, key0, k_tile_, key_tile, dp_);
-    mem_.copy_tile(pass.v, key0, v_tile_, key_tile, dvp_);
-    barrier();
-    return key0;
+  /// Runs `use(first key, k tile, v tile)` over the key tiles of the pass's query block, each
+  /// tile of k and v in shared memory.
+  using UseKeyTiles = std::function<void(llvm::Value*, const SharedTile&, const SharedTile&)>;
+  void key_tile_loop(const Pass& pass, const UseKeyTiles& use) {
+    auto tiles_at = [&](llvm::Value* shift) {
+      SharedTile k{0, dp_ + row_padding, shift};
+      SharedTile v{tile_bytes(key_tile, dp_), dvp_ + row_padding, shift};
+      return std::pair{k, v};
+    };
+    mem_.pipelined_tiles(
+        ix(0), key_tiles(pass.block), key_stages_ == 2 ? key_stage_bytes() : 0,
+        [&](llvm::Value* tile, llvm::Value* shift) {
+          llvm::Value* key0 = b_.CreateMul(tile, ix(key_tile));
+          auto [k, v] = tiles_at(shift);
+          mem_.copy_tile(pass.k, key0, k, key_tile, dp_, true);
+          mem_.copy_tile(pass.v, key0, v, key_tile, dvp_, true);
+        },
+        [&](llvm::Value* tile, llvm::Value* shift) {
+          auto [k, v] = tiles_at(shift);
+          use(b_.CreateMul(tile, ix(key_tile)), k, v);
+        });
   }
 
   /// Stores accumulator tiles `acc` (this lane's `rows`, every column) to output `position`,
@@ -347,7 +354,7 @@ private:
     for (std::size_t nt = 0; nt < acc.size(); ++nt)
       for (int e = 0; e < 4; ++e)
         store_element(position, dtype_, batch, rows_total, cols, rows[e / 2],
-                      element_col(ix(0), static_cast<int64_t>(nt), e), finish(acc[nt][e], e));
+                      mma_.element_col(ix(0), static_cast<int64_t>(nt), e), finish(acc[nt][e], e));
   }
   /// dQ and dK carry the scale of the scores.
   Finish scaled() {
@@ -420,110 +427,60 @@ private:
     return mem_.load_float(read(4), t, at);
   }
 
-  /// Σ o[row, c]·do[row, c] over c = first, first + step, ... < dv, in f32.
+  /// Σ o[row, c]·do[row, c] in f32 over this lane's share of the row: `lanes` lanes share it,
+  /// `part` is this lane's place among them. Rows of whole 16-byte pieces per lane take
+  /// contiguous pieces, 16 bytes a load (when the slices are aligned); others every
+  /// `lanes`-th column from `part`. Unrolled: the loads are independent and all in flight.
   llvm::Value* row_dot(const GlobalMatrix& o, const GlobalMatrix& d_o, llvm::Value* row,
-                       llvm::Value* first, int64_t step) {
+                       llvm::Value* part, int64_t lanes) {
+    llvm::Value* row_start = b_.CreateMul(row, ix(l_.dv));
+    auto strided = [&] {
+      llvm::Value* sum = f(0);
+      for (int64_t k = 0; k * lanes < l_.dv; ++k) {
+        llvm::Value* c = b_.CreateAdd(part, ix(k * lanes));
+        llvm::Value* inside =
+            (k + 1) * lanes <= l_.dv ? b_.getTrue() : b_.CreateICmpSLT(c, ix(l_.dv));
+        llvm::Value* at = b_.CreateAdd(row_start, b_.CreateSelect(inside, c, ix(0)));
+        llvm::Value* x = b_.CreateFMul(widen(mem_.load16(o, at)), widen(mem_.load16(d_o, at)));
+        sum = b_.CreateFAdd(sum, b_.CreateSelect(inside, x, f(0)));
+      }
+      return sum;
+    };
+    constexpr int64_t piece = 8; // 16-bit elements in 16 bytes
+    if (l_.dv % (piece * lanes) != 0) return strided();
+    int64_t chunk = l_.dv / lanes;
     llvm::AllocaInst* sum = scalar_slot(f(0));
-    e_.emit_for(
-        first, ix(l_.dv),
-        [&](llvm::Value* c) {
-          llvm::Value* at = b_.CreateAdd(b_.CreateMul(row, ix(l_.dv)), c);
-          llvm::Value* x = b_.CreateFMul(widen(mem_.load16(o, at)), widen(mem_.load16(d_o, at)));
-          b_.CreateStore(b_.CreateFAdd(load(sum), x), sum);
-        },
-        ix(step));
+    llvm::Value* aligned = b_.CreateAnd(mem_.aligned16(o), mem_.aligned16(d_o));
+    e_.emit_if(aligned, [&] {
+      llvm::Value* start = b_.CreateAdd(row_start, b_.CreateMul(part, ix(chunk)));
+      llvm::Value* total = f(0);
+      for (int64_t k = 0; k < chunk; k += piece) {
+        llvm::Value* at = b_.CreateAdd(start, ix(k));
+        llvm::Value *os = mem_.load8(o, at), *dos = mem_.load8(d_o, at);
+        for (unsigned i = 0; i < piece; ++i)
+          total = b_.CreateFAdd(total, b_.CreateFMul(widen(b_.CreateExtractElement(os, i)),
+                                                     widen(b_.CreateExtractElement(dos, i))));
+      }
+      b_.CreateStore(total, sum);
+    });
+    e_.emit_if(b_.CreateNot(aligned), [&] { b_.CreateStore(strided(), sum); });
     return load(sum);
   }
-
-  // ---- fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type") ----
-  // A lane's group is lane / 4 and its column pair 2 · (lane % 4). An A operand (16 × 16)
-  // holds rows group and group + 8 at columns pair, pair + 1 and pair + 8, pair + 9; a B operand
-  // (16 × 8) holds column group at rows pair, pair + 1, pair + 8, pair + 9; an accumulator
-  // (16 × 8) holds rows group and group + 8 at columns pair and pair + 1.
-
-  /// Column of accumulator element `e` of n-tile `j`, from column `first`.
-  llvm::Value* element_col(llvm::Value* first, int64_t j, int e) {
-    return b_.CreateAdd(first, b_.CreateAdd(lane_col_, ix(j * 8 + (e & 1))));
-  }
-
-  /// The A operand of rows [first, first + 16) and columns [col0, col0 + 16) of `m`, zero
-  /// outside it.
-  Frag a_from_global(const GlobalMatrix& m, llvm::Value* first, int64_t col0) {
-    llvm::Value* r0 = b_.CreateAdd(first, group_);
-    llvm::Value* r1 = b_.CreateAdd(r0, ix(8));
-    llvm::Value* c0 = b_.CreateAdd(lane_col_, ix(col0));
-    auto at = [&](llvm::Value* r, int64_t dc) {
-      return mem_.load_or_zero(m, r, b_.CreateAdd(c0, ix(dc)));
-    };
-    return {mem_.pack(at(r0, 0), at(r0, 1)), mem_.pack(at(r1, 0), at(r1, 1)),
-            mem_.pack(at(r0, 8), at(r0, 9)), mem_.pack(at(r1, 8), at(r1, 9))};
-  }
-
-  /// The B operand whose (k, n) element is tile[n0 + n][k0 + k] (k runs along a row).
-  BFrag b_from_rows(const SharedTile& t, int64_t n0, int64_t k0) {
-    // The lane's own address plus a constant: ld.shared [reg + offset], no address registers
-    // per fragment (they would be hoisted out of the tile loop and fill the register file).
-    llvm::Value* base = lane_base(t, true);
-    int64_t at = (n0 * t.stride + k0) * 2;
-    return {mem_.load_shared(i32_, base, at), mem_.load_shared(i32_, base, at + 16)};
-  }
-
-  /// The B operand whose (k, n) element is tile[k0 + k][n0 + n] (k runs down a column).
-  BFrag b_from_columns(const SharedTile& t, int64_t k0, int64_t n0) {
-    llvm::Value* base = lane_base(t, false);
-    auto at = [&](int64_t dr) {
-      return mem_.load_shared(i16_, base, ((k0 + dr) * t.stride + n0) * 2);
-    };
-    return {mem_.pack(at(0), at(1)), mem_.pack(at(8), at(9))};
-  }
-
-  /// The A operand (16 rows × keys [16·kk, 16·kk + 16)) made of accumulators: n-tiles 2·kk
-  /// and 2·kk + 1 rounded to 16 bits.
-  Frag a_from_accumulators(const std::vector<Frag>& s, int64_t kk) {
-    const Frag& lo = s[static_cast<std::size_t>(2 * kk)];
-    const Frag& hi = s[static_cast<std::size_t>(2 * kk + 1)];
-    return {mem_.pack(narrow(lo[0]), narrow(lo[1])), mem_.pack(narrow(lo[2]), narrow(lo[3])),
-            mem_.pack(narrow(hi[0]), narrow(hi[1])), mem_.pack(narrow(hi[2]), narrow(hi[3]))};
-  }
-
-  /// acc += left · tile: `left` is accumulator tiles used as A operands (16 columns per
-  /// k-step), the tile is B by columns, one n-tile of 8 columns per tile of `acc`.
-  void multiply_add(std::vector<Frag>& acc, const std::vector<Frag>& left, const SharedTile& tile) {
-    for (int64_t kk = 0; kk < static_cast<int64_t>(left.size()) / 2; ++kk) {
-      Frag a = a_from_accumulators(left, kk);
-      for (std::size_t nt = 0; nt < acc.size(); ++nt)
-        acc[nt] = mma(a, b_from_columns(tile, kk * 16, static_cast<int64_t>(nt) * 8), acc[nt]);
-    }
-  }
-
-  /// d = a · b + c on the tensor cores, for the whole warp.
-  Frag mma(const Frag& a, const BFrag& bf, const Frag& c) {
-    std::vector<llvm::Value*> args;
-    bool bf16 = dtype_ == DType::bf16;
-    auto* half2 = llvm::FixedVectorType::get(b_.getHalfTy(), 2);
-    auto operand = [&](llvm::Value* v) { return bf16 ? v : b_.CreateBitCast(v, half2); };
-    for (llvm::Value* v : a)
-      args.push_back(operand(v));
-    for (llvm::Value* v : bf)
-      args.push_back(operand(v));
-    args.insert(args.end(), c.begin(), c.end());
-    llvm::Value* d = b_.CreateIntrinsic(bf16 ? llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_bf16
-                                             : llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_f32_f32,
-                                        {}, args);
-    Frag out{};
-    for (unsigned i = 0; i < 4; ++i)
-      out[i] = b_.CreateExtractValue(d, {i});
-    return out;
-  }
-
-  Frag zero_frag() { return {f(0), f(0), f(0), f(0)}; }
 
   // ---- memory ------------------------------------------------------------------------------
 
   static int64_t tile_bytes(int64_t rows, int64_t cols) { return rows * (cols + row_padding) * 2; }
-  int64_t key_side_bytes() const {
+  /// A stage of the forward's and dQ's shared memory: a key tile of k and one of v.
+  int64_t key_stage_bytes() const { return tile_bytes(key_tile, dp_) + tile_bytes(key_tile, dvp_); }
+  /// A stage of the dK/dV pass's: a query tile of q and one of dO, and the rows' statistics.
+  int64_t query_stage_bytes() const {
     int64_t rows = backward_query_tile(l_);
     return tile_bytes(rows, dp_) + tile_bytes(rows, dvp_) + 3 * 4 * rows;
+  }
+  /// Two stages where both fit a block's static shared memory, else one.
+  static int64_t stages(int64_t stage_bytes) {
+    constexpr int64_t static_shared_limit = 48 * 1024;
+    return 2 * stage_bytes <= static_shared_limit ? 2 : 1;
   }
 
   llvm::Value* argument(int position) {
@@ -541,25 +498,6 @@ private:
     return {read(operand), b_.CreateMul(batch, ix(rows * cols)), rows, cols};
   }
 
-  /// The address of this lane's element of `t` in B operands: row group, column pair
-  /// (`by_rows`), or row pair, column group. Made once per pass (before its loops).
-  llvm::Value* lane_base(const SharedTile& t, bool by_rows) {
-    auto key = std::make_tuple(t.offset, t.stride, by_rows);
-    auto [it, added] = lane_bases_.try_emplace(key, nullptr);
-    if (added) {
-      llvm::IRBuilderBase::InsertPointGuard keep(b_);
-      b_.SetInsertPoint(pass_start_);
-      llvm::Value* row = by_rows ? group_ : lane_col_;
-      llvm::Value* col = by_rows ? lane_col_ : group_;
-      it->second = mem_.shared_at(t, row, col);
-    }
-    return it->second;
-  }
-  /// Starts a pass: B operand addresses are made at this point, ahead of the loops.
-  void begin_pass() {
-    lane_bases_.clear();
-    pass_start_ = b_.CreateIntrinsic(llvm::Intrinsic::donothing, {}, {});
-  }
   /// Stores f32 `v` as `t` at [row, col] of the [rows, cols] slice `batch` of output
   /// `position`, when the element exists.
   void store_element(int position, DType t, llvm::Value* batch, int64_t rows, int64_t cols,
@@ -588,8 +526,10 @@ private:
                          f(static_cast<float>(std::numbers::ln2)));
   }
   /// The max or sum of `v` over the four lanes that hold the same rows.
-  llvm::Value* quad_reduce(llvm::Value* v, bool max) {
-    for (int offset : {1, 2}) {
+  llvm::Value* quad_reduce(llvm::Value* v, bool max) { return lanes_reduce(v, 4, max); }
+  /// The max or sum of `v` over each run of `lanes` (a power of two ≤ 32) aligned lanes.
+  llvm::Value* lanes_reduce(llvm::Value* v, int64_t lanes, bool max) {
+    for (int offset = 1; offset < lanes; offset *= 2) {
       llvm::Value* other =
           b_.CreateIntrinsic(llvm::Intrinsic::nvvm_shfl_sync_bfly_f32, {},
                              {b_.getInt32(0xffffffffu), v,
@@ -639,14 +579,12 @@ private:
   AttentionLayout l_;
   OutputPositions out_;
   DType dtype_;
-  int64_t dp_, dvp_; ///< feature dims rounded up to whole mma k-steps
-  BlockMemory mem_;  ///< the shared tiles and the copies into them
-  llvm::Type *i8_ = nullptr, *i16_ = nullptr, *i32_ = nullptr, *f32_ = nullptr;
-  llvm::Value *tid_ = nullptr, *warp_ = nullptr, *group_ = nullptr, *quad_ = nullptr,
-              *lane_col_ = nullptr;
-  SharedTile k_tile_{0, 0}, v_tile_{0, 0}; ///< the forward's and dQ's key tiles
-  std::map<std::tuple<int64_t, int64_t, bool>, llvm::Value*> lane_bases_; ///< this pass's
-  llvm::Instruction* pass_start_ = nullptr; ///< where this pass's lane addresses go
+  int64_t dp_, dvp_;                  ///< feature dims rounded up to whole mma k-steps
+  int64_t key_stages_, query_stages_; ///< shared-memory stages of key and query tiles (1 or 2)
+  BlockMemory mem_;                   ///< the shared tiles and the copies into them
+  llvm::Type *i8_ = nullptr, *f32_ = nullptr;
+  WarpMma mma_; ///< the warps' tensor-core products
+  llvm::Value *tid_ = nullptr, *warp_ = nullptr, *quad_ = nullptr;
 };
 
 } // namespace

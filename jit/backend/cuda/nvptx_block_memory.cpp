@@ -28,6 +28,18 @@ llvm::Value* BlockMemory::load16(const GlobalMatrix& m, llvm::Value* at) {
                               llvm::Align(2));
 }
 
+llvm::Value* BlockMemory::aligned16(const GlobalMatrix& m) {
+  llvm::Value* slice_address =
+      b_.CreateAdd(b_.CreatePtrToInt(m.pointer, b_.getInt64Ty()), b_.CreateMul(m.first, ix(2)));
+  return b_.CreateICmpEQ(b_.CreateAnd(slice_address, ix(15)), ix(0));
+}
+
+llvm::Value* BlockMemory::load8(const GlobalMatrix& m, llvm::Value* at) {
+  auto* vector = llvm::FixedVectorType::get(i16_, 8);
+  return b_.CreateAlignedLoad(vector, b_.CreateGEP(i16_, m.pointer, b_.CreateAdd(m.first, at)),
+                              llvm::Align(16));
+}
+
 llvm::Value* BlockMemory::load_or_zero(const GlobalMatrix& m, llvm::Value* row, llvm::Value* col) {
   llvm::Value* inside =
       b_.CreateAnd(b_.CreateICmpSLT(row, ix(m.rows)), b_.CreateICmpSLT(col, ix(m.cols)));
@@ -37,7 +49,7 @@ llvm::Value* BlockMemory::load_or_zero(const GlobalMatrix& m, llvm::Value* row, 
 }
 
 void BlockMemory::copy_tile(const GlobalMatrix& m, llvm::Value* first, const SharedTile& tile,
-                            int64_t rows, int64_t cols_padded) {
+                            int64_t rows, int64_t cols_padded, bool async) {
   auto by_element = [&] {
     e_.emit_for(
         thread_, ix(rows * cols_padded),
@@ -54,9 +66,7 @@ void BlockMemory::copy_tile(const GlobalMatrix& m, llvm::Value* first, const Sha
                       tile.offset % 16 == 0;
   if (!whole_pieces) return by_element();
   // The pointer and slice offset are the same for every thread: the branch is uniform.
-  llvm::Value* slice_address =
-      b_.CreateAdd(b_.CreatePtrToInt(m.pointer, b_.getInt64Ty()), b_.CreateMul(m.first, ix(2)));
-  llvm::Value* aligned = b_.CreateICmpEQ(b_.CreateAnd(slice_address, ix(15)), ix(0));
+  llvm::Value* aligned = aligned16(m);
   e_.emit_if(b_.CreateNot(aligned), by_element);
   e_.emit_if(aligned, [&] {
     auto* vector = llvm::FixedVectorType::get(i32_, 4);
@@ -70,8 +80,15 @@ void BlockMemory::copy_tile(const GlobalMatrix& m, llvm::Value* first, const Sha
           llvm::Value* inside = b_.CreateICmpSLT(row, ix(m.rows));
           llvm::Value* at =
               b_.CreateSelect(inside, b_.CreateAdd(b_.CreateMul(row, ix(m.cols)), c), ix(0));
-          llvm::Value* values = b_.CreateAlignedLoad(
-              vector, b_.CreateGEP(i16_, m.pointer, b_.CreateAdd(m.first, at)), llvm::Align(16));
+          llvm::Value* from = b_.CreateGEP(i16_, m.pointer, b_.CreateAdd(m.first, at));
+          if (async) {
+            // Rows past the end read 0 of their 16 bytes: the piece is zero-filled.
+            b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_cg_shared_global_16_s, {},
+                               {shared_at(tile, r, c), from,
+                                b_.CreateSelect(inside, b_.getInt32(16), b_.getInt32(0))});
+            return;
+          }
+          llvm::Value* values = b_.CreateAlignedLoad(vector, from, llvm::Align(16));
           values = b_.CreateSelect(inside, values, llvm::Constant::getNullValue(vector));
           b_.CreateAlignedStore(values, shared_at(tile, r, c), llvm::Align(16));
         },
@@ -79,10 +96,65 @@ void BlockMemory::copy_tile(const GlobalMatrix& m, llvm::Value* first, const Sha
   });
 }
 
+void BlockMemory::pipelined_tiles(llvm::Value* first, llvm::Value* end, int64_t stage_bytes,
+                                  const TileStep& fill, const TileStep& use) {
+  if (stage_bytes == 0) {
+    e_.emit_for(first, end, [&](llvm::Value* tile) {
+      barrier(); // every warp is done with the previous tile
+      fill(tile, nullptr);
+      commit_copies();
+      wait_copies();
+      barrier();
+      use(tile, nullptr);
+    });
+    return;
+  }
+  auto shift_of = [&](llvm::Value* tile) {
+    return b_.CreateMul(b_.CreateAnd(tile, ix(1)), ix(stage_bytes));
+  };
+  barrier(); // every warp is done with the block's previous work item
+  e_.emit_if(b_.CreateICmpSLT(first, end), [&] { fill(first, shift_of(first)); });
+  commit_copies();
+  e_.emit_for(first, end, [&](llvm::Value* tile) {
+    wait_copies();
+    // Every thread's copies of this tile have landed, and every warp is done with the
+    // previous tile, whose stage the next tile fills.
+    barrier();
+    llvm::Value* next = b_.CreateAdd(tile, ix(1));
+    e_.emit_if(b_.CreateICmpSLT(next, end), [&] { fill(next, shift_of(next)); });
+    commit_copies();
+    use(tile, shift_of(tile));
+  });
+}
+
+void BlockMemory::barrier() { b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {}); }
+
+void BlockMemory::commit_copies() {
+  b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_commit_group, {}, {});
+}
+
+void BlockMemory::wait_copies() {
+  b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_wait_group, {}, {b_.getInt32(0)});
+}
+
 llvm::Value* BlockMemory::shared_at(const SharedTile& t, llvm::Value* row, llvm::Value* col) {
   llvm::Value* element = b_.CreateAdd(b_.CreateMul(row, ix(t.stride)), col);
   llvm::Value* offset = b_.CreateAdd(ix(t.offset), b_.CreateMul(element, ix(2)));
+  if (t.shift) offset = b_.CreateAdd(offset, t.shift);
   return b_.CreateGEP(i8_, shared_, offset);
+}
+
+std::array<llvm::Value*, 4> BlockMemory::ldmatrix_x4(llvm::Value* base, int64_t offset,
+                                                     bool transposed) {
+  llvm::Value* at = b_.CreateConstInBoundsGEP1_64(i8_, base, static_cast<uint64_t>(offset));
+  auto* four = llvm::StructType::get(e_.context(), {i32_, i32_, i32_, i32_});
+  llvm::Value* m =
+      b_.CreateIntrinsic(four,
+                         transposed ? llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x4_trans_b16
+                                    : llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x4_b16,
+                         {at});
+  return {b_.CreateExtractValue(m, {0}), b_.CreateExtractValue(m, {1}),
+          b_.CreateExtractValue(m, {2}), b_.CreateExtractValue(m, {3})};
 }
 
 llvm::Value* BlockMemory::load_shared(llvm::Type* type, llvm::Value* base, int64_t offset) {
@@ -90,14 +162,17 @@ llvm::Value* BlockMemory::load_shared(llvm::Type* type, llvm::Value* base, int64
   return b_.CreateAlignedLoad(type, at, llvm::Align(type == i32_ ? 4 : 2));
 }
 
-llvm::Value* BlockMemory::shared_f32_at(int64_t offset, llvm::Value* i) {
-  return b_.CreateGEP(i8_, shared_, b_.CreateAdd(ix(offset), b_.CreateMul(i, ix(4))));
+llvm::Value* BlockMemory::shared_f32_at(int64_t offset, llvm::Value* i, llvm::Value* shift) {
+  llvm::Value* at = b_.CreateAdd(ix(offset), b_.CreateMul(i, ix(4)));
+  if (shift) at = b_.CreateAdd(at, shift);
+  return b_.CreateGEP(i8_, shared_, at);
 }
-void BlockMemory::store_shared_f32(int64_t offset, llvm::Value* i, llvm::Value* v) {
-  b_.CreateAlignedStore(v, shared_f32_at(offset, i), llvm::Align(4));
+void BlockMemory::store_shared_f32(int64_t offset, llvm::Value* i, llvm::Value* v,
+                                   llvm::Value* shift) {
+  b_.CreateAlignedStore(v, shared_f32_at(offset, i, shift), llvm::Align(4));
 }
-llvm::Value* BlockMemory::load_shared_f32(int64_t offset, llvm::Value* i) {
-  return b_.CreateAlignedLoad(f32_, shared_f32_at(offset, i), llvm::Align(4));
+llvm::Value* BlockMemory::load_shared_f32(int64_t offset, llvm::Value* i, llvm::Value* shift) {
+  return b_.CreateAlignedLoad(f32_, shared_f32_at(offset, i, shift), llvm::Align(4));
 }
 
 llvm::Value* BlockMemory::load_float(llvm::Value* pointer, DType t, llvm::Value* at) {

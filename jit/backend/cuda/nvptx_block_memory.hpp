@@ -8,7 +8,9 @@
 #include <llvm/IR/GlobalVariable.h>
 #include <llvm/IR/IRBuilder.h>
 
+#include <array>
 #include <cstdint>
+#include <functional>
 
 namespace sinter {
 
@@ -19,9 +21,11 @@ struct GlobalMatrix {
   int64_t rows = 0, cols = 0;
 };
 
-/// A tile in shared memory: 16-bit elements, `stride` elements per row, from byte `offset`.
+/// A tile in shared memory: 16-bit elements, `stride` elements per row, from byte `offset`
+/// (plus `shift` bytes at run time: the stage of a double-buffered tile).
 struct SharedTile {
   int64_t offset = 0, stride = 0;
+  llvm::Value* shift = nullptr;
 };
 
 /// The shared memory of a block of `threads` threads (`shared_bytes`, 16-byte aligned) and the
@@ -35,6 +39,10 @@ public:
 
   /// Element `at` (from the slice's first) of `m`, as 16 bits.
   llvm::Value* load16(const GlobalMatrix& m, llvm::Value* at);
+  /// Whether `m`'s slice starts on a 16-byte boundary (the same for every thread of a block).
+  llvm::Value* aligned16(const GlobalMatrix& m);
+  /// Elements [at, at + 8) (from the slice's first; 16-byte aligned) of `m`, as 8 × 16 bits.
+  llvm::Value* load8(const GlobalMatrix& m, llvm::Value* at);
   /// m[row, col], or 0 outside the matrix (then the slice's first element is read instead).
   llvm::Value* load_or_zero(const GlobalMatrix& m, llvm::Value* row, llvm::Value* col);
   /// Rows [first, first + rows) of `m` into `tile`, zero-padded to `cols_padded` columns and
@@ -42,16 +50,38 @@ public:
   /// Rows of whole 16-byte pieces (8 elements, no column padding) go 16 bytes at a time when
   /// the slice is 16-byte aligned: a tile's copy is then 8 times fewer loads and stores, which
   /// at short sequences (few tiles per block) is much of a block's time.
+  /// `async`: the 16-byte pieces go by cp.async (the copy overlaps what the block does next;
+  /// commit_copies and wait_copies finish it, then a barrier shows it to the whole block); the
+  /// other paths copy at once.
   void copy_tile(const GlobalMatrix& m, llvm::Value* first, const SharedTile& tile, int64_t rows,
-                 int64_t cols_padded);
+                 int64_t cols_padded, bool async = false);
+  /// Walks tiles [first, end): `fill(tile, shift)` brings a tile into shared memory (cp.async
+  /// or plain copies, to byte `shift` onwards of its stage), `use(tile, shift)` computes with
+  /// it. With two stages (`stage_bytes` > 0 apart) the next tile is filled while this one is
+  /// used, and one barrier a tile both shows a tile to the block and frees the other stage;
+  /// with one (`stage_bytes` 0), fill and use alternate between two barriers.
+  using TileStep = std::function<void(llvm::Value*, llvm::Value*)>;
+  void pipelined_tiles(llvm::Value* first, llvm::Value* end, int64_t stage_bytes,
+                       const TileStep& fill, const TileStep& use);
+  /// bar.sync 0: the whole block meets.
+  void barrier();
+  /// Closes the group of this thread's cp.async copies issued since the last one.
+  void commit_copies();
+  /// Waits until every group of this thread's cp.async copies has landed.
+  void wait_copies();
 
   /// The address of element [row, col] of `t`.
   llvm::Value* shared_at(const SharedTile& t, llvm::Value* row, llvm::Value* col);
+  /// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 from this lane's row address `base` plus
+  /// `offset` bytes (16-byte aligned): the lane's part of four 8 × 8 matrices of 16-bit
+  /// elements. The whole warp must run it.
+  std::array<llvm::Value*, 4> ldmatrix_x4(llvm::Value* base, int64_t offset, bool transposed);
   /// Loads a `type` at byte `offset` from `base` (2- or 4-byte aligned by construction).
   llvm::Value* load_shared(llvm::Type* type, llvm::Value* base, int64_t offset);
-  /// Element `i` of the f32 array at byte `offset` of shared memory.
-  void store_shared_f32(int64_t offset, llvm::Value* i, llvm::Value* v);
-  llvm::Value* load_shared_f32(int64_t offset, llvm::Value* i);
+  /// Element `i` of the f32 array at byte `offset` (+ `shift` at run time) of shared memory.
+  void store_shared_f32(int64_t offset, llvm::Value* i, llvm::Value* v,
+                        llvm::Value* shift = nullptr);
+  llvm::Value* load_shared_f32(int64_t offset, llvm::Value* i, llvm::Value* shift = nullptr);
 
   /// Element `at` of a `t` buffer as f32, and f32 `v` stored there as `t`.
   llvm::Value* load_float(llvm::Value* pointer, DType t, llvm::Value* at);
@@ -65,7 +95,7 @@ public:
   llvm::Value* pack(llvm::Value* low, llvm::Value* high);
 
 private:
-  llvm::Value* shared_f32_at(int64_t offset, llvm::Value* i);
+  llvm::Value* shared_f32_at(int64_t offset, llvm::Value* i, llvm::Value* shift);
   llvm::Value* ix(int64_t v) { return e_.i64(v); }
 
   KernelEmitter& e_;
