@@ -66,6 +66,10 @@ constexpr SettingInfo table[] = {
      "cuda: `1` splits long column reductions (bias and layernorm gradients) into partial sums "
      "over row groups and a short sum, for more blocks (docs/gpu.md); `0` runs each in one pass. "
      "Another value is an error naming it"},
+    {"SINTER_ATTENTION_PIPELINE", "`0`, `1`", "`1`",
+     "cuda: `1` double-buffers the fused attention kernels' key and query tiles in shared "
+     "memory where two fit (cp.async copies the next tile while the block computes on this "
+     "one); `0` copies each tile between two barriers. Another value is an error naming it"},
     {"SINTER_LIBCUDA", "path", "`libcuda.so.1`", "cuda: the driver library to load"},
     {"SINTER_LIBDEVICE", "path", "beside libsinter, then the CUDA toolkit",
      "cuda: `libdevice.10.bc` (a wrong path is an error, not a fallback)"},

@@ -219,6 +219,31 @@ TEST_CASE("attention: bf16 and f16 run as one fused forward and one backward ker
     }
 }
 
+TEST_CASE("attention: the CUDA kernels double-buffer their tiles unless "
+          "SINTER_ATTENTION_PIPELINE=0",
+          "[attention][ptx]") {
+  // The bytes of the kernel's static shared tiles, as its PTX declares them.
+  auto shared_bytes = [](const char* pipeline) {
+    EnvOverride stages("SINTER_ATTENTION_PIPELINE", pipeline);
+    Graph gpu = for_nvptx(causal_step(64, DType::bf16), 80);
+    FusionPlan plan = fuse(gpu, gpu_fusion_options);
+    for (const Kernel& k : plan.kernels)
+      if (k.kind == KernelKind::attention &&
+          plan.graph->node(k.root).op == OpId::fused_attention_grad) {
+        std::string ptx = nvptx_target(80).compile(plan, k, "attention");
+        std::string declared = "block_tiles[";
+        std::size_t at = ptx.find(declared);
+        REQUIRE(at != std::string::npos);
+        return std::stol(ptx.substr(at + declared.size()));
+      }
+    FAIL("no attention backward kernel");
+    return 0l;
+  };
+  long pipelined = shared_bytes("1"), single = shared_bytes("0");
+  CHECK(pipelined == 2 * single);
+  CHECK(single > 0);
+}
+
 /// Runs `optimized` as a GPU of sm_80 would, in the NVPTX emulator: every kernel of its plan
 /// must be a fused attention kernel.
 std::vector<HostTensor> run_emulated(const Graph& optimized, const std::vector<F64Tensor>& values) {
@@ -256,53 +281,58 @@ TEST_CASE("attention: the CUDA kernels, emulated, span query blocks, key tiles a
   };
   // The third has whole 16-byte rows (d = dv = 64): its key and value tiles go 16 bytes at a
   // time, the last one past the keys' end zero-filled (100 keys: 64 + 36).
-  for (Problem p :
-       {Problem{2, 130, 130, 16, 24, true, false, 0.0}, Problem{3, 70, 75, 20, 9, false, true, 0.3},
-        Problem{2, 70, 100, 64, 64, false, false, 0.125}})
-    for (DType t : {DType::bf16, DType::f16}) {
-      INFO(dtype_name(t) << " tq " << p.tq << " tk " << p.tk << (p.causal ? " causal" : " masked"));
-      std::mt19937_64 rng(11);
-      Shape q_shape{p.batch, p.tq, p.d}, k_shape{p.batch, p.tk, p.d}, v_shape{p.batch, p.tk, p.dv},
-          o_shape{p.batch, p.tq, p.dv}, rows{p.batch, p.tq}, mask_shape{p.tq, p.tk};
-      Attrs attrs{.real = p.scale, .flag = p.causal};
-      // Forward: o and the row log-sum-exp, one kernel.
-      Graph forward;
-      std::vector<Value> in{input(forward, "q", {t, q_shape}), input(forward, "k", {t, k_shape}),
-                            input(forward, "v", {t, v_shape})};
-      std::vector<F64Tensor> values{random_operand({DType::f64, q_shape}, rng),
-                                    random_operand({DType::f64, k_shape}, rng),
-                                    random_operand({DType::f64, v_shape}, rng)};
-      if (p.masked) {
-        in.push_back(input(forward, "mask", {DType::boolean, mask_shape}));
-        values.push_back(random_operand({DType::boolean, mask_shape, 0, 2}, rng));
-        for (int64_t j = 0; j < p.tk; ++j) // a row that attends to nothing averages v
-          values.back().data[static_cast<std::size_t>(5 * p.tk + j)] = 0.0;
+  // Tiles double-buffered (cp.async for the next while this one is used), then one at a time.
+  for (const char* pipeline : {"1", "0"})
+    for (Problem p : {Problem{2, 130, 130, 16, 24, true, false, 0.0},
+                      Problem{3, 70, 75, 20, 9, false, true, 0.3},
+                      Problem{2, 70, 100, 64, 64, false, false, 0.125}})
+      for (DType t : {DType::bf16, DType::f16}) {
+        EnvOverride stages("SINTER_ATTENTION_PIPELINE", pipeline);
+        INFO("pipeline " << pipeline << ", " << dtype_name(t) << " tq " << p.tq << " tk " << p.tk
+                         << (p.causal ? " causal" : " masked"));
+        std::mt19937_64 rng(11);
+        Shape q_shape{p.batch, p.tq, p.d}, k_shape{p.batch, p.tk, p.d},
+            v_shape{p.batch, p.tk, p.dv}, o_shape{p.batch, p.tq, p.dv}, rows{p.batch, p.tq},
+            mask_shape{p.tq, p.tk};
+        Attrs attrs{.real = p.scale, .flag = p.causal};
+        // Forward: o and the row log-sum-exp, one kernel.
+        Graph forward;
+        std::vector<Value> in{input(forward, "q", {t, q_shape}), input(forward, "k", {t, k_shape}),
+                              input(forward, "v", {t, v_shape})};
+        std::vector<F64Tensor> values{random_operand({DType::f64, q_shape}, rng),
+                                      random_operand({DType::f64, k_shape}, rng),
+                                      random_operand({DType::f64, v_shape}, rng)};
+        if (p.masked) {
+          in.push_back(input(forward, "mask", {DType::boolean, mask_shape}));
+          values.push_back(random_operand({DType::boolean, mask_shape, 0, 2}, rng));
+          for (int64_t j = 0; j < p.tk; ++j) // a row that attends to nothing averages v
+            values.back().data[static_cast<std::size_t>(5 * p.tk + j)] = 0.0;
+        }
+        forward.add_output("o", emit(OpId::fused_attention, in, attrs).id);
+        forward.add_output("lse", emit(OpId::fused_attention_lse, in, attrs).id);
+        check_emulated(forward, values, t);
+        // Backward: dq, dk and dv, one kernel, from o, the log-sum-exp and do.
+        std::vector<F64Tensor> saved = interpret(forward, values);
+        Graph backward;
+        std::vector<Value> operands{
+            input(backward, "q", {t, q_shape}),         input(backward, "k", {t, k_shape}),
+            input(backward, "v", {t, v_shape}),         input(backward, "o", {t, o_shape}),
+            input(backward, "lse", {DType::f32, rows}), input(backward, "do", {t, o_shape})};
+        std::vector<F64Tensor> grad_values{values[0], values[1],
+                                           values[2], saved[0],
+                                           saved[1],  random_operand({DType::f64, o_shape}, rng)};
+        if (p.masked) {
+          operands.push_back(input(backward, "mask", {DType::boolean, mask_shape}));
+          grad_values.push_back(values[3]);
+        }
+        for (int64_t which = 0; which < 3; ++which) {
+          Attrs grad_attrs = attrs;
+          grad_attrs.ints = {which};
+          backward.add_output("d" + std::to_string(which),
+                              emit(OpId::fused_attention_grad, operands, grad_attrs).id);
+        }
+        check_emulated(backward, grad_values, t);
       }
-      forward.add_output("o", emit(OpId::fused_attention, in, attrs).id);
-      forward.add_output("lse", emit(OpId::fused_attention_lse, in, attrs).id);
-      check_emulated(forward, values, t);
-      // Backward: dq, dk and dv, one kernel, from o, the log-sum-exp and do.
-      std::vector<F64Tensor> saved = interpret(forward, values);
-      Graph backward;
-      std::vector<Value> operands{
-          input(backward, "q", {t, q_shape}),         input(backward, "k", {t, k_shape}),
-          input(backward, "v", {t, v_shape}),         input(backward, "o", {t, o_shape}),
-          input(backward, "lse", {DType::f32, rows}), input(backward, "do", {t, o_shape})};
-      std::vector<F64Tensor> grad_values{values[0], values[1],
-                                         values[2], saved[0],
-                                         saved[1],  random_operand({DType::f64, o_shape}, rng)};
-      if (p.masked) {
-        operands.push_back(input(backward, "mask", {DType::boolean, mask_shape}));
-        grad_values.push_back(values[3]);
-      }
-      for (int64_t which = 0; which < 3; ++which) {
-        Attrs grad_attrs = attrs;
-        grad_attrs.ints = {which};
-        backward.add_output("d" + std::to_string(which),
-                            emit(OpId::fused_attention_grad, operands, grad_attrs).id);
-      }
-      check_emulated(backward, grad_values, t);
-    }
 }
 
 TEST_CASE("attention: SINTER_ATTENTION=decomposed decomposes on CUDA too", "[attention]") {

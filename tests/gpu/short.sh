@@ -17,7 +17,8 @@
 #   rounds-gpt2   interleaved rounds against torch eager and torch.compile (issue 33)
 #   distill       ViT-B/16 -> ViT-S/16 bf16 B=256: step, plan, profile; predicted largest batch
 #   buckets       the gpt recipe's shape-bucket recompiles (issue 32: < 0.3 s each)
-#   ab            GPT-2 small's step with split reductions, then runtime row counts, turned off
+#   ab            GPT-2 small's step with the attention pipeline, split reductions, then runtime
+#                 row counts, turned off (the first for the distillation pair too)
 #   profiles      cold compiles profiled (GPT-2 small, the distillation pair), and GPT-2 small's
 #                 cold compile on all the host's cores (--threads)
 #   max-batch     the predicted largest batch of the distillation pair, then smaller ones until
@@ -118,8 +119,13 @@ stage_buckets() {
     --text "$HERE/data/fortunes.txt"
 }
 stage_ab() {
-  # A/B of GPU changes never measured (against compile-warm's step): split column reductions and
-  # row counts as kernel parameters, each off.
+  # A/B of GPU changes (against compile-warm's step): the attention kernels' double-buffered
+  # tiles, split column reductions and row counts as kernel parameters, each off; the first two
+  # also for the distillation pair (against the distill stage's step).
+  SINTER_ATTENTION_PIPELINE=0 step ab-attention-pipeline-off 60 "$TS" "${gpt2[@]}" --warmup 3 \
+    --iters 20
+  SINTER_ATTENTION_PIPELINE=0 step ab-attention-pipeline-off-distill 90 "$TS" "${distill[@]}" \
+    --batch 256 --warmup 3 --iters 10
   SINTER_SPLIT_REDUCTIONS=0 step ab-split-reductions-off 60 "$TS" "${gpt2[@]}" --warmup 3 --iters 20
   SINTER_ROWS_PARAMETER=0 step ab-rows-parameter-off 60 "$TS" "${gpt2[@]}" --warmup 3 --iters 20
 }

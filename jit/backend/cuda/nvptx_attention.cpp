@@ -7,6 +7,7 @@
 #include "jit/backend/cuda/nvptx_attention_tiling.hpp"
 #include "jit/backend/cuda/nvptx_block_memory.hpp"
 #include "jit/backend/cuda/nvptx_warp_mma.hpp"
+#include "jit/settings.hpp"
 
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
@@ -477,10 +478,11 @@ private:
     int64_t rows = backward_query_tile(l_);
     return tile_bytes(rows, dp_) + tile_bytes(rows, dvp_) + 3 * 4 * rows;
   }
-  /// Two stages where both fit a block's static shared memory, else one.
+  /// Two stages where both fit a block's static shared memory (and SINTER_ATTENTION_PIPELINE
+  /// is not 0), else one.
   static int64_t stages(int64_t stage_bytes) {
     constexpr int64_t static_shared_limit = 48 * 1024;
-    return 2 * stage_bytes <= static_shared_limit ? 2 : 1;
+    return attention_pipeline_enabled() && 2 * stage_bytes <= static_shared_limit ? 2 : 1;
   }
 
   llvm::Value* argument(int position) {
@@ -588,6 +590,8 @@ private:
 };
 
 } // namespace
+
+bool attention_pipeline_enabled() { return switch_setting("SINTER_ATTENTION_PIPELINE", true); }
 
 void emit_nvptx_attention(KernelEmitter& emitter, const GpuLaunch& launch) {
   AttentionKernel(emitter).emit(launch);

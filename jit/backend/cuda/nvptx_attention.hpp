@@ -25,4 +25,8 @@ GpuLaunch nvptx_attention_launch(const Graph& graph, const Kernel& kernel);
 /// them tile by tile from q, k and the log-sum-exp.
 void emit_nvptx_attention(KernelEmitter& emitter, const GpuLaunch& launch);
 
+/// Whether the kernels double-buffer their tiles (SINTER_ATTENTION_PIPELINE, default on). Part
+/// of the NVPTX target's fingerprint, so cached kernels of the other kind are not reused.
+bool attention_pipeline_enabled();
+
 } // namespace sinter
