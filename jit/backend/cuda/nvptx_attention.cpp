@@ -27,6 +27,7 @@ namespace {
 using namespace attention_tiling;
 
 constexpr float masked_score = -1e9f; ///< what the op's definition puts in masked scores
+constexpr float log2e = std::numbers::log2e_v<float>;
 
 class AttentionKernel {
 public:
@@ -94,40 +95,56 @@ private:
     }
     std::array<llvm::Value*, 2> rows = pass.rows;
     key_tile_loop(pass, [&](llvm::Value* key0, const SharedTile& k_tile, const SharedTile& v_tile) {
-      std::vector<Frag> s = mma_.multiply_rows(q_frags, k_tile, key_tile / 8);
-      for (int64_t j = 0; j < key_tile / 8; ++j)
-        for (int e = 0; e < 4; ++e) {
-          llvm::Value* key = mma_.element_col(key0, j, e);
-          llvm::Value* x = score(s[j][e], mask_base, rows[e / 2], key).value;
-          s[j][e] = b_.CreateSelect(b_.CreateICmpSLT(key, ix(l_.tk)), x, negative_infinity());
+      std::vector<Frag> dots = mma_.multiply_rows(q_frags, k_tile, key_tile / 8);
+      // The tile's weights e^(x − max) into `s`, the row max and sum, and O += P V. `on_dots`:
+      // `s` holds the raw dot products of a tile without masks, and the scale rides in the
+      // max and the exponent's fma (3 operations an element instead of about 10).
+      auto softmax_tile = [&](std::vector<Frag> s, bool on_dots) {
+        std::array<llvm::Value*, 2> tile_max{negative_infinity(), negative_infinity()};
+        for (const Frag& frag : s)
+          for (int e = 0; e < 4; ++e)
+            tile_max[e / 2] = b_.CreateMaxNum(tile_max[e / 2], frag[e]);
+        std::array<llvm::Value*, 2> alpha{}, base{}, neg_base{}, sum{f(0), f(0)};
+        for (int h = 0; h < 2; ++h) {
+          llvm::Value* top = quad_reduce(tile_max[h], true);
+          if (on_dots) top = b_.CreateFMul(top, f(scale())); // the scale is positive
+          llvm::Value* old_max = load(row_max[h]);
+          llvm::Value* new_max = b_.CreateMaxNum(old_max, top);
+          // A row with no key seen yet keeps -inf: subtract 0 then, never inf - inf.
+          base[h] = b_.CreateSelect(b_.CreateFCmpOEQ(new_max, negative_infinity()), f(0), new_max);
+          alpha[h] = exp(b_.CreateFSub(old_max, base[h]));
+          neg_base[h] = b_.CreateFMul(base[h], f(-log2e));
+          b_.CreateStore(new_max, row_max[h]);
         }
-      std::array<llvm::Value*, 2> tile_max{negative_infinity(), negative_infinity()};
-      for (const Frag& frag : s)
-        for (int e = 0; e < 4; ++e)
-          tile_max[e / 2] = b_.CreateMaxNum(tile_max[e / 2], frag[e]);
-      std::array<llvm::Value*, 2> base{}, alpha{}, sum{f(0), f(0)};
-      for (int h = 0; h < 2; ++h) {
-        llvm::Value* old_max = load(row_max[h]);
-        llvm::Value* new_max = b_.CreateMaxNum(old_max, quad_reduce(tile_max[h], true));
-        // A row with no key seen yet keeps -inf: subtract 0 then, never inf - inf.
-        base[h] = b_.CreateSelect(b_.CreateFCmpOEQ(new_max, negative_infinity()), f(0), new_max);
-        alpha[h] = exp(b_.CreateFSub(old_max, base[h]));
-        b_.CreateStore(new_max, row_max[h]);
-      }
-      for (Frag& frag : s)
-        for (int e = 0; e < 4; ++e) {
-          frag[e] = exp(b_.CreateFSub(frag[e], base[e / 2]));
-          sum[e / 2] = b_.CreateFAdd(sum[e / 2], frag[e]);
-        }
-      for (int h = 0; h < 2; ++h)
-        b_.CreateStore(b_.CreateFAdd(b_.CreateFMul(load(row_sum[h]), alpha[h]), sum[h]),
-                       row_sum[h]);
-      std::vector<Frag> o = load(o_acc);
-      for (Frag& frag : o)
-        for (int e = 0; e < 4; ++e)
-          frag[e] = b_.CreateFMul(frag[e], alpha[e / 2]);
-      mma_.multiply_add(o, s, v_tile);
-      store(o_acc, o);
+        for (Frag& frag : s)
+          for (int e = 0; e < 4; ++e) {
+            // Masked scores (−1e9) subtract exactly: an fma would leave the rounding of
+            // 1e9 · log₂e in a row the mask empties.
+            frag[e] = on_dots ? exp_fma(frag[e], scale(), neg_base[e / 2])
+                              : exp(b_.CreateFSub(frag[e], base[e / 2]));
+            sum[e / 2] = b_.CreateFAdd(sum[e / 2], frag[e]);
+          }
+        for (int h = 0; h < 2; ++h)
+          b_.CreateStore(b_.CreateFAdd(b_.CreateFMul(load(row_sum[h]), alpha[h]), sum[h]),
+                         row_sum[h]);
+        std::vector<Frag> o = load(o_acc);
+        for (Frag& frag : o)
+          for (int e = 0; e < 4; ++e)
+            frag[e] = b_.CreateFMul(frag[e], alpha[e / 2]);
+        mma_.multiply_add(o, s, v_tile);
+        store(o_acc, o);
+      };
+      auto masked_tile = [&] {
+        std::vector<Frag> s = dots;
+        for (int64_t j = 0; j < key_tile / 8; ++j)
+          for (int e = 0; e < 4; ++e) {
+            llvm::Value* key = mma_.element_col(key0, j, e);
+            llvm::Value* x = score(s[j][e], mask_base, rows[e / 2], key).value;
+            s[j][e] = b_.CreateSelect(b_.CreateICmpSLT(key, ix(l_.tk)), x, negative_infinity());
+          }
+        softmax_tile(s, false);
+      };
+      split_by_masks(key_full(key0, pass.first), [&] { softmax_tile(dots, true); }, masked_tile);
     });
     std::array<llvm::Value*, 2> total{};
     for (int h = 0; h < 2; ++h)
@@ -200,42 +217,58 @@ private:
       auto [q_tile, do_tile] = stage_at(shift);
       int64_t query_tiles = tile_rows / 8;
       // Sᵀ = K Qᵀ (16 keys × the tile's queries) → Pᵀ from the saved log-sum-exp.
-      std::vector<Frag> p = mma_.multiply_rows(k_frags, q_tile, query_tiles);
-      std::vector<std::array<llvm::Value*, 4>> masked(query_tiles);
-      for (int64_t j = 0; j < query_tiles; ++j) {
-        for (int e = 0; e < 4; ++e) {
-          llvm::Value* local = mma_.element_col(ix(0), j, e);
-          llvm::Value* query = b_.CreateAdd(query0, local);
-          llvm::Value* fill = nullptr;
-          if (l_.has_mask)
-            fill = masked_fill(mem_.load_shared_f32(stats + 8 * tile_rows, local, shift));
-          Score s = score(p[j][e], mask_base, query, keys[e / 2], fill);
-          masked[j][e] = s.masked;
-          llvm::Value* lse = mem_.load_shared_f32(stats, local, shift);
-          llvm::Value* weight = exp(b_.CreateFSub(s.value, lse));
-          llvm::Value* real = b_.CreateAnd(b_.CreateICmpSLT(keys[e / 2], ix(l_.tk)),
-                                           b_.CreateICmpSLT(query, ix(l_.tq)));
-          p[j][e] = b_.CreateSelect(real, weight, f(0));
+      std::vector<Frag> dots = mma_.multiply_rows(k_frags, q_tile, query_tiles);
+      auto run_tile = [&](bool unmasked) {
+        std::vector<Frag> p = dots;
+        std::vector<std::array<llvm::Value*, 4>> masked(query_tiles);
+        for (int64_t j = 0; j < query_tiles; ++j) {
+          for (int e = 0; e < 4; ++e) {
+            llvm::Value* local = mma_.element_col(ix(0), j, e);
+            llvm::Value* lse = mem_.load_shared_f32(stats, local, shift);
+            if (unmasked) {
+              p[j][e] = exp_fma(p[j][e], scale(), b_.CreateFMul(lse, f(-log2e)));
+              continue;
+            }
+            llvm::Value* query = b_.CreateAdd(query0, local);
+            llvm::Value* fill = nullptr;
+            if (l_.has_mask)
+              fill = masked_fill(mem_.load_shared_f32(stats + 8 * tile_rows, local, shift));
+            Score s = score(p[j][e], mask_base, query, keys[e / 2], fill);
+            masked[j][e] = s.masked;
+            llvm::Value* weight = exp(b_.CreateFSub(s.value, lse));
+            llvm::Value* real = b_.CreateAnd(b_.CreateICmpSLT(keys[e / 2], ix(l_.tk)),
+                                             b_.CreateICmpSLT(query, ix(l_.tq)));
+            p[j][e] = b_.CreateSelect(real, weight, f(0));
+          }
         }
-      }
-      // dV += Pᵀ dO.
-      std::vector<Frag> dv = load(dv_acc);
-      mma_.multiply_add(dv, p, do_tile);
-      store(dv_acc, dv);
-      // dPᵀ = V dOᵀ; dSᵀ = Pᵀ ∘ (dPᵀ − dO·O), zero where the op's where() masked the score.
-      std::vector<Frag> ds = mma_.multiply_rows(v_frags, do_tile, query_tiles);
-      for (int64_t j = 0; j < query_tiles; ++j) {
-        for (int e = 0; e < 4; ++e) {
-          llvm::Value* delta =
-              mem_.load_shared_f32(stats + 4 * tile_rows, mma_.element_col(ix(0), j, e), shift);
-          llvm::Value* g = b_.CreateFMul(p[j][e], b_.CreateFSub(ds[j][e], delta));
-          ds[j][e] = b_.CreateSelect(masked[j][e], f(0), g);
+        // dV += Pᵀ dO.
+        std::vector<Frag> dv = load(dv_acc);
+        mma_.multiply_add(dv, p, do_tile);
+        store(dv_acc, dv);
+        // dPᵀ = V dOᵀ; dSᵀ = Pᵀ ∘ (dPᵀ − dO·O), zero where the op's where() masked the score.
+        std::vector<Frag> ds = mma_.multiply_rows(v_frags, do_tile, query_tiles);
+        for (int64_t j = 0; j < query_tiles; ++j) {
+          for (int e = 0; e < 4; ++e) {
+            llvm::Value* delta =
+                mem_.load_shared_f32(stats + 4 * tile_rows, mma_.element_col(ix(0), j, e), shift);
+            llvm::Value* g = b_.CreateFMul(p[j][e], b_.CreateFSub(ds[j][e], delta));
+            ds[j][e] = unmasked ? g : b_.CreateSelect(masked[j][e], f(0), g);
+          }
         }
-      }
-      // dK += dSᵀ Q (scaled at the end).
-      std::vector<Frag> dk = load(dk_acc);
-      mma_.multiply_add(dk, ds, q_tile);
-      store(dk_acc, dk);
+        // dK += dSᵀ Q (scaled at the end).
+        std::vector<Frag> dk = load(dk_acc);
+        mma_.multiply_add(dk, ds, q_tile);
+        store(dk_acc, dk);
+      };
+      // Every query of the tile and key of the warp exist, and (causal) every query comes at
+      // or after every key.
+      llvm::Value* full =
+          b_.CreateAnd(b_.CreateICmpSLE(b_.CreateAdd(query0, ix(tile_rows)), ix(l_.tq)),
+                       b_.CreateICmpSLE(b_.CreateAdd(pass.first, ix(warp_rows)), ix(l_.tk)));
+      if (l_.causal)
+        full = b_.CreateAnd(full,
+                            b_.CreateICmpSGE(query0, b_.CreateAdd(pass.first, ix(warp_rows - 1))));
+      split_by_masks(full, [&] { run_tile(true); }, [&] { run_tile(false); });
     };
     mem_.pipelined_tiles(first_tile, ix(ceil_div(l_.tq, tile_rows)),
                          query_stages_ == 2 ? query_stage_bytes() : 0, fill_stage, use_stage);
@@ -252,11 +285,12 @@ private:
     std::vector<Frag> q_frags = mma_.a_frags(pass.q, pass.first, dp_);
     std::vector<Frag> do_frags = mma_.a_frags(pass.d_o, pass.first, dvp_);
     std::array<llvm::Value*, 2> rows = pass.rows;
-    std::array<llvm::Value*, 2> lse{}, delta{}, fill{};
+    std::array<llvm::Value*, 2> lse{}, neg_lse{}, delta{}, fill{}; // neg_lse: −lse·log₂e
     for (int h = 0; h < 2; ++h) {
       llvm::Value* valid = b_.CreateICmpSLT(rows[h], ix(l_.tq));
       llvm::Value* row = b_.CreateSelect(valid, rows[h], ix(0));
       lse[h] = load_lse(batch, row);
+      neg_lse[h] = b_.CreateFMul(lse[h], f(-log2e));
       // dO·O of the row: the quad's four lanes take every fourth column, then add up.
       delta[h] = lanes_reduce(row_dot(pass.o, pass.d_o, row, quad_, 4), 4, false);
       if (l_.has_mask)
@@ -264,23 +298,33 @@ private:
     }
     Slots dq_acc = slots(dp_ / 8);
     key_tile_loop(pass, [&](llvm::Value* key0, const SharedTile& k_tile, const SharedTile& v_tile) {
-      // S = Q Kᵀ and dP = dO Vᵀ; each score becomes its dS = P ∘ (dP − dO·O) in place.
-      std::vector<Frag> ds = mma_.multiply_rows(q_frags, k_tile, key_tile / 8);
+      // S = Q Kᵀ and dP = dO Vᵀ; each score becomes its dS = P ∘ (dP − dO·O).
+      std::vector<Frag> dots = mma_.multiply_rows(q_frags, k_tile, key_tile / 8);
       std::vector<Frag> dp = mma_.multiply_rows(do_frags, v_tile, key_tile / 8);
-      for (int64_t j = 0; j < key_tile / 8; ++j) {
-        for (int e = 0; e < 4; ++e) {
-          llvm::Value* key = mma_.element_col(key0, j, e);
-          Score x = score(ds[j][e], mask_base, rows[e / 2], key, fill[e / 2]);
-          llvm::Value* weight = exp(b_.CreateFSub(x.value, lse[e / 2]));
-          llvm::Value* real = b_.CreateAnd(b_.CreateICmpSLT(key, ix(l_.tk)),
-                                           b_.CreateICmpSLT(rows[e / 2], ix(l_.tq)));
-          llvm::Value* g = b_.CreateFMul(weight, b_.CreateFSub(dp[j][e], delta[e / 2]));
-          ds[j][e] = b_.CreateSelect(b_.CreateAnd(real, b_.CreateNot(x.masked)), g, f(0));
+      auto run_tile = [&](bool unmasked) {
+        std::vector<Frag> ds = dots;
+        for (int64_t j = 0; j < key_tile / 8; ++j) {
+          for (int e = 0; e < 4; ++e) {
+            llvm::Value* rest = b_.CreateFSub(dp[j][e], delta[e / 2]);
+            if (unmasked) {
+              ds[j][e] = b_.CreateFMul(exp_fma(dots[j][e], scale(), neg_lse[e / 2]), rest);
+              continue;
+            }
+            llvm::Value* key = mma_.element_col(key0, j, e);
+            Score x = score(dots[j][e], mask_base, rows[e / 2], key, fill[e / 2]);
+            llvm::Value* weight = exp(b_.CreateFSub(x.value, lse[e / 2]));
+            llvm::Value* real = b_.CreateAnd(b_.CreateICmpSLT(key, ix(l_.tk)),
+                                             b_.CreateICmpSLT(rows[e / 2], ix(l_.tq)));
+            ds[j][e] = b_.CreateSelect(b_.CreateAnd(real, b_.CreateNot(x.masked)),
+                                       b_.CreateFMul(weight, rest), f(0));
+          }
         }
-      }
-      std::vector<Frag> dq = load(dq_acc);
-      mma_.multiply_add(dq, ds, k_tile);
-      store(dq_acc, dq);
+        std::vector<Frag> dq = load(dq_acc);
+        mma_.multiply_add(dq, ds, k_tile);
+        store(dq_acc, dq);
+      };
+      // Rows past the end only make dQ rows nobody stores: a full key tile needs no mask.
+      split_by_masks(key_full(key0, pass.first), [&] { run_tile(true); }, [&] { run_tile(false); });
     });
     store_tiles(out_.dq, load(dq_acc), batch, rows, l_.tq, l_.d, scaled());
   }
@@ -364,6 +408,27 @@ private:
   }
 
   // ---- scores ------------------------------------------------------------------------------
+
+  float scale() const { return static_cast<float>(l_.scale); }
+
+  /// Whether key tile `key0` is whole for the warp whose rows start at `warp_first`: every key
+  /// exists and (causal) comes at or before every row of the warp, so no score is masked.
+  llvm::Value* key_full(llvm::Value* key0, llvm::Value* warp_first) {
+    llvm::Value* full = b_.CreateICmpSLE(b_.CreateAdd(key0, ix(key_tile)), ix(l_.tk));
+    if (!l_.causal) return full;
+    return b_.CreateAnd(full, b_.CreateICmpSLE(b_.CreateAdd(key0, ix(key_tile - 1)), warp_first));
+  }
+
+  /// Runs `unmasked` for tiles `full` says need no masks, `masked` for the others (a branch
+  /// the whole warp takes alike: the products inside are warp-wide). Without a positive scale
+  /// or with a mask operand, every tile takes `masked`. Most tiles of a long sequence are
+  /// full, and their softmax drops the index arithmetic, compares and selects per element.
+  void split_by_masks(llvm::Value* full, const std::function<void()>& unmasked,
+                      const std::function<void()>& masked) {
+    if (l_.has_mask || !(l_.scale > 0)) return masked();
+    e_.emit_if(full, unmasked);
+    e_.emit_if(b_.CreateNot(full), masked);
+  }
 
   struct Score {
     llvm::Value* value;  ///< scaled, -1e9 where masked
@@ -518,10 +583,16 @@ private:
   llvm::Value* widen(llvm::Value* bits) { return mem_.widen(bits, dtype_); }
   llvm::Value* narrow(llvm::Value* v) { return mem_.narrow(v, dtype_); }
 
+  /// e^(x·mul − shift) as ex2(x·mul·log₂e + neg_shift) in one fma, `neg_shift` being
+  /// −shift·log₂e.
+  llvm::Value* exp_fma(llvm::Value* x, float mul, llvm::Value* neg_shift) {
+    llvm::Value* arg =
+        b_.CreateIntrinsic(llvm::Intrinsic::fma, {f32_}, {x, f(mul * log2e), neg_shift});
+    return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx_f, {}, {arg});
+  }
   /// e^x through ex2.approx (the scores are rounded to 16 bits before they are used anyway).
   llvm::Value* exp(llvm::Value* x) {
-    return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx_f, {},
-                              {b_.CreateFMul(x, f(static_cast<float>(std::numbers::log2e)))});
+    return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx_f, {}, {b_.CreateFMul(x, f(log2e))});
   }
   llvm::Value* log(llvm::Value* x) {
     return b_.CreateFMul(b_.CreateIntrinsic(llvm::Intrinsic::nvvm_lg2_approx_f, {}, {x}),
