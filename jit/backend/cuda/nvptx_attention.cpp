@@ -391,15 +391,34 @@ private:
   }
 
   /// Stores accumulator tiles `acc` (this lane's `rows`, every column) to output `position`,
-  /// [rows_total, cols] per slice, each value through `finish(value, element)`.
+  /// [rows_total, cols] per slice, each value through `finish(value, element)`. A lane's two
+  /// neighbouring columns go as one 32-bit word where rows have an even length (aligned, as
+  /// the slices start at even elements).
   using Finish = std::function<llvm::Value*(llvm::Value*, int)>;
   void store_tiles(int position, const std::vector<Frag>& acc, llvm::Value* batch,
                    const std::array<llvm::Value*, 2>& rows, int64_t rows_total, int64_t cols,
                    const Finish& finish) {
     for (std::size_t nt = 0; nt < acc.size(); ++nt)
-      for (int e = 0; e < 4; ++e)
-        store_element(position, dtype_, batch, rows_total, cols, rows[e / 2],
-                      mma_.element_col(ix(0), static_cast<int64_t>(nt), e), finish(acc[nt][e], e));
+      for (int h = 0; h < 2; ++h) {
+        llvm::Value* col = mma_.element_col(ix(0), static_cast<int64_t>(nt), 2 * h);
+        llvm::Value* low = finish(acc[nt][2 * h], 2 * h);
+        llvm::Value* high = finish(acc[nt][2 * h + 1], 2 * h + 1);
+        if (cols % 2 != 0) {
+          store_element(position, dtype_, batch, rows_total, cols, rows[h], col, low);
+          store_element(position, dtype_, batch, rows_total, cols, rows[h],
+                        b_.CreateAdd(col, ix(1)), high);
+          continue;
+        }
+        llvm::Value* inside = b_.CreateAnd(b_.CreateICmpSLT(rows[h], ix(rows_total)),
+                                           b_.CreateICmpSLT(col, ix(cols)));
+        e_.emit_if(inside, [&] {
+          llvm::Value* at = b_.CreateAdd(b_.CreateMul(batch, ix(rows_total * cols)),
+                                         b_.CreateAdd(b_.CreateMul(rows[h], ix(cols)), col));
+          llvm::Value* word = mem_.pack(narrow(low), narrow(high));
+          b_.CreateAlignedStore(word, b_.CreateGEP(b_.getInt16Ty(), argument(position), at),
+                                llvm::Align(4));
+        });
+      }
   }
   /// dQ and dK carry the scale of the scores.
   Finish scaled() {

@@ -48,6 +48,17 @@ llvm::Value* BlockMemory::load_or_zero(const GlobalMatrix& m, llvm::Value* row, 
   return b_.CreateSelect(inside, load16(m, at), b_.getInt16(0));
 }
 
+llvm::Value* BlockMemory::load_pair_or_zero(const GlobalMatrix& m, llvm::Value* row,
+                                            llvm::Value* col) {
+  llvm::Value* inside =
+      b_.CreateAnd(b_.CreateICmpSLT(row, ix(m.rows)), b_.CreateICmpSLT(col, ix(m.cols)));
+  llvm::Value* at =
+      b_.CreateSelect(inside, b_.CreateAdd(b_.CreateMul(row, ix(m.cols)), col), ix(0));
+  llvm::Value* word = b_.CreateAlignedLoad(
+      i32_, b_.CreateGEP(i16_, m.pointer, b_.CreateAdd(m.first, at)), llvm::Align(4));
+  return b_.CreateSelect(inside, word, b_.getInt32(0));
+}
+
 void BlockMemory::copy_tile(const GlobalMatrix& m, llvm::Value* first, const SharedTile& tile,
                             int64_t rows, int64_t cols_padded, bool async) {
   auto by_element = [&] {

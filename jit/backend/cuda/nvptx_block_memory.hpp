@@ -43,6 +43,9 @@ public:
   llvm::Value* aligned16(const GlobalMatrix& m);
   /// Elements [at, at + 8) (from the slice's first; 16-byte aligned) of `m`, as 8 × 16 bits.
   llvm::Value* load8(const GlobalMatrix& m, llvm::Value* at);
+  /// m[row, col] and m[row, col + 1] as one 32-bit word (col even, m.cols even), or 0 outside
+  /// the matrix.
+  llvm::Value* load_pair_or_zero(const GlobalMatrix& m, llvm::Value* row, llvm::Value* col);
   /// m[row, col], or 0 outside the matrix (then the slice's first element is read instead).
   llvm::Value* load_or_zero(const GlobalMatrix& m, llvm::Value* row, llvm::Value* col);
   /// Rows [first, first + rows) of `m` into `tile`, zero-padded to `cols_padded` columns and
