@@ -22,7 +22,7 @@ using BFrag = std::array<llvm::Value*, 2>; ///< a B operand (2 × b32)
 // group and group + 8 at columns pair and pair + 1.
 class WarpMma {
 public:
-  /// Products on operands of `dtype` (bf16 or f16), for the block's thread `thread`.
+  /// Products on operands of `dtype` (bf16 or f16), for the thread `memory` names.
   WarpMma(KernelEmitter& emitter, BlockMemory& memory, DType dtype);
 
   /// The lane's group (lane / 4) and first column of its pair (2 · (lane % 4)), i64.
