@@ -120,7 +120,7 @@ private:
           for (int e = 0; e < 4; ++e) {
             // Masked scores (−1e9) subtract exactly: an fma would leave the rounding of
             // 1e9 · log₂e in a row the mask empties.
-            frag[e] = on_dots ? exp_fma(frag[e], scale(), neg_base[e / 2])
+            frag[e] = on_dots ? exp_scaled(frag[e], neg_base[e / 2])
                               : exp(b_.CreateFSub(frag[e], base[e / 2]));
             sum[e / 2] = b_.CreateFAdd(sum[e / 2], frag[e]);
           }
@@ -226,7 +226,7 @@ private:
             llvm::Value* local = mma_.element_col(ix(0), j, e);
             llvm::Value* lse = mem_.load_shared_f32(stats, local, shift);
             if (unmasked) {
-              p[j][e] = exp_fma(p[j][e], scale(), b_.CreateFMul(lse, f(-log2e)));
+              p[j][e] = exp_scaled(p[j][e], b_.CreateFMul(lse, f(-log2e)));
               continue;
             }
             llvm::Value* query = b_.CreateAdd(query0, local);
@@ -292,9 +292,9 @@ private:
       lse[h] = load_lse(batch, row);
       neg_lse[h] = b_.CreateFMul(lse[h], f(-log2e));
       // dO·O of the row: the quad's four lanes take every fourth column, then add up.
-      delta[h] = lanes_reduce(row_dot(pass.o, pass.d_o, row, quad_, 4), 4, false);
+      delta[h] = quad_reduce(row_dot(pass.o, pass.d_o, row, quad_, 4), false);
       if (l_.has_mask)
-        fill[h] = masked_fill(lanes_reduce(keeps_any(mask_base, row, quad_, 4), 4, true));
+        fill[h] = masked_fill(quad_reduce(keeps_any(mask_base, row, quad_, 4), true));
     }
     Slots dq_acc = slots(dp_ / 8);
     key_tile_loop(pass, [&](llvm::Value* key0, const SharedTile& k_tile, const SharedTile& v_tile) {
@@ -307,7 +307,7 @@ private:
           for (int e = 0; e < 4; ++e) {
             llvm::Value* rest = b_.CreateFSub(dp[j][e], delta[e / 2]);
             if (unmasked) {
-              ds[j][e] = b_.CreateFMul(exp_fma(dots[j][e], scale(), neg_lse[e / 2]), rest);
+              ds[j][e] = b_.CreateFMul(exp_scaled(dots[j][e], neg_lse[e / 2]), rest);
               continue;
             }
             llvm::Value* key = mma_.element_col(key0, j, e);
@@ -602,11 +602,11 @@ private:
   llvm::Value* widen(llvm::Value* bits) { return mem_.widen(bits, dtype_); }
   llvm::Value* narrow(llvm::Value* v) { return mem_.narrow(v, dtype_); }
 
-  /// e^(x·mul − shift) as ex2(x·mul·log₂e + neg_shift) in one fma, `neg_shift` being
-  /// −shift·log₂e.
-  llvm::Value* exp_fma(llvm::Value* x, float mul, llvm::Value* neg_shift) {
+  /// e^(dot·scale − shift) as ex2(dot·scale·log₂e + neg_shift) in one fma, `neg_shift` being
+  /// −shift·log₂e (tiles without masks: the raw dot product, the scale folded in).
+  llvm::Value* exp_scaled(llvm::Value* dot, llvm::Value* neg_shift) {
     llvm::Value* arg =
-        b_.CreateIntrinsic(llvm::Intrinsic::fma, {f32_}, {x, f(mul * log2e), neg_shift});
+        b_.CreateIntrinsic(llvm::Intrinsic::fma, {f32_}, {dot, f(scale() * log2e), neg_shift});
     return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx_f, {}, {arg});
   }
   /// e^x through ex2.approx (the scores are rounded to 16 bits before they are used anyway).

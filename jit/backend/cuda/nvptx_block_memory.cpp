@@ -40,20 +40,23 @@ llvm::Value* BlockMemory::load8(const GlobalMatrix& m, llvm::Value* at) {
                               llvm::Align(16));
 }
 
-llvm::Value* BlockMemory::load_or_zero(const GlobalMatrix& m, llvm::Value* row, llvm::Value* col) {
+std::pair<llvm::Value*, llvm::Value*> BlockMemory::clamped_at(const GlobalMatrix& m,
+                                                              llvm::Value* row, llvm::Value* col) {
   llvm::Value* inside =
       b_.CreateAnd(b_.CreateICmpSLT(row, ix(m.rows)), b_.CreateICmpSLT(col, ix(m.cols)));
   llvm::Value* at =
       b_.CreateSelect(inside, b_.CreateAdd(b_.CreateMul(row, ix(m.cols)), col), ix(0));
+  return {inside, at};
+}
+
+llvm::Value* BlockMemory::load_or_zero(const GlobalMatrix& m, llvm::Value* row, llvm::Value* col) {
+  auto [inside, at] = clamped_at(m, row, col);
   return b_.CreateSelect(inside, load16(m, at), b_.getInt16(0));
 }
 
 llvm::Value* BlockMemory::load_pair_or_zero(const GlobalMatrix& m, llvm::Value* row,
                                             llvm::Value* col) {
-  llvm::Value* inside =
-      b_.CreateAnd(b_.CreateICmpSLT(row, ix(m.rows)), b_.CreateICmpSLT(col, ix(m.cols)));
-  llvm::Value* at =
-      b_.CreateSelect(inside, b_.CreateAdd(b_.CreateMul(row, ix(m.cols)), col), ix(0));
+  auto [inside, at] = clamped_at(m, row, col);
   llvm::Value* word = b_.CreateAlignedLoad(
       i32_, b_.CreateGEP(i16_, m.pointer, b_.CreateAdd(m.first, at)), llvm::Align(4));
   return b_.CreateSelect(inside, word, b_.getInt32(0));
@@ -166,11 +169,6 @@ std::array<llvm::Value*, 4> BlockMemory::ldmatrix_x4(llvm::Value* base, int64_t 
                          {at});
   return {b_.CreateExtractValue(m, {0}), b_.CreateExtractValue(m, {1}),
           b_.CreateExtractValue(m, {2}), b_.CreateExtractValue(m, {3})};
-}
-
-llvm::Value* BlockMemory::load_shared(llvm::Type* type, llvm::Value* base, int64_t offset) {
-  llvm::Value* at = b_.CreateConstInBoundsGEP1_64(i8_, base, static_cast<uint64_t>(offset));
-  return b_.CreateAlignedLoad(type, at, llvm::Align(type == i32_ ? 4 : 2));
 }
 
 llvm::Value* BlockMemory::shared_f32_at(int64_t offset, llvm::Value* i, llvm::Value* shift) {

@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <utility>
 
 namespace sinter {
 
@@ -79,8 +80,6 @@ public:
   /// `offset` bytes (16-byte aligned): the lane's part of four 8 × 8 matrices of 16-bit
   /// elements. The whole warp must run it.
   std::array<llvm::Value*, 4> ldmatrix_x4(llvm::Value* base, int64_t offset, bool transposed);
-  /// Loads a `type` at byte `offset` from `base` (2- or 4-byte aligned by construction).
-  llvm::Value* load_shared(llvm::Type* type, llvm::Value* base, int64_t offset);
   /// Element `i` of the f32 array at byte `offset` (+ `shift` at run time) of shared memory.
   void store_shared_f32(int64_t offset, llvm::Value* i, llvm::Value* v,
                         llvm::Value* shift = nullptr);
@@ -99,6 +98,9 @@ public:
 
 private:
   llvm::Value* shared_f32_at(int64_t offset, llvm::Value* i, llvm::Value* shift);
+  /// Whether [row, col] is inside `m`, and its element offset (0 outside: a real element).
+  std::pair<llvm::Value*, llvm::Value*> clamped_at(const GlobalMatrix& m, llvm::Value* row,
+                                                   llvm::Value* col);
   llvm::Value* ix(int64_t v) { return e_.i64(v); }
 
   KernelEmitter& e_;
