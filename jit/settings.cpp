@@ -32,11 +32,14 @@ constexpr SettingInfo table[] = {
      "the peak a training step may plan; a larger one throws `sinter::OutOfMemory` with the "
      "plan, its largest buffers and the largest batch that fits, as a device of that size would "
      "(docs/distillation.md §5). A malformed value is an error naming it"},
-    {"SINTER_ATTENTION", "`fused`, `decomposed`", "`fused`",
+    {"SINTER_ATTENTION", "`fused`, `cudnn`, `nvptx`, `decomposed`", "`fused`",
      "`fused` runs `attention` on the backend's fused kernels where it has them (the CPU always; "
-     "CUDA in bf16/f16 on sm_80 or newer, see `docs/gpu.md`); `decomposed` runs it as GEMMs and "
-     "a softmax with the scores in memory, and says so once: `sinter: attention on cpu: "
-     "decomposed (SINTER_ATTENTION=decomposed)`. Any other value is an error naming both"},
+     "CUDA in bf16/f16 on sm_80 or newer: the faster of cuDNN's fused SDPA and sinter's NVPTX "
+     "kernels, timed and compared at a shape's first compile and remembered in the kernel "
+     "cache, see `docs/gpu.md`); `cudnn` and `nvptx` force one of the two on CUDA (the CPU "
+     "treats both as `fused`); `decomposed` runs it as GEMMs and a softmax with the scores in "
+     "memory, and says so once: `sinter: attention on cpu: decomposed "
+     "(SINTER_ATTENTION=decomposed)`. Any other value is an error naming the four"},
     {"SINTER_DUMP", "stage names, `list`, `all` (comma-separated)", "off",
      "prints what each named compile stage made (the graph, or the fusion, memory or launch "
      "plan, or the kernels) and `list` the stages each compile ran, in order, with their times "

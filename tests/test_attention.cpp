@@ -4,6 +4,7 @@
 #include "capture_stderr.hpp"
 #include "env_override.hpp"
 
+#include "jit/backend/cuda/attention_choice.hpp"
 #include "jit/backend/cuda/gpu_launch.hpp"
 #include "jit/backend/cuda/nvptx_target.hpp"
 #include "kernels/cpu/cpu_attention.hpp"
@@ -219,6 +220,53 @@ TEST_CASE("attention: bf16 and f16 run as one fused forward and one backward ker
     }
 }
 
+TEST_CASE("attention: each fused CUDA kernel's cuDNN form names its buffers, or says why cuDNN "
+          "cannot take it",
+          "[attention][cudnn]") {
+  Graph gpu = for_nvptx(causal_step(64, DType::bf16), 90);
+  FusionPlan plan = fuse(gpu, gpu_fusion_options);
+  std::vector<const Kernel*> attention_kernels;
+  for (const Kernel& kernel : plan.kernels)
+    if (kernel.kind == KernelKind::attention) attention_kernels.push_back(&kernel);
+  REQUIRE(attention_kernels.size() == 2);
+  using Role = CudnnAttentionStep::Role;
+  auto forward = cudnn_attention_step(gpu, *attention_kernels[0], 90);
+  REQUIRE(std::holds_alternative<CudnnAttentionStep>(forward));
+  const CudnnAttentionStep& f = std::get<CudnnAttentionStep>(forward);
+  CHECK(f.shape.describe() == "2×2×64×64×16 bf16 causal"); // [B, H] of q's [2, 2, 64, 16]
+  CHECK(f.shape.scale == Approx(0.25));
+  CHECK(f.shape.saves_lse); // training: the backward reads the log-sum-exp
+  const Node& root = gpu.node(attention_kernels[0]->root);
+  CHECK(f.nodes[Role::q] == root.inputs[0]);
+  CHECK(f.nodes[Role::k] == root.inputs[1]);
+  CHECK(f.nodes[Role::v] == root.inputs[2]);
+  CHECK(gpu.node(*f.nodes[Role::o]).op == OpId::fused_attention);
+  CHECK(gpu.node(*f.nodes[Role::lse]).op == OpId::fused_attention_lse);
+  CHECK_FALSE(f.nodes[Role::dq]);
+  auto backward = cudnn_attention_step(gpu, *attention_kernels[1], 90);
+  REQUIRE(std::holds_alternative<CudnnAttentionStep>(backward));
+  const CudnnAttentionStep& b = std::get<CudnnAttentionStep>(backward);
+  CHECK(b.shape.backward);
+  CHECK(b.nodes[Role::o] == f.nodes[Role::o]);
+  CHECK(b.nodes[Role::lse] == f.nodes[Role::lse]);
+  for (Role role : {Role::dq, Role::dk, Role::dv}) {
+    REQUIRE(b.nodes[role]);
+    CHECK(gpu.node(*b.nodes[role]).attrs.ints[0] == static_cast<int64_t>(role - Role::dq));
+  }
+  // Too old a GPU, or a boolean mask: the NVPTX kernels, with the reason.
+  auto turing = cudnn_attention_step(gpu, *attention_kernels[0], 75);
+  REQUIRE(std::holds_alternative<std::string>(turing));
+  CHECK_THAT(std::get<std::string>(turing), Catch::Contains("sm_80"));
+  Graph masked = for_nvptx(masked_step(DType::bf16), 90);
+  FusionPlan masked_plan = fuse(masked, gpu_fusion_options);
+  for (const Kernel& kernel : masked_plan.kernels)
+    if (kernel.kind == KernelKind::attention) {
+      auto why = cudnn_attention_step(masked, kernel, 90);
+      REQUIRE(std::holds_alternative<std::string>(why));
+      CHECK_THAT(std::get<std::string>(why), Catch::Contains("boolean mask"));
+    }
+}
+
 TEST_CASE("attention: the CUDA kernels double-buffer their tiles unless "
           "SINTER_ATTENTION_PIPELINE=0",
           "[attention][ptx]") {
@@ -419,7 +467,7 @@ TEST_CASE("attention: SINTER_ATTENTION=decomposed runs the decomposition on the 
   CHECK(said.find("sinter: attention on cpu: decomposed") != std::string::npos);
   EnvOverride bad("SINTER_ATTENTION", "flash");
   CHECK_THROWS_WITH(CompiledGraph(step, std::nullopt, Device(Backend::cpu)),
-                    Catch::Contains("fused or decomposed"));
+                    Catch::Contains("fused, cudnn, nvptx or decomposed"));
 }
 
 } // namespace

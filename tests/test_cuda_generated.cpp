@@ -3,6 +3,7 @@
 // errors
 #include "backend_check.hpp"
 #include "dsl/sinter.hpp"
+#include "env_override.hpp"
 #include "op_test_registry.hpp"
 
 #include "jit/backend/cuda/gpu_executable.hpp"
@@ -56,6 +57,36 @@ const bool forward_registered = register_op_tests<forward_on_gpu>(
     "on CUDA matches the interpreter (f64, f32, bf16, f16)", "[cuda][cuda-forward]");
 const bool gradient_registered = register_op_tests<gradient_on_gpu>(
     "gradient on CUDA matches the interpreter", "[cuda][cuda-gradient]", differentiable_op);
+
+/// Causal bf16 attention's loss and gradients on the GPU through each path SINTER_ATTENTION
+/// names: cuDNN's fused SDPA (where cuDNN is installed; else the NVPTX kernels, saying why),
+/// the NVPTX kernels, and the default's timed choice, each against the interpreter.
+TEST_CASE("cuda: attention through cuDNN, the NVPTX kernels and the timed choice matches the "
+          "interpreter",
+          "[cuda]") {
+  Graph g;
+  TensorType type{DType::bf16, {2, 4, 192, 64}};
+  Value q = input(g, "q", type), k = input(g, "k", type), v = input(g, "v", type);
+  Value r = input(g, "r", type);
+  g.add_output("loss", sum(attention(q, k, v, {.causal = true}) * r).id);
+  Graph step =
+      Pipeline::standard(AutodiffOptions{{"q", "k", "v"}, 0}).run(g, DumpSelection(""), std::cerr);
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+  std::vector<F64Tensor> values;
+  for (const auto& in : step.inputs()) {
+    F64Tensor t{step.type(in.id).shape, {}};
+    t.data.resize(static_cast<std::size_t>(numel(t.shape)));
+    for (double& x : t.data)
+      x = uniform(rng);
+    values.push_back(std::move(t));
+  }
+  for (const char* path : {"cudnn", "nvptx", "fused"}) {
+    INFO("SINTER_ATTENTION=" << path);
+    EnvOverride attention_path("SINTER_ATTENTION", path);
+    compare_on_gpu(step, values, backend_tolerance(DType::bf16, true));
+  }
+}
 
 /// A two-layer MLP's loss and gradients: GEMMs (cuBLASLt, transposed operands), bias
 /// broadcasts, reductions, softmax cross-entropy.

@@ -17,12 +17,18 @@
 
 namespace sinter {
 
-bool attention_decomposition_requested() {
+AttentionRequest attention_requested() {
   const char* value = setting("SINTER_ATTENTION");
-  if (!value || !*value || std::string_view(value) == "fused") return false;
-  if (std::string_view(value) == "decomposed") return true;
+  if (!value || !*value || std::string_view(value) == "fused") return AttentionRequest::fused;
+  if (std::string_view(value) == "decomposed") return AttentionRequest::decomposed;
+  if (std::string_view(value) == "cudnn") return AttentionRequest::cudnn;
+  if (std::string_view(value) == "nvptx") return AttentionRequest::nvptx;
   throw std::invalid_argument(std::string("sinter: SINTER_ATTENTION='") + value +
-                              "' is not a choice — use fused or decomposed");
+                              "' is not a choice — use fused, cudnn, nvptx or decomposed");
+}
+
+bool attention_decomposition_requested() {
+  return attention_requested() == AttentionRequest::decomposed;
 }
 namespace {
 

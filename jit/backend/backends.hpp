@@ -36,8 +36,13 @@ struct BackendEntry {
 };
 
 /// SINTER_ATTENTION: `fused` (the default: each backend's fused attention kernels where it has
-/// them) or `decomposed` (GEMMs and a softmax with the scores in memory, to compare or to work
-/// around a kernel). Anything else throws std::invalid_argument naming the accepted values.
+/// them; on CUDA the faster of cuDNN's and sinter's NVPTX kernels, timed at the first compile of
+/// a shape), `cudnn` or `nvptx` (CUDA: that one where it takes the node), or `decomposed` (GEMMs
+/// and a softmax with the scores in memory, to compare or to work around a kernel). Anything
+/// else throws std::invalid_argument naming the accepted values.
+enum class AttentionRequest { fused, cudnn, nvptx, decomposed };
+AttentionRequest attention_requested();
+/// attention_requested() is `decomposed`.
 bool attention_decomposition_requested();
 
 /// Every backend, in the order `sinter info` and error messages list them.

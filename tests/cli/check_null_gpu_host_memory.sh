@@ -4,7 +4,8 @@
 # 2 GB of host memory (parameters initialised on the host, compile with ptxas, five steps),
 # pins no more than its batch and loss, and the device memory it allocates at its peak is the
 # step's plan (plan_total_mb: arena, outputs, inputs, workspace) less the plan's allowance for
-# kernel images and graphs, which the null driver counts apart.
+# kernel images and graphs, which the null driver counts apart; attention says which kernels
+# it runs.
 # Usage: check_null_gpu_host_memory.sh TRAIN_STEP
 set -uo pipefail
 train_step="$1"
@@ -41,6 +42,13 @@ if pinned > 1 << 20:
 allocated = planned - (64 << 20) + (32 << 20)
 if not allocated <= device_peak <= allocated + (4 << 20):
     failures.append(f"device peak {device_peak:.0f} bytes against a plan of {planned:.0f}")
+# Attention's path is decided per shape: the null driver has no cuDNN, so the NVPTX kernels run,
+# and the log line says why (docs/gpu.md, "Attention").
+for kind in ("", " backward"):
+    line = ("sinter: attention 8×12×1024×1024×64 bf16 causal" + kind +
+            " on cuda: nvptx (the null CUDA driver (SINTER_NULL_GPU=1) has no cuDNN)")
+    if line not in out.splitlines():
+        failures.append("no line '" + line + "'")
 for f in failures:
     print("FAIL:", f)
 print(f"host RSS {rss:.0f} MB, pinned {pinned:.0f} bytes, device peak {device_peak / 1e9:.2f} GB "

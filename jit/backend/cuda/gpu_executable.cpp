@@ -33,6 +33,7 @@ struct GpuExecutable::Bound {
   int64_t rows = 0;              ///< the kernel's rows parameter, when it takes one
   kernels::GpuGemmShape gemm;
   cuda::DevicePtr a = 0, b = 0, c = 0;
+  kernels::CudnnAttentionBuffers attention; ///< a cuDNN attention call's buffers
 };
 
 namespace {
@@ -180,6 +181,10 @@ GpuExecutable::GpuExecutable(Prepared prepared, CudaDevice& device, KernelCache&
     return plan_launches(fusion_, epilogues, device_, cache, fp32_, report_,
                          [&](ValueId node) { return pointer_for(*sets_[0], node); });
   });
+  std::size_t attention_workspace = 0;
+  for (const GpuLaunchStep& launch : launches_)
+    if (launch.cudnn) attention_workspace = std::max(attention_workspace, launch.cudnn->workspace);
+  if (attention_workspace) attention_workspace_ = DeviceBuffer(attention_workspace);
   run.dump("launch-plan", [&] { return print_launch_plan(epilogues, launches_); });
   run.dump("kernels", [&] { return report_.print(fusion_); });
   run.timed("bind", [&] { bind(*sets_[0]); });
@@ -306,6 +311,15 @@ void GpuExecutable::bind(InputSet& set) const {
       b.b = pointer_for(set, launch.b);
       b.c = pointer_for(set, launch.c);
       kernels::CublasLt::get()->prepare(b.gemm); // never during graph capture
+    } else if (launch.cudnn) {
+      using Role = CudnnAttentionStep::Role;
+      auto at = [&](Role role) {
+        const std::optional<ValueId>& node = launch.cudnn->nodes[role];
+        return node ? pointer_for(set, *node) : cuda::DevicePtr{0};
+      };
+      b.attention = {
+          at(Role::q),   at(Role::k),  at(Role::v),  at(Role::o),  at(Role::lse),
+          at(Role::d_o), at(Role::dq), at(Role::dk), at(Role::dv), attention_workspace_.get()};
     } else {
       for (ValueId node : launch.argument_nodes)
         b.arguments.push_back(pointer_for(set, node));
@@ -349,6 +363,10 @@ void GpuExecutable::enqueue_body(const InputSet& set, std::span<const cuda::Even
     if (!marks.empty()) d.check(d.cuEventRecord(marks[i], stream), "cuEventRecord");
     if (launch.kind == KernelKind::gemm) {
       kernels::CublasLt::get()->matmul(b.gemm, b.a, b.b, b.c, device_.gemm_workspace(), stream);
+      continue;
+    }
+    if (launch.cudnn) {
+      kernels::CudnnAttention::get()->run(launch.cudnn->shape, b.attention, stream);
       continue;
     }
     if (launch.kind == KernelKind::collective) {

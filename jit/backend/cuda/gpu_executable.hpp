@@ -109,6 +109,7 @@ private:
   CudaDevice& device_;
   kernels::Fp32Math fp32_;
   DeviceBuffer arena_;
+  DeviceBuffer attention_workspace_; ///< cuDNN's attention calls' scratch (the largest's size)
   std::vector<std::shared_ptr<DeviceBuffer>> owned_outputs_; ///< kernel roots that are outputs
   std::vector<cuda::DevicePtr> pointer_; ///< by node: arena slots and owned outputs
   std::vector<int> input_index_;         ///< by node: its graph input position, or -1

@@ -99,6 +99,9 @@ std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion,
     launch.argument_nodes.insert(launch.argument_nodes.end(), kernel.reads.begin(),
                                  kernel.reads.end());
     if (launch.shape.zero_output_first) launch.clear_bytes = byte_size(g.type(kernel.root));
+    if (kernel.kind == KernelKind::attention && !launch.rows)
+      launch.cudnn = choose_attention(g, kernel, launch.function, launch.shape,
+                                      launch.argument_nodes, device, cache);
     return launch;
   };
   // Kernels that cuBLASLt can run as a GEMM's epilogue are absorbed into it, unless cuBLASLt
@@ -206,9 +209,10 @@ std::string print_launch_plan(std::span<const GemmEpilogue> epilogues,
              " k=" + std::to_string(l.gemm.shape.k) + " batch=" + std::to_string(l.gemm.batch) +
              (l.gemm.epilogue != kernels::GemmEpilogueOp::none ? " with epilogue" : "");
     else if (l.kind != KernelKind::collective)
-      out += " blocks=" + std::to_string(l.shape.blocks) +
-             " threads=" + std::to_string(l.shape.threads) +
-             (l.rows ? " size=" + std::to_string(*l.rows) + " (parameter)" : "");
+      out += l.cudnn ? " cudnn " + l.cudnn->shape.describe()
+                     : " blocks=" + std::to_string(l.shape.blocks) +
+                           " threads=" + std::to_string(l.shape.threads) +
+                           (l.rows ? " size=" + std::to_string(*l.rows) + " (parameter)" : "");
     out += "\n";
   }
   return out;

@@ -1,6 +1,7 @@
 // jit/backend/cuda/launch_plan.hpp — what a CUDA step launches, decided once at compile time:
 // generated kernels with their grids, cuBLASLt GEMMs with their epilogues, by graph node
 #pragma once
+#include "jit/backend/cuda/attention_choice.hpp"
 #include "jit/backend/cuda/cuda_device.hpp"
 #include "jit/backend/cuda/gemm_epilogue.hpp"
 #include "jit/backend/cuda/gpu_launch.hpp"
@@ -35,6 +36,8 @@ struct GpuLaunchStep {
   kernels::GpuGemmShape gemm; ///< gemm.bias unset: see bias_node
   ValueId a = 0, b = 0, c = 0;
   std::optional<ValueId> bias_node; ///< the epilogue's vector
+  /// An attention kernel that cuDNN runs instead of `function` (choose_attention).
+  std::optional<CudnnAttentionStep> cudnn;
 };
 
 /// The launch of a kernel whose changed dim is a parameter (RuntimeRowsKernel::unify): the step

@@ -1,0 +1,321 @@
+// jit/backend/cuda/attention_choice.cpp — cuDNN or NVPTX attention per shape: the cuDNN form of a
+// kernel, one timed and compared run of both, the decision's log line and cache entry
+#include "jit/backend/cuda/attention_choice.hpp"
+#include "jit/api.hpp"
+#include "jit/backend/attention_layout.hpp"
+#include "jit/backend/backends.hpp"
+#include "jit/runtime/host_tensor.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <random>
+#include <stdexcept>
+
+namespace sinter {
+namespace {
+
+using Role = CudnnAttentionStep::Role;
+
+/// The operands' leading dims as cuDNN's [b, h]: the last batch dim is h, the others b.
+std::pair<int64_t, int64_t> batch_and_heads(const Shape& batch_dims) {
+  if (batch_dims.empty()) return {1, 1};
+  int64_t b = 1;
+  for (std::size_t i = 0; i + 1 < batch_dims.size(); ++i)
+    b *= batch_dims[i];
+  return {b, batch_dims.back()};
+}
+
+std::string format_ms(double ms) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3f ms", ms);
+  return text;
+}
+
+/// The decision for one shape, as the cache stores it: "cudnn 0.061 0.352" (path, then the
+/// cuDNN and NVPTX times in ms; 0 where not timed).
+struct Decision {
+  bool cudnn = false;
+  double cudnn_ms = 0, nvptx_ms = 0;
+  std::string why; ///< the NVPTX kernel was kept because of it (empty when timed)
+};
+
+/// Device buffers of one role each, filled or compared on the host.
+class Operands {
+public:
+  Operands(CudaDevice& device, const Graph& g, const CudnnAttentionStep& step) : device_(device) {
+    for (int role = 0; role < CudnnAttentionStep::roles; ++role)
+      if (step.nodes[role]) {
+        const TensorType& t = g.type(*step.nodes[role]);
+        types_[role] = t;
+        buffers_[role] = DeviceBuffer(std::max<std::size_t>(byte_size(t), 16));
+      }
+  }
+  cuda::DevicePtr at(int role) const { return buffers_[role].get(); }
+  bool has(int role) const { return buffers_[role].get() != 0; }
+  void fill_random(int role, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+    std::vector<double> values(static_cast<std::size_t>(numel(types_[role].shape)));
+    for (double& x : values)
+      x = uniform(rng);
+    upload(role, HostTensor::from_doubles(types_[role].dtype, types_[role].shape, values));
+  }
+  void upload(int role, const HostTensor& t) {
+    const cuda::Driver& d = device_.driver();
+    d.check(d.cuMemcpyHtoDAsync(at(role), t.bytes().data(), t.byte_size(), device_.stream()),
+            "cuMemcpyHtoDAsync");
+    d.check(d.cuStreamSynchronize(device_.stream()), "cuStreamSynchronize");
+  }
+  std::vector<double> download(int role) const {
+    HostTensor t(types_[role].dtype, types_[role].shape);
+    const cuda::Driver& d = device_.driver();
+    d.check(d.cuStreamSynchronize(device_.stream()), "cuStreamSynchronize");
+    d.check(d.cuMemcpyDtoH(t.bytes().data(), at(role), t.byte_size()), "cuMemcpyDtoH");
+    return t.to_doubles();
+  }
+
+private:
+  CudaDevice& device_;
+  std::array<TensorType, CudnnAttentionStep::roles> types_{};
+  std::array<DeviceBuffer, CudnnAttentionStep::roles> buffers_;
+};
+
+/// The largest difference between two outputs relative to the larger of 1 and the reference's
+/// largest magnitude; infinity when either holds a NaN or an infinity.
+double relative_difference(const std::vector<double>& got, const std::vector<double>& want) {
+  double largest = 1.0, difference = 0.0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    if (!std::isfinite(got[i]) || !std::isfinite(want[i]))
+      return std::numeric_limits<double>::infinity();
+    largest = std::max(largest, std::abs(want[i]));
+    difference = std::max(difference, std::abs(got[i] - want[i]));
+  }
+  return difference / largest;
+}
+
+/// Both paths once on random operands: times (best of 5 after a warm-up) and agreement.
+Decision measure(const Graph& g, const CudnnAttentionStep& step,
+                 cuda::FunctionHandle nvptx_function, const GpuLaunch& nvptx_launch,
+                 std::span<const ValueId> argument_nodes, CudaDevice& device) {
+  kernels::CudnnAttention& cudnn = *kernels::CudnnAttention::get();
+  const cuda::Driver& d = device.driver();
+  cuda::StreamHandle stream = device.stream();
+  Operands mine(device, g, step), theirs(device, g, step);
+  const bool backward = step.shape.backward;
+  uint64_t seed = 1;
+  for (Role role : {Role::q, Role::k, Role::v, Role::d_o})
+    if (mine.has(role)) mine.fill_random(role, seed++);
+  DeviceBuffer workspace(std::max<std::size_t>(step.workspace, 256));
+  auto buffers_of = [&](const Operands& out) {
+    kernels::CudnnAttentionBuffers b;
+    b.q = mine.at(Role::q), b.k = mine.at(Role::k), b.v = mine.at(Role::v);
+    b.o = backward ? mine.at(Role::o) : out.at(Role::o);
+    b.lse = backward ? mine.at(Role::lse) : out.at(Role::lse);
+    b.d_o = mine.at(Role::d_o);
+    b.dq = out.at(Role::dq), b.dk = out.at(Role::dk), b.dv = out.at(Role::dv);
+    b.workspace = workspace.get();
+    return b;
+  };
+  if (backward) { // a real o and log-sum-exp for the gradients, from cuDNN's forward
+    kernels::CudnnAttentionShape forward = step.shape;
+    forward.backward = false;
+    forward.saves_lse = true;
+    DeviceBuffer forward_workspace(std::max<std::size_t>(cudnn.workspace_bytes(forward), 256));
+    kernels::CudnnAttentionBuffers b = buffers_of(mine);
+    b.workspace = forward_workspace.get();
+    cudnn.run(forward, b, stream);
+    d.check(d.cuStreamSynchronize(stream), "cuStreamSynchronize");
+  }
+  // The NVPTX kernel's arguments: its outputs into `mine`, then its reads.
+  std::map<ValueId, cuda::DevicePtr> pointer_of;
+  for (int role = 0; role < CudnnAttentionStep::roles; ++role)
+    if (step.nodes[role]) pointer_of[*step.nodes[role]] = mine.at(role);
+  std::vector<cuda::DevicePtr> arguments;
+  for (ValueId node : argument_nodes)
+    arguments.push_back(pointer_of.at(node));
+  std::vector<void*> parameters;
+  for (cuda::DevicePtr& argument : arguments)
+    parameters.push_back(&argument);
+  auto run_nvptx = [&] {
+    if (nvptx_launch.zero_output_first)
+      d.check(d.cuMemsetD8Async(arguments[0], 0, byte_size(g.type(argument_nodes[0])), stream),
+              "cuMemsetD8Async");
+    d.check(d.cuLaunchKernel(nvptx_function, static_cast<unsigned>(nvptx_launch.blocks), 1, 1,
+                             static_cast<unsigned>(nvptx_launch.threads), 1, 1, 0, stream,
+                             parameters.data(), nullptr),
+            "cuLaunchKernel");
+  };
+  kernels::CudnnAttentionBuffers cudnn_buffers = buffers_of(theirs);
+  auto run_cudnn = [&] { cudnn.run(step.shape, cudnn_buffers, stream); };
+
+  cuda::EventHandle start = nullptr, stop = nullptr;
+  d.check(d.cuEventCreate(&start, 0), "cuEventCreate");
+  d.check(d.cuEventCreate(&stop, 0), "cuEventCreate");
+  auto time = [&](auto&& body) {
+    d.check(d.cuEventRecord(start, stream), "cuEventRecord");
+    body();
+    d.check(d.cuEventRecord(stop, stream), "cuEventRecord");
+    d.check(d.cuEventSynchronize(stop), "cuEventSynchronize");
+    float ms = 0;
+    d.check(d.cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
+    return static_cast<double>(ms);
+  };
+  Decision decision;
+  try {
+    run_nvptx();
+    run_cudnn();
+    decision.nvptx_ms = decision.cudnn_ms = std::numeric_limits<double>::infinity();
+    for (int round = 0; round < 5; ++round) { // interleaved, so clocks treat both alike
+      decision.nvptx_ms = std::min(decision.nvptx_ms, time(run_nvptx));
+      decision.cudnn_ms = std::min(decision.cudnn_ms, time(run_cudnn));
+    }
+    const std::vector<Role> outputs = backward ? std::vector<Role>{Role::dq, Role::dk, Role::dv}
+                                               : std::vector<Role>{Role::o, Role::lse};
+    for (Role role : outputs) {
+      if (!mine.has(role)) continue;
+      double difference = relative_difference(theirs.download(role), mine.download(role));
+      if (difference > 0.02) { // bf16's rounding of sums over a thousand keys stays well below
+        decision.why = "cuDNN's result differs from the NVPTX kernel's by " +
+                       std::to_string(difference) + " of its largest magnitude";
+        break;
+      }
+    }
+  } catch (const std::exception& e) {
+    decision.why = e.what();
+  }
+  d.cuEventDestroy(start);
+  d.cuEventDestroy(stop);
+  decision.cudnn = decision.why.empty() && decision.cudnn_ms < decision.nvptx_ms;
+  return decision;
+}
+
+CacheKey decision_key(const CudnnAttentionStep& step, CudaDevice& device, std::size_t version) {
+  KeyHasher h;
+  h.add(std::string_view("attention-choice-v1"));
+  h.add(std::string_view(device.info().name));
+  h.add(static_cast<uint64_t>(version));
+  h.add(std::string_view(step.shape.describe()));
+  h.add_double(step.shape.scale);
+  h.add(static_cast<uint64_t>(step.shape.saves_lse));
+  h.add(std::string_view(device.target().fingerprint()));
+  return h.finish();
+}
+
+} // namespace
+
+std::variant<CudnnAttentionStep, std::string>
+cudnn_attention_step(const Graph& g, const Kernel& kernel, int capability) {
+  const Node& root = g.node(kernel.root);
+  AttentionLayout l = attention_layout(g, root);
+  if (l.has_mask)
+    return std::string("cuDNN's fused attention here takes causal or no masks, and this one has "
+                       "a boolean mask");
+  CudnnAttentionStep step;
+  kernels::CudnnAttentionShape& s = step.shape;
+  s.dtype = g.type(root.inputs[0]).dtype;
+  std::tie(s.b, s.h) = batch_and_heads(l.batch_dims);
+  s.tq = l.tq, s.tk = l.tk, s.d = l.d, s.dv = l.dv;
+  s.scale = static_cast<float>(l.scale);
+  s.causal = l.causal;
+  s.backward = l.backward;
+  step.nodes[Role::q] = root.inputs[0];
+  step.nodes[Role::k] = root.inputs[1];
+  step.nodes[Role::v] = root.inputs[2];
+  if (l.backward) {
+    step.nodes[Role::o] = root.inputs[3];
+    step.nodes[Role::lse] = root.inputs[4];
+    step.nodes[Role::d_o] = root.inputs[5];
+  }
+  for (ValueId out : kernel.outputs()) {
+    const Node& n = g.node(out);
+    if (n.op == OpId::fused_attention)
+      step.nodes[Role::o] = out;
+    else if (n.op == OpId::fused_attention_lse)
+      step.nodes[Role::lse] = out;
+    else
+      step.nodes[n.attrs.ints[0] == 0   ? Role::dq
+                 : n.attrs.ints[0] == 1 ? Role::dk
+                                        : Role::dv] = out;
+  }
+  if (l.backward && !(step.nodes[Role::dq] && step.nodes[Role::dk] && step.nodes[Role::dv]))
+    return std::string("cuDNN's fused backward writes dq, dk and dv together, and this kernel "
+                       "writes only some of them");
+  if (!l.backward && !step.nodes[Role::o])
+    return std::string("cuDNN's fused forward writes the attention's result, and this kernel "
+                       "writes only its log-sum-exp");
+  s.saves_lse = step.nodes[Role::lse].has_value();
+  std::string why = kernels::cudnn_attention_unsupported(s, capability);
+  if (!why.empty()) return why;
+  return step;
+}
+
+std::optional<CudnnAttentionStep> choose_attention(const Graph& g, const Kernel& kernel,
+                                                   cuda::FunctionHandle nvptx_function,
+                                                   const GpuLaunch& nvptx_launch,
+                                                   std::span<const ValueId> argument_nodes,
+                                                   CudaDevice& device, KernelCache& cache) {
+  AttentionRequest request = attention_requested();
+  if (request == AttentionRequest::nvptx || request == AttentionRequest::decomposed)
+    return std::nullopt;
+  const std::string on_cuda = " on cuda: ";
+  auto form = cudnn_attention_step(g, kernel, device.info().compute_capability);
+  std::string prefix = "sinter: attention";
+  if (auto* step = std::get_if<CudnnAttentionStep>(&form)) prefix += " " + step->shape.describe();
+  static std::mutex said_mutex;
+  static std::map<std::string, bool> said; // one line per decision and reason, per process
+  auto say = [&](const std::string& line) {
+    std::lock_guard lock(said_mutex);
+    if (said.emplace(line, true).second) log_line(line);
+  };
+  auto keep_nvptx = [&](const std::string& why) -> std::optional<CudnnAttentionStep> {
+    say(prefix + on_cuda + "nvptx (" + why + ")");
+    return std::nullopt;
+  };
+  if (auto* why = std::get_if<std::string>(&form)) return keep_nvptx(*why);
+  CudnnAttentionStep step = std::get<CudnnAttentionStep>(form);
+  kernels::CudnnAttention* cudnn = kernels::CudnnAttention::get();
+  if (!cudnn) return keep_nvptx(kernels::CudnnAttention::unavailable_reason());
+  try {
+    device.make_current();
+    cudnn->prepare(step.shape);
+    step.workspace = cudnn->workspace_bytes(step.shape);
+  } catch (const std::exception& e) {
+    return keep_nvptx(e.what());
+  }
+  if (request == AttentionRequest::cudnn) {
+    say(prefix + on_cuda + "cudnn (SINTER_ATTENTION=cudnn)");
+    return step;
+  }
+  if (nvptx_launch.items == 0) return keep_nvptx("no work");
+  CacheKey key = decision_key(step, device, cudnn->version());
+  Decision decision;
+  bool cached = false;
+  if (std::optional<std::vector<char>> entry = cache.load(key)) {
+    std::string text(entry->begin(), entry->end());
+    char path[16] = {};
+    if (std::sscanf(text.c_str(), "%15s %lf %lf", path, &decision.cudnn_ms, &decision.nvptx_ms) ==
+        3) {
+      decision.cudnn = std::string_view(path) == "cudnn";
+      cached = true;
+    }
+  }
+  if (!cached) {
+    decision = measure(g, step, nvptx_function, nvptx_launch, argument_nodes, device);
+    if (!decision.why.empty()) return keep_nvptx(decision.why); // not cached: retried next time
+    std::string text = std::string(decision.cudnn ? "cudnn" : "nvptx") + " " +
+                       std::to_string(decision.cudnn_ms) + " " + std::to_string(decision.nvptx_ms);
+    cache.store(key, std::span<const char>(text.data(), text.size()));
+  }
+  std::string times =
+      decision.cudnn ? format_ms(decision.cudnn_ms) + "; nvptx " + format_ms(decision.nvptx_ms)
+                     : format_ms(decision.nvptx_ms) + "; cudnn " + format_ms(decision.cudnn_ms);
+  say(prefix + on_cuda + (decision.cudnn ? "cudnn (" : "nvptx (") + times +
+      (cached ? ", timed at an earlier compile)" : ")"));
+  if (!decision.cudnn) return std::nullopt;
+  return step;
+}
+
+} // namespace sinter
