@@ -253,6 +253,13 @@ TEST_CASE("attention: each fused CUDA kernel's cuDNN form names its buffers, or 
     REQUIRE(b.nodes[role]);
     CHECK(gpu.node(*b.nodes[role]).attrs.ints[0] == static_cast<int64_t>(role - Role::dq));
   }
+  // The memory plan counts the backward's f32 dq accumulator and do·o rows where cuDNN may run.
+  std::size_t bound = kernels::CudnnAttention::get() ? 2 * 2 * 64 * 16 * 4 + 2 * 2 * 64 * 4 : 0;
+  CHECK(cudnn_attention_workspace_bound(gpu, plan, 90) == bound);
+  {
+    EnvOverride nvptx("SINTER_ATTENTION", "nvptx");
+    CHECK(cudnn_attention_workspace_bound(gpu, plan, 90) == 0);
+  }
   // Too old a GPU, or a boolean mask: the NVPTX kernels, with the reason.
   auto turing = cudnn_attention_step(gpu, *attention_kernels[0], 75);
   REQUIRE(std::holds_alternative<std::string>(turing));

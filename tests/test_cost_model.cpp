@@ -129,6 +129,31 @@ TEST_CASE("cost model: SINTER_DUMP=plan's kernel fields read back", "[cost-model
   CHECK(back->tensor_cores);
   CHECK(back->flops == 2000);
   CHECK_FALSE(parse_work("kind=loop strategy=nonsense"));
+  KernelWork attention{.name = "k9 attention", .kind = KernelKind::attention, .cudnn = true};
+  std::optional<KernelWork> cudnn = parse_work(describe(attention));
+  REQUIRE(cudnn);
+  CHECK(cudnn->cudnn);
+  CHECK_FALSE(parse_work(describe(w) + " library=cublas"));
+}
+
+TEST_CASE("cost model: attention through cuDNN is priced by its FLOPs alone, apart from the "
+          "NVPTX kernels' fitted costs",
+          "[cost-model]") {
+  GpuRates rates = gpu_rates(h100());
+  // GPT-2 small's attention backward (one layer: B=8, H=12, T=1024, D=64, causal).
+  KernelWork backward{.name = "attention backward",
+                      .kind = KernelKind::attention,
+                      .strategy = GpuStrategy::attention,
+                      .gradient = true,
+                      .blocks = 3072,
+                      .threads = 128,
+                      .flops = 5 * 2 * 8 * 12 * 1024LL * 1024 * 64 / 2};
+  double nvptx = predict_kernel(backward, rates).seconds;
+  backward.cudnn = true;
+  double cudnn = predict_kernel(backward, rates).seconds;
+  CHECK(cudnn < nvptx / 3);
+  CHECK(cudnn == Approx(static_cast<double>(backward.flops) / (rates.tensor_flops * 0.4) +
+                        rates.launch_seconds));
 }
 
 } // namespace

@@ -10,6 +10,7 @@
 #include "jit/pipeline/stage.hpp"
 #include "jit/runtime/kernel_cache.hpp"
 #include "jit/settings.hpp"
+#include "kernels/cuda/cudnn_attention.hpp"
 #include "ops/registry.hpp"
 
 #include <llvm/ADT/StringMap.h>
@@ -105,6 +106,13 @@ int print_info() {
   auto libdevice = sinter::NvptxTarget::find_libdevice();
   std::printf("libdevice: %s\n",
               libdevice ? libdevice->c_str() : "not found (set SINTER_LIBDEVICE)");
+  if (const sinter::kernels::CudnnAttention* cudnn = sinter::kernels::CudnnAttention::get()) {
+    std::size_t v = cudnn->version();
+    std::printf("cudnn: %zu.%zu.%zu\n", v / 10000, v / 100 % 100, v % 100);
+  } else {
+    std::printf("cudnn: none (%s)\n",
+                sinter::kernels::CudnnAttention::unavailable_reason().c_str());
+  }
   return 0;
 }
 

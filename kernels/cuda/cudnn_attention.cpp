@@ -4,6 +4,7 @@
 
 #include "kernels/dynamic_library.hpp"
 
+#include <algorithm>
 #include <array>
 #include <deque>
 #include <limits>
@@ -201,6 +202,7 @@ public:
                      bool by_value = false) {
     Descriptor& t = keep(tensor_descriptor, "tensor " + name);
     GraphTensor out{t.raw(), next_uid_++, dims, strides};
+    if (!is_virtual) external_.push_back(out.uid);
     t.set_enum(tensor_data_type, type_data_type, dtype)
         .set(tensor_dimensions, type_int64, 4, dims.data())
         .set(tensor_strides, type_int64, 4, strides.data())
@@ -269,6 +271,8 @@ public:
   }
 
   const std::vector<void*>& operations() const { return operations_; }
+  /// The tensors a call binds: every one not virtual, by-value scalars included.
+  const std::vector<int64_t>& external() const { return external_; }
   std::deque<Descriptor> take_descriptors() { return std::move(descriptors_); }
 
 private:
@@ -280,6 +284,7 @@ private:
   const CudnnAttention::Api& api_;
   std::deque<Descriptor> descriptors_; // a deque: keep() hands out references that must stay valid
   std::vector<void*> operations_;
+  std::vector<int64_t> external_;
   int64_t next_uid_ = 1;
 };
 
@@ -290,10 +295,40 @@ struct GraphIo {
   int64_t q = 0, k = 0, v = 0, o = 0, lse = 0, d_o = 0, dq = 0, dk = 0, dv = 0;
   int64_t scale = 0, negative_infinity = 0, one = 0;
   int64_t dq_accumulator = 0, softmax_sum = 0; ///< backward: f32 buffers in the workspace
+
+  /// The unique ids a call binds (CudnnAttention::run binds each field that is set).
+  std::vector<int64_t> bound() const {
+    std::vector<int64_t> out;
+    for (int64_t uid : {q, k, v, o, lse, d_o, dq, dk, dv, scale, negative_infinity, one,
+                        dq_accumulator, softmax_sum})
+      if (uid) out.push_back(uid);
+    return out;
+  }
 };
 
-/// The causal mask over scores `s` (top-left diagonal): keeps row >= column, else -inf.
-GraphTensor causal_mask(GraphBuilder& g, const GraphTensor& s, const GraphTensor& negative_inf) {
+/// Throws std::logic_error unless a call binds exactly the graph's tensors that are not virtual
+/// (cuDNN refuses a variant pack with a missing or a foreign unique id, but only on a GPU).
+void check_bindings(const GraphIo& io, const GraphBuilder& g) {
+  std::vector<int64_t> bound = io.bound(), external = g.external();
+  std::sort(bound.begin(), bound.end());
+  std::sort(external.begin(), external.end());
+  if (bound == external) return;
+  auto list = [](const std::vector<int64_t>& uids) {
+    std::string out;
+    for (int64_t uid : uids)
+      out += (out.empty() ? "" : " ") + std::to_string(uid);
+    return out;
+  };
+  throw std::logic_error("sinter: a cuDNN attention call would bind tensors " + list(bound) +
+                         " of a graph whose bound tensors are " + list(external));
+}
+
+/// The causal mask over scores `s` (top-left diagonal): keeps row >= column, else -inf. Its
+/// -inf scalar is made here, so a graph without the mask has none (a variant pack binds only
+/// the graph's own tensors); `negative_inf_uid` receives it.
+GraphTensor causal_mask(GraphBuilder& g, const GraphTensor& s, int64_t& negative_inf_uid) {
+  GraphTensor negative_inf = g.scalar("-inf");
+  negative_inf_uid = negative_inf.uid;
   GraphTensor row = g.temporary("row index", s.dims, data_int32);
   g.pointwise("row index", pw_gen_index, s, nullptr, row, data_float, nullptr, 2);
   GraphTensor column = g.temporary("column index", s.dims, data_int32);
@@ -320,17 +355,15 @@ GraphIo build_forward(GraphBuilder& g, const CudnnAttentionShape& s) {
   const Dims row_dims{s.b, s.h, s.tq, 1};
   GraphTensor stats = g.tensor("lse", row_dims, packed_strides(row_dims), data_float, !s.saves_lse);
   GraphTensor scale = g.scalar("scale");
-  GraphTensor negative_inf = g.scalar("-inf");
   io = {q.uid, kt.uid, v.uid, o.uid, s.saves_lse ? stats.uid : 0};
   io.scale = scale.uid;
-  io.negative_infinity = negative_inf.uid;
 
   const Dims score_dims{s.b, s.h, s.tq, s.tk};
   GraphTensor scores = g.temporary("scores", score_dims);
   g.matmul("q·kᵀ", q, kt, scores);
   GraphTensor scaled = g.temporary("scaled scores", score_dims);
   g.pointwise("scale", pw_mul, scores, &scale, scaled);
-  if (s.causal) scaled = causal_mask(g, scaled, negative_inf);
+  if (s.causal) scaled = causal_mask(g, scaled, io.negative_infinity);
   GraphTensor row_max = g.temporary("row max", row_dims);
   g.reduction("row max", reduce_max, scaled, row_max);
   GraphTensor shifted = g.temporary("shifted", score_dims);
@@ -366,14 +399,12 @@ GraphIo build_backward(GraphBuilder& g, const CudnnAttentionShape& s) {
   GraphTensor dk = g.tensor("dk", k_dims, k_strides, dt, false);
   GraphTensor dv = g.tensor("dv", v_dims, v_strides, dt, false);
   GraphTensor scale = g.scalar("scale");
-  GraphTensor negative_inf = g.scalar("-inf");
   GraphTensor one = g.scalar("one");
   GraphTensor softmax_sum = g.tensor("do·o", row_dims, packed_strides(row_dims), data_float, false);
   GraphTensor dq_accumulator =
       g.tensor("dq accumulator", q_dims, packed_strides(q_dims), data_float, false);
   GraphIo io{q.uid, kt.uid, vt.uid, o.uid, stats.uid, d_o.uid, dq.uid, dk.uid, dv.uid};
   io.scale = scale.uid;
-  io.negative_infinity = negative_inf.uid;
   io.one = one.uid;
   io.softmax_sum = softmax_sum.uid;
   io.dq_accumulator = dq_accumulator.uid;
@@ -390,7 +421,7 @@ GraphIo build_backward(GraphBuilder& g, const CudnnAttentionShape& s) {
   g.matmul("q·kᵀ", q, kt, scores);
   GraphTensor scaled = g.temporary("scaled scores", score_dims);
   g.pointwise("scale", pw_mul, scores, &scale, scaled);
-  if (s.causal) scaled = causal_mask(g, scaled, negative_inf);
+  if (s.causal) scaled = causal_mask(g, scaled, io.negative_infinity);
   GraphTensor shifted = g.temporary("minus lse", score_dims);
   g.pointwise("minus lse", pw_sub, scaled, &stats, shifted);
   GraphTensor probabilities = g.temporary("probabilities", score_dims);
@@ -421,6 +452,14 @@ GraphIo build_backward(GraphBuilder& g, const CudnnAttentionShape& s) {
 }
 
 std::size_t round_to(std::size_t n, std::size_t m) { return (n + m - 1) / m * m; }
+
+constexpr std::size_t granule = 256; ///< each buffer of the workspace starts on one
+
+std::size_t dq_accumulator_bytes(const CudnnAttentionShape& s) {
+  return s.backward
+             ? round_to(static_cast<std::size_t>(s.b * s.h * s.tq * s.d) * sizeof(float), granule)
+             : 0;
+}
 
 } // namespace
 
@@ -456,14 +495,17 @@ struct CudnnAttention::Plan {
   float scale = 1.0f, negative_infinity = -std::numeric_limits<float>::infinity(), one = 1.0f;
 };
 
+std::size_t cudnn_attention_buffer_bytes(const CudnnAttentionShape& shape) {
+  if (!shape.backward) return 0;
+  return dq_accumulator_bytes(shape) +
+         round_to(static_cast<std::size_t>(shape.b * shape.h * shape.tq) * sizeof(float), granule);
+}
+
 int build_cudnn_attention_operations(const CudnnAttentionShape& shape) {
   CudnnAttention* library = CudnnAttention::get();
   if (!library) throw std::runtime_error("sinter: " + CudnnAttention::unavailable_reason());
   GraphBuilder g(library->api());
-  if (shape.backward)
-    build_backward(g, shape);
-  else
-    build_forward(g, shape);
+  check_bindings(shape.backward ? build_backward(g, shape) : build_forward(g, shape), g);
   return static_cast<int>(g.operations().size());
 }
 
@@ -526,6 +568,7 @@ CudnnAttention::Plan& CudnnAttention::plan(const CudnnAttentionShape& shape) {
   plan->scale = shape.scale;
   GraphBuilder g(api);
   plan->io = shape.backward ? build_backward(g, shape) : build_forward(g, shape);
+  check_bindings(plan->io, g);
   plan->graph = std::make_unique<Descriptor>(api, operation_graph_descriptor, "operation graph");
   plan->graph->set(graph_handle, type_handle, 1, &handle_)
       .set(graph_operations, type_descriptor, static_cast<int64_t>(g.operations().size()),
@@ -575,17 +618,10 @@ CudnnAttention::Plan& CudnnAttention::plan(const CudnnAttentionShape& shape) {
   api.check(api.get_attribute(plan->plan->raw(), plan_workspace_size, type_int64, 1, &returned,
                               &workspace),
             "execution plan workspace size");
-  constexpr std::size_t granule = 256;
   plan->plan_workspace = round_to(static_cast<std::size_t>(workspace), granule);
-  plan->workspace = plan->plan_workspace;
-  if (shape.backward) {
-    plan->dq_accumulator_offset = plan->workspace;
-    plan->workspace += round_to(
-        static_cast<std::size_t>(shape.b * shape.h * shape.tq * shape.d) * sizeof(float), granule);
-    plan->softmax_sum_offset = plan->workspace;
-    plan->workspace +=
-        round_to(static_cast<std::size_t>(shape.b * shape.h * shape.tq) * sizeof(float), granule);
-  }
+  plan->dq_accumulator_offset = plan->plan_workspace;
+  plan->softmax_sum_offset = plan->dq_accumulator_offset + dq_accumulator_bytes(shape);
+  plan->workspace = plan->plan_workspace + cudnn_attention_buffer_bytes(shape);
   return *plans_.emplace(shape.key(), std::move(plan)).first->second;
 }
 

@@ -43,6 +43,10 @@ struct CudnnAttentionBuffers {
 /// feature dims multiples of 8 up to 128. cuDNN may still refuse it when planning.
 std::string cudnn_attention_unsupported(const CudnnAttentionShape& shape, int capability);
 
+/// The workspace bytes a shape's call needs besides cuDNN's own plan workspace: the backward's
+/// f32 dq accumulator and do·o rows (0 for the forward).
+std::size_t cudnn_attention_buffer_bytes(const CudnnAttentionShape& shape);
+
 /// The operations of a shape's cuDNN graph, created and finalized on the host: what a GPU-less
 /// machine can check against the real library. Returns the number of operations; throws
 /// std::runtime_error naming the descriptor cuDNN refused.

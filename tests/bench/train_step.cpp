@@ -21,7 +21,8 @@
 // `step=N loss=L` after every step (as train_peers.py --print-losses does), to see where two
 // runs' curves part.
 // `--device cpu|cuda[:N]` picks where the step runs; `--amp off|bf16|fp16` its mixed precision;
-// `--batch N` the sequences per step of the gpt models.
+// `--batch N` the sequences per step of the gpt models, `--context N` their tokens per sequence
+// (sinter only: the PyTorch peers keep the model's own).
 // AdamW: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight decay 1e-4 (decoupled, on every
 // parameter). Images, labels and every parameter are deterministic patterns (a sine of the flat
 // index, see init_parameters) that tests/bench/train_peers.py reproduces, so every peer prints
@@ -104,7 +105,8 @@ struct Options : bench::StepFlags {
   bool serve = false;
   std::string device = "cpu";
   std::string amp = "off";
-  int64_t batch = 0; ///< gpt models: sequences per step (0: the model's own)
+  int64_t batch = 0;   ///< gpt models: sequences per step (0: the model's own)
+  int64_t context = 0; ///< gpt models: tokens per sequence (0: the model's own)
   bool max_batch = false;
   bool print_losses = false; ///< --print-losses: `step=N loss=L` after every step
   std::string memory;        ///< --memory: the budget of --max-batch (default: free memory)
@@ -123,10 +125,15 @@ struct GptBench {
   GPTConfig config;
   int64_t batch = 0;
 };
-GptBench gpt_bench(const std::string& model) {
-  if (model == "gpt")
-    return {GPTConfig{.vocab = 256, .context = 64, .dim = 128, .depth = 4, .heads = 4}, 32};
-  return {GPTConfig{.vocab = 50304, .context = 1024, .dim = 768, .depth = 12, .heads = 12}, 8};
+GptBench gpt_bench(const std::string& model, int64_t context = 0) {
+  GptBench b =
+      model == "gpt"
+          ? GptBench{GPTConfig{.vocab = 256, .context = 64, .dim = 128, .depth = 4, .heads = 4}, 32}
+          : GptBench{
+                GPTConfig{.vocab = 50304, .context = 1024, .dim = 768, .depth = 12, .heads = 12},
+                8};
+  if (context > 0) b.config.context = context;
+  return b;
 }
 
 /// (i * 7 + shift) mod `modulus` over the flat index: labels, token ids and next tokens.
@@ -154,7 +161,7 @@ int run(const Options& opt, Model& model, double base_rss, MakeStep make_step) {
   HostTensor images, labels;
   int64_t tokens_per_step = 0, flops_per_step = 0;
   if (gpt) {
-    GptBench b = gpt_bench(opt.model);
+    GptBench b = gpt_bench(opt.model, opt.context);
     if (opt.batch > 0) b.batch = opt.batch;
     int64_t t = b.config.context;
     images = cyclic_ids({b.batch, t}, b.config.vocab, 3);  // token ids
@@ -221,16 +228,17 @@ int run(const Options& opt, Model& model, double base_rss, MakeStep make_step) {
 }
 
 int usage(const char* argv0) {
-  std::fprintf(stderr,
-               "usage: %s [--model mlp|vit|distill|distill-vit-b-s|gpt|gpt2-small] [--device "
-               "cpu|cuda[:N]] [--threads N] "
-               "[--warmup N] [--amp off|bf16|fp16] [--batch N (gpt, distill-vit-b-s)] "
-               "[--iters N] [--print-params] [--serve] [--max-batch [--memory BYTES]] "
-               "[--host-batch] [--print-losses]\n"
-               "  one full training step (forward, loss, backward, AdamW) via compile_step,\n"
-               "  batch 128; prints first-call and median step time, losses and memory\n"
-               "  --serve: after warm-up, answer 'run K [W]' / 'quit' on stdin (train_rounds.py)\n",
-               argv0);
+  std::fprintf(
+      stderr,
+      "usage: %s [--model mlp|vit|distill|distill-vit-b-s|gpt|gpt2-small] [--device "
+      "cpu|cuda[:N]] [--threads N] "
+      "[--warmup N] [--amp off|bf16|fp16] [--batch N (gpt, distill-vit-b-s)] [--context N (gpt)] "
+      "[--iters N] [--print-params] [--serve] [--max-batch [--memory BYTES]] "
+      "[--host-batch] [--print-losses]\n"
+      "  one full training step (forward, loss, backward, AdamW) via compile_step,\n"
+      "  batch 128; prints first-call and median step time, losses and memory\n"
+      "  --serve: after warm-up, answer 'run K [W]' / 'quit' on stdin (train_rounds.py)\n",
+      argv0);
   return 2;
 }
 
@@ -255,6 +263,8 @@ int main(int argc, char** argv) {
       opt.amp = argv[++i];
     else if (a == "--batch" && i + 1 < argc)
       ok = (opt.batch = std::atoll(argv[++i])) > 0;
+    else if (a == "--context" && i + 1 < argc)
+      ok = (opt.context = std::atoll(argv[++i])) > 0;
     else if (a == "--max-batch")
       opt.max_batch = true;
     else if (a == "--memory" && i + 1 < argc)
@@ -268,7 +278,8 @@ int main(int argc, char** argv) {
     if (!ok ||
         (opt.model != "mlp" && opt.model != "vit" && opt.model != "distill" &&
          opt.model != "distill-vit-b-s" && opt.model != "gpt" && opt.model != "gpt2-small") ||
-        (opt.amp != "off" && opt.amp != "bf16" && opt.amp != "fp16"))
+        (opt.amp != "off" && opt.amp != "bf16" && opt.amp != "fp16") ||
+        (opt.context > 0 && opt.model != "gpt" && opt.model != "gpt2-small"))
       return usage(argv[0]);
   }
   // The runtime reads its thread count from here when it starts (before the first call).
@@ -282,7 +293,7 @@ int main(int argc, char** argv) {
       return run(opt, model, base_rss, [&] { return cross_entropy_step(model, opt); });
     }
     if (opt.model.starts_with("gpt")) {
-      GPT model(gpt_bench(opt.model).config, init);
+      GPT model(gpt_bench(opt.model, opt.context).config, init);
       return run(opt, model, base_rss, [&] { return cross_entropy_step(model, opt); });
     }
     ViTConfig vit{.image = 28, .patch = 7, .dim = 64, .depth = 4, .heads = 4, .classes = 10};

@@ -14,6 +14,11 @@ grep -Eq '^cuda driver: ([0-9]+\.[0-9]+|none \(.+\))$' <<<"$info" \
   || { echo "no cuda driver line"; exit 1; }
 grep -Eq '^gpus: [0-9]+$' <<<"$info" || { echo "no gpu count"; exit 1; }
 grep -q '^libdevice: ' <<<"$info" || { echo "no libdevice line"; exit 1; }
+grep -Eq '^cudnn: ([0-9]+\.[0-9]+\.[0-9]+|none \(.+\))$' <<<"$info" || { echo "no cudnn line"; exit 1; }
+# Where the toolkit's cuDNN 9 is installed, sinter finds it.
+if ldconfig -p 2>/dev/null | grep -q 'libcudnn\.so\.9 '; then
+  grep -Eq '^cudnn: 9\.[0-9]+\.[0-9]+$' <<<"$info" || { echo "cudnn installed but not found"; exit 1; }
+fi
 # A driver path that is wrong is named, with what to do.
 nodrv=$(SINTER_LIBCUDA="$tmp/no-such-libcuda.so" "$sinter" info)
 grep -q "^cuda driver: none (cannot load $tmp/no-such-libcuda.so" <<<"$nodrv" \

@@ -173,6 +173,16 @@ for stage in "${stages[@]}"; do
             --model gpt2-small --amp "$amp" --batch "$batch" --out "$REPORT_DIR/logs/$name.d"
         done
       done
+      # Attention paths (docs/gpu.md, "Attention: cuDNN or sinter's kernels"): GPT-2 small bf16
+      # at B=8 with each forced, T=1024 and T=2048 (sinter alone: the peers run SDPA); the
+      # default's timed choice is in the rounds above, its decision lines in their logs.
+      for context in 1024 2048; do
+        for path in cudnn nvptx decomposed; do
+          SINTER_TF32=0 SINTER_ATTENTION=$path step "attention-$path-t$context" \
+            '^peer=|^sinter: attention|rror' "$HERE/bin/train_step" --model gpt2-small \
+            --device cuda --amp bf16 --batch 8 --context "$context" --warmup 3 --iters 20
+        done
+      done
       {
         echo "### benchmark table"
         cat "${bench_logs[@]}" | "$PYTHON" "$HERE/bench/gpu_table.py"

@@ -17,8 +17,9 @@
 #   rounds-gpt2   interleaved rounds against torch eager and torch.compile (issue 33)
 #   distill       ViT-B/16 -> ViT-S/16 bf16 B=256: step, plan, profile; predicted largest batch
 #   buckets       the gpt recipe's shape-bucket recompiles (issue 32: < 0.3 s each)
-#   ab            GPT-2 small's step with the attention pipeline, split reductions, then runtime
-#                 row counts, turned off (the first for the distillation pair too)
+#   ab            GPT-2 small's step with each attention path forced (SINTER_ATTENTION=nvptx,
+#                 cudnn), then the attention pipeline, split reductions and runtime row counts
+#                 turned off (the first three for the distillation pair too)
 #   profiles      cold compiles profiled (GPT-2 small, the distillation pair), and GPT-2 small's
 #                 cold compile on all the host's cores (--threads)
 #   max-batch     the predicted largest batch of the distillation pair, then smaller ones until
@@ -38,6 +39,11 @@ export SINTER_LIBDEVICE="$HERE/lib/libdevice.10.bc"
 export SINTER_REQUIRE_GPU=1
 CACHE="${TMPDIR:-/tmp}/sinter-short-cache"
 export SINTER_CACHE_DIR="$CACHE"
+# cuDNN (the attention path of docs/gpu.md): the system's, else PyTorch's wheel.
+if ! ldconfig -p 2>/dev/null | grep -q 'libcudnn\.so\.9 '; then
+  cudnn_dir=$("$PYTHON" -c 'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' 2>/dev/null)
+  [[ -n $cudnn_dir && -f $cudnn_dir/libcudnn.so.9 ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$cudnn_dir"
+fi
 if [[ -z ${SINTER_LIBNCCL:-} ]]; then
   nccl_dir=$("$PYTHON" -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
   [[ -n $nccl_dir && -f $nccl_dir/libnccl.so.2 ]] && export SINTER_LIBNCCL="$nccl_dir/libnccl.so.2"
@@ -119,9 +125,15 @@ stage_buckets() {
     --text "$HERE/data/fortunes.txt"
 }
 stage_ab() {
-  # A/B of GPU changes (against compile-warm's step): the attention kernels' double-buffered
-  # tiles, split column reductions and row counts as kernel parameters, each off; the first two
-  # also for the distillation pair (against the distill stage's step).
+  # A/B of GPU changes (against compile-warm's step, which runs the timed choice): each attention
+  # path forced, the attention kernels' double-buffered tiles, split column reductions and row
+  # counts as kernel parameters, each off; the first three also for the distillation pair
+  # (against the distill stage's step).
+  for path in nvptx cudnn; do
+    SINTER_ATTENTION=$path step "ab-attention-$path" 60 "$TS" "${gpt2[@]}" --warmup 3 --iters 20
+    SINTER_ATTENTION=$path step "ab-attention-$path-distill" 90 "$TS" "${distill[@]}" \
+      --batch 256 --warmup 3 --iters 10
+  done
   SINTER_ATTENTION_PIPELINE=0 step ab-attention-pipeline-off 60 "$TS" "${gpt2[@]}" --warmup 3 \
     --iters 20
   SINTER_ATTENTION_PIPELINE=0 step ab-attention-pipeline-off-distill 90 "$TS" "${distill[@]}" \

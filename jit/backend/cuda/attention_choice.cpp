@@ -39,7 +39,8 @@ std::string format_ms(double ms) {
 struct Decision {
   bool cudnn = false;
   double cudnn_ms = 0, nvptx_ms = 0;
-  std::string why; ///< the NVPTX kernel was kept because of it (empty when timed)
+  std::string why;        ///< the NVPTX kernel was kept because of it (empty when timed)
+  bool from_disk = false; ///< read from the kernel cache (timed by an earlier process)
 };
 
 /// Device buffers of one role each, filled or compared on the host.
@@ -229,12 +230,20 @@ cudnn_attention_step(const Graph& g, const Kernel& kernel, int capability) {
     step.nodes[Role::lse] = root.inputs[4];
     step.nodes[Role::d_o] = root.inputs[5];
   }
+  for (ValueId operand : {root.inputs[1], root.inputs[2]}) {
+    const Shape& shape = g.type(operand).shape;
+    if (shape.size() != l.batch_dims.size() + 2 ||
+        !std::equal(l.batch_dims.begin(), l.batch_dims.end(), shape.begin()))
+      return std::string("cuDNN's fused attention here takes k and v with q's batch dims");
+  }
   for (ValueId out : kernel.outputs()) {
     const Node& n = g.node(out);
     if (n.op == OpId::fused_attention)
       step.nodes[Role::o] = out;
     else if (n.op == OpId::fused_attention_lse)
       step.nodes[Role::lse] = out;
+    else if (n.op != OpId::fused_attention_grad)
+      return std::string("the kernel writes a value cuDNN's attention does not make");
     else
       step.nodes[n.attrs.ints[0] == 0   ? Role::dq
                  : n.attrs.ints[0] == 1 ? Role::dk
@@ -250,6 +259,22 @@ cudnn_attention_step(const Graph& g, const Kernel& kernel, int capability) {
   std::string why = kernels::cudnn_attention_unsupported(s, capability);
   if (!why.empty()) return why;
   return step;
+}
+
+std::size_t cudnn_attention_workspace_bound(const Graph& g, const FusionPlan& fusion,
+                                            int capability) {
+  AttentionRequest request = attention_requested();
+  if (request == AttentionRequest::nvptx || request == AttentionRequest::decomposed ||
+      !kernels::CudnnAttention::get())
+    return 0;
+  std::size_t bound = 0;
+  for (const Kernel& kernel : fusion.kernels) {
+    if (kernel.kind != KernelKind::attention) continue;
+    auto form = cudnn_attention_step(g, kernel, capability);
+    if (auto* step = std::get_if<CudnnAttentionStep>(&form))
+      bound = std::max(bound, kernels::cudnn_attention_buffer_bytes(step->shape));
+  }
+  return bound;
 }
 
 std::optional<CudnnAttentionStep> choose_attention(const Graph& g, const Kernel& kernel,
@@ -278,14 +303,19 @@ std::optional<CudnnAttentionStep> choose_attention(const Graph& g, const Kernel&
   CudnnAttentionStep step = std::get<CudnnAttentionStep>(form);
   kernels::CudnnAttention* cudnn = kernels::CudnnAttention::get();
   if (!cudnn) return keep_nvptx(kernels::CudnnAttention::unavailable_reason());
-  try {
-    device.make_current();
-    cudnn->prepare(step.shape);
-    step.workspace = cudnn->workspace_bytes(step.shape);
-  } catch (const std::exception& e) {
-    return keep_nvptx(e.what());
-  }
+  // Plans cuDNN's graph (heuristics, engine finalization: the costly part) only when it runs.
+  auto prepare = [&]() -> std::string {
+    try {
+      device.make_current();
+      cudnn->prepare(step.shape);
+      step.workspace = cudnn->workspace_bytes(step.shape);
+      return {};
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+  };
   if (request == AttentionRequest::cudnn) {
+    if (std::string why = prepare(); !why.empty()) return keep_nvptx(why);
     say(prefix + on_cuda + "cudnn (SINTER_ATTENTION=cudnn)");
     return step;
   }
@@ -293,27 +323,52 @@ std::optional<CudnnAttentionStep> choose_attention(const Graph& g, const Kernel&
   CacheKey key = decision_key(step, device, cudnn->version());
   Decision decision;
   bool cached = false;
-  if (std::optional<std::vector<char>> entry = cache.load(key)) {
+  // This process's decisions first (a step's layers share shapes), then the disk's.
+  static std::mutex decided_mutex;
+  static std::map<std::pair<uint64_t, uint64_t>, Decision> decided;
+  {
+    std::lock_guard lock(decided_mutex);
+    auto found = decided.find({key.hi, key.lo});
+    if (found != decided.end()) {
+      decision = found->second;
+      cached = true;
+    }
+  }
+  std::optional<std::vector<char>> entry;
+  if (!cached) entry = cache.load(key);
+  if (entry) {
     std::string text(entry->begin(), entry->end());
     char path[16] = {};
     if (std::sscanf(text.c_str(), "%15s %lf %lf", path, &decision.cudnn_ms, &decision.nvptx_ms) ==
         3) {
       decision.cudnn = std::string_view(path) == "cudnn";
+      decision.from_disk = true;
       cached = true;
     }
   }
+  if (!cached || decision.cudnn) {
+    if (std::string why = prepare(); !why.empty()) return keep_nvptx(why);
+  }
   if (!cached) {
-    decision = measure(g, step, nvptx_function, nvptx_launch, argument_nodes, device);
+    try {
+      decision = measure(g, step, nvptx_function, nvptx_launch, argument_nodes, device);
+    } catch (const std::exception& e) { // e.g. no memory for the trial's operands
+      decision.why = e.what();
+    }
     if (!decision.why.empty()) return keep_nvptx(decision.why); // not cached: retried next time
     std::string text = std::string(decision.cudnn ? "cudnn" : "nvptx") + " " +
                        std::to_string(decision.cudnn_ms) + " " + std::to_string(decision.nvptx_ms);
     cache.store(key, std::span<const char>(text.data(), text.size()));
   }
+  {
+    std::lock_guard lock(decided_mutex);
+    decided.emplace(std::make_pair(key.hi, key.lo), decision);
+  }
   std::string times =
       decision.cudnn ? format_ms(decision.cudnn_ms) + "; nvptx " + format_ms(decision.nvptx_ms)
                      : format_ms(decision.nvptx_ms) + "; cudnn " + format_ms(decision.cudnn_ms);
   say(prefix + on_cuda + (decision.cudnn ? "cudnn (" : "nvptx (") + times +
-      (cached ? ", timed at an earlier compile)" : ")"));
+      (decision.from_disk ? ", timed at an earlier compile)" : ")"));
   if (!decision.cudnn) return std::nullopt;
   return step;
 }

@@ -27,6 +27,12 @@ struct CudnnAttentionStep {
 std::variant<CudnnAttentionStep, std::string>
 cudnn_attention_step(const Graph& graph, const Kernel& kernel, int capability);
 
+/// The device bytes a step's cuDNN attention calls may need besides the memory plan (the
+/// largest backward's f32 dq accumulator and do·o rows), before the choice is made: 0 where
+/// cuDNN cannot run (absent, SINTER_ATTENTION=nvptx or decomposed, no kernel it takes).
+std::size_t cudnn_attention_workspace_bound(const Graph& graph, const FusionPlan& fusion,
+                                            int capability);
+
 /// What the attention kernel `kernel` runs on. SINTER_ATTENTION=nvptx: the NVPTX kernels;
 /// `cudnn`: cuDNN where it plans the shape; `fused` (default): both are run once on random
 /// operands at the shape's first compile, timed (best of 5), their outputs compared, and the

@@ -42,6 +42,11 @@ constexpr double attention_flops_share = 0.211;
 constexpr double attention_gradient_flops_share = 0.110;
 constexpr double attention_block_sm_seconds = 18.5e-6; ///< a block's fixed cost on its SM
 constexpr double attention_gradient_block_sm_seconds = 28e-6;
+/// cuDNN's fused SDPA: a share of the tensor-core rate, assumed from published H100 figures of
+/// flash-attention kernels (forward about half the dense bf16 peak, backward about 40%) until a
+/// GPU run measures sinter's calls.
+constexpr double cudnn_attention_flops_share = 0.5;
+constexpr double cudnn_attention_gradient_flops_share = 0.4;
 /// FMA-lane operations per element: a libdevice transcendental or an IEEE division or root, and
 /// any other node (index arithmetic included).
 constexpr double transcendental_cost = 53;
@@ -90,7 +95,7 @@ std::string describe(const KernelWork& w) {
                 static_cast<long long>(w.flops), static_cast<long long>(w.elements),
                 static_cast<long long>(w.transcendental), static_cast<long long>(w.arithmetic),
                 static_cast<long long>(w.outputs));
-  return text;
+  return std::string(text) + (w.cudnn ? " library=cudnn" : "");
 }
 
 std::optional<KernelWork> parse_work(std::string_view text) {
@@ -119,6 +124,11 @@ std::optional<KernelWork> parse_work(std::string_view text) {
             number("bytes", w.bytes) && number("flops", w.flops) &&
             number("elements", w.elements) && number("transcendental", w.transcendental) &&
             number("arithmetic", w.arithmetic) && number("outputs", w.outputs);
+  auto library = fields.find("library");
+  if (library != fields.end()) {
+    if (library->second != "cudnn") return std::nullopt;
+    w.cudnn = true;
+  }
   auto kind = fields.find("kind");
   auto strategy = fields.find("strategy");
   if (!ok || kind == fields.end() || strategy == fields.end()) return std::nullopt;
@@ -169,6 +179,7 @@ std::vector<KernelWork> plan_work(const FusionPlan& plan, std::span<const GpuLau
     w.bytes = info.bytes;
     w.flops = info.flops;
     w.gradient = g.node(kernel.root).op == OpId::fused_attention_grad;
+    w.cudnn = launch.cudnn.has_value();
     w.tensor_cores = launch.kind == KernelKind::gemm &&
                      (launch.gemm.dtype == DType::bf16 || launch.gemm.dtype == DType::f16);
     w.outputs = static_cast<int64_t>(kernel.outputs().size());
@@ -203,6 +214,12 @@ KernelPrediction predict_kernel(const KernelWork& w, const GpuRates& r) {
     return {static_cast<double>(w.flops) / rate + gemm_overhead_seconds, "tensor cores"};
   }
   case KernelKind::attention: {
+    if (w.cudnn)
+      return {static_cast<double>(w.flops) /
+                      (r.tensor_flops * (w.gradient ? cudnn_attention_gradient_flops_share
+                                                    : cudnn_attention_flops_share)) +
+                  r.launch_seconds,
+              "attention"};
     double share = w.gradient ? attention_gradient_flops_share : attention_flops_share;
     double per_block =
         w.gradient ? attention_gradient_block_sm_seconds : attention_block_sm_seconds;

@@ -36,6 +36,7 @@ struct KernelWork {
   GpuStrategy strategy = GpuStrategy::elementwise;
   bool gradient = false;     ///< attention: the backward kernel
   bool tensor_cores = false; ///< GEMMs: bf16/f16 (f32 GEMMs run on the FMA lanes)
+  bool cudnn = false;        ///< attention run by cuDNN's fused SDPA (docs/gpu.md)
   int64_t blocks = 1, threads = 256;
   int64_t bytes = 0, flops = 0;
   int64_t elements = 0;       ///< of the widest output
@@ -45,7 +46,8 @@ struct KernelWork {
 };
 
 /// `kind=loop strategy=elementwise gradient=0 ... outputs=1`: every field, as SINTER_DUMP=plan
-/// prints it; parse_work reads it back (nullopt for anything else).
+/// prints it (then ` library=cudnn` for attention cuDNN runs); parse_work reads it back
+/// (nullopt for anything else).
 std::string describe(const KernelWork& work);
 std::optional<KernelWork> parse_work(std::string_view text);
 

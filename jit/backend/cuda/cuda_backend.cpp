@@ -3,6 +3,7 @@
 #include "jit/api.hpp"
 #include "jit/backend/backends.hpp"
 #include "jit/backend/context.hpp"
+#include "jit/backend/cuda/attention_choice.hpp"
 #include "jit/backend/cuda/gpu_executable.hpp"
 #include "jit/backend/cuda/nvptx_attention.hpp"
 #include "jit/backend/cuda/nvptx_schedule.hpp"
@@ -49,8 +50,10 @@ StepMemory plan_memory_for_cuda(const Prepared& prepared, const Device& device,
   const MemoryPlan& memory = prepared.memory;
   // As the constructor and the first runs allocate: the arena, a buffer per output outside it,
   // each input's buffer in both sets (one shared where carried or resident), the device's GEMM
-  // workspace unless it has one already, and an allowance for the kernels' images and the
-  // CUDA graphs (the null driver counts the images; a GPT-2 step's are under 2 MiB).
+  // workspace unless it has one already, cuDNN's attention workspace where cuDNN may run the
+  // attention (its dq accumulator: the choice is made later, at compile), and an allowance for the
+  // kernels' images and the CUDA graphs (the null driver counts the images; a GPT-2 step's are
+  // under 2 MiB).
   StepMemory out;
   out.arena = memory.arena_bytes();
   std::vector<bool> is_input(g.size(), false);
@@ -75,6 +78,8 @@ StepMemory plan_memory_for_cuda(const Prepared& prepared, const Device& device,
   bool workspace_there = cuda::driver() && CudaDevice::get(device.ordinal).has_gemm_workspace();
   out.workspace =
       has_gemm && !workspace_there ? static_cast<int64_t>(kernels::CublasLt::workspace_bytes) : 0;
+  int capability = cuda::driver() ? CudaDevice::get(device.ordinal).info().compute_capability : 90;
+  out.workspace += static_cast<int64_t>(cudnn_attention_workspace_bound(g, fusion, capability));
   out.runtime = runtime_allowance_bytes;
   out.largest = largest_buffers(std::move(buffers));
   return out;
