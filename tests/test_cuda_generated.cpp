@@ -7,6 +7,7 @@
 #include "op_test_registry.hpp"
 
 #include "jit/backend/cuda/gpu_executable.hpp"
+#include "jit/passes/passes.hpp"
 #include "jit/profile/profiler.hpp"
 #include "temp_dir.hpp"
 
@@ -86,6 +87,31 @@ TEST_CASE("cuda: attention through cuDNN, the NVPTX kernels and the timed choice
     EnvOverride attention_path("SINTER_ATTENTION", path);
     compare_on_gpu(step, values, backend_tolerance(DType::bf16, true));
   }
+}
+
+/// A mixed-precision linear layer's gradients on the GPU: its bf16 weight-gradient GEMM writes
+/// the f32 bias gradient as cuBLASLt's epilogue (BGRADA, BIAS_DATA_TYPE f32).
+TEST_CASE("cuda: a bf16 linear layer's f32 bias gradient from its GEMM's epilogue matches the "
+          "interpreter",
+          "[cuda]") {
+  Graph g;
+  Value x = input(g, "x", {DType::f32, {4, 64, 32}});
+  Value r = input(g, "r", {DType::f32, {4, 64, 48}});
+  Value w = input(g, "w", {DType::f32, {32, 48}}), b = input(g, "b", {DType::f32, {48}});
+  g.add_output("loss", sum(tanh(matmul(x, w) + b) * r).id);
+  Graph step = Pipeline::standard(AutodiffOptions{{"w", "b"}, 0})
+                   .run(autocast(g, DType::bf16), DumpSelection(""), std::cerr);
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+  std::vector<F64Tensor> values;
+  for (const auto& in : step.inputs()) {
+    F64Tensor t{step.type(in.id).shape, {}};
+    t.data.resize(static_cast<std::size_t>(numel(t.shape)));
+    for (double& v : t.data)
+      v = uniform(rng);
+    values.push_back(std::move(t));
+  }
+  compare_on_gpu(step, values, backend_tolerance(DType::bf16, true));
 }
 
 /// A two-layer MLP's loss and gradients: GEMMs (cuBLASLt, transposed operands), bias

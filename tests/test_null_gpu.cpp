@@ -290,6 +290,37 @@ TEST_CASE("null gpu: a step recompiled for another shape bucket reuses the kerne
   CHECK(without[2] >= with_parameter[2] + 8);
 }
 
+TEST_CASE("null gpu: every linear layer's bias gradient in a GPT's bf16 step rides on its "
+          "weight-gradient GEMM as a cuBLASLt epilogue, in f32",
+          "[null-gpu]") {
+  DefaultDeviceCuda on_cuda;
+  EnvOverride dump("SINTER_DUMP", "launch-plan");
+  Init init(3);
+  constexpr int64_t depth = 2, batch = 2, context = 32, vocab = 64;
+  GPT model(GPTConfig{.vocab = vocab, .context = context, .dim = 64, .depth = depth, .heads = 2},
+            init);
+  auto step = compile_step(model, [](GPT& m, Var x, Var y) { return cross_entropy_mean(m(x), y); },
+                           adamw{}, {.batch_names = {"ids", "next"}, .amp = amp::bf16});
+  std::vector<double> ids(batch * context);
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    ids[i] = static_cast<double>(i * 7 % vocab);
+  HostTensor x = HostTensor::from_doubles(DType::i32, {batch, context}, ids);
+  std::string text = capture_stderr([&] { step(x, x); });
+  INFO(text);
+  // Each block's qkv, attention output, and two MLP projections, and the head: 4 · depth + 1,
+  // every one of them a bf16 GEMM writing its f32 bias gradient.
+  std::regex epilogue(
+      R"(\n  epilogue bias_gradient: kernel [0-9]+ into the GEMM of kernel [0-9]+)");
+  auto found = std::distance(std::sregex_iterator(text.begin(), text.end(), epilogue),
+                             std::sregex_iterator());
+  CHECK(found == 4 * depth + 1);
+  std::regex absorbed(R"(\n  launch [0-9]+ kernel [0-9]+ gemm [^\n]* with epilogue)");
+  CHECK(std::distance(std::sregex_iterator(text.begin(), text.end(), absorbed),
+                      std::sregex_iterator()) == 4 * depth + 1);
+  // The null cuBLASLt checked each bias pointer against an f32 vector's extent, and ran them.
+  CHECK(counters().gemms > 0);
+}
+
 TEST_CASE("null gpu: SINTER_DUMP=plan predicts each launch on the device and ends with the "
           "step's sum",
           "[null-gpu]") {

@@ -6,6 +6,7 @@
 
 #include "jit/backend/cuda/gemm_epilogue.hpp"
 #include "jit/backend/cuda/gpu_launch.hpp"
+#include "jit/passes/passes.hpp"
 #include "kernels/cuda/non_finite_scan.hpp"
 
 #include <catch2/catch.hpp>
@@ -213,6 +214,30 @@ TEST_CASE("gpu: bias and bias+ReLU kernels after GEMMs become cuBLASLt epilogues
       // The bias gradient has shape [out features] = the GEMM's n.
       CHECK(step.type(reduce.root).shape.back() == step.type(gemm.root).shape.back());
     }
+  }
+  SECTION("mixed precision and 3-D activations: the f32 bias gradient of a bf16 dY rides on the "
+          "weight-gradient GEMM too") {
+    Graph g;
+    Value x = input(g, "x", {DType::f32, {4, 64, 32}});
+    Value r = input(g, "r", {DType::f32, {4, 64, 48}});
+    Value w = input(g, "w", {DType::f32, {32, 48}}), b = input(g, "b", {DType::f32, {48}});
+    g.add_output("loss", sum(tanh(matmul(x, w) + b) * r).id);
+    Graph step = Pipeline::standard(AutodiffOptions{{"w", "b"}, 0})
+                     .run(autocast(g, DType::bf16), DumpSelection(""), std::cerr);
+    FusionPlan plan = fuse(step);
+    INFO(plan.print());
+    auto found = find_gemm_epilogues(plan, MemoryPlan(plan));
+    REQUIRE(found.size() == 1);
+    const GemmEpilogue& e = found[0];
+    CHECK(e.kind == EpilogueKind::bias_gradient);
+    const Kernel& reduce = plan.kernels[e.absorbed];
+    const Kernel& gemm = plan.kernels[e.gemm];
+    ValueId dy = reduce.reads[0];
+    CHECK(step.type(dy).dtype == DType::bf16);
+    CHECK(step.type(dy).shape.size() == 3);
+    CHECK(step.type(reduce.root) == TensorType{DType::f32, {48}});
+    CHECK(gemm.gemm_b.buffer == dy);
+    CHECK(step.type(gemm.root).dtype == DType::bf16);
   }
   SECTION("a linear layer's output: bias only") {
     Graph g;

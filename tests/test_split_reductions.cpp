@@ -117,5 +117,42 @@ TEST_CASE("split reductions: a GPT-2 bias gradient on the GPU becomes a partial 
   CHECK(split * 3 < one_pass);
 }
 
+TEST_CASE("split reductions: a bias gradient a GEMM can write as its epilogue stays whole, for "
+          "the GEMM to absorb",
+          "[split-reductions]") {
+  // GPT-2's MLP under mixed precision: db = Σ rows of dy (widened to f32), dW = xᵀ·dy.
+  Graph g;
+  Value dy = input(g, "dy", {DType::bf16, {8, 1024, 768}});
+  Value x = input(g, "x", {DType::bf16, {8192, 3072}});
+  g.add_output("db", emit(OpId::reduce_sum, {cast(dy, DType::f32)}, Attrs{.ints = {0, 1}}).id);
+  g.add_output("dw", matmul(transpose(x), reshape(dy, {8192, 768})).id);
+  std::vector<std::pair<DType, DType>> asked;
+  ColumnSplitOptions options;
+  options.gemm_sums_columns = [&](DType product, DType sum) {
+    asked.emplace_back(product, sum);
+    return true;
+  };
+  CHECK(count_reductions(split_column_reductions(g, options)) == 1);
+  REQUIRE(asked.size() == 1);
+  CHECK(asked[0] == std::make_pair(DType::bf16, DType::f32));
+  // Where the GEMM cannot (cuBLASLt has no such epilogue), the reduction splits as before.
+  options.gemm_sums_columns = [](DType, DType) { return false; };
+  CHECK(count_reductions(split_column_reductions(g, options)) == 2);
+  // A reduction of something no GEMM reads as its B splits without asking.
+  Graph other;
+  Value dz = input(other, "dz", {DType::bf16, {8, 1024, 768}});
+  Value w = input(other, "w", {DType::bf16, {768, 64}});
+  other.add_output("dz_sum",
+                   emit(OpId::reduce_sum, {cast(dz, DType::f32)}, Attrs{.ints = {0, 1}}).id);
+  other.add_output("y", matmul(reshape(dz, {8192, 768}), w).id); // dz as A, not B
+  asked.clear();
+  options.gemm_sums_columns = [&](DType product, DType sum) {
+    asked.emplace_back(product, sum);
+    return true;
+  };
+  CHECK(count_reductions(split_column_reductions(other, options)) == 2);
+  CHECK(asked.empty());
+}
+
 } // namespace
 } // namespace sinter::testing

@@ -66,6 +66,11 @@ struct ColumnSplitOptions {
   int64_t min_rows = 4096;         ///< fewer rows: one pass (and a GEMM may absorb it)
   int64_t min_rows_per_split = 64; ///< each of a block's 32 row groups walks 2 rows at least
   int64_t min_bytes = 256ll << 10; ///< a smaller operand is quick in one pass
+  /// Whether a GEMM of `product` type can write the column sums of its B operand, in `sum`
+  /// type, as it multiplies (cuBLASLt's BGRADA): a reduce_sum of leading axes whose operand (or
+  /// that operand widened from bf16/f16 to f32) is, up to reshapes, a later 2-D matmul's B then
+  /// stays whole, for the GEMM to absorb. Unset: every long reduction splits.
+  std::function<bool(DType product, DType sum)> gemm_sums_columns;
 };
 /// The number of row groups a column reduction of `rows` rows of `columns` columns (its operand
 /// `bytes` long) is split into: a power of two dividing `rows` that brings its blocks to
@@ -74,7 +79,8 @@ int64_t column_reduction_splits(int64_t rows, int64_t columns, int64_t bytes,
                                 const ColumnSplitOptions& options = {});
 /// Each long reduction of leading axes (reduce_sum, _max, _min) over x[rows, rest...] becomes
 /// the same reduction over axis 1 of x as [splits, rows / splits, rest...], then over axis 0
-/// (16-bit results keep their partials in f32). CUDA runs it before fusion.
+/// (16-bit results keep their partials in f32), except bias gradients a GEMM may take
+/// (`gemm_sums_columns`). CUDA runs it before fusion.
 Graph split_column_reductions(const Graph& graph, const ColumnSplitOptions& options = {});
 /// Algebraic simplification and constant folding (x*1, x+0, -(-x), permute∘permute, ...).
 Graph simplify(const Graph& graph);

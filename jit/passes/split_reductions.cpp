@@ -4,7 +4,9 @@
 
 #include "ops/registry.hpp"
 
+#include <map>
 #include <numeric>
+#include <set>
 
 namespace sinter {
 
@@ -38,20 +40,59 @@ int64_t splits_of(const Node& n, const Shape& xs, DType operand,
   return column_reduction_splits(rows, xs.back(), bytes, options);
 }
 
+ValueId through_reshapes(const Graph& g, ValueId v) {
+  while (g.node(v).op == OpId::reshape)
+    v = g.node(v).inputs[0];
+  return v;
+}
+
+/// The reductions a GEMM may absorb as its bias-gradient epilogue (ColumnSplitOptions::
+/// gemm_sums_columns): those to leave whole.
+std::set<const Node*> gemm_absorbable(const Graph& g, const ColumnSplitOptions& options) {
+  std::set<const Node*> keep;
+  if (!options.gemm_sums_columns) return keep;
+  // The B operands of non-batched matmuls, up to reshapes, with the product's type.
+  std::map<ValueId, DType> b_sources;
+  for (ValueId id = 0; id < g.size(); ++id) {
+    const Node& n = g.node(id);
+    if (n.op == OpId::matmul && g.type(id).shape.size() == 2)
+      b_sources.emplace(through_reshapes(g, n.inputs[1]), g.type(id).dtype);
+  }
+  for (ValueId id = 0; id < g.size(); ++id) {
+    const Node& n = g.node(id);
+    if (n.op != OpId::reduce_sum) continue;
+    ValueId x = n.inputs[0];
+    const Node& widen = g.node(x);
+    if (widen.op == OpId::cast && g.type(x).dtype == DType::f32 &&
+        (g.type(widen.inputs[0]).dtype == DType::bf16 ||
+         g.type(widen.inputs[0]).dtype == DType::f16))
+      x = widen.inputs[0];
+    auto found = b_sources.find(through_reshapes(g, x));
+    if (found != b_sources.end() && found->second == g.type(x).dtype &&
+        options.gemm_sums_columns(found->second, n.type.dtype))
+      keep.insert(&n);
+  }
+  return keep;
+}
+
 } // namespace
 
 Graph split_column_reductions(const Graph& graph, const ColumnSplitOptions& options) {
+  const std::set<const Node*> absorbable = gemm_absorbable(graph, options);
+  auto splits_for = [&](const Node& n, const Shape& xs, DType operand) -> int64_t {
+    return absorbable.count(&n) ? 1 : splits_of(n, xs, operand, options);
+  };
   bool any = false;
   for (ValueId id = 0; id < graph.size() && !any; ++id) {
     const Node& n = graph.node(id);
     any = !n.inputs.empty() &&
-          splits_of(n, graph.type(n.inputs[0]).shape, graph.type(n.inputs[0]).dtype, options) > 1;
+          splits_for(n, graph.type(n.inputs[0]).shape, graph.type(n.inputs[0]).dtype) > 1;
   }
   if (!any) return graph; // a rebuild would also merge values recomputed on purpose
   return rebuild(graph, [&](const Node& n, std::span<const Value> operands) -> Value {
     if (operands.empty()) return {};
     const Shape& xs = operands[0].shape();
-    int64_t splits = splits_of(n, xs, operands[0].dtype(), options);
+    int64_t splits = splits_for(n, xs, operands[0].dtype());
     if (splits < 2) return {};
     auto leading = static_cast<std::ptrdiff_t>(n.attrs.ints.size());
     int64_t rows =

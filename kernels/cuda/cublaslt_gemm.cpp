@@ -17,7 +17,8 @@ using Status = int;
 constexpr int cuda_r_32f = 0, cuda_r_64f = 1, cuda_r_16f = 2, cuda_r_16bf = 14;
 constexpr int compute_32f = 68, compute_32f_fast_tf32 = 77, compute_64f = 70;
 constexpr int op_n = 0, op_t = 1;
-constexpr int desc_transa = 3, desc_transb = 4, desc_epilogue = 7, desc_bias_pointer = 8;
+constexpr int desc_transa = 3, desc_transb = 4, desc_epilogue = 7, desc_bias_pointer = 8,
+              desc_bias_data_type = 26;
 constexpr uint32_t epilogue_bias = 4, epilogue_relu_bias = 6, epilogue_gelu_bias = 36,
                    epilogue_bias_gradient_a = 256;
 constexpr int layout_batch_count = 5, layout_strided_batch_offset = 6;
@@ -189,6 +190,14 @@ const CublasLt::Plan& CublasLt::plan(const GpuGemmShape& g) {
     const void* bias = reinterpret_cast<const void*>(static_cast<uintptr_t>(g.bias));
     api.check(api.desc_set(plan->desc, desc_epilogue, &epilogue, sizeof epilogue), "EPILOGUE");
     api.check(api.desc_set(plan->desc, desc_bias_pointer, &bias, sizeof bias), "BIAS_POINTER");
+    if (g.bias_dtype && *g.bias_dtype != g.dtype) {
+      int32_t bias_type = *g.bias_dtype == DType::f32    ? cuda_r_32f
+                          : *g.bias_dtype == DType::bf16 ? cuda_r_16bf
+                          : *g.bias_dtype == DType::f16  ? cuda_r_16f
+                                                         : cuda_r_64f;
+      api.check(api.desc_set(plan->desc, desc_bias_data_type, &bias_type, sizeof bias_type),
+                "BIAS_DATA_TYPE");
+    }
   }
   auto layout = [&](void** out, int64_t rows, int64_t cols) {
     api.check(api.layout_create(out, data, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols),

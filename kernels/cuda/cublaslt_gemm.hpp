@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -35,10 +36,13 @@ struct GpuGemmShape {
   Fp32Math fp32 = Fp32Math::exact;
   GemmEpilogueOp epilogue = GemmEpilogueOp::none;
   cuda::DevicePtr bias = 0; ///< the bias vector (device), part of the cached descriptor
+  /// The bias vector's type: `dtype` unless set (mixed precision: an f32 bias gradient of a
+  /// bf16 or f16 GEMM, cuBLASLt's BIAS_DATA_TYPE).
+  std::optional<DType> bias_dtype;
   auto key() const {
     return std::make_tuple(static_cast<int>(dtype), shape.m, shape.n, shape.k, shape.trans_a,
                            shape.trans_b, batch, static_cast<int>(fp32), static_cast<int>(epilogue),
-                           bias);
+                           bias, static_cast<int>(bias_dtype.value_or(dtype)));
   }
 };
 

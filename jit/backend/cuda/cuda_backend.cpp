@@ -10,17 +10,55 @@
 #include "jit/settings.hpp"
 
 #include <algorithm>
+#include <map>
 #include <mutex>
+#include <tuple>
 
 namespace sinter {
 
 namespace {
 
+/// Whether cuBLASLt writes a `product`-type GEMM's B-column sums in `sum` type as its epilogue
+/// (BGRADA) on GPU `ordinal`: a probe plan, asked once per pair and process. Without a driver
+/// (planning on a machine with no GPU) an H100's cuBLASLt is assumed, which has it.
+bool cublaslt_sums_columns(int ordinal, DType product, DType sum) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, int, int>, bool> known;
+  std::lock_guard lock(mutex);
+  auto key = std::make_tuple(ordinal, static_cast<int>(product), static_cast<int>(sum));
+  if (auto found = known.find(key); found != known.end()) return found->second;
+  bool sums = true;
+  if (cuda::driver()) {
+    kernels::CublasLt* blas = kernels::CublasLt::get();
+    sums = blas != nullptr;
+    try {
+      if (blas) {
+        CudaDevice::get(ordinal).make_current();
+        kernels::GpuGemmShape probe; // a weight gradient Xᵀ·dY, its bias gradient beside
+        probe.dtype = product;
+        probe.shape = kernels::GemmShape{.m = 256, .n = 256, .k = 4096, .trans_a = true};
+        probe.epilogue = kernels::GemmEpilogueOp::bias_gradient;
+        probe.bias = 1u << 20; // never dereferenced by planning: only its alignment counts
+        probe.bias_dtype = sum;
+        blas->prepare(probe);
+      }
+    } catch (const std::exception&) {
+      sums = false;
+    }
+  }
+  known.emplace(key, sums);
+  return sums;
+}
+
 BackendGraphStages cuda_graph_stages(const Graph& optimized, const Device& device) {
   int capability = 90; // an H100 where no GPU can be asked (planning on a build machine)
   if (cuda::driver()) capability = CudaDevice::get(device.ordinal).info().compute_capability;
   NvptxAttentionChoice choice;
-  BackendGraphStages stages = nvptx_graph_stages(optimized, capability, &choice);
+  int ordinal = device.ordinal;
+  BackendGraphStages stages =
+      nvptx_graph_stages(optimized, capability, &choice, [ordinal](DType product, DType sum) {
+        return cublaslt_sums_columns(ordinal, product, sum);
+      });
   static std::once_flag said_fused, said_decomposed;
   if (choice.fused)
     std::call_once(said_fused, [] {

@@ -85,6 +85,36 @@ std::optional<std::pair<ValueId, EpilogueKind>> match_body(const Graph& g, const
   return std::nullopt;
 }
 
+/// `v` with the reshapes that produced it taken off: a reshape keeps row-major element order.
+ValueId through_reshapes(const Graph& g, ValueId v) {
+  while (g.node(v).op == OpId::reshape)
+    v = g.node(v).inputs[0];
+  return v;
+}
+
+/// The value whose column sums reduction kernel `reduce` computes, if it is a bias gradient
+/// cuBLASLt can take: the kernel's one output is reduce_sum over every dim but the last of a
+/// value x of 2 or more dims, or of x cast from bf16/f16 up to f32 (mixed precision).
+std::optional<ValueId> summed_value(const Graph& g, const Kernel& reduce) {
+  const Node& sum = g.node(reduce.root);
+  if (sum.op != OpId::reduce_sum || reduce.outputs().size() != 1) return std::nullopt;
+  ValueId x = sum.inputs[0];
+  const TensorType& t = g.type(x);
+  if (t.shape.size() < 2) return std::nullopt;
+  std::vector<int64_t> leading(t.shape.size() - 1);
+  for (std::size_t i = 0; i < leading.size(); ++i)
+    leading[i] = static_cast<int64_t>(i);
+  if (sum.attrs.ints != leading || g.type(reduce.root).shape != Shape{t.shape.back()})
+    return std::nullopt;
+  const Node& widen = g.node(x);
+  if (t.dtype == DType::f32 && widen.op == OpId::cast) {
+    DType low = g.type(widen.inputs[0]).dtype;
+    if (low == DType::bf16 || low == DType::f16) return widen.inputs[0];
+  }
+  if (t.dtype == DType::f32 || t.dtype == DType::bf16 || t.dtype == DType::f16) return x;
+  return std::nullopt;
+}
+
 bool overlaps(const MemoryPlan& memory, const Graph& g, ValueId a, ValueId b) {
   auto oa = memory.offset_of(a), ob = memory.offset_of(b);
   if (!oa || !ob) return false; // outside the arena: separate buffers
@@ -133,20 +163,20 @@ std::vector<GemmEpilogue> find_gemm_epilogues(const FusionPlan& plan, const Memo
     taken[e.gemm] = true;
   for (std::size_t r = 0; r < plan.kernels.size(); ++r) {
     const Kernel& reduce = plan.kernels[r];
-    const Node& sum = g.node(reduce.root);
-    if (reduce.kind != KernelKind::reduce || sum.op != OpId::reduce_sum ||
-        sum.attrs.ints != std::vector<int64_t>{0} || reduce.body.size() != 1 ||
-        reduce.reads.size() != 1 || reduce.reads[0] != sum.inputs[0])
-      continue;
-    ValueId dy = sum.inputs[0];
-    const TensorType& t = g.type(dy);
-    if (t.shape.size() != 2 ||
-        !(t.dtype == DType::f32 || t.dtype == DType::bf16 || t.dtype == DType::f16))
-      continue;
+    if (reduce.kind != KernelKind::reduce) continue;
+    auto summed = summed_value(g, reduce);
+    if (!summed) continue;
+    const TensorType& t = g.type(*summed);
+    const ValueId source = through_reshapes(g, *summed);
     for (std::size_t k = r + 1; k < plan.kernels.size(); ++k) {
       const Kernel& gemm = plan.kernels[k];
-      if (gemm.kind != KernelKind::gemm || taken[k] || gemm.gemm_b.buffer != dy ||
-          gemm.gemm_b.logical != dy || gemm.gemm_b.transposed ||
+      // The GEMM's untransposed B, seen as [rows, n], holds the summed values (the same node,
+      // up to reshapes): k runs over its rows, so cuBLASLt's BGRADA sums what the reduction
+      // sums, and the reduction's own reads (the values it recomputed them from) are not needed.
+      if (gemm.kind != KernelKind::gemm || taken[k] || gemm.gemm_b.transposed ||
+          through_reshapes(g, gemm.gemm_b.buffer) != source ||
+          g.type(gemm.gemm_b.logical).shape.size() != 2 ||
+          g.type(gemm.gemm_b.logical).shape.back() != t.shape.back() ||
           g.type(gemm.root).shape.size() != 2 || g.type(gemm.root).dtype != t.dtype)
         continue;
       bool read_before = false;

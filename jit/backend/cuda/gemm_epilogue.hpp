@@ -27,10 +27,12 @@ struct GemmEpilogue {
 /// optionally ReLU or GELU (recognised by comparison with the pipeline's own lowering), where that
 /// kernel is C's only reader, C is not an output, the GEMM is not batched, and the kernel's result
 /// does not share memory with the GEMM's operands (the memory plan may reuse an operand's slot once
-/// it is dead). Bias gradient: a reduce kernel that is exactly `reduce_sum(dY, axes {0})` of a 2-D
-/// buffer dY, and a later 2-D GEMM reading dY untransposed as B (dW = Xᵀ·dY), with every reader of
-/// the sum after that GEMM (its slot is reserved from the reduce on, so writing it later is
-/// safe). Each GEMM gets at most one epilogue.
+/// it is dead). Bias gradient: a reduce kernel whose one output is `reduce_sum(dY)` over every
+/// dim of dY but its last (or, under mixed precision, of dY cast from bf16/f16 to f32: the GEMM
+/// then writes an f32 bias gradient), and a later 2-D GEMM reading dY untransposed as B, seen as
+/// [rows, n] (dW = Xᵀ·dY; dY may be a value the reduction recomputes, as long as B is the same
+/// node up to reshapes), with every reader of the sum after that GEMM (its slot is
+/// reserved from the reduce on, so writing it later is safe). Each GEMM gets at most one epilogue.
 std::vector<GemmEpilogue> find_gemm_epilogues(const FusionPlan& plan, const MemoryPlan& memory);
 
 } // namespace sinter

@@ -73,7 +73,8 @@ std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion,
         break;
       case EpilogueKind::bias_gradient:
         gemm.epilogue = kernels::GemmEpilogueOp::bias_gradient;
-        launch.bias_node = absorbed.root; // the GEMM writes the reduction's result too
+        gemm.bias_dtype = g.type(absorbed.root).dtype; // f32 under mixed precision
+        launch.bias_node = absorbed.root;              // the GEMM writes the reduction's result too
         break;
       }
     }

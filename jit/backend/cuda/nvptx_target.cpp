@@ -246,7 +246,8 @@ std::optional<std::filesystem::path> NvptxTarget::find_libdevice() {
 }
 
 BackendGraphStages nvptx_graph_stages(const Graph& optimized, int compute_capability,
-                                      NvptxAttentionChoice* choice) {
+                                      NvptxAttentionChoice* choice,
+                                      std::function<bool(DType, DType)> gemm_sums_columns) {
   NvptxAttentionChoice seen;
   bool requested = has_fused_attention(optimized) && attention_decomposition_requested();
   // Why this GPU decomposes a fused attention node with these operands; empty: it fuses it.
@@ -285,7 +286,11 @@ BackendGraphStages nvptx_graph_stages(const Graph& optimized, int compute_capabi
                           }});
   // Before rematerialize: a rebuild merges recomputed values back into the ones they repeat.
   if (switch_setting("SINTER_SPLIT_REDUCTIONS", true))
-    out.stages.push_back({"split-reductions", [](Graph g) { return split_column_reductions(g); }});
+    out.stages.push_back({"split-reductions", [gemm_sums_columns](Graph g) {
+                            ColumnSplitOptions options;
+                            options.gemm_sums_columns = gemm_sums_columns;
+                            return split_column_reductions(g, options);
+                          }});
   out.stages.push_back({"rematerialize", [](Graph g) {
                           return recompute_late_gemm_operands(g, gpu_fusion_options);
                         }});

@@ -32,8 +32,12 @@ struct NvptxAttentionChoice {
 /// those nodes into primitives that have a kernel; `rematerialize` recomputes GEMM operands
 /// read long after they were computed (recompute_late_gemm_operands). Fused with
 /// gpu_fusion_options. `choice`, when given, says what happens to attention.
-BackendGraphStages nvptx_graph_stages(const Graph& optimized, int compute_capability,
-                                      NvptxAttentionChoice* choice = nullptr);
+/// `gemm_sums_columns` (ColumnSplitOptions): which bias gradients `split-reductions` leaves
+/// whole for a GEMM's epilogue (the CUDA backend asks cuBLASLt; unset: none).
+BackendGraphStages
+nvptx_graph_stages(const Graph& optimized, int compute_capability,
+                   NvptxAttentionChoice* choice = nullptr,
+                   std::function<bool(DType product, DType sum)> gemm_sums_columns = {});
 /// prepare() with those stages: the graph, kernels and buffers a GPU of `compute_capability`
 /// runs (the CUDA executable, its memory planner, the emulator and the PTX tests all use it).
 Prepared prepare_for_nvptx(Graph optimized, int compute_capability, CompileRun& run);

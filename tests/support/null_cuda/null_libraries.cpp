@@ -26,6 +26,7 @@ struct MatmulDesc {
   int32_t trans_a = 0, trans_b = 0;
   uint32_t epilogue = 1; // CUBLASLT_EPILOGUE_DEFAULT
   uint64_t bias = 0;
+  int32_t bias_type = -1; // CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: -1 is D's type
 };
 
 struct Layout {
@@ -144,6 +145,12 @@ NULL_GPU_API int cublasLtMatmulDescSetAttribute(void* desc, int attribute, const
   case 4: return take(d->trans_b);
   case 7: return take(d->epilogue);
   case 8: return take(d->bias);
+  case 26: {
+    int r = take(d->bias_type);
+    if (r == blas_success && d->bias_type != -1 && element_bytes(d->bias_type) == 0)
+      return blas_invalid_value;
+    return r;
+  }
   default: return blas_success;
   }
 }
@@ -243,8 +250,9 @@ NULL_GPU_API int cublasLtMatmul(void* handle, void* desc, const void* alpha, con
   bool has_bias = md.epilogue == 4 || md.epilogue == 6 || md.epilogue == 36 || md.epilogue == 256;
   if (has_bias) {
     uint64_t bias_rows = md.epilogue == 256 ? (md.trans_a ? la.cols : la.rows) : m;
-    if (int r = operand(reinterpret_cast<const void*>(md.bias), bias_rows * element_bytes(lc.type),
-                        "the bias"))
+    int bias_type = md.bias_type == -1 ? lc.type : md.bias_type;
+    if (int r = operand(reinterpret_cast<const void*>(md.bias),
+                        bias_rows * element_bytes(bias_type), "the bias"))
       return r;
   }
   if (workspace_bytes && operand(workspace, workspace_bytes, "the workspace"))
