@@ -2,6 +2,8 @@
 #pragma once
 #include "jit/api.hpp"
 #include "jit/backend/cpu/cpu_executable.hpp"
+#include "jit/passes/passes.hpp"
+#include "jit/pipeline/pipeline.hpp"
 #include "numeric_check.hpp"
 #include "temp_dir.hpp"
 
@@ -147,6 +149,34 @@ inline double backend_tolerance(DType precision, bool gradient) {
   case DType::f16: return gradient ? 1e-2 : 2.5e-3;
   default: return gradient ? 1e-10 : 1e-12;
   }
+}
+
+/// Uniform values in [-1, 1) for every input of `g`, from `seed`.
+inline std::vector<F64Tensor> random_values(const Graph& g, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+  std::vector<F64Tensor> values;
+  for (const auto& in : g.inputs()) {
+    F64Tensor t{g.type(in.id).shape, {}};
+    t.data.resize(static_cast<std::size_t>(numel(t.shape)));
+    for (double& v : t.data)
+      v = uniform(rng);
+    values.push_back(std::move(t));
+  }
+  return values;
+}
+
+/// A linear layer's training step under bf16 autocast: loss = Σ tanh(x·w + b) ∘ r over
+/// x [4, 64, 32] (3-D activations), differentiated for w and b. Its bias gradient is the f32
+/// column sum of a bf16 dY, which a GPU's weight-gradient GEMM writes as its epilogue.
+inline Graph mixed_precision_linear_step() {
+  Graph g;
+  Value x = input(g, "x", {DType::f32, {4, 64, 32}});
+  Value r = input(g, "r", {DType::f32, {4, 64, 48}});
+  Value w = input(g, "w", {DType::f32, {32, 48}}), b = input(g, "b", {DType::f32, {48}});
+  g.add_output("loss", sum(tanh(matmul(x, w) + b) * r).id);
+  return Pipeline::standard(AutodiffOptions{{"w", "b"}, 0})
+      .run(autocast(g, DType::bf16), DumpSelection(""), std::cerr);
 }
 
 inline std::vector<HostTensor> as_host(const Graph& g, const std::vector<F64Tensor>& values) {

@@ -2,6 +2,7 @@
 // and gradients in f64, f32, bf16, f16), generated from the registry; plus step replay and device
 // errors
 #include "backend_check.hpp"
+#include "capture_stderr.hpp"
 #include "dsl/sinter.hpp"
 #include "env_override.hpp"
 #include "op_test_registry.hpp"
@@ -9,6 +10,7 @@
 #include "jit/backend/cuda/gpu_executable.hpp"
 #include "jit/passes/passes.hpp"
 #include "jit/profile/profiler.hpp"
+#include "kernels/cuda/cudnn_attention.hpp"
 #include "temp_dir.hpp"
 
 #include <catch2/catch.hpp>
@@ -72,20 +74,22 @@ TEST_CASE("cuda: attention through cuDNN, the NVPTX kernels and the timed choice
   g.add_output("loss", sum(attention(q, k, v, {.causal = true}) * r).id);
   Graph step =
       Pipeline::standard(AutodiffOptions{{"q", "k", "v"}, 0}).run(g, DumpSelection(""), std::cerr);
-  std::mt19937_64 rng(7);
-  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
-  std::vector<F64Tensor> values;
-  for (const auto& in : step.inputs()) {
-    F64Tensor t{step.type(in.id).shape, {}};
-    t.data.resize(static_cast<std::size_t>(numel(t.shape)));
-    for (double& x : t.data)
-      x = uniform(rng);
-    values.push_back(std::move(t));
-  }
+  std::vector<F64Tensor> values = random_values(step, 7);
   for (const char* path : {"cudnn", "nvptx", "fused"}) {
     INFO("SINTER_ATTENTION=" << path);
     EnvOverride attention_path("SINTER_ATTENTION", path);
-    compare_on_gpu(step, values, backend_tolerance(DType::bf16, true));
+    EnvOverride dump("SINTER_DUMP", "launch-plan");
+    std::string plan =
+        capture_stderr([&] { compare_on_gpu(step, values, backend_tolerance(DType::bf16, true)); });
+    // Forced, cuDNN runs both kernels wherever it is installed (a GPU machine without it
+    // checks the NVPTX kernels three times, and says so).
+    bool on_cudnn = plan.find(" cudnn 2×4×192×192×64 bf16 causal") != std::string::npos;
+    if (std::string(path) == "cudnn" && kernels::CudnnAttention::get())
+      CHECK(on_cudnn);
+    else if (std::string(path) == "nvptx")
+      CHECK_FALSE(on_cudnn);
+    if (!kernels::CudnnAttention::get())
+      WARN("no cuDNN: " << kernels::CudnnAttention::unavailable_reason());
   }
 }
 
@@ -94,24 +98,8 @@ TEST_CASE("cuda: attention through cuDNN, the NVPTX kernels and the timed choice
 TEST_CASE("cuda: a bf16 linear layer's f32 bias gradient from its GEMM's epilogue matches the "
           "interpreter",
           "[cuda]") {
-  Graph g;
-  Value x = input(g, "x", {DType::f32, {4, 64, 32}});
-  Value r = input(g, "r", {DType::f32, {4, 64, 48}});
-  Value w = input(g, "w", {DType::f32, {32, 48}}), b = input(g, "b", {DType::f32, {48}});
-  g.add_output("loss", sum(tanh(matmul(x, w) + b) * r).id);
-  Graph step = Pipeline::standard(AutodiffOptions{{"w", "b"}, 0})
-                   .run(autocast(g, DType::bf16), DumpSelection(""), std::cerr);
-  std::mt19937_64 rng(11);
-  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
-  std::vector<F64Tensor> values;
-  for (const auto& in : step.inputs()) {
-    F64Tensor t{step.type(in.id).shape, {}};
-    t.data.resize(static_cast<std::size_t>(numel(t.shape)));
-    for (double& v : t.data)
-      v = uniform(rng);
-    values.push_back(std::move(t));
-  }
-  compare_on_gpu(step, values, backend_tolerance(DType::bf16, true));
+  Graph step = mixed_precision_linear_step();
+  compare_on_gpu(step, random_values(step, 11), backend_tolerance(DType::bf16, true));
 }
 
 /// A two-layer MLP's loss and gradients: GEMMs (cuBLASLt, transposed operands), bias

@@ -217,13 +217,7 @@ TEST_CASE("gpu: bias and bias+ReLU kernels after GEMMs become cuBLASLt epilogues
   }
   SECTION("mixed precision and 3-D activations: the f32 bias gradient of a bf16 dY rides on the "
           "weight-gradient GEMM too") {
-    Graph g;
-    Value x = input(g, "x", {DType::f32, {4, 64, 32}});
-    Value r = input(g, "r", {DType::f32, {4, 64, 48}});
-    Value w = input(g, "w", {DType::f32, {32, 48}}), b = input(g, "b", {DType::f32, {48}});
-    g.add_output("loss", sum(tanh(matmul(x, w) + b) * r).id);
-    Graph step = Pipeline::standard(AutodiffOptions{{"w", "b"}, 0})
-                     .run(autocast(g, DType::bf16), DumpSelection(""), std::cerr);
+    Graph step = mixed_precision_linear_step();
     FusionPlan plan = fuse(step);
     INFO(plan.print());
     auto found = find_gemm_epilogues(plan, MemoryPlan(plan));

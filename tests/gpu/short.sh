@@ -8,7 +8,8 @@
 # REPORT_DIR/short-logs.tar.gz (whole outputs and profiles, one file: the device tool brings back
 # only a few files; a compile's stages are in its log, SINTER_DUMP=list). Stages (default: the
 # first seven, in this order):
-#   info          sinter info, the GPU
+#   info          sinter info, the GPU, and cuDNN's attention test alone (if it fails, the
+#                 stages after it run SINTER_ATTENTION=nvptx)
 #   compile       GPT-2 small bf16 B=8: cold compile (empty kernel cache, SINTER_DUMP=list,plan:
 #                 stages and predicted_step_ms), warm compile (second process), a profiled run
 #   amp77         the CUDA suites in the background, beside GPT-2 small bf16, 77 steps on one
@@ -81,6 +82,14 @@ stage_info() {
   step info 20 "$HERE/bin/sinter" info
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem \
     --format=csv >>"$REPORT" 2>&1
+  # cuDNN's attention has never run here before: its CUDA test first, alone. Should it fail
+  # or crash, the later stages run the NVPTX kernels (and the report says so), so that one
+  # broken path does not cost the session's other figures.
+  if [[ -z ${SINTER_ATTENTION:-} ]] &&
+    ! step cudnn-attention 90 "$HERE/bin/sinter_tests" "cuda: attention through cuDNN*"; then
+    export SINTER_ATTENTION=nvptx
+    echo "### cuDNN's attention test failed: the stages below run SINTER_ATTENTION=nvptx" >>"$REPORT"
+  fi
 }
 stage_compile() {
   SINTER_DUMP=list,plan step compile-cold 150 "$TS" "${gpt2[@]}" --warmup 3 --iters 20
