@@ -1,6 +1,7 @@
 // jit/passes/split_reductions.cpp — long column reductions split in two: partial sums over
 // groups of rows, then a short reduction of the partials (more blocks for a GPU)
 #include "jit/passes/passes.hpp"
+#include "jit/passes/reshapes.hpp"
 
 #include "ops/registry.hpp"
 
@@ -38,12 +39,6 @@ int64_t splits_of(const Node& n, const Shape& xs, DType operand,
   int64_t rows = std::accumulate(xs.begin(), xs.begin() + leading, int64_t{1}, std::multiplies<>());
   int64_t bytes = numel(xs) * static_cast<int64_t>(dtype_bytes(operand));
   return column_reduction_splits(rows, xs.back(), bytes, options);
-}
-
-ValueId through_reshapes(const Graph& g, ValueId v) {
-  while (g.node(v).op == OpId::reshape)
-    v = g.node(v).inputs[0];
-  return v;
 }
 
 /// The reductions a GEMM may absorb as its bias-gradient epilogue (ColumnSplitOptions::

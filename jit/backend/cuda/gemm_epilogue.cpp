@@ -1,6 +1,7 @@
 // jit/backend/cuda/gemm_epilogue.cpp — matching bias, bias+ReLU, bias+GELU(tanh) and bias-gradient
 // kernels next to GEMMs that cuBLASLt can run as epilogues
 #include "jit/backend/cuda/gemm_epilogue.hpp"
+#include "jit/passes/reshapes.hpp"
 
 #include "jit/pipeline/pipeline.hpp"
 #include "ops/value.hpp"
@@ -83,13 +84,6 @@ std::optional<std::pair<ValueId, EpilogueKind>> match_body(const Graph& g, const
   if (same_computation(g, loop.root, sum, gelu.graph, gelu.root, gelu.z, used) && used == body)
     return std::make_pair(bias, EpilogueKind::gelu_bias);
   return std::nullopt;
-}
-
-/// `v` with the reshapes that produced it taken off: a reshape keeps row-major element order.
-ValueId through_reshapes(const Graph& g, ValueId v) {
-  while (g.node(v).op == OpId::reshape)
-    v = g.node(v).inputs[0];
-  return v;
 }
 
 /// The value whose column sums reduction kernel `reduce` computes, if it is a bias gradient
