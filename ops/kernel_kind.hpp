@@ -13,7 +13,8 @@ enum class KernelKind {
   scatter_add, ///< accumulating rows at indices (inlined index and update chains)
   row,         ///< per row of the last axis: reductions over the row (layernorm's mean and
                ///< variance, softmax's max and sum) one after another, then the elementwise
-               ///< outputs of the row (and per-row values) from them
+               ///< outputs of the row (and per-row values) from them, and column sums of
+               ///< the row's values over each group of rows (RowLayout::partials)
   attention,   ///< fused attention (forward with its row log-sum-exp, or the three gradients):
                ///< a hand-written kernel reading its operands from buffers
   collective,  ///< all_reduce, reduce_scatter, all_gather or broadcast_from through the

@@ -108,6 +108,13 @@ TEST_CASE("cost model: a column reduction over few columns is bound by its block
                            .arithmetic = 1};
   KernelPrediction few = predict_kernel(bias_gradient, rates);
   CHECK(std::string(few.bound) == "columns");
+  // Four rows in flight a thread (today's kernels): four times the blocks' rate.
+  KernelWork unrolled = bias_gradient;
+  unrolled.rows_in_flight = 4;
+  KernelPrediction faster = predict_kernel(unrolled, rates);
+  CHECK(std::string(faster.bound) == "columns");
+  CHECK(faster.seconds - rates.launch_seconds ==
+        Approx((few.seconds - rates.launch_seconds) / 4).epsilon(1e-9));
   bias_gradient.blocks = 1024;
   KernelPrediction many = predict_kernel(bias_gradient, rates);
   CHECK(std::string(many.bound) == "memory");
@@ -134,6 +141,12 @@ TEST_CASE("cost model: SINTER_DUMP=plan's kernel fields read back", "[cost-model
   REQUIRE(cudnn);
   CHECK(cudnn->cudnn);
   CHECK_FALSE(parse_work(describe(w) + " library=cublas"));
+  KernelWork columns{.name = "k4 bias", .kind = KernelKind::reduce, .rows_in_flight = 4};
+  std::optional<KernelWork> unrolled = parse_work(describe(columns));
+  REQUIRE(unrolled);
+  CHECK(unrolled->rows_in_flight == 4);
+  CHECK(parse_work(describe(w))->rows_in_flight == 1); // profiles from before it was printed
+  CHECK_FALSE(parse_work(describe(columns) + "0x"));
 }
 
 TEST_CASE("cost model: attention through cuDNN is priced by its FLOPs alone, apart from the "

@@ -12,6 +12,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <string>
+
 namespace sinter::testing {
 namespace {
 
@@ -262,48 +267,73 @@ TEST_CASE("GPU plan: a layernorm forward is one kernel and its backward one row 
   CHECK(sibling_passes == 1); // dγ and dβ folded in one pass
 }
 
-TEST_CASE("GPU plan: a GPT step's transformer block is at most 31 kernels, forward, backward and "
-          "AdamW (bf16 autocast, fused attention)",
+TEST_CASE("GPU plan: a GPT step's transformer block is at most 32 kernels forward and backward, "
+          "AdamW merges the blocks' updates, and the loss reads the logits once (bf16 autocast, "
+          "fused attention)",
           "[emulated][fusion]") {
-  // The gpt recipe's step (clipping, AdamW, warm-up schedule) at depth 1 and 2: the difference
-  // is one block. The GPU plan is the one GpuExecutable would run on an sm_90 device.
-  auto kernels_at_depth = [](int64_t depth, KernelKind* only = nullptr) {
-    Init init(3);
-    GPT model(GPTConfig{.vocab = 64, .context = 16, .dim = 32, .depth = depth, .heads = 2}, init);
-    auto step = compile_step(
-        model, [](GPT& m, Var ids, Var next) { return cross_entropy_mean(m(ids), next); },
-        adamw{.lr = 1e-3, .weight_decay = 0.1},
-        {.schedule = warmup_cosine(1e-3, 10, 100), .clip_grad_norm = 1.0, .amp = amp::bf16});
-    std::vector<double> ids(4 * 16);
-    for (std::size_t i = 0; i < ids.size(); ++i)
-      ids[i] = static_cast<double>((i * 7) % 64);
-    HostTensor x = HostTensor::from_doubles(DType::i64, {4, 16}, ids);
-    step(x, x);
-    GpuPlan gpu(step.runtime().program().graph());
-    INFO("depth " << depth << "\n" << gpu.plan.print());
-    CHECK(gpu.count(KernelKind::attention) == static_cast<std::size_t>(2 * depth));
-    // No kernel only converts: every cast (the logits' gradient to bf16, working copies) is
-    // written by the kernel that computes the value.
-    for (const Kernel& k : gpu.plan.kernels) {
-      bool casts = false, computes = false;
-      for (ValueId v : k.body) {
-        OpId op = gpu.graph.node(v).op;
-        casts = casts || op == OpId::cast;
-        computes = computes || !(op == OpId::cast || op == OpId::reshape || op == OpId::broadcast ||
-                                 op == OpId::permute);
-      }
-      INFO("kernel of %" << k.root);
-      CHECK((!casts || computes || k.kind != KernelKind::loop));
-    }
-    return only ? gpu.count(*only) : gpu.plan.kernels.size();
+  // The gpt recipe's step (clipping, AdamW, warm-up schedule) at depth 2. The GPU plan is the one
+  // GpuExecutable would run on an sm_90 device. Kernels are counted by the model path of the
+  // value they compute (`blocks.1.attn.attention.bwd` belongs to block 1).
+  Init init(3);
+  GPT model(GPTConfig{.vocab = 64, .context = 16, .dim = 32, .depth = 2, .heads = 2}, init);
+  auto step = compile_step(
+      model, [](GPT& m, Var ids, Var next) { return cross_entropy_mean(m(ids), next); },
+      adamw{.lr = 1e-3, .weight_decay = 0.1},
+      {.schedule = warmup_cosine(1e-3, 10, 100), .clip_grad_norm = 1.0, .amp = amp::bf16});
+  std::vector<double> ids(4 * 16);
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    ids[i] = static_cast<double>((i * 7) % 64);
+  HostTensor x = HostTensor::from_doubles(DType::i64, {4, 16}, ids);
+  step(x, x);
+  GpuPlan gpu(step.runtime().program().graph());
+  INFO(gpu.plan.print());
+  CHECK(gpu.count(KernelKind::attention) == 4);
+  auto path_of = [&](const Kernel& k) {
+    return gpu.graph.scope_path(gpu.graph.node(k.root).scope);
   };
-  std::size_t one = kernels_at_depth(1), two = kernels_at_depth(2);
-  INFO("kernels at depth 1: " << one << ", at depth 2: " << two);
-  // 30, plus the recompute of the MLP's GELU output before its weight gradient's GEMM.
-  CHECK(two - one <= 31);
-  KernelKind row = KernelKind::row;
-  // Two layernorms per block, forward and backward.
-  CHECK(kernels_at_depth(2, &row) - kernels_at_depth(1, &row) == 4);
+  std::map<std::string, std::size_t> per_block, rows_per_block;
+  std::size_t optimizer_block_kernels = 0;
+  for (const Kernel& k : gpu.plan.kernels) {
+    std::string path = path_of(k);
+    if (path.starts_with("optimizer.blocks.")) ++optimizer_block_kernels;
+    if (!path.starts_with("blocks.")) continue;
+    std::string block = path.substr(0, path.find('.', std::string("blocks.").size()));
+    ++per_block[block];
+    rows_per_block[block] += k.kind == KernelKind::row;
+  }
+  REQUIRE(per_block.size() == 2);
+  for (const auto& [block, count] : per_block) {
+    INFO(block);
+    CHECK(count <= 32);
+    CHECK(rows_per_block[block] == 4); // two layernorms, forward and backward
+  }
+  // 24 parameter tensors of the blocks, updated in merged passes (≤ 128 buffers each).
+  CHECK(optimizer_block_kernels <= 8);
+  // No kernel only converts: every cast (the logits' gradient to bf16, working copies) is written
+  // by the kernel that computes the value.
+  for (const Kernel& k : gpu.plan.kernels) {
+    bool casts = false, computes = false;
+    for (ValueId v : k.body) {
+      OpId op = gpu.graph.node(v).op;
+      casts = casts || op == OpId::cast;
+      computes = computes || !(op == OpId::cast || op == OpId::reshape || op == OpId::broadcast ||
+                               op == OpId::permute);
+    }
+    INFO("kernel of %" << k.root);
+    CHECK((!casts || computes || k.kind != KernelKind::loop));
+  }
+  // The loss's forward reads the logits in one pass: the picked logit (the sum of logits times
+  // the one-hot labels) joins the row kernel of the log-sum-exp.
+  std::optional<ValueId> logits;
+  for (const Kernel& k : gpu.plan.kernels)
+    if (k.kind == KernelKind::gemm && path_of(k) == "head") logits = k.root;
+  REQUIRE(logits);
+  std::size_t reductions_of_logits = 0;
+  for (const Kernel& k : gpu.plan.kernels)
+    if ((k.kind == KernelKind::row || k.kind == KernelKind::reduce) &&
+        std::find(k.reads.begin(), k.reads.end(), *logits) != k.reads.end())
+      ++reductions_of_logits;
+  CHECK(reductions_of_logits == 1);
 }
 
 } // namespace sinter::testing

@@ -140,6 +140,13 @@ llvm::Value* KernelEmitter::linear(const Index& idx, const Shape& shape) {
   return flat;
 }
 
+Index KernelEmitter::start_row_reduction(const Node& reduction, llvm::AllocaInst* acc,
+                                         llvm::Value* row) {
+  const Shape& operand = g_.type(reduction.inputs[0]).shape;
+  b_.CreateStore(reduce_init(reduction), acc);
+  return delinearize(row, Shape(operand.begin(), operand.end() - 1));
+}
+
 Index KernelEmitter::delinearize(llvm::Value* flat, const Shape& shape) {
   Index idx(shape.size());
   for (std::size_t d = shape.size(); d-- > 0;) {

@@ -108,6 +108,9 @@ public:
                             const Shape& idx_shape, llvm::Value* flat);
 
   Index delinearize(llvm::Value* flat, const Shape& shape);
+  /// Row kernels: the index of row `row` of a last-axis reduction's operand (all but its last
+  /// dim), with the reduction's accumulator `acc` set to its identity, ready to fold the row.
+  Index start_row_reduction(const Node& reduction, llvm::AllocaInst* acc, llvm::Value* row);
   llvm::Value* linear(const Index& idx, const Shape& shape);
   void store_out(llvm::Value* v, llvm::Value* flat, DType t);
   /// Loop kernels: every output's value at `idx`, then every store at `flat` (all values

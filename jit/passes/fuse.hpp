@@ -82,6 +82,14 @@ struct FusionOptions {
   /// most four kernels) from buffers that outlive them anyway instead of storing them: less
   /// memory across the backward pass (GELU keeps its input alone) for a little arithmetic.
   bool rematerialize = false;
+  /// With row_kernels: column sums already split into groups of rows (a reduce_sum over axis 1
+  /// of [groups, rows per group, length], ColumnSplitOptions::row_groups) join the row kernel
+  /// over the same rows as per-group partial outputs, when rows are at most
+  /// `row_partial_max_length` long and there are at most `row_partial_max_groups` groups: a
+  /// layernorm backward's γ and β gradients are then summed as the pass computes the input's
+  /// gradient, not by a second pass over the same rows. 0: never.
+  int64_t row_partial_max_length = 0;
+  int64_t row_partial_max_groups = 0;
 };
 
 /// Decides what to materialise: graph outputs, reductions, GEMMs and their operands, scatters,
@@ -117,11 +125,13 @@ std::vector<std::size_t> buffer_last_use(const FusionPlan& plan);
 std::vector<ValueId> row_reductions(const Graph& graph, const Kernel& kernel);
 
 /// A row kernel's rows, and which of its outputs (positions in kernel.outputs()) are whole
-/// rows and which hold one value per row.
+/// rows, which hold one value per row, and which are column sums per group of `group`
+/// consecutive rows (FusionOptions::row_partial_max_length: output [rows / group, length]).
 struct RowLayout {
   std::vector<ValueId> reductions; ///< row_reductions()
   int64_t rows = 0, length = 0;    ///< rows of `length` elements along the last axis
-  std::vector<std::size_t> full, per_row;
+  std::vector<std::size_t> full, per_row, partials;
+  int64_t group = 0; ///< rows per group of the partials (0: none)
 };
 RowLayout row_layout(const Graph& graph, const Kernel& kernel);
 

@@ -89,6 +89,15 @@ bool is_row_reduction(const Graph& g, ValueId v) {
   return rank >= 1 && n.attrs.ints.size() == 1 && n.attrs.ints[0] == static_cast<int64_t>(rank) - 1;
 }
 
+/// Whether `v` holds column sums over groups of a row kernel's rows (RowLayout::partials): a
+/// reduce_sum over axis 1 of [groups, group, length] whose groups × group rows are `geo`'s.
+bool is_column_partial(const Graph& g, ValueId v, const RowGeometry& geo) {
+  const Node& n = g.node(v);
+  if (n.op != OpId::reduce_sum || n.attrs.ints != std::vector<int64_t>{1}) return false;
+  const Shape& xs = g.type(n.inputs[0]).shape;
+  return xs.size() == 3 && xs[2] == geo.length && xs[0] * xs[1] == geo.rows;
+}
+
 /// Whether computing `kernel` row by row is sound: every reduction in its body is reached from
 /// the outputs (and from later reductions' operands) only through ops that keep the row, so
 /// the one value computed per row is the one every use asks for.
@@ -108,6 +117,11 @@ bool rows_stay_aligned(const FusionPlan& plan, const Kernel& kernel, const RowGe
     if (is_row_reduction(g, v)) {
       if (!aligned || !geo.full_row(g.type(n.inputs[0]).shape)) return false;
       stack.push_back({n.inputs[0], true}); // its operand is read along this row
+      continue;
+    }
+    if (kernel.writes(v) && is_column_partial(g, v, geo)) {
+      // Summed over its group as each row is computed: its operand is read along the row.
+      stack.push_back({n.inputs[0], true});
       continue;
     }
     if (always_root(n.op)) return false; // another kind of reduction, a GEMM, ...
@@ -171,7 +185,8 @@ std::vector<ValueId> fuse_steps::aligned_reads(const FusionPlan& plan, const Ker
 /// what i writes. Saves a pass over shared inputs and a round trip through
 /// memory: AdamW's m, v and parameter updates become one kernel, a cast joins its producer.
 /// With `reductions`, sibling reductions (a bias's and a layernorm's γ and β gradients, column
-/// sums over the same rows) merge the same way, except that one never reads the other.
+/// sums over the same rows, or of buffers one kernel wrote) merge the same way, except that one
+/// never reads the other.
 void fuse_steps::merge_sibling_kernels(FusionPlan& plan, bool reductions) {
   const Graph& g = *plan.graph;
   auto& kernels = plan.kernels;
@@ -197,6 +212,10 @@ void fuse_steps::merge_sibling_kernels(FusionPlan& plan, bool reductions) {
         } else {
           ready_at_early &= writer[r] == none || writer[r] < i;
           related |= std::find(early.reads.begin(), early.reads.end(), r) != early.reads.end();
+          // Reductions of outputs of one kernel (the sums of a layernorm's γ and β partials).
+          if (late.kind == KernelKind::reduce && writer[r] != none)
+            related |= std::any_of(early.reads.begin(), early.reads.end(),
+                                   [&](ValueId e) { return writer[e] == writer[r]; });
         }
       }
       if (!aligned_ok || !related) continue;
@@ -381,6 +400,111 @@ void fuse_steps::merge_into_row_kernels(FusionPlan& plan) {
   drop_merged(kernels, merged);
 }
 
+/// A reduction over the rows of a row kernel that reads one of the same buffers joins it as one
+/// more value per row, when it can move down to the row kernel (nothing in between reads it):
+/// the cross-entropy's picked logit (the sum of logits × one-hot) is then found in the pass
+/// that computes the log-sum-exp, and the logits are read once, not twice.
+void fuse_steps::merge_row_reductions(FusionPlan& plan) {
+  const Graph& g = *plan.graph;
+  auto& kernels = plan.kernels;
+  std::vector<bool> merged(kernels.size(), false);
+  for (std::size_t r = 0; r < kernels.size(); ++r) {
+    const Kernel& reduction = kernels[r];
+    if (reduction.kind != KernelKind::reduce || !is_row_reduction(g, reduction.root) ||
+        g.recomputed(reduction.root))
+      continue;
+    const Shape& operand = g.type(g.node(reduction.root).inputs[0]).shape;
+    for (std::size_t l = r + 1; l < kernels.size() && l <= r + merge_window; ++l) {
+      if (merged[l] || kernels[l].kind != KernelKind::row) continue;
+      Kernel& row = kernels[l];
+      RowGeometry geo = row_geometry(g, row);
+      bool fits = geo.full_row(operand) && row.reads.size() + reduction.reads.size() +
+                                                   row.outputs().size() +
+                                                   reduction.outputs().size() <=
+                                               max_merged_buffers;
+      for (ValueId out : reduction.outputs())
+        fits = fits && geo.per_row(g.type(out).shape);
+      bool shares_read = false;
+      for (ValueId read : reduction.reads)
+        shares_read |= std::find(row.reads.begin(), row.reads.end(), read) != row.reads.end();
+      // Moving down past the kernels in between: none of them may read what it writes.
+      for (std::size_t k = r + 1; fits && k < l; ++k)
+        if (!merged[k])
+          for (ValueId read : kernels[k].reads)
+            fits = fits && !reduction.writes(read);
+      if (!fits || !shares_read) continue;
+      Kernel candidate = row;
+      absorb(candidate, reduction);
+      if (!rows_stay_aligned(plan, candidate, geo)) continue;
+      row = std::move(candidate);
+      merged[r] = true;
+      break;
+    }
+  }
+  drop_merged(kernels, merged);
+}
+
+/// Column sums split into groups of rows (split_column_reductions with
+/// ColumnSplitOptions::row_groups) join the row kernel over the same rows that reads one of the
+/// same buffers: each group is summed by the block that computes its rows, as it computes them
+/// (a layernorm backward's γ and β gradients from the pass over dy and x̂ that makes dx), and
+/// only the short sum over the groups stays a kernel. The partial moves down to the row kernel
+/// when nothing in between reads it, or the row kernel up to the partial when everything it
+/// reads exists by then (the sums over the groups read the partials right after they are made).
+void fuse_steps::merge_column_partials(FusionPlan& plan, const FusionOptions& options) {
+  const Graph& g = *plan.graph;
+  auto& kernels = plan.kernels;
+  std::vector<std::size_t> writer = writers(plan);
+  std::vector<bool> merged(kernels.size(), false);
+  for (std::size_t p = 0; p < kernels.size(); ++p) {
+    if (merged[p] || kernels[p].kind != KernelKind::reduce || g.recomputed(kernels[p].root))
+      continue;
+    const Kernel& partial = kernels[p];
+    const Shape& xs = g.type(g.node(partial.root).inputs[0]).shape;
+    if (xs.size() != 3 || xs[2] > options.row_partial_max_length ||
+        xs[0] > options.row_partial_max_groups)
+      continue;
+    RowGeometry geo{xs[0] * xs[1], xs[2]};
+    bool every_output_partial = true;
+    for (ValueId out : partial.outputs())
+      every_output_partial = every_output_partial && is_column_partial(g, out, geo) &&
+                             g.type(g.node(out).inputs[0]).shape == xs &&
+                             g.type(out).dtype == DType::f32;
+    if (!every_output_partial) continue;
+    for (std::size_t l = p + 1; l < kernels.size() && l <= p + merge_window; ++l) {
+      if (merged[l] || kernels[l].kind != KernelKind::row) continue;
+      const Kernel& row = kernels[l];
+      RowGeometry row_geo = row_geometry(g, row);
+      if (row_geo.rows != geo.rows || row_geo.length != geo.length) continue;
+      bool shares_read = false;
+      for (ValueId read : partial.reads)
+        shares_read |= std::find(row.reads.begin(), row.reads.end(), read) != row.reads.end();
+      if (!shares_read || row.reads.size() + partial.reads.size() + row.outputs().size() +
+                                  partial.outputs().size() >
+                              max_merged_buffers)
+        continue;
+      bool down = true, up = true;
+      for (std::size_t k = p + 1; down && k < l; ++k)
+        if (!merged[k])
+          for (ValueId read : kernels[k].reads)
+            down = down && !partial.writes(read);
+      for (ValueId read : row.reads)
+        up = up && (writer[read] == none || writer[read] < p);
+      if (!down && !up) continue;
+      Kernel candidate = row;
+      absorb(candidate, partial);
+      if (!rows_stay_aligned(plan, candidate, row_geo)) continue;
+      std::size_t into = down ? l : p;
+      for (ValueId out : candidate.outputs())
+        writer[out] = into;
+      kernels[into] = std::move(candidate);
+      merged[down ? p : l] = true;
+      break;
+    }
+  }
+  drop_merged(kernels, merged);
+}
+
 /// A loop kernel of elementwise ops (and reshapes) over full rows that reads a row kernel's
 /// outputs joins that row kernel as further outputs, when everything else it reads exists by
 /// the time the row kernel runs: under AMP the cast of an f32 gradient for the next GEMM is
@@ -444,6 +568,11 @@ RowLayout row_layout(const Graph& g, const Kernel& kernel) {
   layout.rows = geo.rows;
   std::vector<ValueId> outputs = kernel.outputs();
   for (std::size_t i = 0; i < outputs.size(); ++i) {
+    if (is_column_partial(g, outputs[i], geo)) {
+      layout.partials.push_back(i);
+      layout.group = g.type(g.node(outputs[i]).inputs[0]).shape[1];
+      continue;
+    }
     const Shape& s = g.type(outputs[i]).shape;
     bool whole_rows =
         !s.empty() && s.back() == layout.length && numel(s) == layout.rows * layout.length;

@@ -71,6 +71,17 @@ struct ColumnSplitOptions {
   /// that operand widened from bf16/f16 to f32) is, up to reshapes, a later 2-D matmul's B then
   /// stays whole, for the GEMM to absorb. Unset: every long reduction splits.
   std::function<bool(DType product, DType sum)> gemm_sums_columns;
+  /// Groups of rows for the column sums a row kernel can take in (FusionOptions::
+  /// row_partial_max_length; 0: none): a reduce_sum of leading axes over rows at most
+  /// `row_group_max_length` long whose operand starts from a value that a reduction over the
+  /// last axis of the same rows also reads (a layernorm backward's γ and β gradients and its
+  /// row sums, all from dy) splits, whatever its size, into the largest number of groups of
+  /// consecutive rows up to `row_groups` that divides the rows, one block of that row kernel
+  /// each, when that is at least `row_groups_min` groups of `row_group_min_rows` rows or more.
+  int64_t row_groups = 0;
+  int64_t row_groups_min = 0;
+  int64_t row_group_min_rows = 0;
+  int64_t row_group_max_length = 0;
 };
 /// The number of row groups a column reduction of `rows` rows of `columns` columns (its operand
 /// `bytes` long) is split into: a power of two dividing `rows` that brings its blocks to
@@ -80,7 +91,8 @@ int64_t column_reduction_splits(int64_t rows, int64_t columns, int64_t bytes,
 /// Each long reduction of leading axes (reduce_sum, _max, _min) over x[rows, rest...] becomes
 /// the same reduction over axis 1 of x as [splits, rows / splits, rest...], then over axis 0
 /// (16-bit results keep their partials in f32), except bias gradients a GEMM may take
-/// (`gemm_sums_columns`). CUDA runs it before fusion.
+/// (`gemm_sums_columns`); sums beside a row kernel split into its blocks' groups (`row_groups`).
+/// CUDA runs it before fusion.
 Graph split_column_reductions(const Graph& graph, const ColumnSplitOptions& options = {});
 /// Algebraic simplification and constant folding (x*1, x+0, -(-x), permute∘permute, ...).
 Graph simplify(const Graph& graph);

@@ -60,8 +60,11 @@ int64_t kernel_rows(const Graph& g, const Kernel& k) {
     return s.size() < 2 ? 0 : numel(s) / std::max<int64_t>(1, s.back());
   }
   case KernelKind::row: {
-    std::vector<ValueId> reductions = row_reductions(g, k);
-    return reductions.empty() ? 0 : numel(g.type(reductions.front()).shape);
+    // Column partials: one block per group of rows, the grid fixed by the row count.
+    RowLayout layout = row_layout(g, k);
+    return layout.reductions.empty() || !layout.partials.empty()
+               ? 0
+               : numel(g.type(layout.reductions.front()).shape);
   }
   case KernelKind::reduce: {
     const Shape& xs = g.type(root.inputs[0]).shape;

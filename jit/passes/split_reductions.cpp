@@ -5,6 +5,7 @@
 
 #include "ops/registry.hpp"
 
+#include <algorithm>
 #include <map>
 #include <numeric>
 #include <set>
@@ -70,12 +71,84 @@ std::set<const Node*> gemm_absorbable(const Graph& g, const ColumnSplitOptions& 
   return keep;
 }
 
+/// The values `v`'s elementwise cone starts from: the inputs and kernel results (reductions,
+/// GEMMs, ...) it reads through ops that fuse into one kernel.
+std::set<ValueId> cone_sources(const Graph& g, ValueId v) {
+  constexpr std::size_t max_visited = 512; // a cone is a few dozen ops: stop at pathological ones
+  std::set<ValueId> sources, seen;
+  std::vector<ValueId> stack(g.node(v).inputs.begin(), g.node(v).inputs.end());
+  while (!stack.empty() && seen.size() < max_visited) {
+    ValueId u = stack.back();
+    stack.pop_back();
+    if (!seen.insert(u).second) continue;
+    const Node& n = g.node(u);
+    if (n.op == OpId::input || op_def(n.op).kernel_kind != KernelKind::loop) {
+      sources.insert(u);
+      continue;
+    }
+    stack.insert(stack.end(), n.inputs.begin(), n.inputs.end());
+  }
+  return sources;
+}
+
+/// How many groups of consecutive rows a row kernel over `rows` rows sums its column partials
+/// in (ColumnSplitOptions::row_groups), or 0.
+int64_t groups_of_rows(int64_t rows, const ColumnSplitOptions& options) {
+  for (int64_t groups =
+           std::min(options.row_groups, rows / std::max<int64_t>(1, options.row_group_min_rows));
+       groups >= std::max<int64_t>(2, options.row_groups_min); --groups)
+    if (rows % groups == 0) return groups;
+  return 0;
+}
+
+/// For each reduce_sum of leading axes that a row kernel over the same rows can take in as
+/// partial sums per group of rows (ColumnSplitOptions::row_groups), its number of groups.
+std::map<const Node*, int64_t> row_groups(const Graph& g, const ColumnSplitOptions& options) {
+  std::map<const Node*, int64_t> out;
+  if (options.row_groups <= 0) return out;
+  // The values each row geometry's last-axis reductions start from.
+  std::map<std::pair<int64_t, int64_t>, std::set<ValueId>> row_sources;
+  for (ValueId id = 0; id < g.size(); ++id) {
+    const Node& n = g.node(id);
+    if (op_def(n.op).kernel_kind != KernelKind::reduce || n.inputs.empty()) continue;
+    const Shape& xs = g.type(n.inputs[0]).shape;
+    if (xs.empty() || n.attrs.ints != std::vector<int64_t>{static_cast<int64_t>(xs.size()) - 1})
+      continue;
+    std::set<ValueId> sources = cone_sources(g, id);
+    row_sources[{numel(xs) / std::max<int64_t>(1, xs.back()), xs.back()}].insert(sources.begin(),
+                                                                                 sources.end());
+  }
+  for (ValueId id = 0; id < g.size(); ++id) {
+    const Node& n = g.node(id);
+    if (n.op != OpId::reduce_sum || n.inputs.empty()) continue;
+    const Shape& xs = g.type(n.inputs[0]).shape;
+    const std::vector<int64_t>& axes = n.attrs.ints;
+    bool leading = xs.size() >= 2 && axes.size() + 1 == xs.size();
+    for (std::size_t i = 0; leading && i < axes.size(); ++i)
+      leading = axes[i] == static_cast<int64_t>(i);
+    if (!leading) continue;
+    int64_t length = xs.back(), rows = numel(xs) / std::max<int64_t>(1, length);
+    int64_t groups = groups_of_rows(rows, options);
+    if (length > options.row_group_max_length || groups == 0) continue;
+    auto found = row_sources.find({rows, length});
+    if (found == row_sources.end()) continue;
+    std::set<ValueId> sources = cone_sources(g, id);
+    bool shared = std::any_of(sources.begin(), sources.end(),
+                              [&](ValueId s) { return found->second.count(s) > 0; });
+    if (shared) out[&n] = groups;
+  }
+  return out;
+}
+
 } // namespace
 
 Graph split_column_reductions(const Graph& graph, const ColumnSplitOptions& options) {
   const std::set<const Node*> absorbable = gemm_absorbable(graph, options);
+  const std::map<const Node*, int64_t> grouped = row_groups(graph, options);
   auto splits_for = [&](const Node& n, const Shape& xs, DType operand) -> int64_t {
-    return absorbable.count(&n) ? 1 : splits_of(n, xs, operand, options);
+    if (absorbable.count(&n)) return 1;
+    auto group = grouped.find(&n);
+    return group != grouped.end() ? group->second : splits_of(n, xs, operand, options);
   };
   bool any = false;
   for (ValueId id = 0; id < graph.size() && !any; ++id) {

@@ -6,6 +6,7 @@
 #include <llvm/IR/Module.h>
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace sinter {
 namespace {
@@ -109,6 +110,9 @@ public:
     const Graph& g = e_.graph();
     const Kernel& k = e_.kernel();
     RowLayout layout = row_layout(g, k);
+    // The CPU's fusion options ask for none (FusionOptions::row_partial_max_length).
+    if (!layout.partials.empty())
+      throw std::logic_error("sinter: the CPU schedule has no row kernels with column partials");
     const std::vector<ValueId>& reductions = layout.reductions;
     const std::vector<std::size_t>&full = layout.full, &per_row = layout.per_row;
     int64_t length = layout.length;
@@ -120,9 +124,7 @@ public:
       e_.clear_row_values();
       for (std::size_t p = 0; p < reductions.size(); ++p) {
         const Node& reduction = g.node(reductions[p]);
-        const Shape& operand = g.type(reduction.inputs[0]).shape;
-        Index row_idx = e_.delinearize(row, Shape(operand.begin(), operand.end() - 1));
-        b_.CreateStore(e_.reduce_init(reduction), accs[p]);
+        Index row_idx = e_.start_row_reduction(reduction, accs[p], row);
         e_.emit_for(e_.i64(0), e_.i64(length), [&](llvm::Value* j) {
           e_.clear_memo();
           Index idx = row_idx;

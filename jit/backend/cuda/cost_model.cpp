@@ -95,7 +95,8 @@ std::string describe(const KernelWork& w) {
                 static_cast<long long>(w.flops), static_cast<long long>(w.elements),
                 static_cast<long long>(w.transcendental), static_cast<long long>(w.arithmetic),
                 static_cast<long long>(w.outputs));
-  return std::string(text) + (w.cudnn ? " library=cudnn" : "");
+  return std::string(text) + (w.cudnn ? " library=cudnn" : "") +
+         (w.rows_in_flight != 1 ? " rows_in_flight=" + std::to_string(w.rows_in_flight) : "");
 }
 
 std::optional<KernelWork> parse_work(std::string_view text) {
@@ -124,6 +125,8 @@ std::optional<KernelWork> parse_work(std::string_view text) {
             number("bytes", w.bytes) && number("flops", w.flops) &&
             number("elements", w.elements) && number("transcendental", w.transcendental) &&
             number("arithmetic", w.arithmetic) && number("outputs", w.outputs);
+  if (fields.contains("rows_in_flight"))
+    ok = ok && number("rows_in_flight", w.rows_in_flight) && w.rows_in_flight >= 1;
   auto library = fields.find("library");
   if (library != fields.end()) {
     if (library->second != "cudnn") return std::nullopt;
@@ -183,6 +186,7 @@ std::vector<KernelWork> plan_work(const FusionPlan& plan, std::span<const GpuLau
     w.tensor_cores = launch.kind == KernelKind::gemm &&
                      (launch.gemm.dtype == DType::bf16 || launch.gemm.dtype == DType::f16);
     w.outputs = static_cast<int64_t>(kernel.outputs().size());
+    if (w.strategy == GpuStrategy::column_split) w.rows_in_flight = gpu_column_split_unroll;
     for (ValueId out_id : kernel.outputs())
       w.elements = std::max(w.elements, numel(g.type(out_id).shape));
     for (ValueId v : kernel.body)
@@ -244,7 +248,10 @@ KernelPrediction predict_kernel(const KernelWork& w, const GpuRates& r) {
     double resident = static_cast<double>(std::min<int64_t>(
         w.blocks, static_cast<int64_t>(r.multiprocessors) *
                       std::max<int64_t>(1, 2048 / std::max<int64_t>(1, w.threads))));
-    double blocks_rate = resident * column_block_share * r.bytes_per_second;
+    // Fitted with one row in flight a thread; more rows in flight, proportionally more (assumed
+    // until a GPU measures the unrolled kernels).
+    double blocks_rate =
+        resident * column_block_share * static_cast<double>(w.rows_in_flight) * r.bytes_per_second;
     return pick(static_cast<double>(w.bytes) / blocks_rate, "columns", memory(column_memory_share),
                 "memory");
   }

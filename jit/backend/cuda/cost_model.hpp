@@ -43,10 +43,15 @@ struct KernelWork {
   int64_t transcendental = 0; ///< exp, log, tanh, erf, pow, div, sqrt, rsqrt per element
   int64_t arithmetic = 0;     ///< other nodes per element (index algebra included)
   int64_t outputs = 1;
+  /// Column reductions: the rows each thread loads before it adds any (gpu_column_split_unroll;
+  /// 1 in kernels profiled before 2026-11-28). A block far from the memory's rate is bound by
+  /// its loads in flight.
+  int64_t rows_in_flight = 1;
 };
 
 /// `kind=loop strategy=elementwise gradient=0 ... outputs=1`: every field, as SINTER_DUMP=plan
-/// prints it (then ` library=cudnn` for attention cuDNN runs); parse_work reads it back
+/// prints it (then ` library=cudnn` for attention cuDNN runs, ` rows_in_flight=N` where it is not
+/// 1); parse_work reads it back
 /// (nullopt for anything else).
 std::string describe(const KernelWork& work);
 std::optional<KernelWork> parse_work(std::string_view text);

@@ -34,15 +34,31 @@ struct GpuLaunch {
 };
 GpuLaunch gpu_launch(const Graph& graph, const Kernel& kernel);
 
+/// Column reductions (GpuStrategy::column_split): the rows each thread loads before adding them,
+/// so that many loads are in flight (the cost model reads it too).
+inline constexpr int64_t gpu_column_split_unroll = 4;
+
 /// More blocks than this and a kernel walks its work grid-stride.
 inline constexpr int64_t gpu_max_blocks = 65535;
 
 /// Row kernels over rows up to this long take a warp per row; longer rows a block.
 inline constexpr int64_t gpu_warp_row_limit = 2048;
 
+/// A row kernel with column sums per group of rows (RowLayout::partials) takes a group a block
+/// (about four blocks an SM of an H100), its warps a row at a time, each lane summing its
+/// columns in registers; the warps' sums meet in shared memory, [8][length] f32, so rows are at
+/// most gpu_row_partial_max_length long (32 KB).
+inline constexpr int64_t gpu_row_groups = 512;
+inline constexpr int64_t gpu_row_partial_max_length = 1024;
+
 /// How the GPU backend fuses: layernorm, softmax and loss rows in one kernel each (row
-/// kernels), sibling reductions (a layernorm backward's two sums) in one pass.
-inline constexpr FusionOptions gpu_fusion_options{
-    .row_kernels = true, .sibling_reductions = true, .rematerialize = true};
+/// kernels), sibling reductions (a layernorm backward's two sums) in one pass, and column sums
+/// over a row kernel's rows (its γ and β gradients) in the row kernel, per block of rows.
+inline constexpr FusionOptions gpu_fusion_options{.row_kernels = true,
+                                                  .sibling_reductions = true,
+                                                  .rematerialize = true,
+                                                  .row_partial_max_length =
+                                                      gpu_row_partial_max_length,
+                                                  .row_partial_max_groups = gpu_max_blocks};
 
 } // namespace sinter

@@ -219,7 +219,8 @@ public:
   /// Row kernels: a warp (rows up to warp_row_limit long) or a block per row. Each reduction
   /// folds the row in turn, every thread a strided share of `vector_width` consecutive
   /// elements, and is combined so that every thread holds it (later reductions and the writes
-  /// use it); then the threads write the row's elements, and lane 0 its per-row outputs.
+  /// use it); then the threads write the row's elements, and lane 0 its per-row outputs. With
+  /// column partials, a block takes one group of rows and sums their values per column.
   void row() {
     const Graph& g = e_.graph();
     const Kernel& k = e_.kernel();
@@ -254,38 +255,118 @@ public:
           },
           helpers);
     };
+    auto process_row = [&](llvm::Value* row) {
+      e_.clear_row_values();
+      for (std::size_t p = 0; p < reductions.size(); ++p) {
+        const Node& reduction = g.node(reductions[p]);
+        Index row_idx = e_.start_row_reduction(reduction, accs[p], row);
+        for_elements(row_idx, [&](const Index& idx, llvm::Value*) {
+          e_.accumulate(reduction, accs[p], e_.compute(reduction.inputs[0], idx));
+        });
+        llvm::Value* partial = b_.CreateLoad(accs[p]->getAllocatedType(), accs[p]);
+        e_.set_row_value(reductions[p], per_warp ? warp_reduce(reduction, partial)
+                                                 : block_reduce(reduction, partial));
+      }
+      if (!full.empty()) {
+        const Shape& s = g.type(outputs[full.front()]).shape;
+        Index row_idx = e_.delinearize(row, Shape(s.begin(), s.end() - 1));
+        llvm::Value* base = b_.CreateMul(row, e_.extent(length), "", true, true);
+        for_elements(row_idx, [&](const Index& idx, llvm::Value* column) {
+          e_.compute_and_store_at(full, idx, s, b_.CreateAdd(base, column, "", true, true));
+        });
+      }
+      if (!per_row.empty())
+        e_.emit_if(b_.CreateICmpEQ(lane, e_.i64(0)), [&] {
+          e_.clear_memo();
+          const Shape& s = g.type(outputs[per_row.front()]).shape;
+          e_.compute_and_store_at(per_row, e_.delinearize(row, s), s, row);
+        });
+    };
+    if (layout.partials.empty()) {
+      e_.emit_for(first, e_.count(g.type(reductions.front()).shape), process_row, step);
+      return;
+    }
+    // Column sums per group of consecutive rows, a group a block (gpu_launch): the block's
+    // warps take its rows in turn, each lane adding its columns' values into registers; then
+    // the warps' sums meet in shared memory and the block adds them in warp order (the same
+    // sums every run).
+    if (!per_warp)
+      throw std::logic_error("sinter: a row kernel's column partials need a warp per row");
+    std::vector<const Node*> partials;
+    for (std::size_t p : layout.partials) {
+      partials.push_back(&g.node(outputs[p]));
+      if (e_.compute_type(partials.back()->type.dtype) != b_.getFloatTy())
+        throw std::logic_error("sinter: a row kernel's column partials are f32");
+    }
+    int64_t warps = launch_.threads / 32, per_lane = (groups + 31) / 32;
+    llvm::Value* warp = b_.CreateLShr(tid, 5);
+    llvm::Value* block = block_in_grid();
+    // sums[p][i * width + j]: element j of the lane's i-th group of `width` columns.
+    std::vector<std::vector<llvm::AllocaInst*>> sums(partials.size());
+    for (std::size_t p = 0; p < partials.size(); ++p)
+      for (int64_t k = 0; k < per_lane * width; ++k) {
+        sums[p].push_back(e_.entry_alloca(b_.getFloatTy()));
+        b_.CreateStore(e_.reduce_init(*partials[p]), sums[p].back());
+      }
+    // Each of the lane's columns in turn (group lane + 32 i, element j), where the row has it.
+    auto for_lane_columns = [&](auto&& body) {
+      for (int64_t i = 0; i < per_lane; ++i) {
+        llvm::Value* group = b_.CreateAdd(lane, e_.i64(32 * i));
+        auto columns = [&] {
+          for (int64_t j = 0; j < width; ++j)
+            body(i * width + j, b_.CreateAdd(b_.CreateMul(group, e_.i64(width)), e_.i64(j)));
+        };
+        if ((i + 1) * 32 <= groups)
+          columns();
+        else
+          e_.emit_if(b_.CreateICmpULT(group, e_.i64(groups)), columns);
+      }
+    };
     e_.emit_for(
-        first, e_.count(g.type(reductions.front()).shape),
-        [&](llvm::Value* row) {
-          e_.clear_row_values();
-          for (std::size_t p = 0; p < reductions.size(); ++p) {
-            const Node& reduction = g.node(reductions[p]);
-            const Shape& operand = g.type(reduction.inputs[0]).shape;
-            Index row_idx = e_.delinearize(row, Shape(operand.begin(), operand.end() - 1));
-            b_.CreateStore(e_.reduce_init(reduction), accs[p]);
-            for_elements(row_idx, [&](const Index& idx, llvm::Value*) {
-              e_.accumulate(reduction, accs[p], e_.compute(reduction.inputs[0], idx));
-            });
-            llvm::Value* partial = b_.CreateLoad(accs[p]->getAllocatedType(), accs[p]);
-            e_.set_row_value(reductions[p], per_warp ? warp_reduce(reduction, partial)
-                                                     : block_reduce(reduction, partial));
-          }
-          if (!full.empty()) {
-            const Shape& s = g.type(outputs[full.front()]).shape;
-            Index row_idx = e_.delinearize(row, Shape(s.begin(), s.end() - 1));
-            llvm::Value* base = b_.CreateMul(row, e_.extent(length), "", true, true);
-            for_elements(row_idx, [&](const Index& idx, llvm::Value* column) {
-              e_.compute_and_store_at(full, idx, s, b_.CreateAdd(base, column, "", true, true));
-            });
-          }
-          if (!per_row.empty())
-            e_.emit_if(b_.CreateICmpEQ(lane, e_.i64(0)), [&] {
-              e_.clear_memo();
-              const Shape& s = g.type(outputs[per_row.front()]).shape;
-              e_.compute_and_store_at(per_row, e_.delinearize(row, s), s, row);
-            });
+        warp, e_.i64(layout.group),
+        [&](llvm::Value* r) {
+          process_row(b_.CreateAdd(b_.CreateMul(block, e_.i64(layout.group)), r));
+          for_lane_columns([&](int64_t k, llvm::Value* column) {
+            e_.clear_memo();
+            Index idx{block, r, column};
+            for (std::size_t p = 0; p < partials.size(); ++p)
+              e_.accumulate(*partials[p], sums[p][static_cast<std::size_t>(k)],
+                            e_.compute(partials[p]->inputs[0], idx));
+          });
         },
-        step);
+        e_.i64(warps));
+    if (!row_group_values_) {
+      auto* slots = llvm::ArrayType::get(b_.getFloatTy(), static_cast<uint64_t>(warps * length));
+      row_group_values_ = new llvm::GlobalVariable(
+          e_.module(), slots, false, llvm::GlobalValue::InternalLinkage,
+          llvm::UndefValue::get(slots), e_.function()->getName() + ".group_rows", nullptr,
+          llvm::GlobalValue::NotThreadLocal, 3);
+      row_group_values_->setAlignment(llvm::Align(16));
+    }
+    auto slot = [&](llvm::Value* of_warp, llvm::Value* column) {
+      llvm::Value* at = b_.CreateAdd(b_.CreateMul(of_warp, e_.i64(length)), column);
+      return b_.CreateGEP(b_.getFloatTy(), row_group_values_, at);
+    };
+    for (std::size_t p = 0; p < partials.size(); ++p) {
+      for_lane_columns([&](int64_t k, llvm::Value* column) {
+        llvm::AllocaInst* sum = sums[p][static_cast<std::size_t>(k)];
+        b_.CreateStore(b_.CreateLoad(b_.getFloatTy(), sum), slot(warp, column));
+      });
+      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+      e_.emit_for(
+          tid, e_.i64(length),
+          [&](llvm::Value* column) {
+            llvm::Value* total = b_.CreateLoad(b_.getFloatTy(), slot(e_.i64(0), column));
+            for (int64_t w = 1; w < warps; ++w)
+              total = e_.combine(*partials[p], total,
+                                 b_.CreateLoad(b_.getFloatTy(), slot(e_.i64(w), column)));
+            e_.store_output(layout.partials[p], total,
+                            b_.CreateAdd(b_.CreateMul(block, e_.i64(length)), column));
+          },
+          e_.i64(launch_.threads));
+      // The next partial's sums go where these were read.
+      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+    }
   }
 
   /// Reductions that keep the last axis: a block takes 32 consecutive outputs (neighbouring
@@ -297,7 +378,7 @@ public:
   template <class Init>
   void emit_column_split(const std::vector<const Node*>& reductions,
                          const std::vector<llvm::AllocaInst*>& accs, Init& init) {
-    constexpr int64_t lanes = 32, unroll = 4;
+    constexpr int64_t lanes = 32, unroll = gpu_column_split_unroll;
     int64_t groups = launch_.threads / lanes;
     auto count = static_cast<int64_t>(reductions.size());
     if (!column_partials_) {
@@ -427,8 +508,9 @@ private:
   KernelEmitter& e_;
   llvm::IRBuilder<>& b_;
   GpuLaunch launch_;
-  llvm::GlobalVariable* partials_ = nullptr;        ///< block reductions: one slot per warp
-  llvm::GlobalVariable* column_partials_ = nullptr; ///< column reductions: one per thread
+  llvm::GlobalVariable* partials_ = nullptr;         ///< block reductions: one slot per warp
+  llvm::GlobalVariable* column_partials_ = nullptr;  ///< column reductions: one per thread
+  llvm::GlobalVariable* row_group_values_ = nullptr; ///< row kernels' group sums: [group][length]
 };
 
 } // namespace
@@ -578,7 +660,13 @@ GpuLaunch gpu_launch(const Graph& g, const Kernel& k) {
       width /= 2;
     launch.vector_width = width;
     launch.items = rows;
-    if (length <= gpu_warp_row_limit) {
+    if (!layout.partials.empty()) { // a group of rows a block, a row a warp (NvptxBody::row)
+      launch.strategy = GpuStrategy::warp_per_output;
+      launch.blocks = rows / layout.group;
+      if (length > gpu_row_partial_max_length || rows % layout.group != 0 ||
+          launch.blocks > max_blocks)
+        throw std::logic_error("sinter: a row kernel's column partials do not fit the grid");
+    } else if (length <= gpu_warp_row_limit) {
       launch.strategy = GpuStrategy::warp_per_output;
       launch.blocks = blocks_for(rows * 32);
     } else {
