@@ -8,6 +8,7 @@
 #include "op_test_registry.hpp"
 
 #include "jit/backend/cuda/gpu_executable.hpp"
+#include "jit/backend/cuda/nvptx_target.hpp"
 #include "jit/passes/passes.hpp"
 #include "jit/profile/profiler.hpp"
 #include "kernels/cuda/cudnn_attention.hpp"
@@ -30,10 +31,15 @@ KernelCache& gpu_cache() {
   return cache;
 }
 
+/// Runs `optimized` on GPU 0 against the interpreter. SINTER_DUMP's stages are printed (the
+/// tests read the launch plan: which path attention took, which epilogues cuBLASLt absorbed).
 void compare_on_gpu(const Graph& optimized, const std::vector<F64Tensor>& values,
                     double tolerance) {
   std::vector<F64Tensor> want = interpret(optimized, values);
-  GpuExecutable exe(optimized, CudaDevice::get(0), gpu_cache());
+  CudaDevice& device = CudaDevice::get(0);
+  CompileRun run("gpu test", false, DumpSelection::from_environment());
+  GpuExecutable exe(prepare_for_nvptx(optimized, device.info().compute_capability, run), device,
+                    gpu_cache(), run);
   std::vector<HostTensor> inputs = as_host(optimized, values);
   std::vector<const HostTensor*> pointers;
   for (const HostTensor& t : inputs)
@@ -100,6 +106,34 @@ TEST_CASE("cuda: a bf16 linear layer's f32 bias gradient from its GEMM's epilogu
           "[cuda]") {
   Graph step = mixed_precision_linear_step();
   compare_on_gpu(step, random_values(step, 11), backend_tolerance(DType::bf16, true));
+}
+
+/// Forward-only bf16 layers (a distillation teacher's MLP): the bf16 product, a bf16 or f32
+/// bias widened or narrowed to the sum's type, GELU in f32 or bf16, the result narrowed back, all
+/// of it cuBLASLt's GELU_BIAS epilogue (adding and activating in f32, rounding once).
+TEST_CASE("cuda: bf16 GEMMs with a mixed-precision bias and GELU as cuBLASLt's epilogue match the "
+          "interpreter",
+          "[cuda]") {
+  Graph g;
+  Value x = input(g, "x", {DType::bf16, {64, 96}});
+  Value w1 = input(g, "w1", {DType::bf16, {96, 128}});
+  Value b1 = input(g, "b1", {DType::bf16, {128}});
+  Value w2 = input(g, "w2", {DType::bf16, {128, 64}});
+  Value b2 = input(g, "b2", {DType::f32, {64}});
+  Value z = cast(reshape(matmul(x, w1), {4, 16, 128}), DType::f32) + cast(b1, DType::f32);
+  Value h = reshape(cast(gelu_tanh(z), DType::bf16), {64, 128});
+  g.add_output("y", gelu_tanh(matmul(h, w2) + cast(b2, DType::bf16)).id);
+  Graph layers = Pipeline::standard(std::nullopt).run(g, DumpSelection(""), std::cerr);
+  EnvOverride dump("SINTER_DUMP", "launch-plan");
+  std::string plan = capture_stderr([&] {
+    compare_on_gpu(layers, random_values(layers, 13), backend_tolerance(DType::bf16, false));
+  });
+  INFO(plan);
+  std::size_t epilogues = 0;
+  for (std::size_t at = plan.find("epilogue gelu_bias"); at != std::string::npos;
+       at = plan.find("epilogue gelu_bias", at + 1))
+    ++epilogues;
+  CHECK(epilogues == 2);
 }
 
 /// A two-layer MLP's loss and gradients: GEMMs (cuBLASLt, transposed operands), bias

@@ -257,6 +257,40 @@ TEST_CASE("gpu: bias and bias+ReLU kernels after GEMMs become cuBLASLt epilogues
     CHECK(epilogues_of(*layer([](Value v) { return gelu_erf(v); })).first.empty());
     CHECK(epilogues_of(*layer([](Value v) { return tanh(v); })).first.empty());
   }
+  SECTION("mixed precision: a bf16 product, a bias widened or narrowed to the sum's type, GELU "
+          "in f32 or bf16 and the result narrowed back") {
+    // A forward-only bf16 layer (a distillation teacher's MLP): the bf16 bias widened to f32,
+    // GELU in f32, the result back to bf16.
+    Graph teacher;
+    Value x = input(teacher, "x", {DType::bf16, {64, 32}});
+    Value w = input(teacher, "w", {DType::bf16, {32, 16}});
+    Value b = input(teacher, "b", {DType::bf16, {16}});
+    Value z = cast(reshape(matmul(x, w), {4, 16, 16}), DType::f32) + cast(b, DType::f32);
+    teacher.add_output("y", reshape(cast(gelu_tanh(z), DType::bf16), {64, 16}).id);
+    auto [found, plan] = epilogues_of(teacher);
+    INFO(plan.print());
+    REQUIRE(found.size() == 1);
+    CHECK(found[0].kind == EpilogueKind::gelu_bias);
+    CHECK(plan.graph->type(found[0].bias) == TensorType{DType::bf16, {16}});
+    // Autocast's linear layer: the f32 master bias narrowed to bf16, GELU in bf16.
+    Graph student;
+    Value sx = input(student, "x", {DType::bf16, {64, 32}});
+    Value sw = input(student, "w", {DType::bf16, {32, 16}});
+    Value sb = input(student, "b", {DType::f32, {16}});
+    student.add_output("y", gelu_tanh(matmul(sx, sw) + cast(sb, DType::bf16)).id);
+    auto [narrowed, student_plan] = epilogues_of(student);
+    INFO(student_plan.print());
+    REQUIRE(narrowed.size() == 1);
+    CHECK(narrowed[0].kind == EpilogueKind::gelu_bias);
+    CHECK(student_plan.graph->type(narrowed[0].bias).dtype == DType::f32);
+    // A cast to an integer in between is no epilogue's.
+    Graph rounded;
+    Value rx = input(rounded, "x", {DType::f32, {64, 32}});
+    Value rw = input(rounded, "w", {DType::f32, {32, 16}});
+    Value rb = input(rounded, "b", {DType::f32, {16}});
+    rounded.add_output("y", (cast(cast(matmul(rx, rw), DType::i32), DType::f32) + rb).id);
+    CHECK(epilogues_of(rounded).first.empty());
+  }
   SECTION("not when the product itself is also needed, or the added row is not a bias") {
     Graph g;
     Value x = input(g, "x", {DType::f32, {64, 32}});

@@ -49,39 +49,69 @@ bool same_computation(const Graph& g, ValueId a, ValueId z, const Graph& ref, Va
   return true;
 }
 
-/// The bias buffer and epilogue kind if `loop`'s body is exactly broadcast(bias) + c, then
-/// optionally ReLU (max(·, 0)) or GELU (tanh form), with `c` the GEMM's result.
+/// `v` with the reshapes and floating-point casts on top of it taken off, each noted in `used`.
+ValueId under_reshapes_and_casts(const Graph& g, ValueId v, std::set<ValueId>& used) {
+  for (;;) {
+    const Node& n = g.node(v);
+    bool floating =
+        n.op == OpId::cast && (is_float(n.type.dtype) && is_float(g.type(n.inputs[0]).dtype));
+    if (n.op != OpId::reshape && !floating) return v;
+    used.insert(v);
+    v = n.inputs[0];
+  }
+}
+
+/// The bias buffer and epilogue kind if `loop`'s body is exactly c + broadcast(bias), then
+/// optionally ReLU (max(·, 0)) or GELU (tanh form), with `c` the GEMM's result and the loop's
+/// result of c's type. Reshapes and floating-point casts may come between: under mixed precision
+/// c (bf16) is widened to f32, the bias is a bf16 or f32 vector widened or narrowed to the sum's
+/// type, and the activation is narrowed back; cuBLASLt adds and activates in f32 and rounds once.
 std::optional<std::pair<ValueId, EpilogueKind>> match_body(const Graph& g, const Kernel& loop,
                                                            ValueId c) {
-  if (!loop.extra_outputs.empty()) return std::nullopt; // the GEMM writes one result
+  if (!loop.extra_outputs.empty() || loop.reads.size() != 2) return std::nullopt;
+  const TensorType& out = g.type(c);
+  if (!(g.type(loop.root) == out)) return std::nullopt; // the GEMM writes the loop's result
+  std::set<ValueId> body(loop.body.begin(), loop.body.end());
   // The add of c and a broadcast bias row.
-  ValueId sum = 0, spread = 0;
+  std::optional<std::pair<ValueId, ValueId>> found; // the sum, the bias buffer
+  std::set<ValueId> sum_used;
   for (ValueId v : loop.body) {
     const Node& n = g.node(v);
     if (n.op != OpId::add) continue;
-    ValueId other = n.inputs[0] == c ? n.inputs[1] : n.inputs[1] == c ? n.inputs[0] : c;
-    if (other != c && g.node(other).op == OpId::broadcast) {
-      sum = v;
-      spread = other;
+    for (int side = 0; side < 2 && !found; ++side) {
+      std::set<ValueId> used{v};
+      if (under_reshapes_and_casts(g, n.inputs[side], used) != c) continue;
+      ValueId spread = under_reshapes_and_casts(g, n.inputs[1 - side], used);
+      if (g.node(spread).op != OpId::broadcast) continue;
+      used.insert(spread);
+      ValueId bias = under_reshapes_and_casts(g, g.node(spread).inputs[0], used);
+      const TensorType& b = g.type(bias);
+      if (b.shape != Shape{out.shape.back()} || b.dtype == DType::f64 || !is_float(b.dtype) ||
+          std::find(loop.reads.begin(), loop.reads.end(), bias) == loop.reads.end())
+        continue;
+      found = std::make_pair(v, bias);
+      sum_used = std::move(used);
     }
+    if (found) break;
   }
-  if (!spread) return std::nullopt;
-  ValueId bias = g.node(spread).inputs[0];
-  const TensorType& out = g.type(c);
-  if (g.type(bias).shape != Shape{out.shape.back()} || g.type(bias).dtype != out.dtype ||
-      loop.reads.size() != 2 ||
-      std::find(loop.reads.begin(), loop.reads.end(), bias) == loop.reads.end())
+  if (!found) return std::nullopt;
+  auto [sum, bias] = *found;
+  std::set<ValueId> used = sum_used;
+  ValueId activation = under_reshapes_and_casts(g, loop.root, used);
+  if (activation == sum) {
+    if (used == body) return std::make_pair(bias, EpilogueKind::bias);
     return std::nullopt;
-  std::set<ValueId> body(loop.body.begin(), loop.body.end());
-  if (loop.root == sum && body.size() == 2) return std::make_pair(bias, EpilogueKind::bias);
-  const Node& root = g.node(loop.root);
-  if (root.op == OpId::maximum && root.inputs[0] == sum &&
-      g.node(root.inputs[1]).op == OpId::constant && g.node(root.inputs[1]).attrs.real == 0.0 &&
-      body.size() == 4)
-    return std::make_pair(bias, EpilogueKind::relu_bias);
+  }
+  const Node& act = g.node(activation);
+  if (act.op == OpId::maximum && act.inputs[0] == sum &&
+      g.node(act.inputs[1]).op == OpId::constant && g.node(act.inputs[1]).attrs.real == 0.0) {
+    used.insert(activation);
+    used.insert(act.inputs[1]);
+    if (used == body) return std::make_pair(bias, EpilogueKind::relu_bias);
+    return std::nullopt;
+  }
   LoweredGelu gelu = lowered_gelu(g.type(sum));
-  std::set<ValueId> used{sum, spread};
-  if (same_computation(g, loop.root, sum, gelu.graph, gelu.root, gelu.z, used) && used == body)
+  if (same_computation(g, activation, sum, gelu.graph, gelu.root, gelu.z, used) && used == body)
     return std::make_pair(bias, EpilogueKind::gelu_bias);
   return std::nullopt;
 }

@@ -24,7 +24,9 @@ struct GemmEpilogue {
 };
 
 /// Bias: every GEMM followed directly by a loop kernel computing `C + broadcast(bias)`, then
-/// optionally ReLU or GELU (recognised by comparison with the pipeline's own lowering), where that
+/// optionally ReLU or GELU (recognised by comparison with the pipeline's own lowering), with
+/// reshapes and floating-point casts allowed between (mixed precision: C widened to f32, a bf16
+/// or f32 bias, the activation narrowed back to C's type), where that
 /// kernel is C's only reader, C is not an output, the GEMM is not batched, and the kernel's result
 /// does not share memory with the GEMM's operands (the memory plan may reuse an operand's slot once
 /// it is dead). Bias gradient: a reduce kernel whose one output is `reduce_sum(dY)` over every

@@ -69,6 +69,9 @@ std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion,
                             ? kernels::GemmEpilogueOp::relu_bias
                             : kernels::GemmEpilogueOp::gelu_bias;
         launch.bias_node = epilogue->bias;
+        // An f32 bias beside a bf16 product (mixed precision): cuBLASLt's BIAS_DATA_TYPE.
+        if (g.type(epilogue->bias).dtype != gemm.dtype)
+          gemm.bias_dtype = g.type(epilogue->bias).dtype;
         launch.c = absorbed.root; // the GEMM writes the absorbed kernel's result
         break;
       case EpilogueKind::bias_gradient:
