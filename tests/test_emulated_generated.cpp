@@ -322,6 +322,18 @@ TEST_CASE("GPU plan: a GPT step's transformer block is at most 32 kernels forwar
     INFO("kernel of %" << k.root);
     CHECK((!casts || computes || k.kind != KernelKind::loop));
   }
+  // Every buffer a kernel writes is read by another kernel or returned (merges leave none
+  // behind: GELU's backward used to write a product of its own terms nothing read).
+  for (std::size_t k = 0; k < gpu.plan.kernels.size(); ++k)
+    for (ValueId out : gpu.plan.kernels[k].outputs()) {
+      bool used = std::any_of(gpu.graph.outputs().begin(), gpu.graph.outputs().end(),
+                              [&](const NamedValue& o) { return gpu.plan.view_of[o.id] == out; });
+      for (std::size_t j = 0; j < gpu.plan.kernels.size() && !used; ++j)
+        for (ValueId r : gpu.plan.kernels[j].reads)
+          used = used || (j != k && (r == out || gpu.plan.view_of[r] == out));
+      INFO("kernel " << k << " writes %" << out);
+      CHECK(used);
+    }
   // The loss's forward reads the logits in one pass: the picked logit (the sum of logits times
   // the one-hot labels) joins the row kernel of the log-sum-exp.
   std::optional<ValueId> logits;

@@ -270,6 +270,7 @@ FusionPlan fuse(const Graph& g, FusionOptions options) {
     merge_column_partials(plan, options);
   if (options.row_kernels) merge_row_reductions(plan);
   if (options.row_kernels) join_row_kernels(plan);
+  drop_unread_outputs(plan);
   hoist_collectives(plan);
   choose_in_place(plan);
   return plan;

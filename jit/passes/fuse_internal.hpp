@@ -49,6 +49,8 @@ void join_row_kernels(FusionPlan& plan);
 
 // ---- fuse_order.cpp: when kernels run and where they write ---------------------------------
 
+/// Extra outputs nothing else reads (left behind by merges) stop being stored.
+void drop_unread_outputs(FusionPlan& plan);
 /// Collectives, and loop kernels that only feed them, move up to right after what they read.
 void hoist_collectives(FusionPlan& plan);
 /// Each loop kernel or collective writes over a buffer that dies in it, where that is safe.

@@ -34,6 +34,40 @@ std::vector<std::size_t> buffer_last_use(const FusionPlan& plan) {
   return last;
 }
 
+/// A kernel's extra output that no other kernel reads and the graph does not return stops being
+/// stored: merges leave them behind when a value's readers all end up in the kernel that
+/// computes it (GELU's backward kept writing a product of its own terms, 154 MB a layer of a
+/// ViT-S at batch 256, that nothing read).
+void fuse_steps::drop_unread_outputs(FusionPlan& plan) {
+  const Graph& g = *plan.graph;
+  std::vector<bool> needed(g.size(), false); // read by a kernel or returned, through views
+  for (const NamedValue& out : g.outputs())
+    needed[plan.view_of[out.id]] = needed[out.id] = true;
+  std::vector<std::size_t> read_by(g.size(), plan.kernels.size()); // one reader, or `many`
+  const std::size_t many = plan.kernels.size() + 1;
+  for (std::size_t k = 0; k < plan.kernels.size(); ++k)
+    for (ValueId r : plan.kernels[k].reads)
+      for (ValueId buffer : {r, plan.view_of[r]}) {
+        std::size_t& by = read_by[buffer];
+        by = by == plan.kernels.size() || by == k ? k : many;
+      }
+  for (std::size_t k = 0; k < plan.kernels.size(); ++k) {
+    Kernel& kernel = plan.kernels[k];
+    // Library calls (GEMMs, attention, collectives) and scatters write what they write.
+    if (kernel.kind != KernelKind::loop && kernel.kind != KernelKind::row &&
+        kernel.kind != KernelKind::reduce)
+      continue;
+    std::erase_if(kernel.extra_outputs, [&](ValueId out) {
+      bool unread = !needed[out] && (read_by[out] == plan.kernels.size() || read_by[out] == k);
+      if (!unread) return false;
+      plan.materialized[out] = false;
+      for (ValueId id = 0; id < g.size(); ++id)
+        if (plan.view_of[id] == out) plan.view_of[id] = id;
+      return true;
+    });
+  }
+}
+
 /// Moves each collective, and each loop kernel that only feeds collectives (a gradient bucket
 /// being packed), up to right after the kernels that write what it reads: a bucket's reduction
 /// then starts as soon as its last gradient exists and runs under the rest of the backward
