@@ -165,6 +165,11 @@ TEST_CASE("cost model: attention through cuDNN is priced by its FLOPs alone, apa
   backward.cudnn = true;
   double cudnn = predict_kernel(backward, rates).seconds;
   CHECK(cudnn < nvptx / 3);
+  // Causal: query i sees keys 0..i, so about half the scores (cuDNN computes only those).
+  CHECK(causal_scores_share(1024, 1024) == Approx(1025.0 / 2048));
+  CHECK(causal_scores_share(3, 5) == Approx(6.0 / 15));
+  CHECK(causal_scores_share(5, 3) == Approx((6.0 + 2 * 3) / 15));
+  CHECK(causal_scores_share(1, 1) == 1.0);
   CHECK(cudnn == Approx(static_cast<double>(backward.flops) / (rates.tensor_flops * 0.4) +
                         rates.launch_seconds));
 }

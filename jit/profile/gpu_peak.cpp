@@ -21,29 +21,12 @@ profile::DevicePeak measure_gpu_peak(CudaDevice& device, kernels::Fp32Math fp32)
   while (largest > (std::size_t{1} << 20) && largest > free / 8)
     largest /= 4;
   DeviceBuffer from(largest), to(largest);
-  cuda::EventHandle begin = nullptr, end = nullptr;
-  d.check(d.cuEventCreate(&begin, 0), "cuEventCreate");
-  d.check(d.cuEventCreate(&end, 0), "cuEventCreate");
-  struct Release {
-    const cuda::Driver& d;
-    cuda::EventHandle a, b;
-    ~Release() {
-      d.cuEventDestroy(a);
-      d.cuEventDestroy(b);
-    }
-  } release{d, begin, end};
+  cuda::StreamTimer timer(d, stream);
   // The best of `reps` timings of `work` enqueued on the stream, in seconds.
   auto best_of = [&](int reps, const std::function<void()>& work) {
     double best = 1e30;
-    for (int r = 0; r < reps; ++r) {
-      d.check(d.cuEventRecord(begin, stream), "cuEventRecord");
-      work();
-      d.check(d.cuEventRecord(end, stream), "cuEventRecord");
-      d.check(d.cuEventSynchronize(end), "cuEventSynchronize (measuring the GPU's peak)");
-      float ms = 0;
-      d.check(d.cuEventElapsedTime(&ms, begin, end), "cuEventElapsedTime");
-      best = std::min(best, static_cast<double>(ms) * 1e-3);
-    }
+    for (int r = 0; r < reps; ++r)
+      best = std::min(best, timer.milliseconds(work) * 1e-3);
     return best;
   };
   profile::DevicePeak peak;

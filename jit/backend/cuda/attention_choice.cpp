@@ -152,26 +152,15 @@ Decision measure(const Graph& g, const CudnnAttentionStep& step,
   kernels::CudnnAttentionBuffers cudnn_buffers = buffers_of(theirs);
   auto run_cudnn = [&] { cudnn.run(step.shape, cudnn_buffers, stream); };
 
-  cuda::EventHandle start = nullptr, stop = nullptr;
-  d.check(d.cuEventCreate(&start, 0), "cuEventCreate");
-  d.check(d.cuEventCreate(&stop, 0), "cuEventCreate");
-  auto time = [&](auto&& body) {
-    d.check(d.cuEventRecord(start, stream), "cuEventRecord");
-    body();
-    d.check(d.cuEventRecord(stop, stream), "cuEventRecord");
-    d.check(d.cuEventSynchronize(stop), "cuEventSynchronize");
-    float ms = 0;
-    d.check(d.cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
-    return static_cast<double>(ms);
-  };
+  cuda::StreamTimer timer(d, stream);
   Decision decision;
   try {
     run_nvptx();
     run_cudnn();
     decision.nvptx_ms = decision.cudnn_ms = std::numeric_limits<double>::infinity();
     for (int round = 0; round < 5; ++round) { // interleaved, so clocks treat both alike
-      decision.nvptx_ms = std::min(decision.nvptx_ms, time(run_nvptx));
-      decision.cudnn_ms = std::min(decision.cudnn_ms, time(run_cudnn));
+      decision.nvptx_ms = std::min(decision.nvptx_ms, timer.milliseconds(run_nvptx));
+      decision.cudnn_ms = std::min(decision.cudnn_ms, timer.milliseconds(run_cudnn));
     }
     const std::vector<Role> outputs = backward ? std::vector<Role>{Role::dq, Role::dk, Role::dv}
                                                : std::vector<Role>{Role::o, Role::lse};
@@ -187,8 +176,6 @@ Decision measure(const Graph& g, const CudnnAttentionStep& step,
   } catch (const std::exception& e) {
     decision.why = e.what();
   }
-  d.cuEventDestroy(start);
-  d.cuEventDestroy(stop);
   decision.cudnn = decision.why.empty() && decision.cudnn_ms < decision.nvptx_ms;
   return decision;
 }

@@ -166,6 +166,13 @@ GpuRates gpu_rates(const cuda::DeviceInfo& device) {
   return rates;
 }
 
+double causal_scores_share(int64_t tq, int64_t tk) {
+  if (tq <= 0 || tk <= 0) return 1.0;
+  const auto q = static_cast<double>(tq), k = static_cast<double>(tk);
+  double seen = q <= k ? q * (q + 1) / 2 : k * (k + 1) / 2 + (q - k) * k;
+  return seen / (q * k);
+}
+
 std::vector<KernelWork> plan_work(const FusionPlan& plan, std::span<const GpuLaunchStep> launches,
                                   std::span<const profile::KernelInfo> infos) {
   const Graph& g = *plan.graph;
@@ -183,6 +190,10 @@ std::vector<KernelWork> plan_work(const FusionPlan& plan, std::span<const GpuLau
     w.flops = info.flops;
     w.gradient = g.node(kernel.root).op == OpId::fused_attention_grad;
     w.cudnn = launch.cudnn.has_value();
+    if (w.cudnn && launch.cudnn->shape.causal) // cuDNN skips the masked tiles
+      w.flops =
+          static_cast<int64_t>(static_cast<double>(w.flops) *
+                               causal_scores_share(launch.cudnn->shape.tq, launch.cudnn->shape.tk));
     w.tensor_cores = launch.kind == KernelKind::gemm &&
                      (launch.gemm.dtype == DType::bf16 || launch.gemm.dtype == DType::f16);
     w.outputs = static_cast<int64_t>(kernel.outputs().size());

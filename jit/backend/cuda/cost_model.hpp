@@ -56,7 +56,12 @@ struct KernelWork {
 std::string describe(const KernelWork& work);
 std::optional<KernelWork> parse_work(std::string_view text);
 
-/// The work of each launch of a step's plan, named and measured as the profiler does.
+/// The share of a causal attention's [tq, tk] scores that are computed (query i sees keys
+/// 0..i): cuDNN's kernels skip the rest, and their FLOPs are counted so; the profiler counts all.
+double causal_scores_share(int64_t tq, int64_t tk);
+
+/// The work of each launch of a step's plan, named and measured as the profiler does (a causal
+/// cuDNN attention's FLOPs scaled by causal_scores_share).
 std::vector<KernelWork> plan_work(const FusionPlan& plan, std::span<const GpuLaunchStep> launches,
                                   std::span<const profile::KernelInfo> infos);
 

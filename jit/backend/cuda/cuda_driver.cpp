@@ -250,4 +250,29 @@ std::vector<DeviceInfo> Driver::devices() const {
   return out;
 }
 
+StreamTimer::StreamTimer(const Driver& driver, StreamHandle stream) : d_(driver), stream_(stream) {
+  d_.check(d_.cuEventCreate(&start_, 0), "cuEventCreate");
+  try {
+    d_.check(d_.cuEventCreate(&stop_, 0), "cuEventCreate");
+  } catch (...) {
+    d_.cuEventDestroy(start_);
+    throw;
+  }
+}
+
+StreamTimer::~StreamTimer() {
+  d_.cuEventDestroy(start_);
+  d_.cuEventDestroy(stop_);
+}
+
+double StreamTimer::milliseconds(const std::function<void()>& enqueue) {
+  d_.check(d_.cuEventRecord(start_, stream_), "cuEventRecord");
+  enqueue();
+  d_.check(d_.cuEventRecord(stop_, stream_), "cuEventRecord");
+  d_.check(d_.cuEventSynchronize(stop_), "cuEventSynchronize");
+  float ms = 0;
+  d_.check(d_.cuEventElapsedTime(&ms, start_, stop_), "cuEventElapsedTime");
+  return static_cast<double>(ms);
+}
+
 } // namespace sinter::cuda

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -115,6 +116,22 @@ void* open_cuda_library(const std::vector<std::string>& names);
 
 /// The driver, or std::runtime_error that says why CUDA cannot be used and how to fix it.
 const Driver& require_driver();
+
+/// Times work enqueued on a stream between two CUDA events (made here, destroyed with it).
+class StreamTimer {
+public:
+  StreamTimer(const Driver& driver, StreamHandle stream);
+  ~StreamTimer();
+  StreamTimer(const StreamTimer&) = delete;
+  StreamTimer& operator=(const StreamTimer&) = delete;
+  /// Milliseconds between the events around what `enqueue` puts on the stream (waits for it).
+  double milliseconds(const std::function<void()>& enqueue);
+
+private:
+  const Driver& d_;
+  StreamHandle stream_;
+  EventHandle start_ = nullptr, stop_ = nullptr;
+};
 
 // Constants of cuda.h that sinter passes.
 inline constexpr int attribute_multiprocessor_count = 16;
