@@ -57,12 +57,7 @@ std::set<const Node*> gemm_absorbable(const Graph& g, const ColumnSplitOptions& 
   for (ValueId id = 0; id < g.size(); ++id) {
     const Node& n = g.node(id);
     if (n.op != OpId::reduce_sum) continue;
-    ValueId x = n.inputs[0];
-    const Node& widen = g.node(x);
-    if (widen.op == OpId::cast && g.type(x).dtype == DType::f32 &&
-        (g.type(widen.inputs[0]).dtype == DType::bf16 ||
-         g.type(widen.inputs[0]).dtype == DType::f16))
-      x = widen.inputs[0];
+    ValueId x = before_widening(g, n.inputs[0]);
     auto found = b_sources.find(through_reshapes(g, x));
     if (found != b_sources.end() && found->second == g.type(x).dtype &&
         options.gemm_sums_columns(found->second, n.type.dtype))

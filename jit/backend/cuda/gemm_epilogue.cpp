@@ -130,11 +130,7 @@ std::optional<ValueId> summed_value(const Graph& g, const Kernel& reduce) {
     leading[i] = static_cast<int64_t>(i);
   if (sum.attrs.ints != leading || g.type(reduce.root).shape != Shape{t.shape.back()})
     return std::nullopt;
-  const Node& widen = g.node(x);
-  if (t.dtype == DType::f32 && widen.op == OpId::cast) {
-    DType low = g.type(widen.inputs[0]).dtype;
-    if (low == DType::bf16 || low == DType::f16) return widen.inputs[0];
-  }
+  if (ValueId low = before_widening(g, x); low != x) return low;
   if (t.dtype == DType::f32 || t.dtype == DType::bf16 || t.dtype == DType::f16) return x;
   return std::nullopt;
 }
