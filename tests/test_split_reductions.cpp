@@ -70,21 +70,24 @@ TEST_CASE("split reductions: partial sums over row groups give the column sums, 
 TEST_CASE("split reductions: a layernorm backward's γ and β sums ride in its row kernel, a block "
           "per group of rows, and match the interpreter in the NVPTX emulator",
           "[emulated][split-reductions]") {
-  // 1024 rows in 16 groups of 64: each block's 8 warps take 8 rows each. 40 columns leave
-  // most lanes of a warp without columns, 96 give each lane some.
+  // 2048 rows in 128 groups of 16 (the fewest groups the GPU fusion takes: a block an SM):
+  // each block's 8 warps take 2 rows each. 40 columns leave most lanes of a warp without
+  // columns, 96 give each lane some.
   int64_t width = GENERATE(40, 96);
-  Graph dx = build_graph({{"x", {DType::f32, {4, 256, width}}, {}},
+  Graph dx = build_graph({{"x", {DType::f32, {4, 512, width}}, {}},
                           {"gamma", {DType::f32, {width}}, {}},
                           {"beta", {DType::f32, {width}}, {}},
-                          {"r", {DType::f32, {4, 256, width}}, {}}},
+                          {"r", {DType::f32, {4, 512, width}}, {}}},
                          [](Graph&, std::vector<Value>& in) {
                            return std::vector<Value>{sum(layernorm(in[0], in[1], in[2]) * in[3])};
                          });
   std::ostream quiet(nullptr);
   Graph optimized = Pipeline::standard(AutodiffOptions{{"x", "gamma", "beta"}, 0})
                         .run(dx, DumpSelection(""), quiet);
-  ColumnSplitOptions groups{
-      .row_groups = 16, .row_groups_min = 2, .row_group_min_rows = 8, .row_group_max_length = 1024};
+  ColumnSplitOptions groups{.row_groups = 128,
+                            .row_groups_min = 128,
+                            .row_group_min_rows = 8,
+                            .row_group_max_length = 1024};
   Graph split = split_column_reductions(optimized, groups);
   CompileRun run("grouped", false, DumpSelection(""));
   Prepared prepared = prepare_for_nvptx(split, 90, run);
@@ -96,23 +99,31 @@ TEST_CASE("split reductions: a layernorm backward's γ and β sums ride in its r
       ++rows_with_partials;
       RowLayout layout = row_layout(*plan.graph, k);
       CHECK(layout.partials.size() == 2); // γ and β
-      CHECK(layout.group == 64);
-      CHECK(gpu_launch(*plan.graph, k).blocks == 16);
+      CHECK(layout.group == 16);
+      CHECK(gpu_launch(*plan.graph, k).blocks == 128);
     }
-    // The column sums left are the short ones over the 16 groups: none reads [rows, width].
+    // The column sums left are the short ones over the 128 groups: none reads [rows, width].
     if (k.kind == KernelKind::reduce && plan.graph->type(k.root).shape == Shape{width})
       for (ValueId r : k.reads)
-        column_passes += numel(plan.graph->type(r).shape) == 1024 * width;
+        column_passes += numel(plan.graph->type(r).shape) == 2048 * width;
   }
   CHECK(rows_with_partials == 1);
   CHECK(column_passes == 0);
+  // A split into a few long groups (no row_groups) would make a row kernel of a few blocks: its
+  // partials stay a kernel of their own.
+  ColumnSplitOptions few{
+      .target_blocks = 8, .min_rows = 64, .min_rows_per_split = 16, .min_bytes = 0};
+  CompileRun run_few("few groups", false, DumpSelection(""));
+  Prepared few_groups = prepare_for_nvptx(split_column_reductions(optimized, few), 90, run_few);
+  for (const Kernel& k : few_groups.fusion.kernels)
+    CHECK((k.kind != KernelKind::row || row_layout(*few_groups.fusion.graph, k).partials.empty()));
   std::mt19937_64 rng(9);
   std::vector<F64Tensor> values;
   for (const NamedValue& in : optimized.inputs())
     values.push_back(random_operand(TestOperand{DType::f64, optimized.type(in.id).shape}, rng));
   std::vector<F64Tensor> want = interpret(optimized, values);
   std::vector<HostTensor> got = emulate_nvptx_step(split, as_host(split, values));
-  check_outputs_match(optimized, got, want, 1e-5);
+  check_outputs_match(optimized, got, want, backend_tolerance(DType::f32, true));
 }
 
 /// The cost model's time for every kernel of `plan` on an H100.

@@ -266,7 +266,7 @@ FusionPlan fuse(const Graph& g, FusionOptions options) {
   merge_attention_kernels(plan);
   if (options.row_kernels) merge_into_row_kernels(plan);
   merge_sibling_kernels(plan, options.sibling_reductions);
-  if (options.row_kernels && options.row_partial_max_length > 0)
+  if (options.row_kernels && options.row_partial_max_values > 0)
     merge_column_partials(plan, options);
   if (options.row_kernels) merge_row_reductions(plan);
   if (options.row_kernels) join_row_kernels(plan);

@@ -84,11 +84,13 @@ struct FusionOptions {
   bool rematerialize = false;
   /// With row_kernels: column sums already split into groups of rows (a reduce_sum over axis 1
   /// of [groups, rows per group, length], ColumnSplitOptions::row_groups) join the row kernel
-  /// over the same rows as per-group partial outputs, when rows are at most
-  /// `row_partial_max_length` long and there are at most `row_partial_max_groups` groups: a
-  /// layernorm backward's γ and β gradients are then summed as the pass computes the input's
-  /// gradient, not by a second pass over the same rows. 0: never.
-  int64_t row_partial_max_length = 0;
+  /// over the same rows as per-group partial outputs, when there are `row_partial_min_groups`
+  /// to `row_partial_max_groups` groups (one block each) and the kernel's partials hold at most
+  /// `row_partial_max_values` values per row (partials × length): a layernorm backward's γ and
+  /// β gradients are then summed as the pass computes the input's gradient, not by a second
+  /// pass over the same rows. 0: never.
+  int64_t row_partial_max_values = 0;
+  int64_t row_partial_min_groups = 0;
   int64_t row_partial_max_groups = 0;
 };
 
@@ -126,7 +128,7 @@ std::vector<ValueId> row_reductions(const Graph& graph, const Kernel& kernel);
 
 /// A row kernel's rows, and which of its outputs (positions in kernel.outputs()) are whole
 /// rows, which hold one value per row, and which are column sums per group of `group`
-/// consecutive rows (FusionOptions::row_partial_max_length: output [rows / group, length]).
+/// consecutive rows (FusionOptions::row_partial_max_values: output [rows / group, length]).
 struct RowLayout {
   std::vector<ValueId> reductions; ///< row_reductions()
   int64_t rows = 0, length = 0;    ///< rows of `length` elements along the last axis

@@ -461,7 +461,7 @@ void fuse_steps::merge_column_partials(FusionPlan& plan, const FusionOptions& op
       continue;
     const Kernel& partial = kernels[p];
     const Shape& xs = g.type(g.node(partial.root).inputs[0]).shape;
-    if (xs.size() != 3 || xs[2] > options.row_partial_max_length ||
+    if (xs.size() != 3 || xs[0] < options.row_partial_min_groups ||
         xs[0] > options.row_partial_max_groups)
       continue;
     RowGeometry geo{xs[0] * xs[1], xs[2]};
@@ -476,6 +476,12 @@ void fuse_steps::merge_column_partials(FusionPlan& plan, const FusionOptions& op
       const Kernel& row = kernels[l];
       RowGeometry row_geo = row_geometry(g, row);
       if (row_geo.rows != geo.rows || row_geo.length != geo.length) continue;
+      // One group size a kernel, and room for every partial's values of a row.
+      RowLayout layout = row_layout(g, row);
+      if ((!layout.partials.empty() && layout.group != xs[1]) ||
+          static_cast<int64_t>(layout.partials.size() + partial.outputs().size()) * xs[2] >
+              options.row_partial_max_values)
+        continue;
       bool shares_read = false;
       for (ValueId read : partial.reads)
         shares_read |= std::find(row.reads.begin(), row.reads.end(), read) != row.reads.end();

@@ -72,7 +72,7 @@ struct ColumnSplitOptions {
   /// stays whole, for the GEMM to absorb. Unset: every long reduction splits.
   std::function<bool(DType product, DType sum)> gemm_sums_columns;
   /// Groups of rows for the column sums a row kernel can take in (FusionOptions::
-  /// row_partial_max_length; 0: none): a reduce_sum of leading axes over rows at most
+  /// row_partial_max_values; 0: none): a reduce_sum of leading axes over rows at most
   /// `row_group_max_length` long whose operand starts from a value that a reduction over the
   /// last axis of the same rows also reads (a layernorm backward's γ and β gradients and its
   /// row sums, all from dy) splits, whatever its size, into the largest number of groups of

@@ -110,7 +110,7 @@ public:
     const Graph& g = e_.graph();
     const Kernel& k = e_.kernel();
     RowLayout layout = row_layout(g, k);
-    // The CPU's fusion options ask for none (FusionOptions::row_partial_max_length).
+    // The CPU's fusion options ask for none (FusionOptions::row_partial_max_values).
     if (!layout.partials.empty())
       throw std::logic_error("sinter: the CPU schedule has no row kernels with column partials");
     const std::vector<ValueId>& reductions = layout.reductions;

@@ -45,20 +45,23 @@ inline constexpr int64_t gpu_max_blocks = 65535;
 inline constexpr int64_t gpu_warp_row_limit = 2048;
 
 /// A row kernel with column sums per group of rows (RowLayout::partials) takes a group a block
-/// (about four blocks an SM of an H100), its warps a row at a time, each lane summing its
-/// columns in registers; the warps' sums meet in shared memory, [8][length] f32, so rows are at
-/// most gpu_row_partial_max_length long (32 KB).
+/// (about four blocks an SM of an H100), its 8 warps a row at a time, each adding its rows'
+/// values into its own shared-memory row of each partial, [partials][8][length] f32: at most
+/// gpu_row_partial_max_values values (48 KB, the static limit), so a layernorm's γ and β up to
+/// 768 columns. At least gpu_row_partial_min_groups groups: a block an SM.
 inline constexpr int64_t gpu_row_groups = 512;
-inline constexpr int64_t gpu_row_partial_max_length = 1024;
+inline constexpr int64_t gpu_row_partial_min_groups = 128;
+inline constexpr int64_t gpu_row_partial_max_values = 1536;
 
 /// How the GPU backend fuses: layernorm, softmax and loss rows in one kernel each (row
 /// kernels), sibling reductions (a layernorm backward's two sums) in one pass, and column sums
 /// over a row kernel's rows (its γ and β gradients) in the row kernel, per block of rows.
-inline constexpr FusionOptions gpu_fusion_options{.row_kernels = true,
-                                                  .sibling_reductions = true,
-                                                  .rematerialize = true,
-                                                  .row_partial_max_length =
-                                                      gpu_row_partial_max_length,
-                                                  .row_partial_max_groups = gpu_max_blocks};
+inline constexpr FusionOptions gpu_fusion_options{
+    .row_kernels = true,
+    .sibling_reductions = true,
+    .rematerialize = true,
+    .row_partial_max_values = gpu_row_partial_max_values,
+    .row_partial_min_groups = gpu_row_partial_min_groups,
+    .row_partial_max_groups = gpu_max_blocks};
 
 } // namespace sinter

@@ -255,6 +255,47 @@ public:
           },
           helpers);
     };
+    // Column sums per group of consecutive rows (RowLayout::partials), a group a block
+    // (gpu_launch): each warp adds its rows' values into its own row of shared memory,
+    // [partial][warp][column] f32, as it writes the row's outputs (the values are at hand then:
+    // no registers held across the row), and at the end the block adds the warps' rows in warp
+    // order (the same sums every run).
+    std::vector<const Node*> partials;
+    for (std::size_t p : layout.partials) {
+      partials.push_back(&g.node(outputs[p]));
+      if (e_.compute_type(partials.back()->type.dtype) != b_.getFloatTy())
+        throw std::logic_error("sinter: a row kernel's column partials are f32");
+    }
+    if (!partials.empty() && !per_warp)
+      throw std::logic_error("sinter: a row kernel's column partials need a warp per row");
+    const int64_t warps = launch_.threads / 32;
+    llvm::Value* warp = b_.CreateLShr(tid, 5);
+    llvm::Value* block = block_in_grid();
+    if (!partials.empty() && !row_group_values_) {
+      auto* slots = llvm::ArrayType::get(
+          b_.getFloatTy(),
+          static_cast<uint64_t>(static_cast<int64_t>(partials.size()) * warps * length));
+      row_group_values_ = new llvm::GlobalVariable(
+          e_.module(), slots, false, llvm::GlobalValue::InternalLinkage,
+          llvm::UndefValue::get(slots), e_.function()->getName() + ".group_rows", nullptr,
+          llvm::GlobalValue::NotThreadLocal, 3);
+      row_group_values_->setAlignment(llvm::Align(16));
+    }
+    auto slot = [&](std::size_t p, llvm::Value* of_warp, llvm::Value* column) {
+      llvm::Value* row_of_slots =
+          b_.CreateAdd(e_.i64(static_cast<int64_t>(p) * warps), of_warp, "", true, true);
+      llvm::Value* at = b_.CreateAdd(b_.CreateMul(row_of_slots, e_.i64(length)), column);
+      return b_.CreateGEP(b_.getFloatTy(), row_group_values_, at);
+    };
+    // Row `row`'s values of every partial at `column`, into this warp's slots.
+    auto add_partials = [&](llvm::Value* row, llvm::Value* column) {
+      Index at{block, b_.CreateSub(row, b_.CreateMul(block, e_.i64(layout.group))), column};
+      for (std::size_t p = 0; p < partials.size(); ++p) {
+        llvm::Value* x = e_.compute(partials[p]->inputs[0], at);
+        llvm::Value* into = slot(p, warp, column);
+        b_.CreateStore(e_.combine(*partials[p], b_.CreateLoad(b_.getFloatTy(), into), x), into);
+      }
+    };
     auto process_row = [&](llvm::Value* row) {
       e_.clear_row_values();
       for (std::size_t p = 0; p < reductions.size(); ++p) {
@@ -273,7 +314,11 @@ public:
         llvm::Value* base = b_.CreateMul(row, e_.extent(length), "", true, true);
         for_elements(row_idx, [&](const Index& idx, llvm::Value* column) {
           e_.compute_and_store_at(full, idx, s, b_.CreateAdd(base, column, "", true, true));
+          if (!partials.empty()) add_partials(row, column);
         });
+      } else if (!partials.empty()) {
+        for_elements(Index{},
+                     [&](const Index&, llvm::Value* column) { add_partials(row, column); });
       }
       if (!per_row.empty())
         e_.emit_if(b_.CreateICmpEQ(lane, e_.i64(0)), [&] {
@@ -282,91 +327,35 @@ public:
           e_.compute_and_store_at(per_row, e_.delinearize(row, s), s, row);
         });
     };
-    if (layout.partials.empty()) {
+    if (partials.empty()) {
       e_.emit_for(first, e_.count(g.type(reductions.front()).shape), process_row, step);
       return;
     }
-    // Column sums per group of consecutive rows, a group a block (gpu_launch): the block's
-    // warps take its rows in turn, each lane adding its columns' values into registers; then
-    // the warps' sums meet in shared memory and the block adds them in warp order (the same
-    // sums every run).
-    if (!per_warp)
-      throw std::logic_error("sinter: a row kernel's column partials need a warp per row");
-    std::vector<const Node*> partials;
-    for (std::size_t p : layout.partials) {
-      partials.push_back(&g.node(outputs[p]));
-      if (e_.compute_type(partials.back()->type.dtype) != b_.getFloatTy())
-        throw std::logic_error("sinter: a row kernel's column partials are f32");
-    }
-    int64_t warps = launch_.threads / 32, per_lane = (groups + 31) / 32;
-    llvm::Value* warp = b_.CreateLShr(tid, 5);
-    llvm::Value* block = block_in_grid();
-    // sums[p][i * width + j]: element j of the lane's i-th group of `width` columns.
-    std::vector<std::vector<llvm::AllocaInst*>> sums(partials.size());
-    for (std::size_t p = 0; p < partials.size(); ++p)
-      for (int64_t k = 0; k < per_lane * width; ++k) {
-        sums[p].push_back(e_.entry_alloca(b_.getFloatTy()));
-        b_.CreateStore(e_.reduce_init(*partials[p]), sums[p].back());
-      }
-    // Each of the lane's columns in turn (group lane + 32 i, element j), where the row has it.
-    auto for_lane_columns = [&](auto&& body) {
-      for (int64_t i = 0; i < per_lane; ++i) {
-        llvm::Value* group = b_.CreateAdd(lane, e_.i64(32 * i));
-        auto columns = [&] {
-          for (int64_t j = 0; j < width; ++j)
-            body(i * width + j, b_.CreateAdd(b_.CreateMul(group, e_.i64(width)), e_.i64(j)));
-        };
-        if ((i + 1) * 32 <= groups)
-          columns();
-        else
-          e_.emit_if(b_.CreateICmpULT(group, e_.i64(groups)), columns);
-      }
-    };
+    // Each lane clears its own columns of its warp's slots (the columns it adds into later).
+    for_elements(Index{}, [&](const Index&, llvm::Value* column) {
+      for (std::size_t p = 0; p < partials.size(); ++p)
+        b_.CreateStore(e_.reduce_init(*partials[p]), slot(p, warp, column));
+    });
     e_.emit_for(
         warp, e_.i64(layout.group),
         [&](llvm::Value* r) {
           process_row(b_.CreateAdd(b_.CreateMul(block, e_.i64(layout.group)), r));
-          for_lane_columns([&](int64_t k, llvm::Value* column) {
-            e_.clear_memo();
-            Index idx{block, r, column};
-            for (std::size_t p = 0; p < partials.size(); ++p)
-              e_.accumulate(*partials[p], sums[p][static_cast<std::size_t>(k)],
-                            e_.compute(partials[p]->inputs[0], idx));
-          });
         },
         e_.i64(warps));
-    if (!row_group_values_) {
-      auto* slots = llvm::ArrayType::get(b_.getFloatTy(), static_cast<uint64_t>(warps * length));
-      row_group_values_ = new llvm::GlobalVariable(
-          e_.module(), slots, false, llvm::GlobalValue::InternalLinkage,
-          llvm::UndefValue::get(slots), e_.function()->getName() + ".group_rows", nullptr,
-          llvm::GlobalValue::NotThreadLocal, 3);
-      row_group_values_->setAlignment(llvm::Align(16));
-    }
-    auto slot = [&](llvm::Value* of_warp, llvm::Value* column) {
-      llvm::Value* at = b_.CreateAdd(b_.CreateMul(of_warp, e_.i64(length)), column);
-      return b_.CreateGEP(b_.getFloatTy(), row_group_values_, at);
-    };
-    for (std::size_t p = 0; p < partials.size(); ++p) {
-      for_lane_columns([&](int64_t k, llvm::Value* column) {
-        llvm::AllocaInst* sum = sums[p][static_cast<std::size_t>(k)];
-        b_.CreateStore(b_.CreateLoad(b_.getFloatTy(), sum), slot(warp, column));
-      });
-      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
-      e_.emit_for(
-          tid, e_.i64(length),
-          [&](llvm::Value* column) {
-            llvm::Value* total = b_.CreateLoad(b_.getFloatTy(), slot(e_.i64(0), column));
+    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+    e_.emit_for(
+        tid, e_.i64(length),
+        [&](llvm::Value* column) {
+          for (std::size_t p = 0; p < partials.size(); ++p) {
+            llvm::Value* total = b_.CreateLoad(b_.getFloatTy(), slot(p, e_.i64(0), column));
             for (int64_t w = 1; w < warps; ++w)
               total = e_.combine(*partials[p], total,
-                                 b_.CreateLoad(b_.getFloatTy(), slot(e_.i64(w), column)));
+                                 b_.CreateLoad(b_.getFloatTy(), slot(p, e_.i64(w), column)));
             e_.store_output(layout.partials[p], total,
                             b_.CreateAdd(b_.CreateMul(block, e_.i64(length)), column));
-          },
-          e_.i64(launch_.threads));
-      // The next partial's sums go where these were read.
-      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
-    }
+          }
+        },
+        e_.i64(launch_.threads));
   }
 
   /// Reductions that keep the last axis: a block takes 32 consecutive outputs (neighbouring
@@ -510,7 +499,7 @@ private:
   GpuLaunch launch_;
   llvm::GlobalVariable* partials_ = nullptr;         ///< block reductions: one slot per warp
   llvm::GlobalVariable* column_partials_ = nullptr;  ///< column reductions: one per thread
-  llvm::GlobalVariable* row_group_values_ = nullptr; ///< row kernels' group sums: [group][length]
+  llvm::GlobalVariable* row_group_values_ = nullptr; ///< row kernels' partials: [p][warp][length]
 };
 
 } // namespace
@@ -663,8 +652,8 @@ GpuLaunch gpu_launch(const Graph& g, const Kernel& k) {
     if (!layout.partials.empty()) { // a group of rows a block, a row a warp (NvptxBody::row)
       launch.strategy = GpuStrategy::warp_per_output;
       launch.blocks = rows / layout.group;
-      if (length > gpu_row_partial_max_length || rows % layout.group != 0 ||
-          launch.blocks > max_blocks)
+      if (static_cast<int64_t>(layout.partials.size()) * length > gpu_row_partial_max_values ||
+          rows % layout.group != 0 || launch.blocks > max_blocks)
         throw std::logic_error("sinter: a row kernel's column partials do not fit the grid");
     } else if (length <= gpu_warp_row_limit) {
       launch.strategy = GpuStrategy::warp_per_output;

@@ -292,9 +292,9 @@ BackendGraphStages nvptx_graph_stages(const Graph& optimized, int compute_capabi
                             // A group is a block of 8 warps: at least a row each, and
                             // at least a block an SM.
                             options.row_groups = gpu_row_groups;
-                            options.row_groups_min = 128;
+                            options.row_groups_min = gpu_row_partial_min_groups;
                             options.row_group_min_rows = 8;
-                            options.row_group_max_length = gpu_row_partial_max_length;
+                            options.row_group_max_length = gpu_row_partial_max_values;
                             return split_column_reductions(g, options);
                           }});
   out.stages.push_back({"rematerialize", [](Graph g) {
