@@ -294,7 +294,9 @@ BackendGraphStages nvptx_graph_stages(const Graph& optimized, int compute_capabi
                             options.row_groups = gpu_row_groups;
                             options.row_groups_min = gpu_row_partial_min_groups;
                             options.row_group_min_rows = 8;
-                            options.row_group_max_length = gpu_row_partial_max_values;
+                            // Room for a layernorm's two (γ and β); longer rows split
+                            // as other column sums do.
+                            options.row_group_max_length = gpu_row_partial_max_values / 2;
                             return split_column_reductions(g, options);
                           }});
   out.stages.push_back({"rematerialize", [](Graph g) {
