@@ -21,6 +21,13 @@ inline KernelKind kind_of(OpId op) { return op_def(op).kernel_kind; }
 /// Reductions, GEMMs, scatters, attention and collectives: never inlined into another kernel.
 inline bool always_root(OpId op) { return kind_of(op) != KernelKind::loop; }
 
+/// `v` is no longer stored: no buffer of its own, and the reshapes that viewed it compute it.
+inline void stop_storing(FusionPlan& plan, ValueId v) {
+  plan.materialized[v] = false;
+  for (ValueId id = 0; id < plan.view_of.size(); ++id)
+    if (plan.view_of[id] == v) plan.view_of[id] = id;
+}
+
 // ---- fuse_rematerialize.cpp: fewer values stored -------------------------------------------
 
 /// With FusionOptions::rematerialize: stops storing values (clears `stored`) that their readers

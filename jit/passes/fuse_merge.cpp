@@ -358,11 +358,8 @@ void fuse_steps::merge_into_row_kernels(FusionPlan& plan) {
           }
           std::vector<bool> saved_materialized = plan.materialized;
           std::vector<ValueId> saved_view_of = plan.view_of;
-          for (ValueId v : internal) {
-            plan.materialized[v] = false;
-            for (ValueId id = 0; id < g.size(); ++id)
-              if (plan.view_of[id] == v) plan.view_of[id] = id;
-          }
+          for (ValueId v : internal)
+            stop_storing(plan, v);
           candidate.kind = KernelKind::row;
           candidate.body.insert(candidate.body.end(), producer.body.begin(), producer.body.end());
           std::sort(candidate.body.begin(), candidate.body.end());

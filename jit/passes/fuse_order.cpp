@@ -59,11 +59,8 @@ void fuse_steps::drop_unread_outputs(FusionPlan& plan) {
       continue;
     std::erase_if(kernel.extra_outputs, [&](ValueId out) {
       bool unread = !needed[out] && (read_by[out] == plan.kernels.size() || read_by[out] == k);
-      if (!unread) return false;
-      plan.materialized[out] = false;
-      for (ValueId id = 0; id < g.size(); ++id)
-        if (plan.view_of[id] == out) plan.view_of[id] = id;
-      return true;
+      if (unread) stop_storing(plan, out);
+      return unread;
     });
   }
 }

@@ -27,16 +27,22 @@ int64_t column_reduction_splits(int64_t rows, int64_t columns, int64_t bytes,
 
 namespace {
 
+/// Whether reduction `n` (operand shape `xs`) folds leading axes and keeps at least the last
+/// one: each output is a column.
+bool reduces_leading_axes(const Node& n, const Shape& xs) {
+  const std::vector<int64_t>& axes = n.attrs.ints;
+  if (axes.empty() || axes.size() >= xs.size()) return false;
+  for (std::size_t i = 0; i < axes.size(); ++i)
+    if (axes[i] != static_cast<int64_t>(i)) return false;
+  return true;
+}
+
 /// The row groups node `n` (operand shape `xs`) splits into, or 1.
 int64_t splits_of(const Node& n, const Shape& xs, DType operand,
                   const ColumnSplitOptions& options) {
   if (n.op != OpId::reduce_sum && n.op != OpId::reduce_max && n.op != OpId::reduce_min) return 1;
-  const std::vector<int64_t>& axes = n.attrs.ints;
-  // Reductions of the leading axes that keep at least the last one: each output is a column.
-  if (axes.empty() || axes.size() >= xs.size()) return 1;
-  for (std::size_t i = 0; i < axes.size(); ++i)
-    if (axes[i] != static_cast<int64_t>(i)) return 1;
-  auto leading = static_cast<std::ptrdiff_t>(axes.size());
+  if (!reduces_leading_axes(n, xs)) return 1;
+  auto leading = static_cast<std::ptrdiff_t>(n.attrs.ints.size());
   int64_t rows = std::accumulate(xs.begin(), xs.begin() + leading, int64_t{1}, std::multiplies<>());
   int64_t bytes = numel(xs) * static_cast<int64_t>(dtype_bytes(operand));
   return column_reduction_splits(rows, xs.back(), bytes, options);
@@ -117,11 +123,8 @@ std::map<const Node*, int64_t> row_groups(const Graph& g, const ColumnSplitOptio
     const Node& n = g.node(id);
     if (n.op != OpId::reduce_sum || n.inputs.empty()) continue;
     const Shape& xs = g.type(n.inputs[0]).shape;
-    const std::vector<int64_t>& axes = n.attrs.ints;
-    bool leading = xs.size() >= 2 && axes.size() + 1 == xs.size();
-    for (std::size_t i = 0; leading && i < axes.size(); ++i)
-      leading = axes[i] == static_cast<int64_t>(i);
-    if (!leading) continue;
+    // Every axis but the last: rows of `length` columns.
+    if (!reduces_leading_axes(n, xs) || n.attrs.ints.size() + 1 != xs.size()) continue;
     int64_t length = xs.back(), rows = numel(xs) / std::max<int64_t>(1, length);
     int64_t groups = groups_of_rows(rows, options);
     if (length > options.row_group_max_length || groups == 0) continue;
