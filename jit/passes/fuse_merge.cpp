@@ -68,6 +68,17 @@ RowGeometry row_geometry(const Graph& g, const Kernel& row_kernel) {
   return {numel(g.type(first).shape), g.type(g.node(first).inputs[0]).shape.back()};
 }
 
+/// Whether a kernel still standing strictly between positions `from` and `to` reads what
+/// `moving` writes: then `moving` cannot move from one to the other.
+bool read_between(const std::vector<Kernel>& kernels, const std::vector<bool>& merged,
+                  std::size_t from, std::size_t to, const Kernel& moving) {
+  for (std::size_t k = from + 1; k < to; ++k)
+    if (!merged[k])
+      for (ValueId r : kernels[k].reads)
+        if (moving.writes(r)) return true;
+  return false;
+}
+
 /// `from`'s outputs, reads and body become `into`'s too: one pass computes both.
 void absorb(Kernel& into, const Kernel& from) {
   for (ValueId out : from.outputs())
@@ -224,11 +235,7 @@ void fuse_steps::merge_sibling_kernels(FusionPlan& plan, bool reductions) {
         continue;
       // Otherwise the early kernel may move down to the late one, if nothing in between reads
       // what it writes.
-      bool movable = !ready_at_early;
-      for (std::size_t k = i + 1; movable && k < j; ++k)
-        if (!merged[k])
-          for (ValueId r : kernels[k].reads)
-            movable &= !early.writes(r);
+      bool movable = !ready_at_early && !read_between(kernels, merged, i, j, early);
       if (!ready_at_early && !movable) continue;
       // A value computed a second time runs late on purpose (its first copy died early).
       if (ready_at_early && g.recomputed(late.root)) continue;
@@ -343,10 +350,7 @@ void fuse_steps::merge_into_row_kernels(FusionPlan& plan) {
           for (ValueId out : producer.outputs())
             fits = fits && (trial.full_row(g.type(out).shape) || trial.per_row(g.type(out).shape));
           // It moves down to the row kernel: nothing in between may read what it writes.
-          for (std::size_t k = p + 1; fits && k < l; ++k)
-            if (!merged[k])
-              for (ValueId r : kernels[k].reads)
-                fits = fits && !producer.writes(r);
+          fits = fits && !read_between(kernels, merged, p, l, producer);
           if (!fits) continue;
           Kernel candidate = row;
           std::vector<ValueId> internal;
@@ -425,10 +429,7 @@ void fuse_steps::merge_row_reductions(FusionPlan& plan) {
       for (ValueId read : reduction.reads)
         shares_read |= std::find(row.reads.begin(), row.reads.end(), read) != row.reads.end();
       // Moving down past the kernels in between: none of them may read what it writes.
-      for (std::size_t k = r + 1; fits && k < l; ++k)
-        if (!merged[k])
-          for (ValueId read : kernels[k].reads)
-            fits = fits && !reduction.writes(read);
+      fits = fits && !read_between(kernels, merged, r, l, reduction);
       if (!fits || !shares_read) continue;
       Kernel candidate = row;
       absorb(candidate, reduction);
@@ -486,11 +487,7 @@ void fuse_steps::merge_column_partials(FusionPlan& plan, const FusionOptions& op
                                   partial.outputs().size() >
                               max_merged_buffers)
         continue;
-      bool down = true, up = true;
-      for (std::size_t k = p + 1; down && k < l; ++k)
-        if (!merged[k])
-          for (ValueId read : kernels[k].reads)
-            down = down && !partial.writes(read);
+      bool down = !read_between(kernels, merged, p, l, partial), up = true;
       for (ValueId read : row.reads)
         up = up && (writer[read] == none || writer[read] < p);
       if (!down && !up) continue;
