@@ -69,6 +69,11 @@ constexpr SettingInfo table[] = {
      "cuda: `1` splits long column reductions (bias and layernorm gradients) into partial sums "
      "over row groups and a short sum, for more blocks (docs/gpu.md); `0` runs each in one pass. "
      "Another value is an error naming it"},
+    {"SINTER_ATTENTION_VIEWS", "`0`, `1`", "`1`",
+     "cuda: `1` lets the fused attention kernels read q, k, v and dO where the model's reshapes, "
+     "slices and permutes leave them (the heads of a packed qkv projection, rows apart) and "
+     "casts them before those views; `0` copies each into its own [..., T, D] buffer first. "
+     "Another value is an error naming it"},
     {"SINTER_ATTENTION_PIPELINE", "`0`, `1`", "`1`",
      "cuda: `1` double-buffers the fused attention kernels' key and query tiles in shared "
      "memory where two fit (cp.async copies the next tile while the block computes on this "

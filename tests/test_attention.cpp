@@ -230,7 +230,7 @@ TEST_CASE("attention: each fused CUDA kernel's cuDNN form names its buffers, or 
     if (kernel.kind == KernelKind::attention) attention_kernels.push_back(&kernel);
   REQUIRE(attention_kernels.size() == 2);
   using Role = CudnnAttentionStep::Role;
-  auto forward = cudnn_attention_step(gpu, *attention_kernels[0], 90);
+  auto forward = cudnn_attention_step(plan, *attention_kernels[0], 90);
   REQUIRE(std::holds_alternative<CudnnAttentionStep>(forward));
   const CudnnAttentionStep& f = std::get<CudnnAttentionStep>(forward);
   CHECK(f.shape.describe() == "2×2×64×64×16 bf16 causal"); // [B, H] of q's [2, 2, 64, 16]
@@ -243,7 +243,7 @@ TEST_CASE("attention: each fused CUDA kernel's cuDNN form names its buffers, or 
   CHECK(gpu.node(*f.nodes[Role::o]).op == OpId::fused_attention);
   CHECK(gpu.node(*f.nodes[Role::lse]).op == OpId::fused_attention_lse);
   CHECK_FALSE(f.nodes[Role::dq]);
-  auto backward = cudnn_attention_step(gpu, *attention_kernels[1], 90);
+  auto backward = cudnn_attention_step(plan, *attention_kernels[1], 90);
   REQUIRE(std::holds_alternative<CudnnAttentionStep>(backward));
   const CudnnAttentionStep& b = std::get<CudnnAttentionStep>(backward);
   CHECK(b.shape.backward);
@@ -255,20 +255,20 @@ TEST_CASE("attention: each fused CUDA kernel's cuDNN form names its buffers, or 
   }
   // The memory plan counts the backward's f32 dq accumulator and do·o rows where cuDNN may run.
   std::size_t bound = kernels::CudnnAttention::get() ? 2 * 2 * 64 * 16 * 4 + 2 * 2 * 64 * 4 : 0;
-  CHECK(cudnn_attention_workspace_bound(gpu, plan, 90) == bound);
+  CHECK(cudnn_attention_workspace_bound(plan, 90) == bound);
   {
     EnvOverride nvptx("SINTER_ATTENTION", "nvptx");
-    CHECK(cudnn_attention_workspace_bound(gpu, plan, 90) == 0);
+    CHECK(cudnn_attention_workspace_bound(plan, 90) == 0);
   }
   // Too old a GPU, or a boolean mask: the NVPTX kernels, with the reason.
-  auto turing = cudnn_attention_step(gpu, *attention_kernels[0], 75);
+  auto turing = cudnn_attention_step(plan, *attention_kernels[0], 75);
   REQUIRE(std::holds_alternative<std::string>(turing));
   CHECK_THAT(std::get<std::string>(turing), Catch::Contains("sm_80"));
   Graph masked = for_nvptx(masked_step(DType::bf16), 90);
   FusionPlan masked_plan = fuse(masked, gpu_fusion_options);
   for (const Kernel& kernel : masked_plan.kernels)
     if (kernel.kind == KernelKind::attention) {
-      auto why = cudnn_attention_step(masked, kernel, 90);
+      auto why = cudnn_attention_step(masked_plan, kernel, 90);
       REQUIRE(std::holds_alternative<std::string>(why));
       CHECK_THAT(std::get<std::string>(why), Catch::Contains("boolean mask"));
     }

@@ -55,6 +55,17 @@ TEST_CASE("cudnn attention: libcudnn accepts every operation of the forward and 
   vit.tq = vit.tk = 197;
   vit.dtype = DType::f16;
   CHECK(kernels::build_cudnn_attention_operations(vit) == 18);
+  // q, k and v read where a packed [b, t, 3·h·d] projection holds them, dO from [b, t, h·d].
+  kernels::CudnnAttentionShape packed = gpt2_layer(true, true);
+  const int64_t width = packed.h * packed.d;
+  packed.q_strides = packed.k_strides =
+      packed.v_strides = {packed.tq * 3 * width, packed.d, 3 * width};
+  packed.do_strides = {packed.tq * width, packed.d, width};
+  CHECK(packed.strided());
+  CHECK(packed.key() != gpt2_layer(true, true).key());
+  CHECK(kernels::build_cudnn_attention_operations(packed) == 22);
+  packed.backward = false;
+  CHECK(kernels::build_cudnn_attention_operations(packed) == 14);
 }
 
 TEST_CASE("cudnn attention: a descriptor libcudnn refuses is named in the error", "[cudnn]") {

@@ -314,9 +314,14 @@ TEST_CASE("null gpu: every linear layer's bias gradient in a GPT's bf16 step rid
   auto found = std::distance(std::sregex_iterator(text.begin(), text.end(), epilogue),
                              std::sregex_iterator());
   CHECK(found == 4 * depth + 1);
+  // Each block's qkv bias too: attention reads the heads from the projection's output
+  // (SINTER_ATTENTION_VIEWS), so the bias is all the loop after the GEMM does.
+  std::regex bias(R"(\n  epilogue bias: kernel [0-9]+ into the GEMM of kernel [0-9]+)");
+  CHECK(std::distance(std::sregex_iterator(text.begin(), text.end(), bias),
+                      std::sregex_iterator()) == depth);
   std::regex absorbed(R"(\n  launch [0-9]+ kernel [0-9]+ gemm [^\n]* with epilogue)");
   CHECK(std::distance(std::sregex_iterator(text.begin(), text.end(), absorbed),
-                      std::sregex_iterator()) == 4 * depth + 1);
+                      std::sregex_iterator()) == 5 * depth + 1);
   // The null cuBLASLt checked each bias pointer against an f32 vector's extent, and ran them.
   CHECK(counters().gemms > 0);
 }

@@ -2,6 +2,8 @@
 #include "jit/backend/attention_layout.hpp"
 
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 namespace sinter {
 
@@ -19,6 +21,13 @@ AttentionLayout attention_layout(const Graph& g, const Node& root) {
   l.batches = numel(l.batch_dims);
   l.scale = root.attrs.real != 0.0 ? root.attrs.real : 1.0 / std::sqrt(static_cast<double>(l.d));
   l.causal = root.attrs.flag;
+  for (ValueId operand : root.inputs) {
+    const Shape& shape = g.type(operand).shape;
+    std::vector<int64_t> strides = contiguous_strides(shape);
+    AttentionOperand o{operand, 0, {}, strides.size() >= 2 ? strides[strides.size() - 2] : 0};
+    if (shape.size() == r) o.batch_stride.assign(strides.begin(), strides.end() - 2);
+    l.operands.push_back(std::move(o));
+  }
   l.mask_operand = l.backward ? 6 : 3;
   l.has_mask = root.inputs.size() > l.mask_operand;
   if (!l.has_mask) return l;
@@ -34,6 +43,29 @@ AttentionLayout attention_layout(const Graph& g, const Node& root) {
   l.mask_batch_stride.assign(stride.begin(), stride.end() - 2);
   l.mask_row_stride = stride[r - 2];
   l.mask_col_stride = stride[r - 1];
+  return l;
+}
+
+AttentionLayout attention_layout(const FusionPlan& plan, const Kernel& kernel) {
+  const Graph& g = *plan.graph;
+  const Node& root = g.node(kernel.root);
+  AttentionLayout l = attention_layout(g, root);
+  auto is_buffer = [&](ValueId id) { return bool(plan.materialized[id]); };
+  for (std::size_t i = 0; i < root.inputs.size(); ++i) {
+    ValueId operand = root.inputs[i];
+    AttentionOperand& o = l.operands[i];
+    o.buffer = plan.view_of[operand];
+    if (plan.materialized[operand] || o.buffer != operand) continue; // a buffer, or a reshape
+    std::optional<StridedView> view = attention_operand_view(g, operand, is_buffer);
+    if (!view)
+      throw std::logic_error("attention reads operand " + std::to_string(i) + " (%" +
+                             std::to_string(operand) + ") through views it cannot stride");
+    o.buffer = plan.view_of[view->buffer]; // a reshape of a buffer has its element order
+    o.offset = view->offset;
+    o.batch_stride.assign(view->strides.begin(), view->strides.end() - 2);
+    o.row_stride = view->strides[view->strides.size() - 2];
+    o.contiguous = view->offset == 0 && view->strides == contiguous_strides(g.type(operand).shape);
+  }
   return l;
 }
 

@@ -1,15 +1,28 @@
 // jit/backend/attention_layout.hpp — how a fused attention node's operands lie in memory, for
-// the backends' kernels: slice sizes, scale, causality and the mask's strides over the scores
+// the backends' kernels: slice sizes, scale, causality, the operands' strides and the mask's
 #pragma once
 #include "jit/ir/graph.hpp"
+#include "jit/passes/fuse.hpp"
 
 #include <cstdint>
 #include <vector>
 
 namespace sinter {
 
+/// Where one operand's slices lie in the buffer the kernel reads: slice `batch` (its index over
+/// batch_dims) starts at offset + Σ b_n · batch_stride[n], its rows `row_stride` elements apart,
+/// each row contiguous. Contiguous operands: offset 0, strides of the row-major layout.
+struct AttentionOperand {
+  ValueId buffer = 0;
+  int64_t offset = 0;
+  std::vector<int64_t> batch_stride;
+  int64_t row_stride = 0;
+  bool contiguous = true; ///< the slices lie one after another, row-major, from offset 0
+};
+
 /// A fused attention node (forward, log-sum-exp or gradient) as its kernel sees it: `batches`
-/// independent slices of q [tq, d], k [tk, d], v [tk, dv], contiguous and row-major.
+/// independent slices of q [tq, d], k [tk, d], v [tk, dv], row-major, each operand contiguous
+/// or a strided view of a buffer (FusionOptions::attention_operand_views).
 struct AttentionLayout {
   bool backward = false; ///< fused_attention_grad (operands q, k, v, o, lse, do[, mask])
   int64_t batches = 0, tq = 0, tk = 0, d = 0, dv = 0;
@@ -24,11 +37,17 @@ struct AttentionLayout {
   std::vector<int64_t> mask_batch_stride;
   int64_t mask_row_stride = 0, mask_col_stride = 0;
 
+  /// One per operand of the root (q, k, v, then the backward's o, lse, dO, then the mask).
+  std::vector<AttentionOperand> operands;
+
   /// Offset of slice `batch`'s [tq, tk] block in the mask.
   int64_t mask_offset(int64_t batch) const;
 };
 
-/// The layout of fused attention node `root` of `graph`.
+/// The layout of fused attention node `root` of `graph`, its operands contiguous.
 AttentionLayout attention_layout(const Graph& graph, const Node& root);
+/// The layout of attention kernel `kernel` of `plan`: operands its body reads through views
+/// (attention_operand_view) get their buffer's strides.
+AttentionLayout attention_layout(const FusionPlan& plan, const Kernel& kernel);
 
 } // namespace sinter

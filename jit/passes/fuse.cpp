@@ -25,6 +25,24 @@ bool swaps_last_two(const Node& n) {
 bool is_fused_attention(OpId op) { return kind_of(op) == KernelKind::attention; }
 bool is_collective(OpId op) { return kind_of(op) == KernelKind::collective; }
 
+bool attention_operand_may_be_strided(const Node& node, std::size_t position) {
+  if (position < 3) return true;                                                    // q, k, v
+  return node.op == OpId::fused_attention_grad && (position == 3 || position == 5); // o, dO
+}
+
+std::optional<StridedView> attention_operand_view(const Graph& g, ValueId value,
+                                                  const std::function<bool(ValueId)>& is_buffer) {
+  std::optional<StridedView> view = strided_view(g, value, is_buffer);
+  if (!view) return std::nullopt;
+  const TensorType& t = g.type(value);
+  const int64_t piece = 16 / static_cast<int64_t>(dtype_bytes(t.dtype)); // elements in 16 bytes
+  if (t.shape.size() < 2 || view->offset % piece != 0 || view->strides.back() != 1)
+    return std::nullopt;
+  for (std::size_t i = 0; i + 1 < t.shape.size(); ++i)
+    if (t.shape[i] != 1 && view->strides[i] % piece != 0) return std::nullopt;
+  return view;
+}
+
 bool has_fused_attention(const Graph& g) {
   for (ValueId id = 0; id < g.size(); ++id)
     if (is_fused_attention(g.node(id).op)) return true;
@@ -127,10 +145,24 @@ std::vector<bool> stored_values(const Graph& g, FusionOptions options) {
     if (g.node(id).op == OpId::concat && g.node(id).inputs.size() >= 3)
       for (ValueId in : g.node(id).inputs)
         if (!in_buffer(in)) mat[in] = true;
+  // The first value up a chain of views that a strided attention operand may start from: a
+  // buffer, or a computed value (stored for it). Broadcasts and gathers are copied as before.
+  auto view_source = [&](ValueId id) {
+    if (mat[id]) return true;
+    OpId op = g.node(id).op;
+    return op == OpId::input || !index_only(op);
+  };
   for (ValueId id = 0; id < n; ++id) {
-    if (is_fused_attention(g.node(id).op)) { // the kernel reads contiguous operands
-      for (ValueId in : g.node(id).inputs)
-        if (!in_buffer(in)) mat[in] = true;
+    const Node& node = g.node(id);
+    if (is_fused_attention(node.op)) { // the kernel reads contiguous operands, or strided views
+      for (std::size_t i = 0; i < node.inputs.size(); ++i) {
+        ValueId in = node.inputs[i];
+        if (in_buffer(in)) continue;
+        std::optional<StridedView> view;
+        if (options.attention_operand_views && attention_operand_may_be_strided(node, i))
+          view = attention_operand_view(g, in, view_source);
+        mat[view ? view->buffer : in] = true;
+      }
       continue;
     }
     if (is_collective(g.node(id).op)) {
@@ -169,7 +201,8 @@ std::vector<bool> stored_values(const Graph& g, FusionOptions options) {
       OpId op = g.node(id).op;
       if (op != OpId::matmul && !is_fused_attention(op) && !is_collective(op)) continue;
       for (ValueId in : g.node(id).inputs) {
-        while (!mat[in] && (g.node(in).op == OpId::reshape || g.node(in).op == OpId::permute))
+        while (!mat[in] && (g.node(in).op == OpId::reshape || g.node(in).op == OpId::permute ||
+                            g.node(in).op == OpId::slice))
           in = g.node(in).inputs[0];
         pinned[in] = true;
       }
@@ -195,9 +228,16 @@ Kernel kernel_rooted_at(const FusionPlan& plan, ValueId id) {
     stack.pop_back();
     k.body.push_back(v);
     if (k.kind == KernelKind::attention || k.kind == KernelKind::collective) {
-      for (ValueId in : g.node(v).inputs)
+      for (ValueId in : g.node(v).inputs) {
+        // A strided attention operand (FusionOptions::attention_operand_views): its chain of
+        // views is the kernel's own index arithmetic, and the buffer under it what it reads.
+        while (!mat[in] && plan.view_of[in] == in) {
+          k.body.push_back(in);
+          in = g.node(in).inputs[0];
+        }
         if (std::find(k.reads.begin(), k.reads.end(), plan.view_of[in]) == k.reads.end())
           k.reads.push_back(plan.view_of[in]);
+      }
       break;
     }
     if (k.kind == KernelKind::gemm && v == id) {

@@ -1,9 +1,12 @@
 // jit/passes/fuse.hpp — groups primitives into kernels: fused loop nests, reductions, GEMMs
 #pragma once
 #include "jit/ir/graph.hpp"
+#include "jit/passes/strided_view.hpp"
 #include "ops/kernel_kind.hpp"
 
 #include <algorithm>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +19,16 @@ bool is_collective(OpId op);
 bool is_fused_attention(OpId op);
 /// Whether any node of `graph` is one of them.
 bool has_fused_attention(const Graph& graph);
+
+/// Whether operand `position` of fused attention node `node` (q, k, v, and the backward's o and
+/// dO) may be read through a strided view (FusionOptions::attention_operand_views).
+bool attention_operand_may_be_strided(const Node& node, std::size_t position);
+/// Fused attention's operand `value` as the strided view its kernel reads, when it is one that
+/// the kernels take: the view of the first value up its chain of reshapes, permutes and slices
+/// that `is_buffer` accepts, its last dim contiguous, and its offset and every other stride whole
+/// 16-byte pieces. nullopt otherwise (a copy laid out [..., T, D] is read instead).
+std::optional<StridedView> attention_operand_view(const Graph& graph, ValueId value,
+                                                  const std::function<bool(ValueId)>& is_buffer);
 
 /// How a GEMM operand is read: `logical` (a matrix or batch of matrices, row-major in the memory
 /// of `buffer`), used as is or transposed in its last two dims.
@@ -92,6 +105,12 @@ struct FusionOptions {
   int64_t row_partial_max_values = 0;
   int64_t row_partial_min_groups = 0;
   int64_t row_partial_max_groups = 0;
+  /// Fused attention reads q, k, v, o and dO through the reshapes, permutes and slices that lay
+  /// them out [..., T, D] (attention_operand_view: the heads of a packed qkv GEMM output, say)
+  /// rather than a copy made by a loop kernel; the value under them is stored, so a bias added
+  /// there can become the GEMM's epilogue. Backends whose attention kernels take strided
+  /// operands ask for it.
+  bool attention_operand_views = false;
 };
 
 /// Decides what to materialise: graph outputs, reductions, GEMMs and their operands, scatters,

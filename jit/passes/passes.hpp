@@ -94,6 +94,12 @@ int64_t column_reduction_splits(int64_t rows, int64_t columns, int64_t bytes,
 /// (`gemm_sums_columns`); sums beside a row kernel split into its blocks' groups (`row_groups`).
 /// CUDA runs it before fusion.
 Graph split_column_reductions(const Graph& graph, const ColumnSplitOptions& options = {});
+/// Fused attention's operands that are a cast of reshapes, permutes and slices of a value (q,
+/// k and v under autocast, split from a packed f32 projection) become those views of the cast
+/// value: one cast of the whole projection, which a strided attention operand can read
+/// (FusionOptions::attention_operand_views) and a GEMM epilogue can write. CUDA runs it before
+/// fusion.
+Graph cast_before_attention_views(const Graph& graph);
 /// Algebraic simplification and constant folding (x*1, x+0, -(-x), permute∘permute, ...).
 Graph simplify(const Graph& graph);
 /// Common-subexpression and dead-code elimination.

@@ -33,6 +33,7 @@ constexpr StageInfo order[] = {
     {"cse", "common subexpressions merged, dead code dropped"},
     {"decompose-attention", "attention as GEMMs and a softmax where no fused kernel takes it"},
     {"small-matmuls", "cpu: small batched matmuls as loops fused with their neighbours"},
+    {"attention-views", "cuda: attention operands cast before the views that split the heads"},
     {"split-reductions", "cuda: long column reductions as partial sums over row groups, then one"},
     {"rematerialize", "cuda: cheap values recomputed before the late GEMMs that read them"},
     {"fuse", "kernels: fused loops, reductions, rows, GEMMs, attention, collectives"},

@@ -112,6 +112,16 @@ Dims packed_strides(const Dims& dims) {
   return {dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1};
 }
 
+/// Strides of an operand [b, h, t, d] in its buffer: the shape's (a view of a wider buffer), or
+/// packed where it gives none.
+Dims operand_strides(const CudnnAttentionShape::Strides& given, const Dims& dims) {
+  if (given == CudnnAttentionShape::Strides{}) return packed_strides(dims);
+  return {given[0], given[1], given[2], 1};
+}
+
+/// An operand [b, h, t, d] with strides `strides` as its transpose [b, h, d, t].
+Dims transposed(const Dims& strides) { return {strides[0], strides[1], strides[3], strides[2]}; }
+
 } // namespace
 
 struct CudnnAttention::Api {
@@ -343,13 +353,12 @@ GraphTensor causal_mask(GraphBuilder& g, const GraphTensor& s, int64_t& negative
 GraphIo build_forward(GraphBuilder& g, const CudnnAttentionShape& s) {
   const int dt = operand_type(s.dtype);
   GraphIo io;
-  GraphTensor q =
-      g.tensor("q", {s.b, s.h, s.tq, s.d}, packed_strides({s.b, s.h, s.tq, s.d}), dt, false);
-  // k as kᵀ: [b, h, d, tk] over k's row-major storage.
-  GraphTensor kt =
-      g.tensor("k", {s.b, s.h, s.d, s.tk}, {s.h * s.tk * s.d, s.tk * s.d, 1, s.d}, dt, false);
-  GraphTensor v =
-      g.tensor("v", {s.b, s.h, s.tk, s.dv}, packed_strides({s.b, s.h, s.tk, s.dv}), dt, false);
+  const Dims q_dims{s.b, s.h, s.tq, s.d}, k_dims{s.b, s.h, s.tk, s.d}, v_dims{s.b, s.h, s.tk, s.dv};
+  GraphTensor q = g.tensor("q", q_dims, operand_strides(s.q_strides, q_dims), dt, false);
+  // k as kᵀ: [b, h, d, tk] over k's row-major rows.
+  GraphTensor kt = g.tensor("k", {s.b, s.h, s.d, s.tk},
+                            transposed(operand_strides(s.k_strides, k_dims)), dt, false);
+  GraphTensor v = g.tensor("v", v_dims, operand_strides(s.v_strides, v_dims), dt, false);
   GraphTensor o =
       g.tensor("o", {s.b, s.h, s.tq, s.dv}, packed_strides({s.b, s.h, s.tq, s.dv}), dt, false);
   const Dims row_dims{s.b, s.h, s.tq, 1};
@@ -386,18 +395,17 @@ GraphIo build_backward(GraphBuilder& g, const CudnnAttentionShape& s) {
   const Dims q_dims{s.b, s.h, s.tq, s.d}, o_dims{s.b, s.h, s.tq, s.dv};
   const Dims k_dims{s.b, s.h, s.tk, s.d}, v_dims{s.b, s.h, s.tk, s.dv};
   const Dims row_dims{s.b, s.h, s.tq, 1}, score_dims{s.b, s.h, s.tq, s.tk};
-  const Dims k_strides = packed_strides(k_dims), v_strides = packed_strides(v_dims);
-  GraphTensor q = g.tensor("q", q_dims, packed_strides(q_dims), dt, false);
-  GraphTensor kt = g.tensor("k", {s.b, s.h, s.d, s.tk},
-                            {k_strides[0], k_strides[1], k_strides[3], k_strides[2]}, dt, false);
+  const Dims k_strides = operand_strides(s.k_strides, k_dims);
+  GraphTensor q = g.tensor("q", q_dims, operand_strides(s.q_strides, q_dims), dt, false);
+  GraphTensor kt = g.tensor("k", {s.b, s.h, s.d, s.tk}, transposed(k_strides), dt, false);
   GraphTensor vt = g.tensor("v", {s.b, s.h, s.dv, s.tk},
-                            {v_strides[0], v_strides[1], v_strides[3], v_strides[2]}, dt, false);
+                            transposed(operand_strides(s.v_strides, v_dims)), dt, false);
   GraphTensor o = g.tensor("o", o_dims, packed_strides(o_dims), dt, false);
-  GraphTensor d_o = g.tensor("do", o_dims, packed_strides(o_dims), dt, false);
+  GraphTensor d_o = g.tensor("do", o_dims, operand_strides(s.do_strides, o_dims), dt, false);
   GraphTensor stats = g.tensor("lse", row_dims, packed_strides(row_dims), data_float, false);
   GraphTensor dq = g.tensor("dq", q_dims, packed_strides(q_dims), dt, false);
-  GraphTensor dk = g.tensor("dk", k_dims, k_strides, dt, false);
-  GraphTensor dv = g.tensor("dv", v_dims, v_strides, dt, false);
+  GraphTensor dk = g.tensor("dk", k_dims, packed_strides(k_dims), dt, false);
+  GraphTensor dv = g.tensor("dv", v_dims, packed_strides(v_dims), dt, false);
   GraphTensor scale = g.scalar("scale");
   GraphTensor one = g.scalar("one");
   GraphTensor softmax_sum = g.tensor("do·o", row_dims, packed_strides(row_dims), data_float, false);

@@ -4,6 +4,7 @@
 #include "jit/backend/cuda/cuda_driver.hpp"
 #include "jit/ir/dtype.hpp"
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -15,18 +16,27 @@
 namespace sinter::kernels {
 
 /// One attention shape as cuDNN sees it: q [b, h, tq, d], k [b, h, tk, d], v [b, h, tk, dv],
-/// o [b, h, tq, dv], each contiguous and row-major; the row log-sum-exp [b, h, tq] in f32 (the
-/// natural log of the scaled, masked scores' exponential sums, as sinter's own kernels save it).
+/// o [b, h, tq, dv], row-major, each contiguous unless given strides; the row log-sum-exp
+/// [b, h, tq] in f32 (the natural log of the scaled, masked scores' exponential sums, as
+/// sinter's own kernels save it).
 struct CudnnAttentionShape {
+  /// Element strides of b, h and t (d's is 1) in the buffer an operand is read from; all 0:
+  /// packed. Views of a wider buffer (the heads of a packed qkv) have larger ones.
+  using Strides = std::array<int64_t, 3>;
   DType dtype = DType::bf16; ///< bf16 or f16
   int64_t b = 1, h = 1, tq = 0, tk = 0, d = 0, dv = 0;
   float scale = 1.0f;
   bool causal = false;   ///< query i attends to keys j <= i (the top-left diagonal)
   bool backward = false; ///< the gradient graph (dq, dk, dv) instead of the forward
   bool saves_lse = true; ///< forward: also write the log-sum-exp (training)
+  Strides q_strides{}, k_strides{}, v_strides{}, do_strides{}; ///< do: the backward's dO
+  bool strided() const {
+    return q_strides != Strides{} || k_strides != Strides{} || v_strides != Strides{} ||
+           do_strides != Strides{};
+  }
   auto key() const {
     return std::make_tuple(static_cast<int>(dtype), b, h, tq, tk, d, dv, scale, causal, backward,
-                           saves_lse);
+                           saves_lse, q_strides, k_strides, v_strides, do_strides);
   }
   /// "b×h×tq×tk×d bf16 causal", for log lines.
   std::string describe() const;

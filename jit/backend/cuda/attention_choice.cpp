@@ -43,45 +43,57 @@ struct Decision {
   bool from_disk = false; ///< read from the kernel cache (timed by an earlier process)
 };
 
-/// Device buffers of one role each, filled or compared on the host.
+/// Device buffers of the nodes the roles read or write, one per node (q, k and v may be views
+/// of one packed buffer), filled or compared on the host.
 class Operands {
 public:
-  Operands(CudaDevice& device, const Graph& g, const CudnnAttentionStep& step) : device_(device) {
+  Operands(CudaDevice& device, const Graph& g, const CudnnAttentionStep& step)
+      : device_(device), step_(step) {
     for (int role = 0; role < CudnnAttentionStep::roles; ++role)
-      if (step.nodes[role]) {
+      if (step.nodes[role] && !buffers_.count(*step.nodes[role])) {
         const TensorType& t = g.type(*step.nodes[role]);
-        types_[role] = t;
-        buffers_[role] = DeviceBuffer(std::max<std::size_t>(byte_size(t), 16));
+        types_[*step.nodes[role]] = t;
+        buffers_.emplace(*step.nodes[role], DeviceBuffer(std::max<std::size_t>(byte_size(t), 16)));
       }
   }
-  cuda::DevicePtr at(int role) const { return buffers_[role].get(); }
-  bool has(int role) const { return buffers_[role].get() != 0; }
+  /// The role's node's buffer.
+  cuda::DevicePtr base(int role) const { return buffers_.at(*step_.nodes[role]).get(); }
+  /// The role's first element.
+  cuda::DevicePtr at(int role) const {
+    if (!has(role)) return 0;
+    return base(role) + static_cast<cuda::DevicePtr>(step_.offsets[role]) *
+                            dtype_bytes(types_.at(*step_.nodes[role]).dtype);
+  }
+  bool has(int role) const { return step_.nodes[role].has_value(); }
   void fill_random(int role, uint64_t seed) {
+    const TensorType& t = types_.at(*step_.nodes[role]);
     std::mt19937_64 rng(seed);
     std::uniform_real_distribution<double> uniform(-1.0, 1.0);
-    std::vector<double> values(static_cast<std::size_t>(numel(types_[role].shape)));
+    std::vector<double> values(static_cast<std::size_t>(numel(t.shape)));
     for (double& x : values)
       x = uniform(rng);
-    upload(role, HostTensor::from_doubles(types_[role].dtype, types_[role].shape, values));
-  }
-  void upload(int role, const HostTensor& t) {
+    HostTensor host = HostTensor::from_doubles(t.dtype, t.shape, values);
     const cuda::Driver& d = device_.driver();
-    d.check(d.cuMemcpyHtoDAsync(at(role), t.bytes().data(), t.byte_size(), device_.stream()),
-            "cuMemcpyHtoDAsync");
+    d.check(
+        d.cuMemcpyHtoDAsync(base(role), host.bytes().data(), host.byte_size(), device_.stream()),
+        "cuMemcpyHtoDAsync");
     d.check(d.cuStreamSynchronize(device_.stream()), "cuStreamSynchronize");
   }
+  /// What an output role holds (its own buffer, from the start).
   std::vector<double> download(int role) const {
-    HostTensor t(types_[role].dtype, types_[role].shape);
+    const TensorType& t = types_.at(*step_.nodes[role]);
+    HostTensor host(t.dtype, t.shape);
     const cuda::Driver& d = device_.driver();
     d.check(d.cuStreamSynchronize(device_.stream()), "cuStreamSynchronize");
-    d.check(d.cuMemcpyDtoH(t.bytes().data(), at(role), t.byte_size()), "cuMemcpyDtoH");
-    return t.to_doubles();
+    d.check(d.cuMemcpyDtoH(host.bytes().data(), base(role), host.byte_size()), "cuMemcpyDtoH");
+    return host.to_doubles();
   }
 
 private:
   CudaDevice& device_;
-  std::array<TensorType, CudnnAttentionStep::roles> types_{};
-  std::array<DeviceBuffer, CudnnAttentionStep::roles> buffers_;
+  const CudnnAttentionStep& step_;
+  std::map<ValueId, TensorType> types_;
+  std::map<ValueId, DeviceBuffer> buffers_;
 };
 
 /// The largest difference between two outputs relative to the larger of 1 and the reference's
@@ -133,7 +145,7 @@ Decision measure(const Graph& g, const CudnnAttentionStep& step,
   // The NVPTX kernel's arguments: its outputs into `mine`, then its reads.
   std::map<ValueId, cuda::DevicePtr> pointer_of;
   for (int role = 0; role < CudnnAttentionStep::roles; ++role)
-    if (step.nodes[role]) pointer_of[*step.nodes[role]] = mine.at(role);
+    if (step.nodes[role]) pointer_of[*step.nodes[role]] = mine.base(role);
   std::vector<cuda::DevicePtr> arguments;
   for (ValueId node : argument_nodes)
     arguments.push_back(pointer_of.at(node));
@@ -188,16 +200,39 @@ CacheKey decision_key(const CudnnAttentionStep& step, CudaDevice& device, std::s
   h.add(std::string_view(step.shape.describe()));
   h.add_double(step.shape.scale);
   h.add(static_cast<uint64_t>(step.shape.saves_lse));
+  for (const auto& strides :
+       {step.shape.q_strides, step.shape.k_strides, step.shape.v_strides, step.shape.do_strides})
+    for (int64_t stride : strides)
+      h.add(static_cast<uint64_t>(stride));
   h.add(std::string_view(device.target().fingerprint()));
   return h.finish();
 }
 
 } // namespace
 
+namespace {
+
+/// cuDNN's b, h and row strides of a strided operand over `batch_dims` (b the product of all
+/// but the last), or nullopt where the leading dims do not merge into one stride.
+std::optional<kernels::CudnnAttentionShape::Strides> cudnn_strides(const AttentionOperand& o,
+                                                                   const Shape& batch_dims) {
+  if (o.contiguous) return kernels::CudnnAttentionShape::Strides{};
+  if (batch_dims.empty()) return kernels::CudnnAttentionShape::Strides{0, 0, o.row_stride};
+  std::size_t last = batch_dims.size() - 1;
+  for (std::size_t i = 0; i + 1 < last; ++i)
+    if (batch_dims[i + 1] != 1 && o.batch_stride[i] != o.batch_stride[i + 1] * batch_dims[i + 1])
+      return std::nullopt;
+  int64_t b_stride = last > 0 ? o.batch_stride[last - 1] : o.batch_stride[0] * batch_dims[0];
+  return kernels::CudnnAttentionShape::Strides{b_stride, o.batch_stride[last], o.row_stride};
+}
+
+} // namespace
+
 std::variant<CudnnAttentionStep, std::string>
-cudnn_attention_step(const Graph& g, const Kernel& kernel, int capability) {
+cudnn_attention_step(const FusionPlan& plan, const Kernel& kernel, int capability) {
+  const Graph& g = *plan.graph;
   const Node& root = g.node(kernel.root);
-  AttentionLayout l = attention_layout(g, root);
+  AttentionLayout l = attention_layout(plan, kernel);
   if (l.has_mask)
     return std::string("cuDNN's fused attention here takes causal or no masks, and this one has "
                        "a boolean mask");
@@ -209,13 +244,21 @@ cudnn_attention_step(const Graph& g, const Kernel& kernel, int capability) {
   s.scale = static_cast<float>(l.scale);
   s.causal = l.causal;
   s.backward = l.backward;
-  step.nodes[Role::q] = root.inputs[0];
-  step.nodes[Role::k] = root.inputs[1];
-  step.nodes[Role::v] = root.inputs[2];
-  if (l.backward) {
-    step.nodes[Role::o] = root.inputs[3];
-    step.nodes[Role::lse] = root.inputs[4];
-    step.nodes[Role::d_o] = root.inputs[5];
+  std::vector<Role> read_roles{Role::q, Role::k, Role::v};
+  if (l.backward) read_roles.insert(read_roles.end(), {Role::o, Role::lse, Role::d_o});
+  for (std::size_t i = 0; i < read_roles.size(); ++i) {
+    step.nodes[read_roles[i]] = l.operands[i].buffer;
+    step.offsets[read_roles[i]] = l.operands[i].offset;
+  }
+  kernels::CudnnAttentionShape::Strides* strides[] = {&s.q_strides, &s.k_strides, &s.v_strides,
+                                                      nullptr,      nullptr,      &s.do_strides};
+  for (std::size_t i = 0; i < read_roles.size(); ++i) {
+    std::optional<kernels::CudnnAttentionShape::Strides> given =
+        cudnn_strides(l.operands[i], l.batch_dims);
+    if (given && strides[i]) *strides[i] = *given;
+    if (!given || (!strides[i] && !l.operands[i].contiguous))
+      return std::string("cuDNN's fused attention here takes [b, h, t, d] operands, and operand ") +
+             std::to_string(i) + " is a view whose batch dims do not merge into two";
   }
   for (ValueId operand : {root.inputs[1], root.inputs[2]}) {
     const Shape& shape = g.type(operand).shape;
@@ -248,8 +291,7 @@ cudnn_attention_step(const Graph& g, const Kernel& kernel, int capability) {
   return step;
 }
 
-std::size_t cudnn_attention_workspace_bound(const Graph& g, const FusionPlan& fusion,
-                                            int capability) {
+std::size_t cudnn_attention_workspace_bound(const FusionPlan& fusion, int capability) {
   AttentionRequest request = attention_requested();
   if (request == AttentionRequest::nvptx || request == AttentionRequest::decomposed ||
       !kernels::CudnnAttention::get())
@@ -257,14 +299,14 @@ std::size_t cudnn_attention_workspace_bound(const Graph& g, const FusionPlan& fu
   std::size_t bound = 0;
   for (const Kernel& kernel : fusion.kernels) {
     if (kernel.kind != KernelKind::attention) continue;
-    auto form = cudnn_attention_step(g, kernel, capability);
+    auto form = cudnn_attention_step(fusion, kernel, capability);
     if (auto* step = std::get_if<CudnnAttentionStep>(&form))
       bound = std::max(bound, kernels::cudnn_attention_buffer_bytes(step->shape));
   }
   return bound;
 }
 
-std::optional<CudnnAttentionStep> choose_attention(const Graph& g, const Kernel& kernel,
+std::optional<CudnnAttentionStep> choose_attention(const FusionPlan& plan, const Kernel& kernel,
                                                    cuda::FunctionHandle nvptx_function,
                                                    const GpuLaunch& nvptx_launch,
                                                    std::span<const ValueId> argument_nodes,
@@ -273,7 +315,8 @@ std::optional<CudnnAttentionStep> choose_attention(const Graph& g, const Kernel&
   if (request == AttentionRequest::nvptx || request == AttentionRequest::decomposed)
     return std::nullopt;
   const std::string on_cuda = " on cuda: ";
-  auto form = cudnn_attention_step(g, kernel, device.info().compute_capability);
+  const Graph& g = *plan.graph;
+  auto form = cudnn_attention_step(plan, kernel, device.info().compute_capability);
   std::string prefix = "sinter: attention";
   if (auto* step = std::get_if<CudnnAttentionStep>(&form)) prefix += " " + step->shape.describe();
   static std::mutex said_mutex;

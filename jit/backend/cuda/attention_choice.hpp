@@ -19,19 +19,20 @@ struct CudnnAttentionStep {
   kernels::CudnnAttentionShape shape;
   enum Role { q, k, v, o, lse, d_o, dq, dk, dv, roles };
   std::array<std::optional<ValueId>, roles> nodes; ///< unset: the call does not bind it
-  std::size_t workspace = 0;                       ///< device bytes (after prepare)
+  /// Elements from the start of the node's buffer to the role's first (a view of a packed qkv).
+  std::array<int64_t, roles> offsets{};
+  std::size_t workspace = 0; ///< device bytes (after prepare)
 };
 
 /// The cuDNN form of attention kernel `kernel` of `graph`, or why cuDNN cannot run it (a
 /// boolean mask, a backward that does not write all three gradients, dtype, dims, GPU).
 std::variant<CudnnAttentionStep, std::string>
-cudnn_attention_step(const Graph& graph, const Kernel& kernel, int capability);
+cudnn_attention_step(const FusionPlan& plan, const Kernel& kernel, int capability);
 
 /// The device bytes a step's cuDNN attention calls may need besides the memory plan (the
 /// largest backward's f32 dq accumulator and do·o rows), before the choice is made: 0 where
 /// cuDNN cannot run (absent, SINTER_ATTENTION=nvptx or decomposed, no kernel it takes).
-std::size_t cudnn_attention_workspace_bound(const Graph& graph, const FusionPlan& fusion,
-                                            int capability);
+std::size_t cudnn_attention_workspace_bound(const FusionPlan& fusion, int capability);
 
 /// What the attention kernel `kernel` runs on. SINTER_ATTENTION=nvptx: the NVPTX kernels;
 /// `cudnn`: cuDNN where it plans the shape; `fused` (default): both are run once on random
@@ -40,7 +41,7 @@ std::size_t cudnn_attention_workspace_bound(const Graph& graph, const FusionPlan
 /// `sinter: attention 8×12×1024×1024×64 bf16 causal on cuda: cudnn (0.061 ms; nvptx 0.352 ms)`.
 /// Any cuDNN failure (library absent, no engine, disagreeing outputs) keeps the NVPTX kernel
 /// `nvptx_function` (launched as `nvptx_launch` with `argument_nodes`), saying why.
-std::optional<CudnnAttentionStep> choose_attention(const Graph& graph, const Kernel& kernel,
+std::optional<CudnnAttentionStep> choose_attention(const FusionPlan& plan, const Kernel& kernel,
                                                    cuda::FunctionHandle nvptx_function,
                                                    const GpuLaunch& nvptx_launch,
                                                    std::span<const ValueId> argument_nodes,

@@ -117,7 +117,7 @@ StepMemory plan_memory_for_cuda(const Prepared& prepared, const Device& device,
   out.workspace =
       has_gemm && !workspace_there ? static_cast<int64_t>(kernels::CublasLt::workspace_bytes) : 0;
   int capability = cuda::driver() ? CudaDevice::get(device.ordinal).info().compute_capability : 90;
-  out.workspace += static_cast<int64_t>(cudnn_attention_workspace_bound(g, fusion, capability));
+  out.workspace += static_cast<int64_t>(cudnn_attention_workspace_bound(fusion, capability));
   out.runtime = runtime_allowance_bytes;
   out.largest = largest_buffers(std::move(buffers));
   return out;

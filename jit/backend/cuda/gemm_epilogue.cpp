@@ -69,8 +69,13 @@ ValueId under_reshapes_and_casts(const Graph& g, ValueId v, std::set<ValueId>& u
 std::optional<std::pair<ValueId, EpilogueKind>> match_body(const Graph& g, const Kernel& loop,
                                                            ValueId c) {
   if (!loop.extra_outputs.empty() || loop.reads.size() != 2) return std::nullopt;
+  // The GEMM writes the loop's result: the same elements in the same order, maybe reshaped
+  // (a qkv projection's sum split into [batch, tokens, 3·width] for attention's views).
   const TensorType& out = g.type(c);
-  if (!(g.type(loop.root) == out)) return std::nullopt; // the GEMM writes the loop's result
+  const TensorType& result = g.type(loop.root);
+  if (result.dtype != out.dtype || numel(result.shape) != numel(out.shape) ||
+      result.shape.empty() || result.shape.back() != out.shape.back())
+    return std::nullopt;
   std::set<ValueId> body(loop.body.begin(), loop.body.end());
   // The add of c and a broadcast bias row.
   std::optional<std::pair<ValueId, ValueId>> found; // the sum, the bias buffer

@@ -315,7 +315,9 @@ void GpuExecutable::bind(InputSet& set) const {
       using Role = CudnnAttentionStep::Role;
       auto at = [&](Role role) {
         const std::optional<ValueId>& node = launch.cudnn->nodes[role];
-        return node ? pointer_for(set, *node) : cuda::DevicePtr{0};
+        if (!node) return cuda::DevicePtr{0};
+        return pointer_for(set, *node) + static_cast<cuda::DevicePtr>(launch.cudnn->offsets[role]) *
+                                             dtype_bytes(graph_->type(*node).dtype);
       };
       b.attention = {
           at(Role::q),   at(Role::k),  at(Role::v),  at(Role::o),  at(Role::lse),

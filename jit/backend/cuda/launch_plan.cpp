@@ -104,7 +104,7 @@ std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion,
                                  kernel.reads.end());
     if (launch.shape.zero_output_first) launch.clear_bytes = byte_size(g.type(kernel.root));
     if (kernel.kind == KernelKind::attention && !launch.rows)
-      launch.cudnn = choose_attention(g, kernel, launch.function, launch.shape,
+      launch.cudnn = choose_attention(fusion, kernel, launch.function, launch.shape,
                                       launch.argument_nodes, device, cache);
     return launch;
   };

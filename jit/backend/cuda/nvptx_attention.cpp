@@ -33,7 +33,7 @@ class AttentionKernel {
 public:
   explicit AttentionKernel(KernelEmitter& e)
       : e_(e), b_(e.builder()), g_(e.graph()), root_(e.root()),
-        l_(attention_layout(e.graph(), e.root())), out_(output_positions(g_, e.kernel())),
+        l_(attention_layout(e.plan(), e.kernel())), out_(output_positions(g_, e.kernel())),
         dtype_(g_.type(root_.inputs[0]).dtype), dp_(round_up(l_.d, 16)), dvp_(round_up(l_.dv, 16)),
         key_stages_(stages(key_stage_bytes())), query_stages_(stages(query_stage_bytes())),
         mem_(e, threads_per_block,
@@ -348,7 +348,7 @@ private:
         b_.CreateAdd(b_.CreateMul(p.block, ix(block_rows)), b_.CreateMul(warp_, ix(warp_rows)));
     p.rows = {b_.CreateAdd(p.first, mma_.group()), nullptr};
     p.rows[1] = b_.CreateAdd(p.rows[0], ix(8));
-    p.mask_base = mask_offset(p.batch);
+    p.mask_base = l_.has_mask ? slice_offset(p.batch, 0, l_.mask_batch_stride) : ix(0);
     p.q = matrix(0, p.batch, l_.tq, l_.d);
     p.k = matrix(1, p.batch, l_.tk, l_.d);
     p.v = matrix(2, p.batch, l_.tk, l_.dv);
@@ -493,13 +493,13 @@ private:
     return b_.CreateSelect(b_.CreateFCmpOGT(keeps, f(0.5f)), f(masked_score), f(0));
   }
 
-  /// Offset of slice `batch` in the mask (0 without one).
-  llvm::Value* mask_offset(llvm::Value* batch) {
-    llvm::Value* offset = ix(0);
-    if (!l_.has_mask) return offset;
+  /// first + Σ b_n · batch_stride[n], b_n slice `batch`'s index over the batch dims.
+  llvm::Value* slice_offset(llvm::Value* batch, int64_t first,
+                            const std::vector<int64_t>& batch_stride) {
+    llvm::Value* offset = ix(first);
     for (std::size_t i = l_.batch_dims.size(); i-- > 0;) {
       llvm::Value* index = b_.CreateURem(batch, ix(l_.batch_dims[i]));
-      offset = b_.CreateAdd(offset, b_.CreateMul(index, ix(l_.mask_batch_stride[i])));
+      offset = b_.CreateAdd(offset, b_.CreateMul(index, ix(batch_stride[i])));
       batch = b_.CreateUDiv(batch, ix(l_.batch_dims[i]));
     }
     return offset;
@@ -518,30 +518,34 @@ private:
   /// `lanes`-th column from `part`. Unrolled: the loads are independent and all in flight.
   llvm::Value* row_dot(const GlobalMatrix& o, const GlobalMatrix& d_o, llvm::Value* row,
                        llvm::Value* part, int64_t lanes) {
-    llvm::Value* row_start = b_.CreateMul(row, ix(l_.dv));
+    llvm::Value* o_start = b_.CreateMul(row, ix(o.row_stride));
+    llvm::Value* d_o_start = b_.CreateMul(row, ix(d_o.row_stride));
     auto strided = [&] {
       llvm::Value* sum = f(0);
       for (int64_t k = 0; k * lanes < l_.dv; ++k) {
         llvm::Value* c = b_.CreateAdd(part, ix(k * lanes));
         llvm::Value* inside =
             (k + 1) * lanes <= l_.dv ? b_.getTrue() : b_.CreateICmpSLT(c, ix(l_.dv));
-        llvm::Value* at = b_.CreateAdd(row_start, b_.CreateSelect(inside, c, ix(0)));
-        llvm::Value* x = b_.CreateFMul(widen(mem_.load16(o, at)), widen(mem_.load16(d_o, at)));
+        c = b_.CreateSelect(inside, c, ix(0));
+        llvm::Value* x = b_.CreateFMul(widen(mem_.load16(o, b_.CreateAdd(o_start, c))),
+                                       widen(mem_.load16(d_o, b_.CreateAdd(d_o_start, c))));
         sum = b_.CreateFAdd(sum, b_.CreateSelect(inside, x, f(0)));
       }
       return sum;
     };
     constexpr int64_t piece = 8; // 16-bit elements in 16 bytes
-    if (l_.dv % (piece * lanes) != 0) return strided();
+    if (l_.dv % (piece * lanes) != 0 || o.row_stride % piece != 0 || d_o.row_stride % piece != 0)
+      return strided();
     int64_t chunk = l_.dv / lanes;
     llvm::AllocaInst* sum = scalar_slot(f(0));
     llvm::Value* aligned = b_.CreateAnd(mem_.aligned16(o), mem_.aligned16(d_o));
     e_.emit_if(aligned, [&] {
-      llvm::Value* start = b_.CreateAdd(row_start, b_.CreateMul(part, ix(chunk)));
+      llvm::Value* part_start = b_.CreateMul(part, ix(chunk));
       llvm::Value* total = f(0);
       for (int64_t k = 0; k < chunk; k += piece) {
-        llvm::Value* at = b_.CreateAdd(start, ix(k));
-        llvm::Value *os = mem_.load8(o, at), *dos = mem_.load8(d_o, at);
+        llvm::Value* c = b_.CreateAdd(part_start, ix(k));
+        llvm::Value* os = mem_.load8(o, b_.CreateAdd(o_start, c));
+        llvm::Value* dos = mem_.load8(d_o, b_.CreateAdd(d_o_start, c));
         for (unsigned i = 0; i < piece; ++i)
           total = b_.CreateFAdd(total, b_.CreateFMul(widen(b_.CreateExtractElement(os, i)),
                                                      widen(b_.CreateExtractElement(dos, i))));
@@ -572,16 +576,20 @@ private:
   llvm::Value* argument(int position) {
     return e_.function()->getArg(static_cast<unsigned>(position));
   }
-  /// The buffer of the root's operand `operand`.
+  /// The buffer of the root's operand `operand` (under its views, for a strided one).
   llvm::Value* read(std::size_t operand) {
     const Kernel& kernel = e_.kernel();
-    ValueId buffer = e_.plan().view_of[root_.inputs[operand]];
+    ValueId buffer = l_.operands[operand].buffer;
     auto at = std::find(kernel.reads.begin(), kernel.reads.end(), buffer);
     return argument(static_cast<int>(kernel.outputs().size()) +
                     static_cast<int>(at - kernel.reads.begin()));
   }
+  /// Slice `batch` of operand `operand`, [rows, cols], where its layout puts it.
   GlobalMatrix matrix(std::size_t operand, llvm::Value* batch, int64_t rows, int64_t cols) {
-    return {read(operand), b_.CreateMul(batch, ix(rows * cols)), rows, cols};
+    const AttentionOperand& o = l_.operands[operand];
+    if (o.contiguous)
+      return {read(operand), b_.CreateMul(batch, ix(rows * cols)), rows, cols, cols};
+    return {read(operand), slice_offset(batch, o.offset, o.batch_stride), rows, cols, o.row_stride};
   }
 
   /// Stores f32 `v` as `t` at [row, col] of the [rows, cols] slice `batch` of output

@@ -45,7 +45,7 @@ std::pair<llvm::Value*, llvm::Value*> BlockMemory::clamped_at(const GlobalMatrix
   llvm::Value* inside =
       b_.CreateAnd(b_.CreateICmpSLT(row, ix(m.rows)), b_.CreateICmpSLT(col, ix(m.cols)));
   llvm::Value* at =
-      b_.CreateSelect(inside, b_.CreateAdd(b_.CreateMul(row, ix(m.cols)), col), ix(0));
+      b_.CreateSelect(inside, b_.CreateAdd(b_.CreateMul(row, ix(m.row_stride)), col), ix(0));
   return {inside, at};
 }
 
@@ -76,8 +76,8 @@ void BlockMemory::copy_tile(const GlobalMatrix& m, llvm::Value* first, const Sha
         ix(threads_));
   };
   constexpr int64_t piece = 8; // 16-bit elements in 16 bytes
-  bool whole_pieces = m.cols % piece == 0 && cols_padded == m.cols && (tile.stride * 2) % 16 == 0 &&
-                      tile.offset % 16 == 0;
+  bool whole_pieces = m.cols % piece == 0 && m.row_stride % piece == 0 && cols_padded == m.cols &&
+                      (tile.stride * 2) % 16 == 0 && tile.offset % 16 == 0;
   if (!whole_pieces) return by_element();
   // The pointer and slice offset are the same for every thread: the branch is uniform.
   llvm::Value* aligned = aligned16(m);
@@ -93,7 +93,7 @@ void BlockMemory::copy_tile(const GlobalMatrix& m, llvm::Value* first, const Sha
           llvm::Value* row = b_.CreateAdd(first, r);
           llvm::Value* inside = b_.CreateICmpSLT(row, ix(m.rows));
           llvm::Value* at =
-              b_.CreateSelect(inside, b_.CreateAdd(b_.CreateMul(row, ix(m.cols)), c), ix(0));
+              b_.CreateSelect(inside, b_.CreateAdd(b_.CreateMul(row, ix(m.row_stride)), c), ix(0));
           llvm::Value* from = b_.CreateGEP(i16_, m.pointer, b_.CreateAdd(m.first, at));
           if (async) {
             // Rows past the end read 0 of their 16 bytes: the piece is zero-filled.

@@ -15,11 +15,13 @@
 
 namespace sinter {
 
-/// A [rows, cols] row-major matrix of one slice in global memory (16-bit elements).
+/// A [rows, cols] row-major matrix of one slice in global memory (16-bit elements), its rows
+/// `row_stride` elements apart (cols when the matrix is contiguous; more when it is a view of
+/// a wider buffer, a head of a packed qkv, say).
 struct GlobalMatrix {
   llvm::Value* pointer = nullptr;
   llvm::Value* first = nullptr; ///< the slice's first element
-  int64_t rows = 0, cols = 0;
+  int64_t rows = 0, cols = 0, row_stride = 0;
 };
 
 /// A tile in shared memory: 16-bit elements, `stride` elements per row, from byte `offset`
@@ -40,7 +42,8 @@ public:
 
   /// Element `at` (from the slice's first) of `m`, as 16 bits.
   llvm::Value* load16(const GlobalMatrix& m, llvm::Value* at);
-  /// Whether `m`'s slice starts on a 16-byte boundary (the same for every thread of a block).
+  /// Whether `m`'s slice starts on a 16-byte boundary (the same for every thread of a block;
+  /// with a row stride of whole 16-byte pieces, so does every row).
   llvm::Value* aligned16(const GlobalMatrix& m);
   /// Elements [at, at + 8) (from the slice's first; 16-byte aligned) of `m`, as 8 × 16 bits.
   llvm::Value* load8(const GlobalMatrix& m, llvm::Value* at);
@@ -51,9 +54,9 @@ public:
   llvm::Value* load_or_zero(const GlobalMatrix& m, llvm::Value* row, llvm::Value* col);
   /// Rows [first, first + rows) of `m` into `tile`, zero-padded to `cols_padded` columns and
   /// past m's last row; the whole block copies, consecutive threads on consecutive elements.
-  /// Rows of whole 16-byte pieces (8 elements, no column padding) go 16 bytes at a time when
-  /// the slice is 16-byte aligned: a tile's copy is then 8 times fewer loads and stores, which
-  /// at short sequences (few tiles per block) is much of a block's time.
+  /// Rows of whole 16-byte pieces (8 elements, no column padding, a row stride of whole pieces)
+  /// go 16 bytes at a time when the slice is 16-byte aligned: a tile's copy is then 8 times fewer
+  /// loads and stores, which at short sequences (few tiles per block) is much of a block's time.
   /// `async`: the 16-byte pieces go by cp.async (the copy overlaps what the block does next;
   /// commit_copies and wait_copies finish it, then a barrier shows it to the whole block); the
   /// other paths copy at once.

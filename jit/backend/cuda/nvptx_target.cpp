@@ -273,6 +273,7 @@ BackendGraphStages nvptx_graph_stages(const Graph& optimized, int compute_capabi
   if (choice) *choice = seen;
   BackendGraphStages out;
   out.fusion = gpu_fusion_options;
+  out.fusion.attention_operand_views = switch_setting("SINTER_ATTENTION_VIEWS", true);
   if (decompose_some)
     out.stages.push_back({"decompose-attention", [why](Graph g) {
                             return decompose_nodes(
@@ -284,6 +285,9 @@ BackendGraphStages nvptx_graph_stages(const Graph& optimized, int compute_capabi
                                   return !why(types).empty();
                                 });
                           }});
+  if (out.fusion.attention_operand_views && seen.fused > 0)
+    out.stages.push_back(
+        {"attention-views", [](Graph g) { return cast_before_attention_views(g); }});
   // Before rematerialize: a rebuild merges recomputed values back into the ones they repeat.
   if (switch_setting("SINTER_SPLIT_REDUCTIONS", true))
     out.stages.push_back({"split-reductions", [gemm_sums_columns](Graph g) {

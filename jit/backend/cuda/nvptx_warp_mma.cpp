@@ -27,15 +27,16 @@ llvm::Value* WarpMma::element_col(llvm::Value* first, int64_t j, int e) {
 }
 
 /// The A operand of rows [first, first + 16) and columns [col0, col0 + 16) of `m`, zero
-/// outside it. Rows of an even length hold each lane's column pair in one aligned 32-bit word
-/// (slices start at even elements of 16-byte aligned buffers): one load a pair, not two.
+/// outside it. Rows of an even length (an even row stride) hold each lane's column pair in one
+/// aligned 32-bit word (slices start at even elements of 16-byte aligned buffers): one load a pair,
+/// not two.
 Frag WarpMma::a_from_global(const GlobalMatrix& m, llvm::Value* first, int64_t col0) {
   llvm::Value* r0 = b_.CreateAdd(first, group_);
   llvm::Value* r1 = b_.CreateAdd(r0, ix(8));
   llvm::Value* c0 = b_.CreateAdd(lane_col_, ix(col0));
   auto pair = [&](llvm::Value* r, int64_t dc) {
     llvm::Value* c = b_.CreateAdd(c0, ix(dc));
-    if (m.cols % 2 == 0) return mem_.load_pair_or_zero(m, r, c);
+    if (m.cols % 2 == 0 && m.row_stride % 2 == 0) return mem_.load_pair_or_zero(m, r, c);
     return mem_.pack(mem_.load_or_zero(m, r, c), mem_.load_or_zero(m, r, b_.CreateAdd(c, ix(1))));
   };
   return {pair(r0, 0), pair(r1, 0), pair(r0, 8), pair(r1, 8)};
