@@ -43,6 +43,13 @@ std::optional<StridedView> attention_operand_view(const Graph& g, ValueId value,
   return view;
 }
 
+bool is_row_reduction(const Graph& g, ValueId v) {
+  const Node& n = g.node(v);
+  if (kind_of(n.op) != KernelKind::reduce || n.inputs.empty()) return false;
+  std::size_t rank = g.type(n.inputs[0]).shape.size();
+  return rank >= 1 && n.attrs.ints.size() == 1 && n.attrs.ints[0] == static_cast<int64_t>(rank) - 1;
+}
+
 bool has_fused_attention(const Graph& g) {
   for (ValueId id = 0; id < g.size(); ++id)
     if (is_fused_attention(g.node(id).op)) return true;

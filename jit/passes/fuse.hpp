@@ -20,6 +20,9 @@ bool is_fused_attention(OpId op);
 /// Whether any node of `graph` is one of them.
 bool has_fused_attention(const Graph& graph);
 
+/// Whether node `value` reduces its operand's last axis alone (what row kernels take in).
+bool is_row_reduction(const Graph& graph, ValueId value);
+
 /// Whether operand `position` of fused attention node `node` (q, k, v, and the backward's o and
 /// dO) may be read through a strided view (FusionOptions::attention_operand_views).
 bool attention_operand_may_be_strided(const Node& node, std::size_t position);

@@ -92,14 +92,6 @@ void absorb(Kernel& into, const Kernel& from) {
   into.body.erase(std::unique(into.body.begin(), into.body.end()), into.body.end());
 }
 
-/// Whether `v` reduces its operand's last axis alone (what row kernels take in).
-bool is_row_reduction(const Graph& g, ValueId v) {
-  const Node& n = g.node(v);
-  if (kind_of(n.op) != KernelKind::reduce) return false;
-  std::size_t rank = g.type(n.inputs[0]).shape.size();
-  return rank >= 1 && n.attrs.ints.size() == 1 && n.attrs.ints[0] == static_cast<int64_t>(rank) - 1;
-}
-
 /// Whether `v` holds column sums over groups of a row kernel's rows (RowLayout::partials): a
 /// reduce_sum over axis 1 of [groups, group, length] whose groups × group rows are `geo`'s.
 bool is_column_partial(const Graph& g, ValueId v, const RowGeometry& geo) {

@@ -1,5 +1,6 @@
 // jit/passes/split_reductions.cpp — long column reductions split in two: partial sums over
 // groups of rows, then a short reduction of the partials (more blocks for a GPU)
+#include "jit/passes/fuse.hpp"
 #include "jit/passes/passes.hpp"
 #include "jit/passes/reshapes.hpp"
 
@@ -110,11 +111,8 @@ std::map<const Node*, int64_t> row_groups(const Graph& g, const ColumnSplitOptio
   // The values each row geometry's last-axis reductions start from.
   std::map<std::pair<int64_t, int64_t>, std::set<ValueId>> row_sources;
   for (ValueId id = 0; id < g.size(); ++id) {
-    const Node& n = g.node(id);
-    if (op_def(n.op).kernel_kind != KernelKind::reduce || n.inputs.empty()) continue;
-    const Shape& xs = g.type(n.inputs[0]).shape;
-    if (xs.empty() || n.attrs.ints != std::vector<int64_t>{static_cast<int64_t>(xs.size()) - 1})
-      continue;
+    if (!is_row_reduction(g, id)) continue;
+    const Shape& xs = g.type(g.node(id).inputs[0]).shape;
     std::set<ValueId> sources = cone_sources(g, id);
     row_sources[{numel(xs) / std::max<int64_t>(1, xs.back()), xs.back()}].insert(sources.begin(),
                                                                                  sources.end());

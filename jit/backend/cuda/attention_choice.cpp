@@ -44,17 +44,22 @@ struct Decision {
 };
 
 /// Device buffers of the nodes the roles read or write, one per node (q, k and v may be views
-/// of one packed buffer), filled or compared on the host.
+/// of one packed buffer), filled or compared on the host: of every role the step binds, or of
+/// its outputs alone (`outputs_only`: the second path's results).
 class Operands {
 public:
-  Operands(CudaDevice& device, const Graph& g, const CudnnAttentionStep& step)
+  Operands(CudaDevice& device, const Graph& g, const CudnnAttentionStep& step, bool outputs_only)
       : device_(device), step_(step) {
-    for (int role = 0; role < CudnnAttentionStep::roles; ++role)
-      if (step.nodes[role] && !buffers_.count(*step.nodes[role])) {
+    const bool backward = step.shape.backward;
+    for (int role = 0; role < CudnnAttentionStep::roles; ++role) {
+      bool output = backward ? role >= Role::dq : role == Role::o || role == Role::lse;
+      held_[role] = step.nodes[role].has_value() && (output || !outputs_only);
+      if (held_[role] && !buffers_.count(*step.nodes[role])) {
         const TensorType& t = g.type(*step.nodes[role]);
         types_[*step.nodes[role]] = t;
         buffers_.emplace(*step.nodes[role], DeviceBuffer(std::max<std::size_t>(byte_size(t), 16)));
       }
+    }
   }
   /// The role's node's buffer.
   cuda::DevicePtr base(int role) const { return buffers_.at(*step_.nodes[role]).get(); }
@@ -64,7 +69,7 @@ public:
     return base(role) + static_cast<cuda::DevicePtr>(step_.offsets[role]) *
                             dtype_bytes(types_.at(*step_.nodes[role]).dtype);
   }
-  bool has(int role) const { return step_.nodes[role].has_value(); }
+  bool has(int role) const { return held_[role]; }
   void fill_random(int role, uint64_t seed) {
     const TensorType& t = types_.at(*step_.nodes[role]);
     std::mt19937_64 rng(seed);
@@ -94,6 +99,7 @@ private:
   const CudnnAttentionStep& step_;
   std::map<ValueId, TensorType> types_;
   std::map<ValueId, DeviceBuffer> buffers_;
+  std::array<bool, CudnnAttentionStep::roles> held_{};
 };
 
 /// The largest difference between two outputs relative to the larger of 1 and the reference's
@@ -116,7 +122,7 @@ Decision measure(const Graph& g, const CudnnAttentionStep& step,
   kernels::CudnnAttention& cudnn = *kernels::CudnnAttention::get();
   const cuda::Driver& d = device.driver();
   cuda::StreamHandle stream = device.stream();
-  Operands mine(device, g, step), theirs(device, g, step);
+  Operands mine(device, g, step, false), theirs(device, g, step, true);
   const bool backward = step.shape.backward;
   uint64_t seed = 1;
   for (Role role : {Role::q, Role::k, Role::v, Role::d_o})
