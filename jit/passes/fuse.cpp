@@ -208,8 +208,7 @@ std::vector<bool> stored_values(const Graph& g, FusionOptions options) {
       OpId op = g.node(id).op;
       if (op != OpId::matmul && !is_fused_attention(op) && !is_collective(op)) continue;
       for (ValueId in : g.node(id).inputs) {
-        while (!mat[in] && (g.node(in).op == OpId::reshape || g.node(in).op == OpId::permute ||
-                            g.node(in).op == OpId::slice))
+        while (!mat[in] && is_view_op(g.node(in).op))
           in = g.node(in).inputs[0];
         pinned[in] = true;
       }

@@ -38,9 +38,9 @@ reshaped_strides(const Shape& from, const std::vector<int64_t>& strides, const S
   return out;
 }
 
-bool is_view_op(OpId op) { return op == OpId::reshape || op == OpId::permute || op == OpId::slice; }
-
 } // namespace
+
+bool is_view_op(OpId op) { return op == OpId::reshape || op == OpId::permute || op == OpId::slice; }
 
 Graph cast_before_attention_views(const Graph& graph) {
   return rebuild(graph, [](const Node& node, std::span<const Value> operands) -> Value {

@@ -17,6 +17,9 @@ struct StridedView {
   std::vector<int64_t> strides; ///< one per dim of the value
 };
 
+/// Whether `op` only rearranges elements in a way strides can express (reshape, permute, slice).
+bool is_view_op(OpId op);
+
 /// Row-major strides of `shape`.
 std::vector<int64_t> contiguous_strides(const Shape& shape);
 
