@@ -1,5 +1,6 @@
 // ops/attention.cpp — attention: the user's composite and the fused primitives it lowers to
 // (forward, row log-sum-exp, gradients), each with a decomposition for backends without them
+#include "ops/attention_attrs.hpp"
 #include "ops/reference.hpp"
 #include "ops/type_rules.hpp"
 
@@ -10,6 +11,10 @@ namespace sinter::op_defs {
 namespace {
 
 using Args = std::span<const F64Tensor>;
+using attention_attrs::heads_rows_swap;
+using attention_attrs::token_major_shape;
+using attention_attrs::writes_packed;
+using attention_attrs::writes_token_major;
 
 /// Score given to masked-out keys: a fully masked row then averages v (no NaN). The fused ops
 /// give a fully masked row's keys 0 instead (the same uniform weights): its log-sum-exp is then
@@ -134,6 +139,21 @@ Value decomposed_gradient(std::span<const Value> in, const Attrs& a) {
   return matmul(transpose(ds, -2, -1), q);
 }
 
+/// The three gradients, each token-major [..., T, 1, H, D], joined along the 1.
+Value decomposed_packed_gradient(std::span<const Value> in, const Attrs& a) {
+  std::vector<Value> parts;
+  for (int64_t which :
+       {attention_attrs::grad_q, attention_attrs::grad_k, attention_attrs::grad_v}) {
+    Attrs one = a;
+    one.ints = {which};
+    Value g = decomposed_gradient(in, one);
+    Shape part = token_major_shape(g.shape());
+    part.insert(part.end() - 2, 1);
+    parts.push_back(reshape(permute(g, heads_rows_swap(g.shape().size())), part));
+  }
+  return concat(parts, static_cast<int64_t>(parts[0].shape().size()) - 3);
+}
+
 // ---- float64 references (independent of the decompositions) ----
 
 /// One (batch, query row) of attention in float64: the masked, scaled scores of every key.
@@ -203,6 +223,21 @@ F64Tensor reference_forward(Args in, const Attrs& a, const TensorType& result) {
   return out;
 }
 
+/// `x` [..., H, T, C] laid out token-major, [..., T, H, C].
+F64Tensor to_token_major(const F64Tensor& x) {
+  std::size_t r = x.shape.size();
+  int64_t h = x.shape[r - 3], t = x.shape[r - 2], c = x.shape[r - 1];
+  int64_t lead = numel(x.shape) / std::max<int64_t>(1, h * t * c);
+  F64Tensor out{token_major_shape(x.shape), std::vector<double>(x.data.size())};
+  for (int64_t b = 0; b < lead; ++b)
+    for (int64_t head = 0; head < h; ++head)
+      for (int64_t row = 0; row < t; ++row)
+        for (int64_t col = 0; col < c; ++col)
+          out.data[((b * t + row) * h + head) * c + col] =
+              x.data[((b * h + head) * t + row) * c + col];
+  return out;
+}
+
 // The CPU kernel works in tiles of 4 query rows by 8 keys or columns (kernels/cpu_attention):
 // the causal case spans several row blocks, key tiles and a partial column tile.
 std::vector<OpTestCase> forward_cases() {
@@ -226,11 +261,30 @@ TensorType forward_type(std::span<const TensorType> in, const Attrs& a) {
                     check_attention_operands(in.subspan(0, 3), in.size() == 4 ? &in[3] : nullptr)};
 }
 
+/// The fused forward's type: attention's, token-major when its ints ask for it.
+TensorType fused_forward_type(std::span<const TensorType> in, const Attrs& a) {
+  Attrs head_major = a;
+  head_major.ints.clear();
+  TensorType t = forward_type(in, head_major);
+  if (a.ints.empty()) return t;
+  if (!writes_token_major(a))
+    type_rules::fail("fused_attention's ints are {} (a head-major result) or {" +
+                     std::to_string(attention_attrs::token_major) + "} (token-major)");
+  if (t.shape.size() < 3)
+    type_rules::fail("a token-major attention result needs q of rank 3 or more ([..., H, T, D]), "
+                     "got " +
+                     to_string(in[0].shape));
+  t.shape = token_major_shape(t.shape);
+  return t;
+}
+
 /// OpDef::row_wise of the fused forward and its log-sum-exp: dim 0 is a batch dim of q, k and
-/// v (rank >= 3); a mask is taken the same way or is the same for every row.
-bool attention_rows(std::span<const TensorType> in, std::span<const bool> taken, const Attrs&,
+/// v (rank >= 3, and >= 4 for a token-major result, whose dim 0 is otherwise the rows'); a mask
+/// is taken the same way or is the same for every row.
+bool attention_rows(std::span<const TensorType> in, std::span<const bool> taken, const Attrs& a,
                     const TensorType& result, int64_t) {
-  if (in[0].shape.size() < 3 || result.shape.empty() || in[0].shape[0] != result.shape[0])
+  if (in[0].shape.size() < (writes_token_major(a) ? 4u : 3u) || result.shape.empty() ||
+      in[0].shape[0] != result.shape[0])
     return false;
   for (std::size_t i = 0; i < 3; ++i)
     if (!taken[i] || in[i].shape.size() != in[0].shape.size() || in[i].shape[0] != in[0].shape[0])
@@ -302,26 +356,50 @@ const OpDef fused_attention_op{
     .arity = -1,
     .precision = Precision::low,
     .kernel_kind = KernelKind::attention,
-    .infer = forward_type,
+    .infer = fused_forward_type,
     .grad =
         [](const GradArgs& a) {
           std::vector<Value> shared(a.operands.begin(), a.operands.end());
-          Value lse = emit(OpId::fused_attention_lse, shared, a.attrs);
-          std::vector<Value> operands{a.operands[0], a.operands[1], a.operands[2],
-                                      a.result,      lse,           a.cotangent};
+          Attrs head_major = a.attrs;
+          head_major.ints.clear();
+          Value lse = emit(OpId::fused_attention_lse, shared, head_major);
+          Value o = a.result, d_o = a.cotangent;
+          if (writes_token_major(a.attrs)) { // the gradient reads both head-major
+            o = permute(o, heads_rows_swap(o.shape().size()));
+            d_o = permute(d_o, heads_rows_swap(d_o.shape().size()));
+          }
+          std::vector<Value> operands{a.operands[0], a.operands[1], a.operands[2], o, lse, d_o};
           if (a.operands.size() == 4) operands.push_back(a.operands[3]);
           std::vector<Value> grads;
           for (int64_t which = 0; which < 3; ++which) {
-            Attrs attrs = a.attrs;
+            Attrs attrs = head_major;
             attrs.ints = {which};
             grads.push_back(emit(OpId::fused_attention_grad, operands, attrs));
           }
           if (a.operands.size() == 4) grads.push_back(Value{});
           return grads;
         },
-    .lower = decomposed_forward,
-    .reference = reference_forward,
-    .test_cases = forward_cases,
+    .lower =
+        [](std::span<const Value> in, const Attrs& a) {
+          Value o = decomposed_forward(in, a);
+          return writes_token_major(a) ? permute(o, heads_rows_swap(o.shape().size())) : o;
+        },
+    .reference =
+        [](Args in, const Attrs& a, const TensorType& result) {
+          if (!writes_token_major(a)) return reference_forward(in, a, result);
+          TensorType head_major{result.dtype, token_major_shape(result.shape)};
+          return to_token_major(reference_forward(in, a, head_major));
+        },
+    .test_cases =
+        [] {
+          std::vector<OpTestCase> cases = forward_cases();
+          for (const OpTestCase& head_major : forward_cases()) {
+            OpTestCase c = head_major;
+            c.attrs.ints = {attention_attrs::token_major};
+            cases.push_back(c);
+          }
+          return cases;
+        },
     .row_wise = attention_rows,
 };
 
@@ -350,9 +428,57 @@ const OpDef fused_attention_lse_op{
     .row_wise = attention_rows,
 };
 
-// Operands: q, k, v, o (the forward's result), lse (fused_attention_lse), do (o's cotangent),
-// optionally the mask; attrs as the forward's plus ints = {0 | 1 | 2}: the gradient of q, k or
-// v. The three share their operands and run as one kernel.
+namespace {
+
+/// One gradient (`which`: 0 q, 1 k, 2 v) of attention in float64 from its saved o and lse.
+F64Tensor reference_gradient(Args in, const Attrs& a, int64_t which) {
+  ReferenceRows rows(in[0], in[1], in.size() > 6 ? &in[6] : nullptr, a);
+  const F64Tensor &q = in[0], &k = in[1], &v = in[2], &o = in[3], &lse = in[4], &d_o = in[5];
+  int64_t d = rows.d, dv = v.shape.back(), tq = rows.tq, tk = rows.tk;
+  F64Tensor out{in[static_cast<std::size_t>(which)].shape,
+                std::vector<double>(numel(in[static_cast<std::size_t>(which)].shape), 0.0)};
+  for (int64_t b = 0; b < rows.batches; ++b)
+    for (int64_t i = 0; i < tq; ++i) {
+      std::vector<double> s = rows.scores(b, i);
+      double row_dot = 0;
+      for (int64_t c = 0; c < dv; ++c)
+        row_dot += d_o.data[(b * tq + i) * dv + c] * o.data[(b * tq + i) * dv + c];
+      for (int64_t j = 0; j < tk; ++j) {
+        double p = std::exp(s[j] - lse.data[b * tq + i]);
+        if (which == attention_attrs::grad_v) {
+          for (int64_t c = 0; c < dv; ++c)
+            out.data[(b * tk + j) * dv + c] += p * d_o.data[(b * tq + i) * dv + c];
+          continue;
+        }
+        if (!rows.keeps(b, i, j)) continue; // a masked score is a constant
+        double dp = 0;
+        for (int64_t c = 0; c < dv; ++c)
+          dp += d_o.data[(b * tq + i) * dv + c] * v.data[(b * tk + j) * dv + c];
+        double ds = p * (dp - row_dot) * rows.scale;
+        for (int64_t c = 0; c < d; ++c) {
+          if (which == attention_attrs::grad_q)
+            out.data[(b * tq + i) * d + c] += ds * k.data[(b * tk + j) * d + c];
+          else
+            out.data[(b * tk + j) * d + c] += ds * q.data[(b * tq + i) * d + c];
+        }
+      }
+    }
+  return out;
+}
+
+/// The packed gradient's shape [..., T, 3, H, D] from q's [..., H, T, D].
+Shape packed_gradient_shape(const Shape& q) {
+  Shape out = token_major_shape(q);
+  out.insert(out.end() - 2, 3);
+  return out;
+}
+
+} // namespace
+
+// Operands: q, k, v, o (the forward's result, head-major), lse (fused_attention_lse), do (o's
+// cotangent, head-major), optionally the mask; attrs as the forward's plus ints = {0 | 1 | 2}:
+// the gradient of q, k or v, or {3}: all three packed (attention_attrs::grad_packed). The
+// gradients of one forward share their operands and run as one kernel.
 const OpDef fused_attention_grad_op{
     .arity = -1,
     .differentiable = false,
@@ -363,8 +489,9 @@ const OpDef fused_attention_grad_op{
             type_rules::fail("attention's gradient takes q, k, v, o, lse, do and an optional "
                              "mask, got " +
                              std::to_string(in.size()) + " operands");
-          if (a.ints.size() != 1 || a.ints[0] < 0 || a.ints[0] > 2)
-            type_rules::fail("attention's gradient needs ints = {0 (q), 1 (k) or 2 (v)}");
+          if (a.ints.size() != 1 || a.ints[0] < 0 || a.ints[0] > attention_attrs::grad_packed)
+            type_rules::fail("attention's gradient needs ints = {0 (q), 1 (k), 2 (v) or 3 (all "
+                             "three, packed)}");
           Shape out = check_attention_operands(in.subspan(0, 3), in.size() == 7 ? &in[6] : nullptr);
           TensorType o{in[0].dtype, out};
           if (in[3] != o || in[5] != o)
@@ -374,62 +501,63 @@ const OpDef fused_attention_grad_op{
           if (!is_float(in[4].dtype) || in[4].shape != rows_shape(in[0].shape))
             type_rules::fail("lse must be a float " + to_string(rows_shape(in[0].shape)) +
                              ", got " + to_string(in[4]));
-          return in[static_cast<std::size_t>(a.ints[0])];
+          if (!writes_packed(a)) return in[static_cast<std::size_t>(a.ints[0])];
+          if (in[0].shape.size() < 3 || in[1].shape != in[0].shape || in[2].shape != in[0].shape)
+            type_rules::fail("packed attention gradients need q, k and v of one shape [..., H, "
+                             "T, D], got " +
+                             to_string(in[0].shape) + ", " + to_string(in[1].shape) + ", " +
+                             to_string(in[2].shape));
+          return TensorType{in[0].dtype, packed_gradient_shape(in[0].shape)};
         },
-    .lower = decomposed_gradient,
+    .lower =
+        [](std::span<const Value> in, const Attrs& a) {
+          return writes_packed(a) ? decomposed_packed_gradient(in, a) : decomposed_gradient(in, a);
+        },
     .reference =
-        [](Args in, const Attrs& a, const TensorType& result) {
-          ReferenceRows rows(in[0], in[1], in.size() > 6 ? &in[6] : nullptr, a);
-          const F64Tensor &q = in[0], &k = in[1], &v = in[2], &o = in[3], &lse = in[4],
-                          &d_o = in[5];
-          int64_t d = rows.d, dv = v.shape.back(), tq = rows.tq, tk = rows.tk;
-          F64Tensor out{result.shape, std::vector<double>(numel(result.shape), 0.0)};
-          for (int64_t b = 0; b < rows.batches; ++b)
-            for (int64_t i = 0; i < tq; ++i) {
-              std::vector<double> s = rows.scores(b, i);
-              double row_dot = 0;
-              for (int64_t c = 0; c < dv; ++c)
-                row_dot += d_o.data[(b * tq + i) * dv + c] * o.data[(b * tq + i) * dv + c];
-              for (int64_t j = 0; j < tk; ++j) {
-                double p = std::exp(s[j] - lse.data[b * tq + i]);
-                if (a.ints[0] == 2) {
-                  for (int64_t c = 0; c < dv; ++c)
-                    out.data[(b * tk + j) * dv + c] += p * d_o.data[(b * tq + i) * dv + c];
-                  continue;
-                }
-                if (!rows.keeps(b, i, j)) continue; // a masked score is a constant
-                double dp = 0;
-                for (int64_t c = 0; c < dv; ++c)
-                  dp += d_o.data[(b * tq + i) * dv + c] * v.data[(b * tk + j) * dv + c];
-                double ds = p * (dp - row_dot) * rows.scale;
-                for (int64_t c = 0; c < d; ++c) {
-                  if (a.ints[0] == 0)
-                    out.data[(b * tq + i) * d + c] += ds * k.data[(b * tk + j) * d + c];
-                  else
-                    out.data[(b * tk + j) * d + c] += ds * q.data[(b * tq + i) * d + c];
-                }
-              }
-            }
+        [](Args in, const Attrs& a, const TensorType&) {
+          if (!writes_packed(a)) return reference_gradient(in, a, a.ints[0]);
+          std::vector<F64Tensor> parts;
+          for (int64_t which :
+               {attention_attrs::grad_q, attention_attrs::grad_k, attention_attrs::grad_v})
+            parts.push_back(to_token_major(reference_gradient(in, a, which)));
+          // [..., T, H, D] each, interleaved as [..., T, 3, H, D].
+          const Shape& part = parts[0].shape;
+          int64_t row = part[part.size() - 2] * part.back();
+          int64_t rows = numel(part) / std::max<int64_t>(1, row);
+          F64Tensor out{packed_gradient_shape(in[0].shape),
+                        std::vector<double>(3 * static_cast<std::size_t>(numel(part)))};
+          for (int64_t r = 0; r < rows; ++r)
+            for (std::size_t w = 0; w < 3; ++w)
+              std::copy_n(parts[w].data.begin() + r * row, row,
+                          out.data.begin() + (3 * r + static_cast<int64_t>(w)) * row);
           return out;
         },
     .test_cases =
         [] {
           std::vector<OpTestCase> cases;
-          for (const OpTestCase& f : forward_cases()) {
+          auto add = [&](const OpTestCase& f, int64_t which) {
             const Shape& q = f.operands[0].shape;
             Shape o = q, rows = rows_shape(q);
             o.back() = f.operands[2].shape.back();
-            for (int64_t which = 0; which < 3; ++which) {
-              OpTestCase c{{f.operands[0], f.operands[1], f.operands[2],
-                            TestOperand{DType::f64, o, -1.0, 1.0},
-                            // Near a real log-sum-exp, so exp(s - lse) stays moderate.
-                            TestOperand{DType::f64, rows, 1.0, 3.0}, TestOperand{DType::f64, o}},
-                           f.attrs};
-              if (f.operands.size() == 4) c.operands.push_back(f.operands[3]);
-              c.attrs.ints = {which};
-              cases.push_back(c);
-            }
-          }
+            OpTestCase c{{f.operands[0], f.operands[1], f.operands[2],
+                          TestOperand{DType::f64, o, -1.0, 1.0},
+                          // Near a real log-sum-exp, so exp(s - lse) stays moderate.
+                          TestOperand{DType::f64, rows, 1.0, 3.0}, TestOperand{DType::f64, o}},
+                         f.attrs};
+            if (f.operands.size() == 4) c.operands.push_back(f.operands[3]);
+            c.attrs.ints = {which};
+            cases.push_back(c);
+          };
+          for (const OpTestCase& f : forward_cases())
+            for (int64_t which = 0; which < 3; ++which)
+              add(f, which);
+          // Self-attention over heads, as a packed qkv projection makes it: even and odd
+          // feature dims, causal and masked.
+          TestOperand heads{DType::f64, {2, 3, 5, 4}}, odd{DType::f64, {1, 2, 10, 5}};
+          add({{heads, heads, heads}, Attrs{}}, attention_attrs::grad_packed);
+          add({{odd, odd, odd}, Attrs{.real = 0.5, .flag = true}}, attention_attrs::grad_packed);
+          add({{heads, heads, heads, TestOperand{DType::boolean, {5, 5}, 0, 2}}, Attrs{}},
+              attention_attrs::grad_packed);
           return cases;
         },
 };

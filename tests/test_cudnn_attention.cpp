@@ -66,6 +66,18 @@ TEST_CASE("cudnn attention: libcudnn accepts every operation of the forward and 
   CHECK(kernels::build_cudnn_attention_operations(packed) == 22);
   packed.backward = false;
   CHECK(kernels::build_cudnn_attention_operations(packed) == 14);
+  // And written where their readers want them: o token-major [b, t, h·d], dq, dk and dv the
+  // parts of one packed gradient [b, t, 3·h·d] (each call binds its part's first element).
+  packed.o_strides = packed.do_strides;
+  packed.dq_strides = packed.dk_strides = packed.dv_strides = packed.q_strides;
+  CHECK(packed.key() != [&] {
+    kernels::CudnnAttentionShape copies = packed;
+    copies.o_strides = {};
+    return copies.key();
+  }());
+  CHECK(kernels::build_cudnn_attention_operations(packed) == 14);
+  packed.backward = true;
+  CHECK(kernels::build_cudnn_attention_operations(packed) == 22);
 }
 
 TEST_CASE("cudnn attention: a descriptor libcudnn refuses is named in the error", "[cudnn]") {

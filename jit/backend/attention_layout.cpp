@@ -1,5 +1,6 @@
 // jit/backend/attention_layout.cpp — a fused attention node's slice sizes and mask strides
 #include "jit/backend/attention_layout.hpp"
+#include "ops/attention_attrs.hpp"
 
 #include <cmath>
 #include <stdexcept>
@@ -46,6 +47,33 @@ AttentionLayout attention_layout(const Graph& g, const Node& root) {
   return l;
 }
 
+namespace {
+
+/// Where `part` (0 q or o, 1 k, 2 v) of attention result `value` lies, as slices over the
+/// head-major batch dims [lead..., H].
+AttentionOperand result_place(const Graph& g, ValueId value, int64_t part) {
+  const Node& n = g.node(value);
+  const Shape& shape = n.type.shape;
+  std::vector<int64_t> strides = contiguous_strides(shape);
+  std::size_t r = shape.size();
+  AttentionOperand place{value, 0, {}, strides[r - 2]};
+  bool packed = n.op == OpId::fused_attention_grad && attention_attrs::writes_packed(n.attrs);
+  if (!packed && !(n.op == OpId::fused_attention && attention_attrs::writes_token_major(n.attrs))) {
+    place.batch_stride.assign(strides.begin(), strides.end() - 2); // [lead..., H, rows, cols]
+    return place;
+  }
+  // Token-major [lead..., T, H, C], or packed [lead..., T, 3, H, C].
+  std::size_t t_dim = packed ? r - 4 : r - 3;
+  place.batch_stride.assign(strides.begin(), strides.begin() + static_cast<std::ptrdiff_t>(t_dim));
+  place.batch_stride.push_back(strides[r - 2]);
+  place.row_stride = strides[t_dim];
+  place.offset = packed ? part * strides[r - 3] : 0;
+  place.contiguous = false;
+  return place;
+}
+
+} // namespace
+
 AttentionLayout attention_layout(const FusionPlan& plan, const Kernel& kernel) {
   const Graph& g = *plan.graph;
   const Node& root = g.node(kernel.root);
@@ -65,6 +93,18 @@ AttentionLayout attention_layout(const FusionPlan& plan, const Kernel& kernel) {
     o.batch_stride.assign(view->strides.begin(), view->strides.end() - 2);
     o.row_stride = view->strides[view->strides.size() - 2];
     o.contiguous = view->offset == 0 && view->strides == contiguous_strides(g.type(operand).shape);
+  }
+  for (ValueId out : kernel.outputs()) {
+    const Node& n = g.node(out);
+    if (n.op == OpId::fused_attention) l.o_result = result_place(g, out, 0);
+    if (n.op != OpId::fused_attention_grad) continue;
+    bool packed = attention_attrs::writes_packed(n.attrs);
+    if (packed || n.attrs.ints[0] == attention_attrs::grad_q)
+      l.dq_result = result_place(g, out, attention_attrs::grad_q);
+    if (packed || n.attrs.ints[0] == attention_attrs::grad_k)
+      l.dk_result = result_place(g, out, attention_attrs::grad_k);
+    if (packed || n.attrs.ints[0] == attention_attrs::grad_v)
+      l.dv_result = result_place(g, out, attention_attrs::grad_v);
   }
   return l;
 }

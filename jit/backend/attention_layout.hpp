@@ -9,9 +9,10 @@
 
 namespace sinter {
 
-/// Where one operand's slices lie in the buffer the kernel reads: slice `batch` (its index over
-/// batch_dims) starts at offset + Σ b_n · batch_stride[n], its rows `row_stride` elements apart,
-/// each row contiguous. Contiguous operands: offset 0, strides of the row-major layout.
+/// Where one operand's slices lie in the buffer the kernel reads, or a result's in the buffer it
+/// writes: slice `batch` (its index over batch_dims) starts at offset + Σ b_n · batch_stride[n],
+/// its rows `row_stride` elements apart, each row contiguous. Contiguous: offset 0, strides of
+/// the row-major layout.
 struct AttentionOperand {
   ValueId buffer = 0;
   int64_t offset = 0;
@@ -39,6 +40,10 @@ struct AttentionLayout {
 
   /// One per operand of the root (q, k, v, then the backward's o, lse, dO, then the mask).
   std::vector<AttentionOperand> operands;
+  /// Where the kernel writes o (the forward) or dq, dk and dv (the backward): contiguous, or
+  /// token-major, or the parts of one packed gradient (ops/attention_attrs.hpp). `buffer` is the
+  /// output value; attention_layout(plan, kernel) fills those its kernel writes.
+  AttentionOperand o_result, dq_result, dk_result, dv_result;
 
   /// Offset of slice `batch`'s [tq, tk] block in the mask.
   int64_t mask_offset(int64_t batch) const;
@@ -47,7 +52,7 @@ struct AttentionLayout {
 /// The layout of fused attention node `root` of `graph`, its operands contiguous.
 AttentionLayout attention_layout(const Graph& graph, const Node& root);
 /// The layout of attention kernel `kernel` of `plan`: operands its body reads through views
-/// (attention_operand_view) get their buffer's strides.
+/// (attention_operand_view) get their buffer's strides, results their place in their outputs.
 AttentionLayout attention_layout(const FusionPlan& plan, const Kernel& kernel);
 
 } // namespace sinter

@@ -84,6 +84,8 @@ public:
   void add_output(std::string name, ValueId id);
 
   const Node& node(ValueId id) const { return nodes_[id]; }
+  /// The id of `n`, a node of this graph (as a rewrite is handed one, by reference).
+  ValueId id_of(const Node& n) const { return static_cast<ValueId>(&n - nodes_.data()); }
   const TensorType& type(ValueId id) const { return nodes_[id].type; }
   std::size_t size() const { return nodes_.size(); }
   const std::vector<NamedValue>& inputs() const { return inputs_; }

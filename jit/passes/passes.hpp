@@ -100,6 +100,16 @@ Graph split_column_reductions(const Graph& graph, const ColumnSplitOptions& opti
 /// (FusionOptions::attention_operand_views) and a GEMM epilogue can write. CUDA runs it before
 /// fusion.
 Graph cast_before_attention_views(const Graph& graph);
+/// Fused attention writing its results where their readers want them: a forward whose heads
+/// are merged ([..., H, T, D] swapped to [..., T, H, D], then reshaped for the output
+/// projection) writes token-major (attention_attrs::token_major), and the gradients of q, k and
+/// v that are summed into the gradient of the packed projection they were split from become one
+/// packed gradient node writing that sum in place (attention_attrs::grad_packed). CUDA runs it
+/// before fusion; the copies that laid the heads out are gone.
+Graph attention_results_in_place(const Graph& graph);
+/// The inverse, for kernels that write one head-major result per node (the CPU's): token-major
+/// forwards and packed gradients as head-major nodes and the views and concat that lay them out.
+Graph head_major_attention(const Graph& graph);
 /// Algebraic simplification and constant folding (x*1, x+0, -(-x), permute∘permute, ...).
 Graph simplify(const Graph& graph);
 /// Common-subexpression and dead-code elimination.

@@ -112,8 +112,8 @@ Dims packed_strides(const Dims& dims) {
   return {dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1};
 }
 
-/// Strides of an operand [b, h, t, d] in its buffer: the shape's (a view of a wider buffer), or
-/// packed where it gives none.
+/// Strides of an operand or result [b, h, t, d] in its buffer: the shape's (a view of a wider
+/// buffer), or packed where it gives none.
 Dims operand_strides(const CudnnAttentionShape::Strides& given, const Dims& dims) {
   if (given == CudnnAttentionShape::Strides{}) return packed_strides(dims);
   return {given[0], given[1], given[2], 1};
@@ -359,8 +359,8 @@ GraphIo build_forward(GraphBuilder& g, const CudnnAttentionShape& s) {
   GraphTensor kt = g.tensor("k", {s.b, s.h, s.d, s.tk},
                             transposed(operand_strides(s.k_strides, k_dims)), dt, false);
   GraphTensor v = g.tensor("v", v_dims, operand_strides(s.v_strides, v_dims), dt, false);
-  GraphTensor o =
-      g.tensor("o", {s.b, s.h, s.tq, s.dv}, packed_strides({s.b, s.h, s.tq, s.dv}), dt, false);
+  const Dims o_dims{s.b, s.h, s.tq, s.dv};
+  GraphTensor o = g.tensor("o", o_dims, operand_strides(s.o_strides, o_dims), dt, false);
   const Dims row_dims{s.b, s.h, s.tq, 1};
   GraphTensor stats = g.tensor("lse", row_dims, packed_strides(row_dims), data_float, !s.saves_lse);
   GraphTensor scale = g.scalar("scale");
@@ -400,12 +400,12 @@ GraphIo build_backward(GraphBuilder& g, const CudnnAttentionShape& s) {
   GraphTensor kt = g.tensor("k", {s.b, s.h, s.d, s.tk}, transposed(k_strides), dt, false);
   GraphTensor vt = g.tensor("v", {s.b, s.h, s.dv, s.tk},
                             transposed(operand_strides(s.v_strides, v_dims)), dt, false);
-  GraphTensor o = g.tensor("o", o_dims, packed_strides(o_dims), dt, false);
+  GraphTensor o = g.tensor("o", o_dims, operand_strides(s.o_strides, o_dims), dt, false);
   GraphTensor d_o = g.tensor("do", o_dims, operand_strides(s.do_strides, o_dims), dt, false);
   GraphTensor stats = g.tensor("lse", row_dims, packed_strides(row_dims), data_float, false);
-  GraphTensor dq = g.tensor("dq", q_dims, packed_strides(q_dims), dt, false);
-  GraphTensor dk = g.tensor("dk", k_dims, packed_strides(k_dims), dt, false);
-  GraphTensor dv = g.tensor("dv", v_dims, packed_strides(v_dims), dt, false);
+  GraphTensor dq = g.tensor("dq", q_dims, operand_strides(s.dq_strides, q_dims), dt, false);
+  GraphTensor dk = g.tensor("dk", k_dims, operand_strides(s.dk_strides, k_dims), dt, false);
+  GraphTensor dv = g.tensor("dv", v_dims, operand_strides(s.dv_strides, v_dims), dt, false);
   GraphTensor scale = g.scalar("scale");
   GraphTensor one = g.scalar("one");
   GraphTensor softmax_sum = g.tensor("do·o", row_dims, packed_strides(row_dims), data_float, false);

@@ -16,12 +16,13 @@
 namespace sinter::kernels {
 
 /// One attention shape as cuDNN sees it: q [b, h, tq, d], k [b, h, tk, d], v [b, h, tk, dv],
-/// o [b, h, tq, dv], row-major, each contiguous unless given strides; the row log-sum-exp
-/// [b, h, tq] in f32 (the natural log of the scaled, masked scores' exponential sums, as
-/// sinter's own kernels save it).
+/// o [b, h, tq, dv] and the gradients, row-major, each contiguous unless given strides; the row
+/// log-sum-exp [b, h, tq] in f32 (the natural log of the scaled, masked scores' exponential
+/// sums, as sinter's own kernels save it).
 struct CudnnAttentionShape {
-  /// Element strides of b, h and t (d's is 1) in the buffer an operand is read from; all 0:
-  /// packed. Views of a wider buffer (the heads of a packed qkv) have larger ones.
+  /// Element strides of b, h and t (d's is 1) in the buffer an operand is read from or a result
+  /// written to; all 0: packed. Views of a wider buffer (the heads of a packed qkv, a
+  /// token-major o, the parts of a packed gradient) have larger ones.
   using Strides = std::array<int64_t, 3>;
   DType dtype = DType::bf16; ///< bf16 or f16
   int64_t b = 1, h = 1, tq = 0, tk = 0, d = 0, dv = 0;
@@ -30,13 +31,20 @@ struct CudnnAttentionShape {
   bool backward = false; ///< the gradient graph (dq, dk, dv) instead of the forward
   bool saves_lse = true; ///< forward: also write the log-sum-exp (training)
   Strides q_strides{}, k_strides{}, v_strides{}, do_strides{}; ///< do: the backward's dO
+  Strides o_strides{}; ///< the forward's result, the backward's operand o
+  Strides dq_strides{}, dk_strides{}, dv_strides{};
+  std::array<Strides, 8> all_strides() const {
+    return {q_strides, k_strides,  v_strides,  do_strides,
+            o_strides, dq_strides, dk_strides, dv_strides};
+  }
   bool strided() const {
-    return q_strides != Strides{} || k_strides != Strides{} || v_strides != Strides{} ||
-           do_strides != Strides{};
+    for (const Strides& given : all_strides())
+      if (given != Strides{}) return true;
+    return false;
   }
   auto key() const {
     return std::make_tuple(static_cast<int>(dtype), b, h, tq, tk, d, dv, scale, causal, backward,
-                           saves_lse, q_strides, k_strides, v_strides, do_strides);
+                           saves_lse, all_strides());
   }
   /// "b×h×tq×tk×d bf16 causal", for log lines.
   std::string describe() const;

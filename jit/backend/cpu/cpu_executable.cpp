@@ -13,6 +13,7 @@
 #include "jit/profile/numerics_check.hpp"
 #include "kernels/cpu/blas_gemm.hpp"
 #include "kernels/cpu/cpu_attention.hpp"
+#include "ops/attention_attrs.hpp"
 
 #include <chrono>
 #include <cmath>
@@ -391,6 +392,18 @@ BackendGraphStages cpu_graph_stages(const Graph& optimized, const Device&) {
         {"decompose-attention", [](Graph g) { return decompose(g, is_fused_attention); }});
   }
   out.stages.push_back({"small-matmuls", [](Graph g) { return small_matmuls_as_reductions(g); }});
+  // The CPU kernels write head-major results, one gradient per node: the token-major and packed
+  // layouts (the CUDA pipeline's) run as those and the views that lay them out.
+  bool other_layout = false;
+  for (ValueId id = 0; id < optimized.size(); ++id) {
+    const Node& n = optimized.node(id);
+    other_layout =
+        other_layout ||
+        (n.op == OpId::fused_attention && attention_attrs::writes_token_major(n.attrs)) ||
+        (n.op == OpId::fused_attention_grad && attention_attrs::writes_packed(n.attrs));
+  }
+  if (other_layout)
+    out.stages.push_back({"attention-views", [](Graph g) { return head_major_attention(g); }});
   return out;
 }
 

@@ -200,14 +200,13 @@ Decision measure(const Graph& g, const CudnnAttentionStep& step,
 
 CacheKey decision_key(const CudnnAttentionStep& step, CudaDevice& device, std::size_t version) {
   KeyHasher h;
-  h.add(std::string_view("attention-choice-v1"));
+  h.add(std::string_view("attention-choice-v2"));
   h.add(std::string_view(device.info().name));
   h.add(static_cast<uint64_t>(version));
   h.add(std::string_view(step.shape.describe()));
   h.add_double(step.shape.scale);
   h.add(static_cast<uint64_t>(step.shape.saves_lse));
-  for (const auto& strides :
-       {step.shape.q_strides, step.shape.k_strides, step.shape.v_strides, step.shape.do_strides})
+  for (const auto& strides : step.shape.all_strides())
     for (int64_t stride : strides)
       h.add(static_cast<uint64_t>(stride));
   h.add(std::string_view(device.target().fingerprint()));
@@ -257,7 +256,7 @@ cudnn_attention_step(const FusionPlan& plan, const Kernel& kernel, int capabilit
     step.offsets[read_roles[i]] = l.operands[i].offset;
   }
   kernels::CudnnAttentionShape::Strides* strides[] = {&s.q_strides, &s.k_strides, &s.v_strides,
-                                                      nullptr,      nullptr,      &s.do_strides};
+                                                      &s.o_strides, nullptr,      &s.do_strides};
   for (std::size_t i = 0; i < read_roles.size(); ++i) {
     std::optional<kernels::CudnnAttentionShape::Strides> given =
         cudnn_strides(l.operands[i], l.batch_dims);
@@ -265,6 +264,27 @@ cudnn_attention_step(const FusionPlan& plan, const Kernel& kernel, int capabilit
     if (!given || (!strides[i] && !l.operands[i].contiguous))
       return std::string("cuDNN's fused attention here takes [b, h, t, d] operands, and operand ") +
              std::to_string(i) + " is a view whose batch dims do not merge into two";
+  }
+  // The results where the kernel writes them: token-major, or the parts of a packed gradient.
+  struct Written {
+    Role role;
+    const AttentionOperand& place;
+    kernels::CudnnAttentionShape::Strides* strides;
+  };
+  const Written written[] = {{Role::o, l.o_result, &s.o_strides},
+                             {Role::dq, l.dq_result, &s.dq_strides},
+                             {Role::dk, l.dk_result, &s.dk_strides},
+                             {Role::dv, l.dv_result, &s.dv_strides}};
+  for (const Written& w : written) {
+    if (w.place.row_stride == 0) continue; // not a result this kernel writes
+    std::optional<kernels::CudnnAttentionShape::Strides> given =
+        cudnn_strides(w.place, l.batch_dims);
+    if (!given)
+      return std::string("cuDNN's fused attention here writes [b, h, t, d] results, and one is "
+                         "laid out with batch dims that do not merge into two");
+    *w.strides = *given;
+    step.nodes[w.role] = w.place.buffer;
+    step.offsets[w.role] = w.place.offset;
   }
   for (ValueId operand : {root.inputs[1], root.inputs[2]}) {
     const Shape& shape = g.type(operand).shape;
@@ -274,16 +294,10 @@ cudnn_attention_step(const FusionPlan& plan, const Kernel& kernel, int capabilit
   }
   for (ValueId out : kernel.outputs()) {
     const Node& n = g.node(out);
-    if (n.op == OpId::fused_attention)
-      step.nodes[Role::o] = out;
-    else if (n.op == OpId::fused_attention_lse)
+    if (n.op == OpId::fused_attention_lse)
       step.nodes[Role::lse] = out;
-    else if (n.op != OpId::fused_attention_grad)
+    else if (n.op != OpId::fused_attention && n.op != OpId::fused_attention_grad)
       return std::string("the kernel writes a value cuDNN's attention does not make");
-    else
-      step.nodes[n.attrs.ints[0] == 0   ? Role::dq
-                 : n.attrs.ints[0] == 1 ? Role::dk
-                                        : Role::dv] = out;
   }
   if (l.backward && !(step.nodes[Role::dq] && step.nodes[Role::dk] && step.nodes[Role::dv]))
     return std::string("cuDNN's fused backward writes dq, dk and dv together, and this kernel "

@@ -106,7 +106,7 @@ private:
             tile_max[e / 2] = b_.CreateMaxNum(tile_max[e / 2], frag[e]);
         std::array<llvm::Value*, 2> alpha{}, base{}, neg_base{}, sum{f(0), f(0)};
         for (int h = 0; h < 2; ++h) {
-          llvm::Value* top = quad_reduce(tile_max[h], true);
+          llvm::Value* top = mma_.quad_reduce(tile_max[h], true);
           if (on_dots) top = b_.CreateFMul(top, f(scale())); // the scale is positive
           llvm::Value* old_max = load(row_max[h]);
           llvm::Value* new_max = b_.CreateMaxNum(old_max, top);
@@ -148,19 +148,20 @@ private:
     });
     std::array<llvm::Value*, 2> total{};
     for (int h = 0; h < 2; ++h)
-      total[h] = quad_reduce(load(row_sum[h]), false);
+      total[h] = mma_.quad_reduce(load(row_sum[h]), false);
     if (out_.o >= 0)
-      store_tiles(out_.o, load(o_acc), batch, rows, l_.tq, l_.dv,
+      store_tiles(out_.o, l_.o_result, load(o_acc), batch, rows, l_.tq, l_.dv,
                   [&](llvm::Value* x, int e) { return b_.CreateFDiv(x, total[e / 2]); });
     if (out_.lse >= 0) {
       DType lse_type = g_.type(e_.kernel().outputs()[static_cast<std::size_t>(out_.lse)]).dtype;
+      const AttentionOperand lse_place; // contiguous [batches, tq]
       e_.emit_if(b_.CreateICmpEQ(quad_, ix(0)), [&] {
         for (int h = 0; h < 2; ++h) {
           // A row the mask leaves no key scores 0 everywhere (the op's definition), not -1e9:
           // the same uniform weights, another log-sum-exp.
           llvm::Value* top = load(row_max[h]);
           top = b_.CreateSelect(b_.CreateFCmpOEQ(top, f(masked_score)), f(0), top);
-          store_element(out_.lse, lse_type, batch, l_.tq, 1, rows[h], ix(0),
+          store_element(out_.lse, lse_type, element(lse_place, batch, l_.tq, 1, rows[h], ix(0)),
                         b_.CreateFAdd(top, log(total[h])));
         }
       });
@@ -203,9 +204,11 @@ private:
       llvm::Value* query = b_.CreateAdd(query0, i);
       llvm::Value* valid = b_.CreateICmpSLT(query, ix(l_.tq));
       llvm::Value* row = b_.CreateSelect(valid, query, ix(0));
-      llvm::Value* delta = lanes_reduce(row_dot(pass.o, pass.d_o, row, part, lanes), lanes, false);
+      llvm::Value* delta =
+          mma_.lanes_reduce(row_dot(pass.o, pass.d_o, row, part, lanes), lanes, false);
       llvm::Value* keeps = nullptr;
-      if (l_.has_mask) keeps = lanes_reduce(keeps_any(mask_base, row, part, lanes), lanes, true);
+      if (l_.has_mask)
+        keeps = mma_.lanes_reduce(keeps_any(mask_base, row, part, lanes), lanes, true);
       e_.emit_if(b_.CreateICmpEQ(part, ix(0)), [&] {
         mem_.store_shared_f32(stats, i, b_.CreateSelect(valid, load_lse(batch, row), f(0)), shift);
         mem_.store_shared_f32(stats + 4 * tile_rows, i, b_.CreateSelect(valid, delta, f(0)), shift);
@@ -272,9 +275,10 @@ private:
     };
     mem_.pipelined_tiles(first_tile, ix(ceil_div(l_.tq, tile_rows)),
                          query_stages_ == 2 ? query_stage_bytes() : 0, fill_stage, use_stage);
-    if (out_.dk >= 0) store_tiles(out_.dk, load(dk_acc), batch, keys, l_.tk, l_.d, scaled());
+    if (out_.dk >= 0)
+      store_tiles(out_.dk, l_.dk_result, load(dk_acc), batch, keys, l_.tk, l_.d, scaled());
     if (out_.dv >= 0)
-      store_tiles(out_.dv, load(dv_acc), batch, keys, l_.tk, l_.dv,
+      store_tiles(out_.dv, l_.dv_result, load(dv_acc), batch, keys, l_.tk, l_.dv,
                   [](llvm::Value* x, int) { return x; });
   }
 
@@ -292,9 +296,9 @@ private:
       lse[h] = load_lse(batch, row);
       neg_lse[h] = b_.CreateFMul(lse[h], f(-log2e));
       // dO·O of the row: the quad's four lanes take every fourth column, then add up.
-      delta[h] = quad_reduce(row_dot(pass.o, pass.d_o, row, quad_, 4), false);
+      delta[h] = mma_.quad_reduce(row_dot(pass.o, pass.d_o, row, quad_, 4), false);
       if (l_.has_mask)
-        fill[h] = masked_fill(quad_reduce(keeps_any(mask_base, row, quad_, 4), true));
+        fill[h] = masked_fill(mma_.quad_reduce(keeps_any(mask_base, row, quad_, 4), true));
     }
     Slots dq_acc = slots(dp_ / 8);
     key_tile_loop(pass, [&](llvm::Value* key0, const SharedTile& k_tile, const SharedTile& v_tile) {
@@ -326,7 +330,7 @@ private:
       // Rows past the end only make dQ rows nobody stores: a full key tile needs no mask.
       split_by_masks(key_full(key0, pass.first), [&] { run_tile(true); }, [&] { run_tile(false); });
     });
-    store_tiles(out_.dq, load(dq_acc), batch, rows, l_.tq, l_.d, scaled());
+    store_tiles(out_.dq, l_.dq_result, load(dq_acc), batch, rows, l_.tq, l_.d, scaled());
   }
 
   // ---- what the passes share --------------------------------------------------------------
@@ -391,31 +395,35 @@ private:
   }
 
   /// Stores accumulator tiles `acc` (this lane's `rows`, every column) to output `position`,
-  /// [rows_total, cols] per slice, each value through `finish(value, element)`. A lane's two
-  /// neighbouring columns go as one 32-bit word where rows have an even length (aligned, as
-  /// the slices start at even elements).
+  /// its slices [rows_total, cols] where `place` puts them, each value through `finish(value,
+  /// element)`. A lane's two neighbouring columns go as one 32-bit word where every row starts
+  /// at an even element (aligned: the buffers start at even elements).
   using Finish = std::function<llvm::Value*(llvm::Value*, int)>;
-  void store_tiles(int position, const std::vector<Frag>& acc, llvm::Value* batch,
-                   const std::array<llvm::Value*, 2>& rows, int64_t rows_total, int64_t cols,
-                   const Finish& finish) {
+  void store_tiles(int position, const AttentionOperand& place, const std::vector<Frag>& acc,
+                   llvm::Value* batch, const std::array<llvm::Value*, 2>& rows, int64_t rows_total,
+                   int64_t cols, const Finish& finish) {
+    auto is_even = [](int64_t n) { return n % 2 == 0; };
+    bool even = is_even(cols) &&
+                (place.contiguous ||
+                 (is_even(place.offset) && is_even(place.row_stride) &&
+                  std::all_of(place.batch_stride.begin(), place.batch_stride.end(), is_even)));
     for (std::size_t nt = 0; nt < acc.size(); ++nt)
       for (int h = 0; h < 2; ++h) {
         llvm::Value* col = mma_.element_col(ix(0), static_cast<int64_t>(nt), 2 * h);
         llvm::Value* low = finish(acc[nt][2 * h], 2 * h);
         llvm::Value* high = finish(acc[nt][2 * h + 1], 2 * h + 1);
-        if (cols % 2 != 0) {
-          store_element(position, dtype_, batch, rows_total, cols, rows[h], col, low);
-          store_element(position, dtype_, batch, rows_total, cols, rows[h],
-                        b_.CreateAdd(col, ix(1)), high);
+        auto at = [&](llvm::Value* c) {
+          return element(place, batch, rows_total, cols, rows[h], c);
+        };
+        if (!even) {
+          store_element(position, dtype_, at(col), low);
+          store_element(position, dtype_, at(b_.CreateAdd(col, ix(1))), high);
           continue;
         }
-        llvm::Value* inside = b_.CreateAnd(b_.CreateICmpSLT(rows[h], ix(rows_total)),
-                                           b_.CreateICmpSLT(col, ix(cols)));
-        e_.emit_if(inside, [&] {
-          llvm::Value* at = b_.CreateAdd(b_.CreateMul(batch, ix(rows_total * cols)),
-                                         b_.CreateAdd(b_.CreateMul(rows[h], ix(cols)), col));
+        Element first = at(col);
+        e_.emit_if(first.inside, [&] {
           llvm::Value* word = mem_.pack(narrow(low), narrow(high));
-          b_.CreateAlignedStore(word, b_.CreateGEP(b_.getInt16Ty(), argument(position), at),
+          b_.CreateAlignedStore(word, b_.CreateGEP(b_.getInt16Ty(), argument(position), first.at),
                                 llvm::Align(4));
         });
       }
@@ -592,17 +600,23 @@ private:
     return {read(operand), slice_offset(batch, o.offset, o.batch_stride), rows, cols, o.row_stride};
   }
 
-  /// Stores f32 `v` as `t` at [row, col] of the [rows, cols] slice `batch` of output
-  /// `position`, when the element exists.
-  void store_element(int position, DType t, llvm::Value* batch, int64_t rows, int64_t cols,
-                     llvm::Value* row, llvm::Value* col, llvm::Value* v) {
+  /// Element [row, col] of the [rows, cols] slice `batch` of a result placed as `place`, and
+  /// whether it exists.
+  struct Element {
+    llvm::Value *at, *inside;
+  };
+  Element element(const AttentionOperand& place, llvm::Value* batch, int64_t rows, int64_t cols,
+                  llvm::Value* row, llvm::Value* col) {
     llvm::Value* inside =
         b_.CreateAnd(b_.CreateICmpSLT(row, ix(rows)), b_.CreateICmpSLT(col, ix(cols)));
-    e_.emit_if(inside, [&] {
-      llvm::Value* at = b_.CreateAdd(b_.CreateMul(batch, ix(rows * cols)),
-                                     b_.CreateAdd(b_.CreateMul(row, ix(cols)), col));
-      mem_.store_float(argument(position), t, at, v);
-    });
+    llvm::Value* start = place.contiguous ? b_.CreateMul(batch, ix(rows * cols))
+                                          : slice_offset(batch, place.offset, place.batch_stride);
+    llvm::Value* stride = ix(place.contiguous ? cols : place.row_stride);
+    return {b_.CreateAdd(start, b_.CreateAdd(b_.CreateMul(row, stride), col)), inside};
+  }
+  /// Stores f32 `v` as `t` at element `e` of output `position`, when it exists.
+  void store_element(int position, DType t, const Element& e, llvm::Value* v) {
+    e_.emit_if(e.inside, [&] { mem_.store_float(argument(position), t, e.at, v); });
   }
 
   // ---- values ------------------------------------------------------------------------------
@@ -624,19 +638,6 @@ private:
   llvm::Value* log(llvm::Value* x) {
     return b_.CreateFMul(b_.CreateIntrinsic(llvm::Intrinsic::nvvm_lg2_approx_f, {}, {x}),
                          f(static_cast<float>(std::numbers::ln2)));
-  }
-  /// The max or sum of `v` over the four lanes that hold the same rows.
-  llvm::Value* quad_reduce(llvm::Value* v, bool max) { return lanes_reduce(v, 4, max); }
-  /// The max or sum of `v` over each run of `lanes` (a power of two ≤ 32) aligned lanes.
-  llvm::Value* lanes_reduce(llvm::Value* v, int64_t lanes, bool max) {
-    for (int offset = 1; offset < lanes; offset *= 2) {
-      llvm::Value* other =
-          b_.CreateIntrinsic(llvm::Intrinsic::nvvm_shfl_sync_bfly_f32, {},
-                             {b_.getInt32(0xffffffffu), v,
-                              b_.getInt32(static_cast<uint32_t>(offset)), b_.getInt32(0x1f)});
-      v = max ? b_.CreateMaxNum(v, other) : b_.CreateFAdd(v, other);
-    }
-    return v;
   }
   void barrier() { b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {}); }
 

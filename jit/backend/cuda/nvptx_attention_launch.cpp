@@ -2,6 +2,7 @@
 // how their kernels launch: the outputs each writes and its blocks
 #include "jit/backend/cuda/nvptx_attention.hpp"
 #include "jit/backend/cuda/nvptx_attention_tiling.hpp"
+#include "ops/attention_attrs.hpp"
 
 #include <algorithm>
 #include <string>
@@ -19,8 +20,12 @@ OutputPositions output_positions(const Graph& g, const Kernel& kernel) {
       out.o = position;
     else if (n.op == OpId::fused_attention_lse)
       out.lse = position;
+    else if (attention_attrs::writes_packed(n.attrs))
+      out.dq = out.dk = out.dv = position; // one value, its parts placed by the layout
     else
-      (n.attrs.ints[0] == 0 ? out.dq : n.attrs.ints[0] == 1 ? out.dk : out.dv) = position;
+      (n.attrs.ints[0] == attention_attrs::grad_q   ? out.dq
+       : n.attrs.ints[0] == attention_attrs::grad_k ? out.dk
+                                                    : out.dv) = position;
   }
   return out;
 }

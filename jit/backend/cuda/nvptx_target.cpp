@@ -286,8 +286,9 @@ BackendGraphStages nvptx_graph_stages(const Graph& optimized, int compute_capabi
                                 });
                           }});
   if (out.fusion.attention_operand_views && seen.fused > 0)
-    out.stages.push_back(
-        {"attention-views", [](Graph g) { return cast_before_attention_views(g); }});
+    out.stages.push_back({"attention-views", [](Graph g) {
+                            return attention_results_in_place(cast_before_attention_views(g));
+                          }});
   // Before rematerialize: a rebuild merges recomputed values back into the ones they repeat.
   if (switch_setting("SINTER_SPLIT_REDUCTIONS", true))
     out.stages.push_back({"split-reductions", [gemm_sums_columns](Graph g) {

@@ -157,4 +157,15 @@ void WarpMma::begin_pass() {
   pass_start_ = b_.CreateIntrinsic(llvm::Intrinsic::donothing, {}, {});
 }
 
+llvm::Value* WarpMma::lanes_reduce(llvm::Value* v, int64_t lanes, bool max) {
+  for (int offset = 1; offset < lanes; offset *= 2) {
+    llvm::Value* other =
+        b_.CreateIntrinsic(llvm::Intrinsic::nvvm_shfl_sync_bfly_f32, {},
+                           {b_.getInt32(0xffffffffu), v, b_.getInt32(static_cast<uint32_t>(offset)),
+                            b_.getInt32(0x1f)});
+    v = max ? b_.CreateMaxNum(v, other) : b_.CreateFAdd(v, other);
+  }
+  return v;
+}
+
 } // namespace sinter

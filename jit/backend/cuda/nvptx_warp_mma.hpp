@@ -1,6 +1,6 @@
 // jit/backend/cuda/nvptx_warp_mma.hpp — a warp's products on the tensor cores in a hand-built NVPTX
 // kernel: mma.sync m16n8k16 fragments (bf16/f16 operands, f32 accumulators), their loads from
-// global memory and from shared tiles (ldmatrix), and the products made of them
+// global memory and from shared tiles (ldmatrix), the products made of them, lane reductions
 #pragma once
 #include "jit/backend/cuda/nvptx_block_memory.hpp"
 
@@ -50,6 +50,11 @@ public:
   /// k-step, rounded to 16 bits), the tile is B by columns, one n-tile of 8 columns per tile
   /// of `acc` (an even number).
   void multiply_add(std::vector<Frag>& acc, const std::vector<Frag>& left, const SharedTile& tile);
+
+  /// The max or sum of `v` over the four lanes that hold an accumulator's rows.
+  llvm::Value* quad_reduce(llvm::Value* v, bool max) { return lanes_reduce(v, 4, max); }
+  /// The max or sum of `v` (f32) over each run of `lanes` (a power of two ≤ 32) aligned lanes.
+  llvm::Value* lanes_reduce(llvm::Value* v, int64_t lanes, bool max);
 
   /// d = a · b + c on the tensor cores, for the whole warp.
   Frag mma(const Frag& a, const BFrag& b, const Frag& c);
