@@ -1,6 +1,7 @@
 // tests/test_cpu_backend.cpp — fusion, memory planning, vector code and the persistent cache
 #include "backend_check.hpp"
 #include "jit/backend/cpu/cpu_target.hpp"
+#include "jit/backend/cuda/gpu_launch.hpp"
 #include "jit/runtime/kernel_lookup.hpp"
 #include "jit/train/optimizer.hpp"
 
@@ -179,6 +180,46 @@ TEST_CASE("a sibling reading a buffer at another element stays a kernel of its o
   auto got = CpuExecutable(opt, *backend.library, backend.pool).run(inputs);
   for (std::size_t i = 0; i < got.size(); ++i)
     CHECK(max_relative_difference(to_f64(got[i]), want[i]) < 1e-6);
+}
+
+TEST_CASE("fusion: large updates sharing only a scalar keep a kernel each on the GPU, and a "
+          "working copy joins its update however far back",
+          "[cpu][fusion]") {
+  // u_k = p_k - lr · g_k for n parameters (all read the learning rate), then, with `copies`,
+  // every bf16 working copy cast(u_k) after all the updates (as AMP's working copies come).
+  auto updates = [](const Shape& shape, int n, bool copies) {
+    Graph g;
+    Value lr = input(g, "lr", {DType::f32, {}});
+    std::vector<Value> updated;
+    for (int k = 0; k < n; ++k) {
+      Value p = input(g, "p" + std::to_string(k), {DType::f32, shape});
+      Value grad = input(g, "g" + std::to_string(k), {DType::f32, shape});
+      updated.push_back(p - broadcast_to(lr, shape) * grad);
+      g.add_output("u" + std::to_string(k), updated.back().id);
+    }
+    if (copies)
+      for (int k = 0; k < n; ++k)
+        g.add_output("c" + std::to_string(k),
+                     cast(updated[static_cast<std::size_t>(k)], DType::bf16).id);
+    return optimized(g);
+  };
+  auto loops = [](const FusionPlan& plan) {
+    std::vector<std::size_t> outputs;
+    for (const Kernel& k : plan.kernels)
+      if (k.kind == KernelKind::loop) outputs.push_back(k.outputs().size());
+    return outputs;
+  };
+  const Shape large{520, 512}; // past gpu_fusion_options' 262144 elements
+  Graph three = updates(large, 3, false);
+  CHECK(loops(fuse(three, gpu_fusion_options)) == std::vector<std::size_t>{1, 1, 1});
+  CHECK(loops(fuse(three, FusionOptions{})).size() == 1); // no limit: one pass
+  Graph small = updates({768}, 3, false);
+  CHECK(loops(fuse(small, gpu_fusion_options)) == std::vector<std::size_t>{3});
+  // 40 updates: each copy is 40 kernels after its update, past the window merges look back.
+  Graph copied = updates(large, 40, true);
+  FusionPlan plan = fuse(copied, gpu_fusion_options);
+  INFO(plan.print());
+  CHECK(loops(plan) == std::vector<std::size_t>(40, 2));
 }
 
 TEST_CASE("a compiled MLP step matches the interpreter", "[cpu]") {

@@ -311,7 +311,7 @@ FusionPlan fuse(const Graph& g, FusionOptions options) {
   }
   merge_attention_kernels(plan);
   if (options.row_kernels) merge_into_row_kernels(plan);
-  merge_sibling_kernels(plan, options.sibling_reductions);
+  merge_sibling_kernels(plan, options.sibling_reductions, options.scalar_sibling_max_elements);
   if (options.row_kernels && options.row_partial_max_values > 0)
     merge_column_partials(plan, options);
   if (options.row_kernels) merge_row_reductions(plan);

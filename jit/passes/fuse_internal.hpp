@@ -46,7 +46,7 @@ void merge_attention_kernels(FusionPlan& plan);
 void merge_into_row_kernels(FusionPlan& plan);
 /// Loop kernels over one shape (with `reductions`, also reductions over the same axes of
 /// same-shaped operands) become one pass with several outputs.
-void merge_sibling_kernels(FusionPlan& plan, bool reductions);
+void merge_sibling_kernels(FusionPlan& plan, bool reductions, int64_t scalar_sibling_max_elements);
 /// Column sums over groups of a row kernel's rows (FusionOptions::row_partial_max_values) join it.
 void merge_column_partials(FusionPlan& plan, const FusionOptions& options);
 /// Reductions over a row kernel's rows that share a read with it become more of its outputs.

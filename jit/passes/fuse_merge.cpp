@@ -190,21 +190,38 @@ std::vector<ValueId> fuse_steps::aligned_reads(const FusionPlan& plan, const Ker
 /// With `reductions`, sibling reductions (a bias's and a layernorm's γ and β gradients, column
 /// sums over the same rows, or of buffers one kernel wrote) merge the same way, except that one
 /// never reads the other.
-void fuse_steps::merge_sibling_kernels(FusionPlan& plan, bool reductions) {
+void fuse_steps::merge_sibling_kernels(FusionPlan& plan, bool reductions,
+                                       int64_t scalar_sibling_max_elements) {
   const Graph& g = *plan.graph;
   auto& kernels = plan.kernels;
   std::vector<std::size_t> writer = writers(plan);
   std::vector<bool> merged(kernels.size(), false);
+  std::vector<bool> is_output(g.size(), false);
+  for (const NamedValue& out : g.outputs())
+    is_output[out.id] = true;
   for (std::size_t j = 0; j < kernels.size(); ++j) {
     const Kernel& late = kernels[j];
     if (late.kind != KernelKind::loop && !(reductions && late.kind == KernelKind::reduce)) continue;
     // A reduction's outputs are complete only at its end: nothing reads them during the pass.
     std::vector<ValueId> aligned;
     if (late.kind == KernelKind::loop) aligned = aligned_reads(plan, late);
+    // A pass that writes only step outputs (which live to the end of the step anyway: AMP's
+    // working copies, cast from the updated weights) may also join the kernel that writes what
+    // it reads, however far back (the updates of many parameters come between).
+    std::vector<ValueId> written = late.outputs();
+    bool outputs_only =
+        std::all_of(written.begin(), written.end(), [&](ValueId v) { return is_output[v]; });
+    auto producer = [&](std::size_t i) {
+      return outputs_only && std::any_of(late.reads.begin(), late.reads.end(),
+                                         [&](ValueId r) { return writer[r] == i; });
+    };
     std::size_t looked_at = 0; // kernels that still exist, counted towards the window
-    for (std::size_t i = j; i-- > 0 && looked_at < merge_window;) {
+    for (std::size_t i = j; i-- > 0;) {
       if (merged[i]) continue;
-      ++looked_at;
+      if (looked_at++ >= merge_window && !producer(i)) {
+        if (!outputs_only) break;
+        continue;
+      }
       Kernel& early = kernels[i];
       if (!same_pass(g, early, late, reductions)) continue;
       bool aligned_ok = true, ready_at_early = true, related = false;
@@ -214,7 +231,11 @@ void fuse_steps::merge_sibling_kernels(FusionPlan& plan, bool reductions) {
           aligned_ok &= std::find(aligned.begin(), aligned.end(), r) != aligned.end();
         } else {
           ready_at_early &= writer[r] == none || writer[r] < i;
-          related |= std::find(early.reads.begin(), early.reads.end(), r) != early.reads.end();
+          // A shared scalar (a learning rate) relates small passes only.
+          bool large = scalar_sibling_max_elements > 0 &&
+                       numel(g.type(late.root).shape) > scalar_sibling_max_elements;
+          related |= std::find(early.reads.begin(), early.reads.end(), r) != early.reads.end() &&
+                     (!large || numel(g.type(r).shape) > 1);
           // Reductions of outputs of one kernel (the sums of a layernorm's γ and β partials).
           if (late.kind == KernelKind::reduce && writer[r] != none)
             related |= std::any_of(early.reads.begin(), early.reads.end(),

@@ -55,8 +55,9 @@ inline constexpr int64_t gpu_row_partial_max_values = 1536;
 
 /// How the GPU backend fuses: layernorm, softmax and loss rows in one kernel each (row
 /// kernels), sibling reductions (a layernorm backward's two sums) in one pass, and column sums
-/// over a row kernel's rows (its γ and β gradients) in the row kernel, per block of rows, and
-/// attention's q, k, v and dO read where the heads lie, with no copy to lay them out.
+/// over a row kernel's rows (its γ and β gradients) in the row kernel, per block of rows,
+/// attention's q, k, v and dO read where the heads lie, with no copy to lay them out, and each
+/// large parameter's optimizer update a kernel of its own (262144 elements fill an H100).
 inline constexpr FusionOptions gpu_fusion_options{
     .row_kernels = true,
     .sibling_reductions = true,
@@ -64,6 +65,7 @@ inline constexpr FusionOptions gpu_fusion_options{
     .row_partial_max_values = gpu_row_partial_max_values,
     .row_partial_min_groups = gpu_row_partial_min_groups,
     .row_partial_max_groups = gpu_max_blocks,
-    .attention_operand_views = true};
+    .attention_operand_views = true,
+    .scalar_sibling_max_elements = 1 << 18};
 
 } // namespace sinter
