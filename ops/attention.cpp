@@ -139,19 +139,16 @@ Value decomposed_gradient(std::span<const Value> in, const Attrs& a) {
   return matmul(transpose(ds, -2, -1), q);
 }
 
-/// The three gradients, each token-major [..., T, 1, H, D], joined along the 1.
+/// The three decomposed gradients, packed.
 Value decomposed_packed_gradient(std::span<const Value> in, const Attrs& a) {
-  std::vector<Value> parts;
+  std::vector<Value> grads;
   for (int64_t which :
        {attention_attrs::grad_q, attention_attrs::grad_k, attention_attrs::grad_v}) {
     Attrs one = a;
     one.ints = {which};
-    Value g = decomposed_gradient(in, one);
-    Shape part = token_major_shape(g.shape());
-    part.insert(part.end() - 2, 1);
-    parts.push_back(reshape(permute(g, heads_rows_swap(g.shape().size())), part));
+    grads.push_back(decomposed_gradient(in, one));
   }
-  return concat(parts, static_cast<int64_t>(parts[0].shape().size()) - 3);
+  return attention_attrs::pack_gradients(grads);
 }
 
 // ---- float64 references (independent of the decompositions) ----
@@ -563,3 +560,17 @@ const OpDef fused_attention_grad_op{
 };
 
 } // namespace sinter::op_defs
+
+namespace sinter::attention_attrs {
+
+Value pack_gradients(std::span<const Value> grads) {
+  std::vector<Value> parts;
+  for (const Value& grad : grads) {
+    Shape part = token_major_shape(grad.shape());
+    part.insert(part.end() - 2, 1);
+    parts.push_back(reshape(permute(grad, heads_rows_swap(grad.shape().size())), part));
+  }
+  return concat(parts, static_cast<int64_t>(parts[0].shape().size()) - 3);
+}
+
+} // namespace sinter::attention_attrs

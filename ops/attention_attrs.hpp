@@ -2,8 +2,10 @@
 // forward writes its result in, and which gradients a backward node makes
 #pragma once
 #include "jit/ir/graph.hpp"
+#include "ops/value.hpp"
 
 #include <cstdint>
+#include <span>
 #include <utility>
 
 namespace sinter::attention_attrs {
@@ -18,10 +20,19 @@ inline constexpr int64_t token_major = 1;
 /// shape [..., H, T, D]), which is the gradient of the packed projection they were split from.
 inline constexpr int64_t grad_q = 0, grad_k = 1, grad_v = 2, grad_packed = 3;
 
+/// The attributes' layout, for the op they belong to (fused_attention's and the gradient's ints
+/// mean different things: a gradient of k has ints = {1} too).
 inline bool writes_token_major(const Attrs& a) {
   return a.ints.size() == 1 && a.ints[0] == token_major;
 }
 inline bool writes_packed(const Attrs& a) { return a.ints.size() == 1 && a.ints[0] == grad_packed; }
+/// Whether node `n` is a forward writing token-major, or a gradient writing all three packed.
+inline bool writes_token_major(const Node& n) {
+  return n.op == OpId::fused_attention && writes_token_major(n.attrs);
+}
+inline bool writes_packed(const Node& n) {
+  return n.op == OpId::fused_attention_grad && writes_packed(n.attrs);
+}
 
 /// `shape` [..., H, T, C] as [..., T, H, C].
 inline Shape token_major_shape(Shape shape) {
@@ -38,5 +49,9 @@ inline std::vector<int64_t> heads_rows_swap(std::size_t rank) {
   std::swap(perm[rank - 3], perm[rank - 2]);
   return perm;
 }
+
+/// Three head-major gradients [..., H, T, D] (q's, k's and v's) laid out as the packed
+/// [..., T, 3, H, D] one gradient node writes: each token-major, joined along a new dim.
+Value pack_gradients(std::span<const Value> grads);
 
 } // namespace sinter::attention_attrs

@@ -57,8 +57,8 @@ AttentionOperand result_place(const Graph& g, ValueId value, int64_t part) {
   std::vector<int64_t> strides = contiguous_strides(shape);
   std::size_t r = shape.size();
   AttentionOperand place{value, 0, {}, strides[r - 2]};
-  bool packed = n.op == OpId::fused_attention_grad && attention_attrs::writes_packed(n.attrs);
-  if (!packed && !(n.op == OpId::fused_attention && attention_attrs::writes_token_major(n.attrs))) {
+  bool packed = attention_attrs::writes_packed(n);
+  if (!packed && !attention_attrs::writes_token_major(n)) {
     place.batch_stride.assign(strides.begin(), strides.end() - 2); // [lead..., H, rows, cols]
     return place;
   }
@@ -98,7 +98,7 @@ AttentionLayout attention_layout(const FusionPlan& plan, const Kernel& kernel) {
     const Node& n = g.node(out);
     if (n.op == OpId::fused_attention) l.o_result = result_place(g, out, 0);
     if (n.op != OpId::fused_attention_grad) continue;
-    bool packed = attention_attrs::writes_packed(n.attrs);
+    bool packed = attention_attrs::writes_packed(n);
     if (packed || n.attrs.ints[0] == attention_attrs::grad_q)
       l.dq_result = result_place(g, out, attention_attrs::grad_q);
     if (packed || n.attrs.ints[0] == attention_attrs::grad_k)

@@ -129,8 +129,7 @@ Graph attention_results_in_place(const Graph& graph) {
     }
     if (is_heads_rows_swap(n)) { // the heads' merge reads the token-major result itself
       const Node& under = operands[0].node();
-      if (is_heads_rows_swap(under) && g.node(under.inputs[0]).op == OpId::fused_attention &&
-          writes_token_major(g.node(under.inputs[0]).attrs))
+      if (is_heads_rows_swap(under) && writes_token_major(g.node(under.inputs[0])))
         return Value{&g, under.inputs[0]};
       return {};
     }
@@ -154,23 +153,20 @@ Graph head_major_attention(const Graph& graph) {
     if (operands.empty()) return {};
     Graph& g = *operands[0].graph;
     std::size_t rank = g.type(operands[0].id).shape.size();
-    if (n.op == OpId::fused_attention && writes_token_major(n.attrs)) {
+    if (writes_token_major(n)) {
       Attrs attrs = n.attrs;
       attrs.ints.clear();
       return permute(emit(g, OpId::fused_attention, operands, std::move(attrs)),
                      heads_rows_swap(rank));
     }
-    if (n.op != OpId::fused_attention_grad || !writes_packed(n.attrs)) return {};
-    std::vector<Value> parts;
+    if (!writes_packed(n)) return {};
+    std::vector<Value> grads;
     for (int64_t which : {grad_q, grad_k, grad_v}) {
       Attrs attrs = n.attrs;
       attrs.ints = {which};
-      Value grad = emit(g, OpId::fused_attention_grad, operands, std::move(attrs));
-      Shape part = token_major_shape(grad.shape());
-      part.insert(part.end() - 2, 1);
-      parts.push_back(reshape(permute(grad, heads_rows_swap(rank)), part));
+      grads.push_back(emit(g, OpId::fused_attention_grad, operands, std::move(attrs)));
     }
-    return concat(parts, static_cast<int64_t>(rank) - 2);
+    return pack_gradients(grads);
   });
 }
 

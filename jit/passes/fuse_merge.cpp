@@ -215,6 +215,9 @@ void fuse_steps::merge_sibling_kernels(FusionPlan& plan, bool reductions,
       return outputs_only && std::any_of(late.reads.begin(), late.reads.end(),
                                          [&](ValueId r) { return writer[r] == i; });
     };
+    // A shared scalar (a learning rate) relates small passes only.
+    const bool large = scalar_sibling_max_elements > 0 &&
+                       numel(g.type(late.root).shape) > scalar_sibling_max_elements;
     std::size_t looked_at = 0; // kernels that still exist, counted towards the window
     for (std::size_t i = j; i-- > 0;) {
       if (merged[i]) continue;
@@ -231,9 +234,6 @@ void fuse_steps::merge_sibling_kernels(FusionPlan& plan, bool reductions,
           aligned_ok &= std::find(aligned.begin(), aligned.end(), r) != aligned.end();
         } else {
           ready_at_early &= writer[r] == none || writer[r] < i;
-          // A shared scalar (a learning rate) relates small passes only.
-          bool large = scalar_sibling_max_elements > 0 &&
-                       numel(g.type(late.root).shape) > scalar_sibling_max_elements;
           related |= std::find(early.reads.begin(), early.reads.end(), r) != early.reads.end() &&
                      (!large || numel(g.type(r).shape) > 1);
           // Reductions of outputs of one kernel (the sums of a layernorm's γ and β partials).

@@ -395,13 +395,9 @@ BackendGraphStages cpu_graph_stages(const Graph& optimized, const Device&) {
   // The CPU kernels write head-major results, one gradient per node: the token-major and packed
   // layouts (the CUDA pipeline's) run as those and the views that lay them out.
   bool other_layout = false;
-  for (ValueId id = 0; id < optimized.size(); ++id) {
-    const Node& n = optimized.node(id);
-    other_layout =
-        other_layout ||
-        (n.op == OpId::fused_attention && attention_attrs::writes_token_major(n.attrs)) ||
-        (n.op == OpId::fused_attention_grad && attention_attrs::writes_packed(n.attrs));
-  }
+  for (ValueId id = 0; id < optimized.size() && !other_layout; ++id)
+    other_layout = attention_attrs::writes_token_major(optimized.node(id)) ||
+                   attention_attrs::writes_packed(optimized.node(id));
   if (other_layout)
     out.stages.push_back({"attention-views", [](Graph g) { return head_major_attention(g); }});
   return out;

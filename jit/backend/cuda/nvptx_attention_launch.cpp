@@ -20,7 +20,7 @@ OutputPositions output_positions(const Graph& g, const Kernel& kernel) {
       out.o = position;
     else if (n.op == OpId::fused_attention_lse)
       out.lse = position;
-    else if (attention_attrs::writes_packed(n.attrs))
+    else if (attention_attrs::writes_packed(n))
       out.dq = out.dk = out.dv = position; // one value, its parts placed by the layout
     else
       (n.attrs.ints[0] == attention_attrs::grad_q   ? out.dq
