@@ -11,6 +11,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <functional>
+#include <sstream>
+
 namespace sinter::testing {
 namespace {
 
@@ -91,6 +94,94 @@ TEST_CASE("gpu: elementwise f32 kernels use 16-byte loads and stores", "[ptx]") 
   Value x = input(odd, "x", {DType::f32, {7, 5}});
   odd.add_output("y", (x * x).id);
   CHECK(gpu_launch(odd, fuse(odd).kernels[0]).vector_width == 1);
+}
+
+/// The global loads and stores of `ptx` that move one element each (no `.v2` / `.v4`).
+std::vector<std::string> scalar_global_accesses(const std::string& ptx) {
+  std::vector<std::string> found;
+  std::istringstream lines(ptx);
+  for (std::string line; std::getline(lines, line);) {
+    bool global =
+        line.find("ld.global") != std::string::npos || line.find("st.global") != std::string::npos;
+    if (global && line.find(".v2") == std::string::npos && line.find(".v4") == std::string::npos)
+      found.push_back(line);
+  }
+  return found;
+}
+
+TEST_CASE("gpu: the elementwise kernels of every unary and binary op, forward and gradient, read "
+          "and write 16 bytes at a time (f32, bf16, f16)",
+          "[ptx]") {
+  // Math from libdevice must not split the load/store vectoriser's chains: tanhf's inline
+  // reciprocal once left GELU's bf16 kernels reading two bytes at a time.
+  std::vector<std::pair<std::string, std::function<Value(Value, Value)>>> ops;
+#define SINTER_UNARY_PRIMITIVE(name)                                                               \
+  ops.emplace_back(#name, [](Value x, Value) { return name(x); });
+#define SINTER_UNARY_COMPOSITE(name) SINTER_UNARY_PRIMITIVE(name)
+#define SINTER_BINARY_PRIMITIVE(name)                                                              \
+  ops.emplace_back(#name, [](Value x, Value y) { return name(x, y); });
+#define SINTER_COMPARISON_PRIMITIVE(name)
+#define SINTER_COMPARISON_COMPOSITE(name)
+#define SINTER_PRIMITIVE(name)
+#define SINTER_COMPOSITE(name)
+#include "ops/op_list.def"
+#undef SINTER_PRIMITIVE
+#undef SINTER_COMPOSITE
+  REQUIRE(ops.size() >= 15);
+  for (DType t : {DType::f32, DType::bf16, DType::f16})
+    for (const auto& [name, op] : ops) {
+      INFO(name << " " << dtype_name(t));
+      Graph g;
+      Value x = input(g, "x", {t, {64, 256}});
+      Value y = input(g, "y", {t, {64, 256}});
+      Value r = input(g, "r", {t, {64, 256}});
+      Value z = op(x, y);
+      g.add_output("z", z.id);
+      g.add_output("loss", sum(cast(z * r, DType::f32)).id);
+      Graph step =
+          Pipeline::standard(AutodiffOptions{{"x", "y"}, 0}).run(g, DumpSelection(""), std::cerr);
+      FusionPlan plan = fuse(step, gpu_fusion_options);
+      int loops = 0;
+      for (const Kernel& k : plan.kernels) {
+        if (k.kind != KernelKind::loop) continue;
+        ++loops;
+        REQUIRE(gpu_launch(step, k).vector_width > 1);
+        std::string ptx = nvptx_target(90).compile(plan, k, "elementwise");
+        INFO(ptx);
+        CHECK(scalar_global_accesses(ptx).empty());
+      }
+      CHECK(loops > 0);
+    }
+}
+
+TEST_CASE("gpu: a layernorm row kernel that also writes the residual stream as [B, T, C] reads "
+          "its [C] and [T, C] broadcasts and writes both outputs 16 bytes at a time",
+          "[ptx]") {
+  // A ViT block: residual + projection (a GEMM's [B·T, C] result) + bias + position table,
+  // normalised for the next GEMM. The residual's [B, T, C] index comes from the row's through
+  // the reshape, not from its flat offset: `flat % C` hides that neighbours are adjacent.
+  Graph g;
+  Value residual = input(g, "residual", {DType::f32, {4, 64, 768}});
+  Value projected = input(g, "projected", {DType::bf16, {256, 768}});
+  Value position = input(g, "position", {DType::bf16, {64, 768}});
+  Value bias = input(g, "bias", {DType::f32, {768}});
+  Value gamma = input(g, "gamma", {DType::f32, {768}});
+  Value beta = input(g, "beta", {DType::f32, {768}});
+  Value stream = residual + cast(reshape(projected, {4, 64, 768}) + position, DType::f32) + bias;
+  g.add_output("stream", stream.id);
+  g.add_output("normed", cast(reshape(layernorm(stream, gamma, beta), {256, 768}), DType::bf16).id);
+  Graph o = optimized(g);
+  FusionPlan plan = fuse(o, gpu_fusion_options);
+  INFO(plan.print());
+  const Kernel* row = nullptr;
+  for (const Kernel& k : plan.kernels)
+    if (k.kind == KernelKind::row) row = &k;
+  REQUIRE(row);
+  REQUIRE(row->outputs().size() == 2);
+  REQUIRE(o.type(row->outputs()[0]).shape != o.type(row->outputs()[1]).shape);
+  std::string ptx = nvptx_target(90).compile(plan, *row, "row");
+  INFO(ptx);
+  CHECK(scalar_global_accesses(ptx).empty());
 }
 
 TEST_CASE("gpu: a kernel written over its input in place still reads and writes 16 bytes at a "

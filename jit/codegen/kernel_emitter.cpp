@@ -245,7 +245,11 @@ void KernelEmitter::compute_and_store_at(std::span<const std::size_t> positions,
   std::vector<llvm::Value*> values;
   for (std::size_t i : positions) {
     const Shape& shape = g_.type(outputs[i]).shape;
-    values.push_back(compute(outputs[i], shape == idx_shape ? idx : delinearize(flat, shape)));
+    // Another shape of the same elements ([B, T, C] beside [B·T, C]): its index follows from
+    // idx dim group by dim group, so the trailing dims stay as they are (a bias read at
+    // `flat % C` would hide from the vectoriser that neighbours are adjacent).
+    values.push_back(
+        compute(outputs[i], shape == idx_shape ? idx : reshape_index(idx, idx_shape, shape)));
   }
   for (std::size_t k = 0; k < positions.size(); ++k) {
     DType t = g_.type(outputs[positions[k]]).dtype;

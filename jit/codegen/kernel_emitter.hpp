@@ -102,8 +102,8 @@ public:
   void set_row_value(ValueId reduction, llvm::Value* value) { row_values_[reduction] = value; }
   void clear_row_values() { row_values_.clear(); }
   /// Row kernels: the outputs at `positions` (of kernel().outputs()) at element `flat` of their
-  /// own buffers. Each is computed at `idx` when its shape is `idx_shape`, else at `flat`
-  /// delinearised in its shape (same flat order); all values first, then the stores.
+  /// own buffers. Each is computed at `idx` when its shape is `idx_shape`, else at idx
+  /// reshaped to its shape (same flat order); all values first, then the stores.
   void compute_and_store_at(std::span<const std::size_t> positions, const Index& idx,
                             const Shape& idx_shape, llvm::Value* flat);
 

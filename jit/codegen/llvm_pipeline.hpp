@@ -4,6 +4,7 @@
 #include <vector>
 
 namespace llvm {
+class Function;
 class Module;
 class TargetMachine;
 class TargetLibraryInfoImpl;
@@ -19,6 +20,11 @@ void target_module(llvm::Module& module, const llvm::TargetMachine& machine);
 /// (vector math libraries).
 void optimize_o3(llvm::Module& module, llvm::TargetMachine& machine,
                  const std::function<void(llvm::TargetLibraryInfoImpl&)>& library_info = {});
+
+/// Joins adjacent loads and stores of `function` into vector accesses now, before the
+/// optimiser inlines its math calls. Inlined, a libdevice function such as erff brings
+/// branches, and the vectoriser that codegen runs later only joins accesses within a block.
+void vectorize_memory_access(llvm::Function& function, llvm::TargetMachine& machine);
 
 /// The module as an object file (`assembly` false) or as assembly text (PTX for NVPTX).
 std::vector<char> emit_machine_code(llvm::Module& module, llvm::TargetMachine& machine,

@@ -576,6 +576,12 @@ llvm::Value* NvptxSchedule::math(KernelEmitter& e, MathFunction function,
   auto callee =
       e.module().getOrInsertFunction(std::string("__nv_") + base + (t->isFloatTy() ? "f" : ""),
                                      llvm::FunctionType::get(t, types, false));
+  // Pure math that always returns, so the load/store vectoriser may join loads on either side
+  // of a call (vectorize_memory_access runs before libdevice replaces the declaration).
+  auto* declaration = llvm::cast<llvm::Function>(callee.getCallee());
+  declaration->setDoesNotAccessMemory();
+  declaration->setDoesNotThrow();
+  declaration->setWillReturn();
   return e.builder().CreateCall(callee, std::vector<llvm::Value*>(args.begin(), args.end()));
 }
 

@@ -194,6 +194,8 @@ std::string NvptxTarget::compile_module(const std::string& symbol,
   bool uses_libdevice = false;
   for (const llvm::Function& f : module)
     uses_libdevice |= f.isDeclaration() && f.getName().starts_with("__nv_");
+  llvm::Function* kernel = module.getFunction(symbol);
+  if (uses_libdevice && kernel) vectorize_memory_access(*kernel, machine);
   if (uses_libdevice) impl_->link_libdevice(module);
   // Only the kernel is visible, so the optimiser drops every libdevice function it does not call.
   for (llvm::Function& f : module)
