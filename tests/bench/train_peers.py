@@ -26,6 +26,8 @@ y = x @ W + b):
        -> pre-norm blocks as the ViT's with causal attention -> LayerNorm -> Linear(width, vocab),
        cross-entropy over the next token of each of the [B, T] ids; --batch N overrides B
        (as train_step --batch N)
+  gpt2-small-tied  gpt2-small as GPT-2 was released: the head is the token embedding
+       (logits = states @ tokens.weight.T, no head bias), 124M parameters
 AdamW: lr 1e-3, betas (0.9, 0.999), eps 1e-8, decoupled weight decay 1e-4 on every parameter.
 Images, labels and parameters are the deterministic patterns of train_step.cpp, so every peer
 prints the same initial loss (`loss`) and about the same `final_loss` after the same steps
@@ -82,10 +84,11 @@ from peers import (limit_threads, pattern, protocol_stream, run_each_in_child, s
                    timed)  # (shared with peers.py)
 
 PEERS = ("torch-eager", "torch-compile", "jax-jit")
-MODELS = ("mlp", "vit", "distill", "distill-vit-b-s", "gpt", "gpt2-small")
+MODELS = ("mlp", "vit", "distill", "distill-vit-b-s", "gpt", "gpt2-small", "gpt2-small-tied")
 # GPT configurations of train_step.cpp: vocabulary, context, width, layers, heads, batch.
 GPT = {"gpt": dict(vocab=256, context=64, dim=128, depth=4, heads=4, batch=32),
        "gpt2-small": dict(vocab=50304, context=1024, dim=768, depth=12, heads=12, batch=8)}
+GPT["gpt2-small-tied"] = dict(GPT["gpt2-small"], tied=True)
 BATCH, SIDE, CLASSES = 128, 28, 10
 LR, BETA1, BETA2, EPS, WD = 1e-3, 0.9, 0.999, 1e-8, 1e-4
 # ViT
@@ -133,8 +136,9 @@ def param_spec(model):
                  (p + "ln2.gamma", (d,)), (p + "ln2.beta", (d,)),
                  (p + "mlp.layers.0.weight", (d, 4 * d)), (p + "mlp.layers.0.bias", (4 * d,)),
                  (p + "mlp.layers.1.weight", (4 * d, d)), (p + "mlp.layers.1.bias", (d,))]
-    spec += [("norm.gamma", (d,)), ("norm.beta", (d,)),
-             ("head.weight", (d, out)), ("head.bias", (out,))]
+    spec += [("norm.gamma", (d,)), ("norm.beta", (d,))]
+    if not (model in GPT and GPT[model].get("tied")):
+        spec += [("head.weight", (d, out)), ("head.bias", (out,))]
     return spec
 
 
@@ -234,6 +238,8 @@ def torch_forward(torch, F, model, P, images, attention):
                    approximate="tanh")
         x = x + (h @ P[p + "mlp.layers.1.weight"] + P[p + "mlp.layers.1.bias"])
     x = F.layer_norm(x, (dim,), P["norm.gamma"], P["norm.beta"], 1e-5)
+    if gpt and c.get("tied"):
+        return x @ P["tokens.weight"].t()  # [B, T, vocab]
     if gpt:
         return x @ P["head.weight"] + P["head.bias"]  # [B, T, vocab]
     return x.mean(1) @ P["head.weight"] + P["head.bias"]

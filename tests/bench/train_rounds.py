@@ -4,7 +4,7 @@ torch.compile and JAX (train_peers.py --peer P --serve), each a persistent proce
 short rounds so that every contender sees the same machine load; per-round ratios, their median
 and spread, and a verdict per peer.
 
-Usage: train_rounds.py --sinter PATH/train_step [--model mlp|vit|gpt|gpt2-small]
+Usage: train_rounds.py --sinter PATH/train_step [--model mlp|vit|gpt|gpt2-small|gpt2-small-tied]
            [--device cpu|cuda] [--threads N] [--peers torch-eager,torch-compile,jax-jit]
            [--rounds R] [--steps K|auto] [--round-seconds S] [--turn-warmup S] [--warmup N]
            [--settle S] [--time-limit S] [--max-spread F] [--tf32] [--amp off|bf16|fp16]
@@ -190,7 +190,8 @@ def parse_args():
                                  epilog="\n\n".join(__doc__.split("\n\n")[2:]))
     ap.add_argument("--sinter", required=True, help="the train_step program")
     ap.add_argument("--model",
-                    choices=("mlp", "vit", "distill", "distill-vit-b-s", "gpt", "gpt2-small"),
+                    choices=("mlp", "vit", "distill", "distill-vit-b-s", "gpt", "gpt2-small",
+                             "gpt2-small-tied"),
                     default="mlp")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--threads", type=int, default=2)

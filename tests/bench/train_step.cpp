@@ -15,6 +15,8 @@
 //   --model gpt2-small  sinter::GPT, vocab 50304, context 1024, width 768, 12 layers, 12 heads,
 //                batch 8; tokens_per_s and flops_per_step (6·params + attention per token)
 //                give model FLOP utilisation against a measured peak (train_peers.py --peak)
+//   --model gpt2-small-tied  the same as GPT-2 small was released: the head is the token
+//                embedding (logits = states · tokens.weightᵀ, no head bias), 124M parameters
 // Every step trains on the same batch, which stays on the device (StepOptions::resident_batch,
 // uploaded once), as the PyTorch peers keep theirs on the GPU; `--host-batch` uploads it from
 // the host every step instead, as a loop over new batches does. `--print-losses` prints
@@ -120,7 +122,8 @@ double maxrss_mb() {
 }
 
 /// The GPT configurations: a small one (the gpt recipe's shape) and GPT-2 small's
-/// (12 layers, 768 wide, 1024 tokens, GPT-2's vocabulary padded to 50304).
+/// (12 layers, 768 wide, 1024 tokens, GPT-2's vocabulary padded to 50304), with its own head
+/// or (gpt2-small-tied) the token embedding as the head.
 struct GptBench {
   GPTConfig config;
   int64_t batch = 0;
@@ -129,9 +132,13 @@ GptBench gpt_bench(const std::string& model, int64_t context = 0) {
   GptBench b =
       model == "gpt"
           ? GptBench{GPTConfig{.vocab = 256, .context = 64, .dim = 128, .depth = 4, .heads = 4}, 32}
-          : GptBench{
-                GPTConfig{.vocab = 50304, .context = 1024, .dim = 768, .depth = 12, .heads = 12},
-                8};
+          : GptBench{GPTConfig{.vocab = 50304,
+                               .context = 1024,
+                               .dim = 768,
+                               .depth = 12,
+                               .heads = 12,
+                               .tied_head = model == "gpt2-small-tied"},
+                     8};
   if (context > 0) b.config.context = context;
   return b;
 }
@@ -230,7 +237,8 @@ int run(const Options& opt, Model& model, double base_rss, MakeStep make_step) {
 int usage(const char* argv0) {
   std::fprintf(
       stderr,
-      "usage: %s [--model mlp|vit|distill|distill-vit-b-s|gpt|gpt2-small] [--device "
+      "usage: %s [--model mlp|vit|distill|distill-vit-b-s|gpt|gpt2-small|gpt2-small-tied] "
+      "[--device "
       "cpu|cuda[:N]] [--threads N] "
       "[--warmup N] [--amp off|bf16|fp16] [--batch N (gpt, distill-vit-b-s)] [--context N (gpt)] "
       "[--iters N] [--print-params] [--serve] [--max-batch [--memory BYTES]] "
@@ -277,9 +285,11 @@ int main(int argc, char** argv) {
       ok = false;
     if (!ok ||
         (opt.model != "mlp" && opt.model != "vit" && opt.model != "distill" &&
-         opt.model != "distill-vit-b-s" && opt.model != "gpt" && opt.model != "gpt2-small") ||
+         opt.model != "distill-vit-b-s" && !opt.model.starts_with("gpt")) ||
+        (opt.model.starts_with("gpt") && opt.model != "gpt" && opt.model != "gpt2-small" &&
+         opt.model != "gpt2-small-tied") ||
         (opt.amp != "off" && opt.amp != "bf16" && opt.amp != "fp16") ||
-        (opt.context > 0 && opt.model != "gpt" && opt.model != "gpt2-small"))
+        (opt.context > 0 && !opt.model.starts_with("gpt")))
       return usage(argv[0]);
   }
   // The runtime reads its thread count from here when it starts (before the first call).

@@ -29,6 +29,9 @@
 #   rounds-distill  the distillation pair against torch eager and torch.compile
 #   parity        the mixed-precision parity study on the GPU (issue 34; tests/bench/amp_parity.py
 #                 --device cuda, seeds 0 and 1, 300 steps)
+#   tied          GPT-2 small as released (gpt2-small-tied: 124M parameters, the head is the
+#                 token embedding): a profiled step (the optimizer phase against issue 33's
+#                 AdamW goal of 1.4 ms), then rounds against torch eager and torch.compile
 set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPORT_DIR="${REPORT_DIR:-${OUT:-$HERE/short-report}}"
@@ -184,12 +187,21 @@ stage_parity() {
     --device cuda --seeds 0,1 --text "$HERE/data/fortunes.txt" --out "$LOGS/parity.d"
 }
 
+stage_tied() {
+  local tied=(--model gpt2-small-tied --device cuda --amp bf16 --batch 8)
+  SINTER_PROFILE="$REPORT_DIR/profile-gpt2-small-tied" step tied-profiled 90 "$TS" "${tied[@]}" \
+    --warmup 3 --iters 10
+  step rounds-gpt2-tied 200 "$PYTHON" "$HERE/bench/train_rounds.py" --sinter "$TS" "${tied[@]}" \
+    --peers torch-eager,torch-compile --warmup 5 --rounds 4 --time-limit 60 --no-warm-start \
+    --out "$LOGS/rounds-gpt2-tied.d"
+}
+
 stages=("$@")
 [[ ${#stages[@]} -gt 0 ]] || stages=(info compile amp77 rounds-gpt2 distill buckets ab)
 for stage in "${stages[@]}"; do
   case "$stage" in
     info | compile | amp77 | rounds-gpt2 | distill | buckets | ab | profiles | max-batch | \
-      rounds-distill | parity) "stage_${stage//-/_}" ;;
+      rounds-distill | parity | tied) "stage_${stage//-/_}" ;;
     *) echo "short.sh: unknown stage '$stage'" >&2 ;;
   esac
 done
