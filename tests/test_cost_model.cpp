@@ -94,6 +94,37 @@ TEST_CASE("cost model: each kernel class of a GPT-2 small bf16 step and a ViT di
   CHECK(predicted / measured == Approx(1.0).margin(0.15));
 }
 
+TEST_CASE("cost model: a loop of one block writing many buffers is bound by its few warps' "
+          "arithmetic, and more warps bring it down",
+          "[cost-model]") {
+  GpuRates rates = gpu_rates(h100());
+  // The merged update of 17 [768] parameters of GPT-2's step (tests/data, measured 33–41 µs).
+  KernelWork updates{.name = "merged small updates",
+                     .kind = KernelKind::loop,
+                     .strategy = GpuStrategy::elementwise,
+                     .blocks = 1,
+                     .threads = 256,
+                     .bytes = 374808,
+                     .elements = 768,
+                     .transcendental = 68,
+                     .arithmetic = 239,
+                     .outputs = 52};
+  KernelPrediction one_block = predict_kernel(updates, rates);
+  CHECK(std::string(one_block.bound) == "arithmetic");
+  CHECK(one_block.seconds > 25e-6);
+  CHECK(one_block.seconds < 45e-6);
+  // One element a thread: three blocks, three times the warps.
+  updates.blocks = 3;
+  KernelPrediction narrow = predict_kernel(updates, rates);
+  CHECK(narrow.seconds - rates.launch_seconds ==
+        Approx((one_block.seconds - rates.launch_seconds) / 3).epsilon(1e-9));
+  // A grid that fills every SM runs at the full rate: memory bound again.
+  updates.blocks = 132 * 8;
+  updates.elements = updates.blocks * updates.threads;
+  updates.bytes = updates.elements * 488;
+  CHECK(std::string(predict_kernel(updates, rates).bound) == "memory");
+}
+
 TEST_CASE("cost model: a column reduction over few columns is bound by its blocks, and more "
           "blocks bring it to the memory's rate",
           "[cost-model]") {

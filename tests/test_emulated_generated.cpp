@@ -235,6 +235,42 @@ TEST_CASE("emulated CUDA: rows longer than a warp takes run a block per row (lay
   }
 }
 
+TEST_CASE("emulated CUDA: merged updates of small vectors take one element a thread, the "
+          "others 16 bytes, and both match the interpreter",
+          "[emulated]") {
+  // u_k = p_k - lr · g_k and its bf16 copy for n [768] parameters: one merged pass on the GPU.
+  auto updates = [](int n) {
+    Graph g;
+    Value lr = input(g, "lr", {DType::f32, {}});
+    for (int k = 0; k < n; ++k) {
+      Value p = input(g, "p" + std::to_string(k), {DType::f32, {768}});
+      Value grad = input(g, "g" + std::to_string(k), {DType::f32, {768}});
+      Value u = p - broadcast_to(lr, {768}) * grad;
+      g.add_output("u" + std::to_string(k), u.id);
+      g.add_output("c" + std::to_string(k), cast(u, DType::bf16).id);
+    }
+    return Pipeline::standard(std::nullopt).run(g, DumpSelection(""), std::cerr);
+  };
+  for (int n : {2, 6}) {
+    INFO(n << " parameters");
+    Graph step = updates(n);
+    GpuPlan gpu(step);
+    INFO(gpu.plan.print());
+    REQUIRE(gpu.count(KernelKind::loop) == 1);
+    const Kernel& merged = gpu.plan.kernels.front();
+    REQUIRE(merged.outputs().size() == static_cast<std::size_t>(2 * n));
+    GpuLaunch launch = gpu_launch(gpu.graph, merged);
+    bool narrow = merged.outputs().size() > gpu_narrow_loop_outputs;
+    CHECK(launch.vector_width == (narrow ? 1 : 4));
+    CHECK(launch.blocks == (narrow ? 3 : 1));
+    std::mt19937_64 rng(11);
+    std::vector<F64Tensor> values;
+    for (const NamedValue& in : step.inputs())
+      values.push_back(random_operand({DType::f64, step.type(in.id).shape}, rng));
+    compare_emulated(step, values, backend_tolerance(DType::bf16, false));
+  }
+}
+
 TEST_CASE("GPU plan: a layernorm forward is one kernel and its backward one row kernel plus one "
           "pass for the γ and β sums",
           "[emulated][fusion]") {

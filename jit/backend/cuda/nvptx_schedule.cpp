@@ -599,6 +599,8 @@ GpuLaunch gpu_launch(const Graph& g, const Kernel& k) {
     int64_t width = std::max<int64_t>(1, 16 / static_cast<int64_t>(dtype_bytes(root.type.dtype)));
     while (width > 1 && inner % width != 0)
       width /= 2;
+    if (numel(s) / width <= launch.threads && k.outputs().size() > gpu_narrow_loop_outputs)
+      width = 1; // `width` times the warps for a pass bound by its arithmetic
     launch.vector_width = width;
     launch.items = numel(s) / width;
     launch.blocks = blocks_for(launch.items);
