@@ -58,6 +58,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -283,11 +284,9 @@ int main(int argc, char** argv) {
       opt.print_losses = true;
     else
       ok = false;
-    if (!ok ||
-        (opt.model != "mlp" && opt.model != "vit" && opt.model != "distill" &&
-         opt.model != "distill-vit-b-s" && !opt.model.starts_with("gpt")) ||
-        (opt.model.starts_with("gpt") && opt.model != "gpt" && opt.model != "gpt2-small" &&
-         opt.model != "gpt2-small-tied") ||
+    constexpr std::array<std::string_view, 7> models{
+        "mlp", "vit", "distill", "distill-vit-b-s", "gpt", "gpt2-small", "gpt2-small-tied"};
+    if (!ok || std::find(models.begin(), models.end(), opt.model) == models.end() ||
         (opt.amp != "off" && opt.amp != "bf16" && opt.amp != "fp16") ||
         (opt.context > 0 && !opt.model.starts_with("gpt")))
       return usage(argv[0]);

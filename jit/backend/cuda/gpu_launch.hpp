@@ -51,12 +51,12 @@ inline constexpr int64_t gpu_warp_row_limit = 2048;
 /// 768 columns. At least gpu_row_partial_min_groups groups: a block an SM.
 inline constexpr int64_t gpu_row_groups = 512;
 inline constexpr int64_t gpu_row_partial_min_groups = 128;
+inline constexpr int64_t gpu_row_partial_max_values = 1536;
 
 /// A loop of one block writing more buffers than this (the merged AdamW updates of small
 /// vectors) takes one element a thread rather than 16 bytes: its few warps' arithmetic, not
 /// memory, bounds it (33–41 µs on an H100 for 17 [768] updates in 6 warps).
 inline constexpr std::size_t gpu_narrow_loop_outputs = 8;
-inline constexpr int64_t gpu_row_partial_max_values = 1536;
 
 /// How the GPU backend fuses: layernorm, softmax and loss rows in one kernel each (row
 /// kernels), sibling reductions (a layernorm backward's two sums) in one pass, and column sums
