@@ -113,9 +113,9 @@ TEST_CASE("attention: the CPU's fused kernels match the decomposition in f32, bf
 }
 
 /// A causal self-attention step over [B, H, T, D] (q, k and v inputs), differentiated.
-Graph causal_step(int64_t t, DType dtype = DType::f32) {
+Graph causal_step(int64_t t, DType dtype = DType::f32, int64_t head_dim = 16) {
   Graph g;
-  TensorType type{dtype, {2, 2, t, 16}};
+  TensorType type{dtype, {2, 2, t, head_dim}};
   Value q = input(g, "q", type), k = input(g, "k", type), v = input(g, "v", type);
   Value r = input(g, "r", type);
   g.add_output("loss", sum(attention(q, k, v, {.causal = true}) * r).id);
@@ -198,6 +198,15 @@ TEST_CASE("attention: bf16 and f16 run as one fused forward and one backward ker
           CHECK(ptx.find("cp.async.wait_group 0") != std::string::npos);
           CHECK(ptx.find("ldmatrix.sync.aligned.m8n8.x4.shared.b16") != std::string::npos);
           CHECK(ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") != std::string::npos);
+          // Weights round to 16 bits two at a time (so do even-width results: the masked
+          // step's dv = 9 stores its elements one by one), and e^x is one MUFU.EX2: without
+          // .ftz ptxas adds a compare and two multiplies to every exponential.
+          std::string pair = t == DType::bf16 ? "cvt.rn.bf16x2.f32" : "cvt.rn.f16x2.f32";
+          std::string single = t == DType::bf16 ? "cvt.rn.bf16.f32" : "cvt.rn.f16.f32";
+          CHECK(ptx.find(pair) != std::string::npos);
+          CHECK((ptx.find(single) == std::string::npos) == !masked);
+          CHECK(ptx.find("ex2.approx.ftz.f32") != std::string::npos);
+          CHECK(ptx.find("ex2.approx.f32") == std::string::npos);
           PtxasResult assembled = run_ptxas(*ptxas, ptx, target.arch(), dir.path);
           INFO("ptxas: " << assembled.log);
           CHECK(assembled.ok);
@@ -297,6 +306,33 @@ TEST_CASE("attention: the CUDA kernels double-buffer their tiles unless "
   long pipelined = shared_bytes("1"), single = shared_bytes("0");
   CHECK(pipelined == 2 * single);
   CHECK(single > 0);
+}
+
+TEST_CASE("attention: the CUDA backward's dK/dV pass takes dO·O and the log-sum-exp from its "
+          "tile copies where heads are whole pieces every thread copies alike",
+          "[attention][ptx]") {
+  static std::optional<std::filesystem::path> ptxas = find_ptxas();
+  REQUIRE(ptxas);
+  TempDir dir("sinter-attention-stats");
+  // d = 64 (GPT-2's heads): 32 query rows of 8 pieces a tile, 2 per thread. d = 16: 64 pieces
+  // for 128 threads, so the statistics still come from global memory.
+  for (int64_t head_dim : {64, 16}) {
+    INFO("head dim " << head_dim);
+    Graph gpu = for_nvptx(causal_step(128, DType::bf16, head_dim), 80);
+    FusionPlan plan = fuse(gpu, gpu_fusion_options);
+    bool found = false;
+    for (const Kernel& k : plan.kernels)
+      if (k.kind == KernelKind::attention &&
+          plan.graph->node(k.root).op == OpId::fused_attention_grad) {
+        found = true;
+        std::string ptx = nvptx_target(80).compile(plan, k, "attention");
+        CHECK((ptx.find("cp.async.ca.shared.global") != std::string::npos) == (head_dim == 64));
+        PtxasResult assembled = run_ptxas(*ptxas, ptx, nvptx_target(80).arch(), dir.path);
+        INFO("ptxas: " << assembled.log);
+        CHECK(assembled.ok);
+      }
+    CHECK(found);
+  }
 }
 
 /// Runs `optimized` as a GPU of sm_80 would, in the NVPTX emulator: every kernel of its plan

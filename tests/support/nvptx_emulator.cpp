@@ -89,6 +89,11 @@ int32_t shfl_bfly_i32(int32_t mask, int32_t value, int32_t lane_mask, int32_t cl
   return std::bit_cast<int32_t>(shfl_bfly(mask, std::bit_cast<float>(value), lane_mask, clamp));
 }
 float ex2(float x) { return std::exp2(x); }
+/// ex2.approx.ftz: subnormal arguments and results are 0.
+float ex2_ftz(float x) {
+  float r = std::exp2(std::fpclassify(x) == FP_SUBNORMAL ? 0.0f : x);
+  return std::fpclassify(r) == FP_SUBNORMAL ? 0.0f : r;
+}
 // libdevice's functions, which the NVPTX target links, on the host.
 float nv_expf(float x) { return std::exp(x); }
 double nv_exp(double x) { return std::exp(x); }
@@ -177,14 +182,17 @@ void ldmatrix(const std::byte* row, int32_t transposed, uint32_t* out) {
 struct AsyncCopy {
   std::byte* to;
   const std::byte* from;
-  int32_t source_bytes; ///< the rest of the 16 bytes is zero-filled
+  int32_t size;         ///< 16 (cp.async.cg) or 4 (cp.async.ca … 4)
+  int32_t source_bytes; ///< the rest of the copy's bytes are zero-filled
 };
 thread_local std::vector<AsyncCopy> uncommitted_copies;
 thread_local std::deque<std::vector<AsyncCopy>> copy_groups;
-void cp_async(std::byte* to, const std::byte* from, int32_t source_bytes) {
-  if (reinterpret_cast<uintptr_t>(to) % 16 != 0 || reinterpret_cast<uintptr_t>(from) % 16 != 0)
-    fault("cp.async address not 16-byte aligned");
-  uncommitted_copies.push_back({to, from, source_bytes});
+void cp_async(std::byte* to, const std::byte* from, int32_t size, int32_t source_bytes) {
+  auto size_bytes = static_cast<uintptr_t>(size);
+  if (reinterpret_cast<uintptr_t>(to) % size_bytes != 0 ||
+      reinterpret_cast<uintptr_t>(from) % size_bytes != 0)
+    fault("cp.async address not aligned to the copy's size");
+  uncommitted_copies.push_back({to, from, size, source_bytes});
 }
 void cp_async_commit() {
   copy_groups.push_back(std::move(uncommitted_copies));
@@ -193,7 +201,7 @@ void cp_async_commit() {
 void cp_async_wait_group(int32_t pending) {
   while (static_cast<int32_t>(copy_groups.size()) > pending) {
     for (const AsyncCopy& c : copy_groups.front()) {
-      std::memset(c.to, 0, 16);
+      std::memset(c.to, 0, static_cast<std::size_t>(c.size));
       std::memcpy(c.to, c.from, static_cast<std::size_t>(c.source_bytes));
     }
     copy_groups.pop_front();
@@ -229,6 +237,7 @@ const std::vector<HostFunction>& host_functions() {
       {"llvm.nvvm.shfl.sync.bfly.f32", "emu_shfl_bfly", address_of(&shfl_bfly)},
       {"llvm.nvvm.shfl.sync.bfly.i32", "emu_shfl_bfly_i32", address_of(&shfl_bfly_i32)},
       {"llvm.nvvm.ex2.approx.f", "emu_ex2", address_of(&ex2)},
+      {"llvm.nvvm.ex2.approx.ftz.f", "emu_ex2_ftz", address_of(&ex2_ftz)},
       {"llvm.nvvm.lg2.approx.f", "emu_lg2", address_of(&lg2)},
       {nullptr, "emu_mma", address_of(&mma)},
       {nullptr, "emu_ldmatrix", address_of(&ldmatrix)},
@@ -342,12 +351,25 @@ void replace_intrinsics(llvm::Module& module) {
           {b.CreateAddrSpaceCast(args[0], ptr), b.getInt32(transposed ? 1 : 0), out});
       replacement = four_results(out, i32);
     }
-    if (!replacement && name.starts_with("llvm.nvvm.cp.async.cg.shared.global.16")) {
-      llvm::Value* source_bytes = args.size() > 2 ? args[2] : b.getInt32(16);
+    // cvt.rn.{bf16,f16}x2.f32 d, a, b: b rounded into the low half, a into the high.
+    if (!replacement && (name == "llvm.nvvm.ff2bf16x2.rn" || name == "llvm.nvvm.ff2f16x2.rn")) {
+      auto round = module.getOrInsertFunction(name == "llvm.nvvm.ff2bf16x2.rn" ? "emu_round_bf16"
+                                                                               : "emu_round_f16",
+                                              llvm::FunctionType::get(i16, {f32}, false));
+      llvm::Value* high = b.CreateZExt(b.CreateCall(round, {args[0]}), i32);
+      llvm::Value* low = b.CreateZExt(b.CreateCall(round, {args[1]}), i32);
+      replacement = b.CreateBitCast(b.CreateOr(low, b.CreateShl(high, 16)), call->getType());
+    }
+    int32_t copy_size = name.starts_with("llvm.nvvm.cp.async.cg.shared.global.16")  ? 16
+                        : name.starts_with("llvm.nvvm.cp.async.ca.shared.global.4") ? 4
+                                                                                    : 0;
+    if (!replacement && copy_size) {
+      llvm::Value* source_bytes = args.size() > 2 ? args[2] : b.getInt32(copy_size);
       replacement = b.CreateCall(
           module.getOrInsertFunction(
-              "emu_cp_async", llvm::FunctionType::get(b.getVoidTy(), {ptr, ptr, i32}, false)),
-          {b.CreateAddrSpaceCast(args[0], ptr), b.CreateAddrSpaceCast(args[1], ptr), source_bytes});
+              "emu_cp_async", llvm::FunctionType::get(b.getVoidTy(), {ptr, ptr, i32, i32}, false)),
+          {b.CreateAddrSpaceCast(args[0], ptr), b.CreateAddrSpaceCast(args[1], ptr),
+           b.getInt32(copy_size), source_bytes});
     }
     if (!replacement) throw std::runtime_error("emulator: no emulation of " + name);
     call->replaceAllUsesWith(replacement);

@@ -177,27 +177,33 @@ private:
     std::vector<Frag> v_frags = mma_.a_frags(pass.v, pass.first, dvp_);
     Slots dk_acc = slots(dp_ / 8), dv_acc = slots(dvp_ / 8);
     int64_t tile_rows = backward_query_tile(l_);
-    // A stage: the query tile of q and of dO, then per query row lse, dO·O and (masked)
+    // A stage: the query tile of q, of dO and of o, then per query row lse, dO·O and (masked)
     // whether the row keeps any key.
     auto stage_at = [&](llvm::Value* shift) {
       SharedTile q{0, dp_ + row_padding, shift};
       SharedTile d_o{tile_bytes(tile_rows, dp_), dvp_ + row_padding, shift};
-      return std::pair{q, d_o};
+      SharedTile o{tile_bytes(tile_rows, dp_) + tile_bytes(tile_rows, dvp_), dvp_ + row_padding,
+                   shift};
+      return std::tuple{q, d_o, o};
     };
-    int64_t stats = tile_bytes(tile_rows, dp_) + tile_bytes(tile_rows, dvp_);
+    int64_t stats = tile_bytes(tile_rows, dp_) + 2 * tile_bytes(tile_rows, dvp_);
     std::array<llvm::Value*, 2> keys = pass.rows;
     llvm::Value* first_tile = ix(0);
     // Causal without a mask: query tiles before the block's first key attend to none of them.
     if (l_.causal && !l_.has_mask)
       first_tile = b_.CreateUDiv(b_.CreateMul(key_block, ix(block_rows)), ix(tile_rows));
-    auto fill_stage = [&](llvm::Value* tile, llvm::Value* shift) {
-      llvm::Value* query0 = b_.CreateMul(tile, ix(tile_rows));
-      auto [q_tile, do_tile] = stage_at(shift);
-      mem_.copy_tile(pass.q, query0, q_tile, tile_rows, dp_, true);
-      mem_.copy_tile(pass.d_o, query0, do_tile, tile_rows, dvp_, true);
-      // Every thread takes part: `lanes` consecutive lanes share a row, each its share of
-      // the columns, and add up by shuffles. One thread per row made dO·O a chain of 2 · dv
-      // dependent loads on a quarter of the threads, at every query tile.
+    // The rows' statistics by copies: o's tile comes by cp.async beside dO's, each thread adds
+    // up dO·O over the pieces it copied itself once they land (before the barrier that shows
+    // the tile), and the log-sum-exp comes by cp.async too. Made from global memory in the
+    // fill, they stalled every tile on two loads' latency before its products could start.
+    BlockMemory::ThreadPieces mine = mem_.thread_pieces(tile_rows, dvp_);
+    bool by_copies = stats_by_copies(pass, mine);
+    llvm::Value* copies_aligned =
+        by_copies ? b_.CreateAnd(mem_.aligned16(pass.o), mem_.aligned16(pass.d_o)) : nullptr;
+    // dO·O of the tile's rows from global memory: `lanes` consecutive lanes share a row, each
+    // its share of the columns, and add up by shuffles (one thread per row made it a chain of
+    // 2 · dv dependent loads on a quarter of the threads).
+    auto stats_from_global = [&](llvm::Value* query0, llvm::Value* shift) {
       int64_t lanes = threads_per_block / tile_rows;
       llvm::Value* i = b_.CreateUDiv(tid_, ix(lanes));
       llvm::Value* part = b_.CreateURem(tid_, ix(lanes));
@@ -210,14 +216,51 @@ private:
       if (l_.has_mask)
         keeps = mma_.lanes_reduce(keeps_any(mask_base, row, part, lanes), lanes, true);
       e_.emit_if(b_.CreateICmpEQ(part, ix(0)), [&] {
-        mem_.store_shared_f32(stats, i, b_.CreateSelect(valid, load_lse(batch, row), f(0)), shift);
+        if (!by_copies)
+          mem_.store_shared_f32(stats, i, b_.CreateSelect(valid, load_lse(batch, row), f(0)),
+                                shift);
         mem_.store_shared_f32(stats + 4 * tile_rows, i, b_.CreateSelect(valid, delta, f(0)), shift);
         if (keeps) mem_.store_shared_f32(stats + 8 * tile_rows, i, keeps, shift);
       });
     };
+    auto fill_stage = [&](llvm::Value* tile, llvm::Value* shift) {
+      llvm::Value* query0 = b_.CreateMul(tile, ix(tile_rows));
+      auto [q_tile, do_tile, o_tile] = stage_at(shift);
+      mem_.copy_tile(pass.q, query0, q_tile, tile_rows, dp_, true);
+      mem_.copy_tile(pass.d_o, query0, do_tile, tile_rows, dvp_, true);
+      if (!by_copies) return stats_from_global(query0, shift);
+      e_.emit_if(copies_aligned,
+                 [&] { mem_.copy_tile(pass.o, query0, o_tile, tile_rows, dvp_, true); });
+      e_.emit_if(b_.CreateICmpULT(tid_, ix(tile_rows)), [&] {
+        llvm::Value* query = b_.CreateAdd(query0, tid_);
+        llvm::Value* inside = b_.CreateICmpSLT(query, ix(l_.tq));
+        llvm::Value* at =
+            b_.CreateAdd(b_.CreateMul(batch, ix(l_.tq)), b_.CreateSelect(inside, query, ix(0)));
+        mem_.copy_f32_async(stats, tid_, shift, b_.CreateGEP(f32_, read(4), at), inside);
+      });
+      e_.emit_if(b_.CreateNot(copies_aligned), [&] { stats_from_global(query0, shift); });
+    };
+    auto land_stage = [&](llvm::Value*, llvm::Value* shift) {
+      auto [q_tile, do_tile, o_tile] = stage_at(shift);
+      e_.emit_if(copies_aligned, [&] {
+        for (int64_t k = 0; k < mine.count; ++k) {
+          llvm::Value* r = b_.CreateAdd(mine.first_row, ix(k * mine.row_step));
+          llvm::Value* os = mem_.load_shared_piece(o_tile, r, mine.col);
+          llvm::Value* dos = mem_.load_shared_piece(do_tile, r, mine.col);
+          llvm::Value* sum = f(0);
+          for (unsigned e = 0; e < 8; ++e)
+            sum = b_.CreateFAdd(sum, b_.CreateFMul(widen(b_.CreateExtractElement(os, e)),
+                                                   widen(b_.CreateExtractElement(dos, e))));
+          // Rows past the end were zero-filled: their dO·O is 0.
+          llvm::Value* delta = mma_.lanes_reduce(sum, mine.lanes_per_row, false);
+          e_.emit_if(b_.CreateICmpEQ(mine.col, ix(0)),
+                     [&] { mem_.store_shared_f32(stats + 4 * tile_rows, r, delta, shift); });
+        }
+      });
+    };
     auto use_stage = [&](llvm::Value* tile, llvm::Value* shift) {
       llvm::Value* query0 = b_.CreateMul(tile, ix(tile_rows));
-      auto [q_tile, do_tile] = stage_at(shift);
+      auto [q_tile, do_tile, o_tile] = stage_at(shift);
       int64_t query_tiles = tile_rows / 8;
       // Sᵀ = K Qᵀ (16 keys × the tile's queries) → Pᵀ from the saved log-sum-exp.
       std::vector<Frag> dots = mma_.multiply_rows(k_frags, q_tile, query_tiles);
@@ -274,7 +317,8 @@ private:
       split_by_masks(full, [&] { run_tile(true); }, [&] { run_tile(false); });
     };
     mem_.pipelined_tiles(first_tile, ix(ceil_div(l_.tq, tile_rows)),
-                         query_stages_ == 2 ? query_stage_bytes() : 0, fill_stage, use_stage);
+                         query_stages_ == 2 ? query_stage_bytes() : 0, fill_stage, use_stage,
+                         by_copies ? BlockMemory::TileStep(land_stage) : BlockMemory::TileStep());
     if (out_.dk >= 0)
       store_tiles(out_.dk, l_.dk_result, load(dk_acc), batch, keys, l_.tk, l_.d, scaled());
     if (out_.dv >= 0)
@@ -422,7 +466,7 @@ private:
         }
         Element first = at(col);
         e_.emit_if(first.inside, [&] {
-          llvm::Value* word = mem_.pack(narrow(low), narrow(high));
+          llvm::Value* word = mem_.narrow_pair(low, high, dtype_);
           b_.CreateAlignedStore(word, b_.CreateGEP(b_.getInt16Ty(), argument(position), first.at),
                                 llvm::Align(4));
         });
@@ -569,10 +613,22 @@ private:
   static int64_t tile_bytes(int64_t rows, int64_t cols) { return rows * (cols + row_padding) * 2; }
   /// A stage of the forward's and dQ's shared memory: a key tile of k and one of v.
   int64_t key_stage_bytes() const { return tile_bytes(key_tile, dp_) + tile_bytes(key_tile, dvp_); }
-  /// A stage of the dK/dV pass's: a query tile of q and one of dO, and the rows' statistics.
+  /// A stage of the dK/dV pass's: a query tile of q, one of dO and one of o, and the rows'
+  /// statistics.
   int64_t query_stage_bytes() const {
     int64_t rows = backward_query_tile(l_);
-    return tile_bytes(rows, dp_) + tile_bytes(rows, dvp_) + 3 * 4 * rows;
+    return tile_bytes(rows, dp_) + 2 * tile_bytes(rows, dvp_) + 3 * 4 * rows;
+  }
+  /// Whether the dK/dV pass takes its rows' statistics from copies (o's tile and the
+  /// log-sum-exp by cp.async, dO·O added up by the threads that copied each piece): o and dO in
+  /// whole 16-byte pieces every thread copies alike, a power of two of lanes sharing a row, an
+  /// f32 log-sum-exp and no mask (whose per-row flags come from global memory anyway).
+  bool stats_by_copies(const Pass& pass, const BlockMemory::ThreadPieces& mine) const {
+    auto whole = [](const GlobalMatrix& m) { return m.row_stride % 8 == 0; };
+    int64_t lanes = mine.lanes_per_row;
+    return !l_.has_mask && l_.dv == dvp_ && mine.count > 0 && lanes <= 32 &&
+           (lanes & (lanes - 1)) == 0 && whole(pass.o) && whole(pass.d_o) &&
+           g_.type(root_.inputs[4]).dtype == DType::f32;
   }
   /// Two stages where both fit a block's static shared memory (and SINTER_ATTENTION_PIPELINE
   /// is not 0), else one.
@@ -622,18 +678,20 @@ private:
   // ---- values ------------------------------------------------------------------------------
 
   llvm::Value* widen(llvm::Value* bits) { return mem_.widen(bits, dtype_); }
-  llvm::Value* narrow(llvm::Value* v) { return mem_.narrow(v, dtype_); }
 
   /// e^(dot·scale − shift) as ex2(dot·scale·log₂e + neg_shift) in one fma, `neg_shift` being
   /// −shift·log₂e (tiles without masks: the raw dot product, the scale folded in).
   llvm::Value* exp_scaled(llvm::Value* dot, llvm::Value* neg_shift) {
     llvm::Value* arg =
         b_.CreateIntrinsic(llvm::Intrinsic::fma, {f32_}, {dot, f(scale() * log2e), neg_shift});
-    return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx_f, {}, {arg});
+    return ex2(arg);
   }
   /// e^x through ex2.approx (the scores are rounded to 16 bits before they are used anyway).
-  llvm::Value* exp(llvm::Value* x) {
-    return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx_f, {}, {b_.CreateFMul(x, f(log2e))});
+  llvm::Value* exp(llvm::Value* x) { return ex2(b_.CreateFMul(x, f(log2e))); }
+  /// 2^x flushing subnormals to 0: one MUFU.EX2. Without .ftz ptxas wraps each in a compare
+  /// and two multiplies (for results below 2⁻¹²⁶, weights no sum can tell from 0).
+  llvm::Value* ex2(llvm::Value* x) {
+    return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx_ftz_f, {}, {x});
   }
   llvm::Value* log(llvm::Value* x) {
     return b_.CreateFMul(b_.CreateIntrinsic(llvm::Intrinsic::nvvm_lg2_approx_f, {}, {x}),

@@ -85,8 +85,41 @@ void BlockMemory::copy_tile(const GlobalMatrix& m, llvm::Value* first, const Sha
   e_.emit_if(aligned, [&] {
     auto* vector = llvm::FixedVectorType::get(i32_, 4);
     int64_t per_row = m.cols / piece;
+    // Piece (r, c) of the tile from `from` (row first + r of m, or a real element when that
+    // row is past the end: `inside` false).
+    auto copy_piece = [&](llvm::Value* r, llvm::Value* c, llvm::Value* inside, llvm::Value* from) {
+      if (async) {
+        // Rows past the end read 0 of their 16 bytes: the piece is zero-filled.
+        b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_cg_shared_global_16_s, {},
+                           {shared_at(tile, r, c), from,
+                            b_.CreateSelect(inside, b_.getInt32(16), b_.getInt32(0))});
+        return;
+      }
+      llvm::Value* values = b_.CreateAlignedLoad(vector, from, llvm::Align(16));
+      values = b_.CreateSelect(inside, values, llvm::Constant::getNullValue(vector));
+      b_.CreateAlignedStore(values, shared_at(tile, r, c), llvm::Align(16));
+    };
+    llvm::Value* slice = b_.CreateGEP(i16_, m.pointer, m.first);
+    int64_t pieces = rows * per_row;
+    if (ThreadPieces mine = thread_pieces(rows, m.cols); mine.count) {
+      // Unrolled, each copy is its row's check and a constant offset from the thread's first (a
+      // loop over the pieces spent about 25 instructions of 64-bit index arithmetic on each, and
+      // offsets made per piece would be hoisted out of the tile loop into registers).
+      llvm::Value* row0 = b_.CreateAdd(first, mine.first_row);
+      llvm::Value* from0 =
+          b_.CreateGEP(i16_, slice, b_.CreateAdd(b_.CreateMul(row0, ix(m.row_stride)), mine.col));
+      for (int64_t k = 0; k < mine.count; ++k) {
+        llvm::Value* inside =
+            b_.CreateICmpSLT(b_.CreateAdd(row0, ix(k * mine.row_step)), ix(m.rows));
+        llvm::Value* from = b_.CreateConstGEP1_64(
+            i16_, from0, static_cast<uint64_t>(k * mine.row_step * m.row_stride));
+        copy_piece(b_.CreateAdd(mine.first_row, ix(k * mine.row_step)), mine.col, inside,
+                   b_.CreateSelect(inside, from, slice));
+      }
+      return;
+    }
     e_.emit_for(
-        thread_, ix(rows * per_row),
+        thread_, ix(pieces),
         [&](llvm::Value* i) {
           llvm::Value* r = b_.CreateUDiv(i, ix(per_row));
           llvm::Value* c = b_.CreateMul(b_.CreateURem(i, ix(per_row)), ix(piece));
@@ -94,30 +127,45 @@ void BlockMemory::copy_tile(const GlobalMatrix& m, llvm::Value* first, const Sha
           llvm::Value* inside = b_.CreateICmpSLT(row, ix(m.rows));
           llvm::Value* at =
               b_.CreateSelect(inside, b_.CreateAdd(b_.CreateMul(row, ix(m.row_stride)), c), ix(0));
-          llvm::Value* from = b_.CreateGEP(i16_, m.pointer, b_.CreateAdd(m.first, at));
-          if (async) {
-            // Rows past the end read 0 of their 16 bytes: the piece is zero-filled.
-            b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_cg_shared_global_16_s, {},
-                               {shared_at(tile, r, c), from,
-                                b_.CreateSelect(inside, b_.getInt32(16), b_.getInt32(0))});
-            return;
-          }
-          llvm::Value* values = b_.CreateAlignedLoad(vector, from, llvm::Align(16));
-          values = b_.CreateSelect(inside, values, llvm::Constant::getNullValue(vector));
-          b_.CreateAlignedStore(values, shared_at(tile, r, c), llvm::Align(16));
+          copy_piece(r, c, inside, b_.CreateGEP(i16_, slice, at));
         },
         ix(threads_));
   });
 }
 
+BlockMemory::ThreadPieces BlockMemory::thread_pieces(int64_t rows, int64_t cols) {
+  constexpr int64_t piece = 8;
+  int64_t per_row = cols / piece;
+  if (cols % piece != 0 || per_row == 0 || (rows * per_row) % threads_ != 0 ||
+      threads_ % per_row != 0)
+    return {};
+  return {(rows * per_row) / threads_, threads_ / per_row, per_row,
+          b_.CreateUDiv(thread_, ix(per_row)),
+          b_.CreateMul(b_.CreateURem(thread_, ix(per_row)), ix(piece))};
+}
+
+llvm::Value* BlockMemory::load_shared_piece(const SharedTile& t, llvm::Value* row,
+                                            llvm::Value* col) {
+  return b_.CreateAlignedLoad(llvm::FixedVectorType::get(i16_, 8), shared_at(t, row, col),
+                              llvm::Align(16));
+}
+
+void BlockMemory::copy_f32_async(int64_t offset, llvm::Value* i, llvm::Value* shift,
+                                 llvm::Value* from, llvm::Value* inside) {
+  b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_ca_shared_global_4_s, {},
+                     {shared_f32_at(offset, i, shift), from,
+                      b_.CreateSelect(inside, b_.getInt32(4), b_.getInt32(0))});
+}
+
 void BlockMemory::pipelined_tiles(llvm::Value* first, llvm::Value* end, int64_t stage_bytes,
-                                  const TileStep& fill, const TileStep& use) {
+                                  const TileStep& fill, const TileStep& use, const TileStep& land) {
   if (stage_bytes == 0) {
     e_.emit_for(first, end, [&](llvm::Value* tile) {
       barrier(); // every warp is done with the previous tile
       fill(tile, nullptr);
       commit_copies();
       wait_copies();
+      if (land) land(tile, nullptr);
       barrier();
       use(tile, nullptr);
     });
@@ -131,6 +179,7 @@ void BlockMemory::pipelined_tiles(llvm::Value* first, llvm::Value* end, int64_t 
   commit_copies();
   e_.emit_for(first, end, [&](llvm::Value* tile) {
     wait_copies();
+    if (land) land(tile, shift_of(tile));
     // Every thread's copies of this tile have landed, and every warp is done with the
     // previous tile, whose stage the next tile fills.
     barrier();
@@ -222,6 +271,13 @@ llvm::Value* BlockMemory::narrow(llvm::Value* v, DType t) {
 
 llvm::Value* BlockMemory::pack(llvm::Value* low, llvm::Value* high) {
   return b_.CreateOr(b_.CreateZExt(low, i32_), b_.CreateShl(b_.CreateZExt(high, i32_), 16));
+}
+
+llvm::Value* BlockMemory::narrow_pair(llvm::Value* low, llvm::Value* high, DType t) {
+  // cvt.rn.bf16x2.f32 d, a, b puts a in the upper half.
+  auto id =
+      t == DType::bf16 ? llvm::Intrinsic::nvvm_ff2bf16x2_rn : llvm::Intrinsic::nvvm_ff2f16x2_rn;
+  return b_.CreateBitCast(b_.CreateIntrinsic(id, {}, {high, low}), i32_);
 }
 
 } // namespace sinter

@@ -67,9 +67,27 @@ public:
   /// it. With two stages (`stage_bytes` > 0 apart) the next tile is filled while this one is
   /// used, and one barrier a tile both shows a tile to the block and frees the other stage;
   /// with one (`stage_bytes` 0), fill and use alternate between two barriers.
+  /// `land(tile, shift)`, when given, runs once this thread's copies of the tile have landed
+  /// and before the barrier that shows them to the block: what it computes from the pieces this
+  /// thread copied and stores to shared memory reaches every warp with the tile.
   using TileStep = std::function<void(llvm::Value*, llvm::Value*)>;
   void pipelined_tiles(llvm::Value* first, llvm::Value* end, int64_t stage_bytes,
-                       const TileStep& fill, const TileStep& use);
+                       const TileStep& fill, const TileStep& use, const TileStep& land = {});
+  /// Which piece of 16 bytes (8 elements) of a tile of `rows` × `cols` this thread copies in
+  /// copy_tile's aligned path when every thread copies the same number in one column: `count`
+  /// pieces, the k-th at row `first_row` + k · `row_step`, column `col` (0 pieces: the tile's
+  /// pieces do not divide so; such tiles are copied in a loop).
+  struct ThreadPieces {
+    int64_t count = 0, row_step = 0, lanes_per_row = 0;
+    llvm::Value *first_row = nullptr, *col = nullptr;
+  };
+  ThreadPieces thread_pieces(int64_t rows, int64_t cols);
+  /// The 8 16-bit elements [col, col + 8) of row `row` of `t`.
+  llvm::Value* load_shared_piece(const SharedTile& t, llvm::Value* row, llvm::Value* col);
+  /// cp.async of 4 bytes from `from` to f32 element `i` of the array at byte `offset` (+
+  /// `shift`) of shared memory; 0 lands there when `inside` is false (nothing is read).
+  void copy_f32_async(int64_t offset, llvm::Value* i, llvm::Value* shift, llvm::Value* from,
+                      llvm::Value* inside);
   /// bar.sync 0: the whole block meets.
   void barrier();
   /// Closes the group of this thread's cp.async copies issued since the last one.
@@ -98,6 +116,9 @@ public:
   llvm::Value* narrow(llvm::Value* v, DType t);
   /// Two 16-bit elements in one 32-bit register, `low` first.
   llvm::Value* pack(llvm::Value* low, llvm::Value* high);
+  /// `low` and `high` (f32) rounded to bf16 or f16 and packed, `low` first: one
+  /// cvt.rn.{bf16,f16}x2.f32 (narrowing each and packing them takes three instructions).
+  llvm::Value* narrow_pair(llvm::Value* low, llvm::Value* high, DType t);
 
 private:
   llvm::Value* shared_f32_at(int64_t offset, llvm::Value* i, llvm::Value* shift);

@@ -86,10 +86,8 @@ std::vector<Frag> WarpMma::multiply_rows(const std::vector<Frag>& a, const Share
 Frag WarpMma::a_from_accumulators(const std::vector<Frag>& s, int64_t kk) {
   const Frag& lo = s[static_cast<std::size_t>(2 * kk)];
   const Frag& hi = s[static_cast<std::size_t>(2 * kk + 1)];
-  return {mem_.pack(mem_.narrow(lo[0], dtype_), mem_.narrow(lo[1], dtype_)),
-          mem_.pack(mem_.narrow(lo[2], dtype_), mem_.narrow(lo[3], dtype_)),
-          mem_.pack(mem_.narrow(hi[0], dtype_), mem_.narrow(hi[1], dtype_)),
-          mem_.pack(mem_.narrow(hi[2], dtype_), mem_.narrow(hi[3], dtype_))};
+  return {mem_.narrow_pair(lo[0], lo[1], dtype_), mem_.narrow_pair(lo[2], lo[3], dtype_),
+          mem_.narrow_pair(hi[0], hi[1], dtype_), mem_.narrow_pair(hi[2], hi[3], dtype_)};
 }
 
 /// acc += left · tile: `left` is accumulator tiles used as A operands (16 columns per
