@@ -87,7 +87,7 @@ private:
     Pass pass = start_pass(work, l_.tq);
     llvm::Value *batch = pass.batch, *mask_base = pass.mask_base;
     std::vector<Frag> q_frags = mma_.a_frags(pass.q, pass.first, dp_);
-    Slots o_acc = slots(dvp_ / 8);
+    WarpMma::Slots o_acc = mma_.slots(dvp_ / 8);
     std::array<llvm::AllocaInst*, 2> row_max{}, row_sum{};
     for (int h = 0; h < 2; ++h) {
       row_max[h] = scalar_slot(negative_infinity());
@@ -127,12 +127,12 @@ private:
         for (int h = 0; h < 2; ++h)
           b_.CreateStore(b_.CreateFAdd(b_.CreateFMul(load(row_sum[h]), alpha[h]), sum[h]),
                          row_sum[h]);
-        std::vector<Frag> o = load(o_acc);
+        std::vector<Frag> o = mma_.load(o_acc);
         for (Frag& frag : o)
           for (int e = 0; e < 4; ++e)
             frag[e] = b_.CreateFMul(frag[e], alpha[e / 2]);
         mma_.multiply_add(o, s, v_tile);
-        store(o_acc, o);
+        mma_.store(o_acc, o);
       };
       auto masked_tile = [&] {
         std::vector<Frag> s = dots;
@@ -150,7 +150,7 @@ private:
     for (int h = 0; h < 2; ++h)
       total[h] = mma_.quad_reduce(load(row_sum[h]), false);
     if (out_.o >= 0)
-      store_tiles(out_.o, l_.o_result, load(o_acc), batch, rows, l_.tq, l_.dv,
+      store_tiles(out_.o, l_.o_result, mma_.load(o_acc), batch, rows, l_.tq, l_.dv,
                   [&](llvm::Value* x, int e) { return b_.CreateFDiv(x, total[e / 2]); });
     if (out_.lse >= 0) {
       DType lse_type = g_.type(e_.kernel().outputs()[static_cast<std::size_t>(out_.lse)]).dtype;
@@ -175,7 +175,7 @@ private:
     llvm::Value *batch = pass.batch, *mask_base = pass.mask_base, *key_block = pass.block;
     std::vector<Frag> k_frags = mma_.a_frags(pass.k, pass.first, dp_);
     std::vector<Frag> v_frags = mma_.a_frags(pass.v, pass.first, dvp_);
-    Slots dk_acc = slots(dp_ / 8), dv_acc = slots(dvp_ / 8);
+    WarpMma::Slots dk_acc = mma_.slots(dp_ / 8), dv_acc = mma_.slots(dvp_ / 8);
     int64_t tile_rows = backward_query_tile(l_);
     // A stage: the query tile of q, of dO and of o, then per query row lse, dO·O and (masked)
     // whether the row keeps any key.
@@ -211,7 +211,7 @@ private:
       llvm::Value* valid = b_.CreateICmpSLT(query, ix(l_.tq));
       llvm::Value* row = b_.CreateSelect(valid, query, ix(0));
       llvm::Value* delta =
-          mma_.lanes_reduce(row_dot(pass.o, pass.d_o, row, part, lanes), lanes, false);
+          mma_.lanes_reduce(mem_.row_dot(pass.o, pass.d_o, row, part, lanes, dtype_), lanes, false);
       llvm::Value* keeps = nullptr;
       if (l_.has_mask)
         keeps = mma_.lanes_reduce(keeps_any(mask_base, row, part, lanes), lanes, true);
@@ -245,12 +245,8 @@ private:
       e_.emit_if(copies_aligned, [&] {
         for (int64_t k = 0; k < mine.count; ++k) {
           llvm::Value* r = b_.CreateAdd(mine.first_row, ix(k * mine.row_step));
-          llvm::Value* os = mem_.load_shared_piece(o_tile, r, mine.col);
-          llvm::Value* dos = mem_.load_shared_piece(do_tile, r, mine.col);
-          llvm::Value* sum = f(0);
-          for (unsigned e = 0; e < 8; ++e)
-            sum = b_.CreateFAdd(sum, b_.CreateFMul(widen(b_.CreateExtractElement(os, e)),
-                                                   widen(b_.CreateExtractElement(dos, e))));
+          llvm::Value* sum = mem_.piece_dot(mem_.load_shared_piece(o_tile, r, mine.col),
+                                            mem_.load_shared_piece(do_tile, r, mine.col), dtype_);
           // Rows past the end were zero-filled: their dO·O is 0.
           llvm::Value* delta = mma_.lanes_reduce(sum, mine.lanes_per_row, false);
           e_.emit_if(b_.CreateICmpEQ(mine.col, ix(0)),
@@ -288,9 +284,9 @@ private:
           }
         }
         // dV += Pᵀ dO.
-        std::vector<Frag> dv = load(dv_acc);
+        std::vector<Frag> dv = mma_.load(dv_acc);
         mma_.multiply_add(dv, p, do_tile);
-        store(dv_acc, dv);
+        mma_.store(dv_acc, dv);
         // dPᵀ = V dOᵀ; dSᵀ = Pᵀ ∘ (dPᵀ − dO·O), zero where the op's where() masked the score.
         std::vector<Frag> ds = mma_.multiply_rows(v_frags, do_tile, query_tiles);
         for (int64_t j = 0; j < query_tiles; ++j) {
@@ -302,9 +298,9 @@ private:
           }
         }
         // dK += dSᵀ Q (scaled at the end).
-        std::vector<Frag> dk = load(dk_acc);
+        std::vector<Frag> dk = mma_.load(dk_acc);
         mma_.multiply_add(dk, ds, q_tile);
-        store(dk_acc, dk);
+        mma_.store(dk_acc, dk);
       };
       // Every query of the tile and key of the warp exist, and (causal) every query comes at
       // or after every key.
@@ -320,9 +316,9 @@ private:
                          query_stages_ == 2 ? query_stage_bytes() : 0, fill_stage, use_stage,
                          by_copies ? BlockMemory::TileStep(land_stage) : BlockMemory::TileStep());
     if (out_.dk >= 0)
-      store_tiles(out_.dk, l_.dk_result, load(dk_acc), batch, keys, l_.tk, l_.d, scaled());
+      store_tiles(out_.dk, l_.dk_result, mma_.load(dk_acc), batch, keys, l_.tk, l_.d, scaled());
     if (out_.dv >= 0)
-      store_tiles(out_.dv, l_.dv_result, load(dv_acc), batch, keys, l_.tk, l_.dv,
+      store_tiles(out_.dv, l_.dv_result, mma_.load(dv_acc), batch, keys, l_.tk, l_.dv,
                   [](llvm::Value* x, int) { return x; });
   }
 
@@ -340,11 +336,11 @@ private:
       lse[h] = load_lse(batch, row);
       neg_lse[h] = b_.CreateFMul(lse[h], f(-log2e));
       // dO·O of the row: the quad's four lanes take every fourth column, then add up.
-      delta[h] = mma_.quad_reduce(row_dot(pass.o, pass.d_o, row, quad_, 4), false);
+      delta[h] = mma_.quad_reduce(mem_.row_dot(pass.o, pass.d_o, row, quad_, 4, dtype_), false);
       if (l_.has_mask)
         fill[h] = masked_fill(mma_.quad_reduce(keeps_any(mask_base, row, quad_, 4), true));
     }
-    Slots dq_acc = slots(dp_ / 8);
+    WarpMma::Slots dq_acc = mma_.slots(dp_ / 8);
     key_tile_loop(pass, [&](llvm::Value* key0, const SharedTile& k_tile, const SharedTile& v_tile) {
       // S = Q Kᵀ and dP = dO Vᵀ; each score becomes its dS = P ∘ (dP − dO·O).
       std::vector<Frag> dots = mma_.multiply_rows(q_frags, k_tile, key_tile / 8);
@@ -367,14 +363,14 @@ private:
                                        b_.CreateFMul(weight, rest), f(0));
           }
         }
-        std::vector<Frag> dq = load(dq_acc);
+        std::vector<Frag> dq = mma_.load(dq_acc);
         mma_.multiply_add(dq, ds, k_tile);
-        store(dq_acc, dq);
+        mma_.store(dq_acc, dq);
       };
       // Rows past the end only make dQ rows nobody stores: a full key tile needs no mask.
       split_by_masks(key_full(key0, pass.first), [&] { run_tile(true); }, [&] { run_tile(false); });
     });
-    store_tiles(out_.dq, l_.dq_result, load(dq_acc), batch, rows, l_.tq, l_.d, scaled());
+    store_tiles(out_.dq, l_.dq_result, mma_.load(dq_acc), batch, rows, l_.tq, l_.d, scaled());
   }
 
   // ---- what the passes share --------------------------------------------------------------
@@ -564,50 +560,6 @@ private:
     return mem_.load_float(read(4), t, at);
   }
 
-  /// Σ o[row, c]·do[row, c] in f32 over this lane's share of the row: `lanes` lanes share it,
-  /// `part` is this lane's place among them. Rows of whole 16-byte pieces per lane take
-  /// contiguous pieces, 16 bytes a load (when the slices are aligned); others every
-  /// `lanes`-th column from `part`. Unrolled: the loads are independent and all in flight.
-  llvm::Value* row_dot(const GlobalMatrix& o, const GlobalMatrix& d_o, llvm::Value* row,
-                       llvm::Value* part, int64_t lanes) {
-    llvm::Value* o_start = b_.CreateMul(row, ix(o.row_stride));
-    llvm::Value* d_o_start = b_.CreateMul(row, ix(d_o.row_stride));
-    auto strided = [&] {
-      llvm::Value* sum = f(0);
-      for (int64_t k = 0; k * lanes < l_.dv; ++k) {
-        llvm::Value* c = b_.CreateAdd(part, ix(k * lanes));
-        llvm::Value* inside =
-            (k + 1) * lanes <= l_.dv ? b_.getTrue() : b_.CreateICmpSLT(c, ix(l_.dv));
-        c = b_.CreateSelect(inside, c, ix(0));
-        llvm::Value* x = b_.CreateFMul(widen(mem_.load16(o, b_.CreateAdd(o_start, c))),
-                                       widen(mem_.load16(d_o, b_.CreateAdd(d_o_start, c))));
-        sum = b_.CreateFAdd(sum, b_.CreateSelect(inside, x, f(0)));
-      }
-      return sum;
-    };
-    constexpr int64_t piece = 8; // 16-bit elements in 16 bytes
-    if (l_.dv % (piece * lanes) != 0 || o.row_stride % piece != 0 || d_o.row_stride % piece != 0)
-      return strided();
-    int64_t chunk = l_.dv / lanes;
-    llvm::AllocaInst* sum = scalar_slot(f(0));
-    llvm::Value* aligned = b_.CreateAnd(mem_.aligned16(o), mem_.aligned16(d_o));
-    e_.emit_if(aligned, [&] {
-      llvm::Value* part_start = b_.CreateMul(part, ix(chunk));
-      llvm::Value* total = f(0);
-      for (int64_t k = 0; k < chunk; k += piece) {
-        llvm::Value* c = b_.CreateAdd(part_start, ix(k));
-        llvm::Value* os = mem_.load8(o, b_.CreateAdd(o_start, c));
-        llvm::Value* dos = mem_.load8(d_o, b_.CreateAdd(d_o_start, c));
-        for (unsigned i = 0; i < piece; ++i)
-          total = b_.CreateFAdd(total, b_.CreateFMul(widen(b_.CreateExtractElement(os, i)),
-                                                     widen(b_.CreateExtractElement(dos, i))));
-      }
-      b_.CreateStore(total, sum);
-    });
-    e_.emit_if(b_.CreateNot(aligned), [&] { b_.CreateStore(strided(), sum); });
-    return load(sum);
-  }
-
   // ---- memory ------------------------------------------------------------------------------
 
   static int64_t tile_bytes(int64_t rows, int64_t cols) { return rows * (cols + row_padding) * 2; }
@@ -677,8 +629,6 @@ private:
 
   // ---- values ------------------------------------------------------------------------------
 
-  llvm::Value* widen(llvm::Value* bits) { return mem_.widen(bits, dtype_); }
-
   /// e^(dot·scale − shift) as ex2(dot·scale·log₂e + neg_shift) in one fma, `neg_shift` being
   /// −shift·log₂e (tiles without masks: the raw dot product, the scale folded in).
   llvm::Value* exp_scaled(llvm::Value* dot, llvm::Value* neg_shift) {
@@ -697,39 +647,18 @@ private:
     return b_.CreateFMul(b_.CreateIntrinsic(llvm::Intrinsic::nvvm_lg2_approx_f, {}, {x}),
                          f(static_cast<float>(std::numbers::ln2)));
   }
-  void barrier() { b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {}); }
 
   llvm::Value* ix(int64_t v) { return e_.i64(v); }
   llvm::Constant* f(float v) { return llvm::ConstantFP::get(f32_, v); }
   llvm::Constant* negative_infinity() { return llvm::ConstantFP::getInfinity(f32_, true); }
 
   // Values that live across loop iterations sit in allocas, which SROA turns into registers.
-  using Slots = std::vector<std::array<llvm::AllocaInst*, 4>>;
-  Slots slots(int64_t tiles) {
-    Slots s(static_cast<std::size_t>(tiles));
-    for (auto& tile : s)
-      for (llvm::AllocaInst*& slot : tile)
-        slot = scalar_slot(f(0));
-    return s;
-  }
   llvm::AllocaInst* scalar_slot(llvm::Value* init) {
     llvm::AllocaInst* slot = e_.entry_alloca(f32_);
     b_.CreateStore(init, slot);
     return slot;
   }
   llvm::Value* load(llvm::AllocaInst* slot) { return b_.CreateLoad(f32_, slot); }
-  std::vector<Frag> load(const Slots& s) {
-    std::vector<Frag> out(s.size());
-    for (std::size_t t = 0; t < s.size(); ++t)
-      for (int e = 0; e < 4; ++e)
-        out[t][e] = load(s[t][e]);
-    return out;
-  }
-  void store(const Slots& s, const std::vector<Frag>& v) {
-    for (std::size_t t = 0; t < s.size(); ++t)
-      for (int e = 0; e < 4; ++e)
-        b_.CreateStore(v[t][e], s[t][e]);
-  }
 
   KernelEmitter& e_;
   llvm::IRBuilder<>& b_;

@@ -144,6 +144,52 @@ BlockMemory::ThreadPieces BlockMemory::thread_pieces(int64_t rows, int64_t cols)
           b_.CreateMul(b_.CreateURem(thread_, ix(per_row)), ix(piece))};
 }
 
+llvm::Value* BlockMemory::row_dot(const GlobalMatrix& a, const GlobalMatrix& b, llvm::Value* row,
+                                  llvm::Value* part, int64_t lanes, DType t) {
+  llvm::Value* zero = llvm::ConstantFP::get(f32_, 0.0);
+  llvm::Value* a_start = b_.CreateMul(row, ix(a.row_stride));
+  llvm::Value* b_start = b_.CreateMul(row, ix(b.row_stride));
+  auto strided = [&] {
+    llvm::Value* sum = zero;
+    for (int64_t k = 0; k * lanes < a.cols; ++k) {
+      llvm::Value* c = b_.CreateAdd(part, ix(k * lanes));
+      llvm::Value* inside =
+          (k + 1) * lanes <= a.cols ? b_.getTrue() : b_.CreateICmpSLT(c, ix(a.cols));
+      c = b_.CreateSelect(inside, c, ix(0));
+      llvm::Value* x = b_.CreateFMul(widen(load16(a, b_.CreateAdd(a_start, c)), t),
+                                     widen(load16(b, b_.CreateAdd(b_start, c)), t));
+      sum = b_.CreateFAdd(sum, b_.CreateSelect(inside, x, zero));
+    }
+    return sum;
+  };
+  constexpr int64_t piece = 8; // 16-bit elements in 16 bytes
+  if (a.cols % (piece * lanes) != 0 || a.row_stride % piece != 0 || b.row_stride % piece != 0)
+    return strided();
+  int64_t chunk = a.cols / lanes;
+  llvm::AllocaInst* sum = e_.entry_alloca(f32_);
+  llvm::Value* aligned = b_.CreateAnd(aligned16(a), aligned16(b));
+  e_.emit_if(aligned, [&] {
+    llvm::Value* part_start = b_.CreateMul(part, ix(chunk));
+    llvm::Value* total = zero;
+    for (int64_t k = 0; k < chunk; k += piece) {
+      llvm::Value* c = b_.CreateAdd(part_start, ix(k));
+      total = b_.CreateFAdd(total, piece_dot(load8(a, b_.CreateAdd(a_start, c)),
+                                             load8(b, b_.CreateAdd(b_start, c)), t));
+    }
+    b_.CreateStore(total, sum);
+  });
+  e_.emit_if(b_.CreateNot(aligned), [&] { b_.CreateStore(strided(), sum); });
+  return b_.CreateLoad(f32_, sum);
+}
+
+llvm::Value* BlockMemory::piece_dot(llvm::Value* a, llvm::Value* b, DType t) {
+  llvm::Value* sum = llvm::ConstantFP::get(f32_, 0.0);
+  for (unsigned i = 0; i < 8; ++i)
+    sum = b_.CreateFAdd(sum, b_.CreateFMul(widen(b_.CreateExtractElement(a, i), t),
+                                           widen(b_.CreateExtractElement(b, i), t)));
+  return sum;
+}
+
 llvm::Value* BlockMemory::load_shared_piece(const SharedTile& t, llvm::Value* row,
                                             llvm::Value* col) {
   return b_.CreateAlignedLoad(llvm::FixedVectorType::get(i16_, 8), shared_at(t, row, col),

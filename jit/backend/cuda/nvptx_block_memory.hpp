@@ -82,6 +82,15 @@ public:
     llvm::Value *first_row = nullptr, *col = nullptr;
   };
   ThreadPieces thread_pieces(int64_t rows, int64_t cols);
+  /// Σ a[row, c]·b[row, c] in f32 (16-bit `t` elements, a.cols columns) over this lane's
+  /// share of the row: `lanes` lanes share it, `part` is this lane's place among them. Rows of
+  /// whole 16-byte pieces per lane take contiguous pieces, 16 bytes a load (when the slices
+  /// are aligned); others every `lanes`-th column from `part`. Unrolled: the loads are
+  /// independent and all in flight.
+  llvm::Value* row_dot(const GlobalMatrix& a, const GlobalMatrix& b, llvm::Value* row,
+                       llvm::Value* part, int64_t lanes, DType t);
+  /// Σ a[i]·b[i] in f32 over two pieces of 8 16-bit `t` elements.
+  llvm::Value* piece_dot(llvm::Value* a, llvm::Value* b, DType t);
   /// The 8 16-bit elements [col, col + 8) of row `row` of `t`.
   llvm::Value* load_shared_piece(const SharedTile& t, llvm::Value* row, llvm::Value* col);
   /// cp.async of 4 bytes from `from` to f32 element `i` of the array at byte `offset` (+

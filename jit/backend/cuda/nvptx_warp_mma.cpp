@@ -124,6 +124,30 @@ Frag WarpMma::mma(const Frag& a, const BFrag& bf, const Frag& c) {
   return out;
 }
 
+WarpMma::Slots WarpMma::slots(int64_t tiles) {
+  Slots s(static_cast<std::size_t>(tiles));
+  for (auto& tile : s)
+    for (llvm::AllocaInst*& slot : tile) {
+      slot = e_.entry_alloca(b_.getFloatTy());
+      b_.CreateStore(llvm::ConstantFP::get(b_.getFloatTy(), 0.0), slot);
+    }
+  return s;
+}
+
+std::vector<Frag> WarpMma::load(const Slots& s) {
+  std::vector<Frag> out(s.size());
+  for (std::size_t t = 0; t < s.size(); ++t)
+    for (std::size_t e = 0; e < 4; ++e)
+      out[t][e] = b_.CreateLoad(b_.getFloatTy(), s[t][e]);
+  return out;
+}
+
+void WarpMma::store(const Slots& s, const std::vector<Frag>& v) {
+  for (std::size_t t = 0; t < s.size(); ++t)
+    for (std::size_t e = 0; e < 4; ++e)
+      b_.CreateStore(v[t][e], s[t][e]);
+}
+
 Frag WarpMma::zero_frag() {
   llvm::Constant* zero = llvm::ConstantFP::get(b_.getFloatTy(), 0.0);
   return {zero, zero, zero, zero};

@@ -1,6 +1,7 @@
 // jit/backend/cuda/nvptx_warp_mma.hpp — a warp's products on the tensor cores in a hand-built NVPTX
 // kernel: mma.sync m16n8k16 fragments (bf16/f16 operands, f32 accumulators), their loads from
-// global memory and from shared tiles (ldmatrix), the products made of them, lane reductions
+// global memory and from shared tiles (ldmatrix), the products made of them, lane reductions,
+// accumulator slots
 #pragma once
 #include "jit/backend/cuda/nvptx_block_memory.hpp"
 
@@ -55,6 +56,13 @@ public:
   llvm::Value* quad_reduce(llvm::Value* v, bool max) { return lanes_reduce(v, 4, max); }
   /// The max or sum of `v` (f32) over each run of `lanes` (a power of two ≤ 32) aligned lanes.
   llvm::Value* lanes_reduce(llvm::Value* v, int64_t lanes, bool max);
+
+  /// Accumulator tiles that live across loop iterations: allocas (SROA turns them into
+  /// registers), every element starting at 0.
+  using Slots = std::vector<std::array<llvm::AllocaInst*, 4>>;
+  Slots slots(int64_t tiles);
+  std::vector<Frag> load(const Slots& s);
+  void store(const Slots& s, const std::vector<Frag>& v);
 
   /// d = a · b + c on the tensor cores, for the whole warp.
   Frag mma(const Frag& a, const BFrag& b, const Frag& c);
