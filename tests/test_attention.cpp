@@ -314,9 +314,10 @@ TEST_CASE("attention: the CUDA backward's dK/dV pass takes dO·O and the log-sum
   static std::optional<std::filesystem::path> ptxas = find_ptxas();
   REQUIRE(ptxas);
   TempDir dir("sinter-attention-stats");
-  // d = 64 (GPT-2's heads): 32 query rows of 8 pieces a tile, 2 per thread. d = 16: 64 pieces
-  // for 128 threads, so the statistics still come from global memory.
-  for (int64_t head_dim : {64, 16}) {
+  // d = 64 (GPT-2's heads): 32 query rows of 8 pieces a tile, 2 per thread; d = 128: 16 rows
+  // of 16 pieces. d = 16: 64 pieces for 128 threads, so the statistics still come from global
+  // memory.
+  for (int64_t head_dim : {64, 128, 16}) {
     INFO("head dim " << head_dim);
     Graph gpu = for_nvptx(causal_step(128, DType::bf16, head_dim), 80);
     FusionPlan plan = fuse(gpu, gpu_fusion_options);
@@ -326,7 +327,7 @@ TEST_CASE("attention: the CUDA backward's dK/dV pass takes dO·O and the log-sum
           plan.graph->node(k.root).op == OpId::fused_attention_grad) {
         found = true;
         std::string ptx = nvptx_target(80).compile(plan, k, "attention");
-        CHECK((ptx.find("cp.async.ca.shared.global") != std::string::npos) == (head_dim == 64));
+        CHECK((ptx.find("cp.async.ca.shared.global") != std::string::npos) == (head_dim != 16));
         PtxasResult assembled = run_ptxas(*ptxas, ptx, nvptx_target(80).arch(), dir.path);
         INFO("ptxas: " << assembled.log);
         CHECK(assembled.ok);
@@ -371,12 +372,15 @@ TEST_CASE("attention: the CUDA kernels, emulated, span query blocks, key tiles a
     double scale;
   };
   // The third has whole 16-byte rows (d = dv = 64): its key and value tiles go 16 bytes at a
-  // time, the last one past the keys' end zero-filled (100 keys: 64 + 36).
+  // time, the last one past the keys' end zero-filled (100 keys: 64 + 36), and the dK/dV pass
+  // takes each query tile's log-sum-exp and dO·O from its copies (32 rows of 8 pieces). The
+  // fourth does so with 16-row query tiles of 16 pieces (d = 128), the last tile 8 rows short.
   // Tiles double-buffered (cp.async for the next while this one is used), then one at a time.
   for (const char* pipeline : {"1", "0"})
     for (Problem p : {Problem{2, 130, 130, 16, 24, true, false, 0.0},
                       Problem{3, 70, 75, 20, 9, false, true, 0.3},
-                      Problem{2, 70, 100, 64, 64, false, false, 0.125}})
+                      Problem{2, 70, 100, 64, 64, false, false, 0.125},
+                      Problem{1, 40, 40, 128, 128, true, false, 0.0}})
       for (DType t : {DType::bf16, DType::f16}) {
         EnvOverride stages("SINTER_ATTENTION_PIPELINE", pipeline);
         INFO("pipeline " << pipeline << ", " << dtype_name(t) << " tq " << p.tq << " tk " << p.tk
