@@ -5,6 +5,7 @@
 
 #include "backend_check.hpp"
 #include "op_test_registry.hpp"
+#include "ptx_check.hpp"
 
 #include "jit/backend/cuda/gpu_launch.hpp"
 #include "jit/backend/cuda/nvptx_target.hpp"
@@ -148,6 +149,47 @@ TEST_CASE("emulated CUDA: under bf16 autocast a layer's row kernels also write t
   }
   CHECK(rows_writing_casts >= 1);
   compare_emulated(g, layer_values(g, 10), backend_tolerance(DType::bf16, true));
+}
+
+TEST_CASE("GPU plan: the loss's row kernel also writes the logits' gradient, over the logits, "
+          "and the gradients still match",
+          "[emulated][fusion][memory]") {
+  // A language model's head and loss over [batch, tokens] (the loss's mean over both is its
+  // own reduction, as in GPT-2's step), 64 classes.
+  constexpr int64_t batch = 16, tokens = 8, rows = batch * tokens, width = 16, classes = 64;
+  for (DType t : {DType::bf16, DType::f32}) {
+    INFO(dtype_name(t));
+    Graph g;
+    Value x = input(g, "x", {t, {batch, tokens, width}});
+    Value w = input(g, "w", {t, {width, classes}});
+    Value labels = input(g, "labels", {DType::i32, {batch, tokens}});
+    g.add_output("loss", cross_entropy_mean(matmul(x, w), labels).id);
+    g = Pipeline::standard(AutodiffOptions{{"x", "w"}, 0}).run(g, DumpSelection(""), std::cerr);
+    GpuPlan gpu(g);
+    INFO(gpu.plan.print());
+    // The log-sum-exp's row kernel writes the gradient of the logits (read in one pass over
+    // them instead of two) into the logits' own buffer, which dies there: no second buffer of
+    // logits at the loss, where a language model's memory peaks.
+    const Kernel* loss = nullptr;
+    for (const Kernel& k : gpu.plan.kernels)
+      if (k.kind == KernelKind::row && k.in_place() &&
+          numel(gpu.graph.type(k.root).shape) == rows * classes)
+        loss = &k;
+    REQUIRE(loss);
+    CHECK(numel(gpu.graph.type(loss->overwrites).shape) == rows * classes);
+    std::size_t loops_over_logits = 0;
+    for (const Kernel& k : gpu.plan.kernels)
+      loops_over_logits +=
+          k.kind == KernelKind::loop && numel(gpu.graph.type(k.root).shape) == rows * classes;
+    CHECK(loops_over_logits == 0);
+    // Each thread computes its 16 bytes of the row before it stores them, so the pass that
+    // reads the logits and writes their gradient over them still moves 16 bytes an access.
+    std::string ptx = nvptx_target(90).compile(gpu.plan, *loss, "loss");
+    INFO(ptx);
+    CHECK(ptx.find(t == DType::f32 ? "ld.global.v4.f32" : "ld.global.v4.b32") != std::string::npos);
+    CHECK(ptx.find("st.global.v4") != std::string::npos);
+    compare_emulated(g, layer_values(g, classes), backend_tolerance(t, true));
+  }
 }
 
 TEST_CASE("GPU plan: GELU and layer-norm values the backward pass reads are recomputed, not "

@@ -228,7 +228,7 @@ TEST_CASE("changed dim as a parameter: kernels planned at two sequence lengths u
   std::set<KernelKind> kinds;
   std::size_t unified = 0;
   for (const Kernel& k : nine.plan().kernels) {
-    if (k.kind == KernelKind::gemm || k.kind == KernelKind::collective || k.in_place()) continue;
+    if (k.kind == KernelKind::gemm || k.kind == KernelKind::collective) continue;
     RuntimeRowsKernel now = RuntimeRowsKernel::capture(nine.plan(), k);
     INFO("kernel of %" << k.root << " (" << kernel_kind_name(k.kind) << ")");
     // The code made from lengths 7 and 5, and the same kernel found at length 9 (as a device

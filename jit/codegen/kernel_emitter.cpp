@@ -241,6 +241,11 @@ void KernelEmitter::store_outputs(std::span<llvm::Value* const> values, llvm::Va
 
 void KernelEmitter::compute_and_store_at(std::span<const std::size_t> positions, const Index& idx,
                                          const Shape& idx_shape, llvm::Value* flat) {
+  store_at(positions, compute_at(positions, idx, idx_shape), flat);
+}
+
+std::vector<llvm::Value*> KernelEmitter::compute_at(std::span<const std::size_t> positions,
+                                                    const Index& idx, const Shape& idx_shape) {
   std::vector<ValueId> outputs = kernel_.outputs();
   std::vector<llvm::Value*> values;
   for (std::size_t i : positions) {
@@ -251,6 +256,12 @@ void KernelEmitter::compute_and_store_at(std::span<const std::size_t> positions,
     values.push_back(
         compute(outputs[i], shape == idx_shape ? idx : reshape_index(idx, idx_shape, shape)));
   }
+  return values;
+}
+
+void KernelEmitter::store_at(std::span<const std::size_t> positions,
+                             std::span<llvm::Value* const> values, llvm::Value* flat) {
+  std::vector<ValueId> outputs = kernel_.outputs();
   for (std::size_t k = 0; k < positions.size(); ++k) {
     DType t = g_.type(outputs[positions[k]]).dtype;
     b_.CreateStore(to_storage(values[k], t), output_address(flat, t, positions[k]));

@@ -106,6 +106,12 @@ public:
   /// reshaped to its shape (same flat order); all values first, then the stores.
   void compute_and_store_at(std::span<const std::size_t> positions, const Index& idx,
                             const Shape& idx_shape, llvm::Value* flat);
+  /// The two halves of it, for a schedule that computes several elements before it stores any
+  /// (a row kernel written over a buffer it reads: every element's loads before its stores).
+  std::vector<llvm::Value*> compute_at(std::span<const std::size_t> positions, const Index& idx,
+                                       const Shape& idx_shape);
+  void store_at(std::span<const std::size_t> positions, std::span<llvm::Value* const> values,
+                llvm::Value* flat);
 
   Index delinearize(llvm::Value* flat, const Shape& shape);
   /// Row kernels: the index of row `row` of a last-axis reduction's operand (all but its last

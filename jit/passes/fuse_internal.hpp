@@ -40,6 +40,7 @@ void rematerialize(const Graph& graph, std::vector<bool>& stored,
 
 /// Buffers a loop kernel reads only at the index it writes (through elementwise ops alone).
 std::vector<ValueId> aligned_reads(const FusionPlan& plan, const Kernel& kernel);
+std::vector<ValueId> row_overwritable_reads(const FusionPlan& plan, const Kernel& kernel);
 /// The fused attention kernels over the same operands become one kernel.
 void merge_attention_kernels(FusionPlan& plan);
 /// Loop kernels take in the last-axis reductions they read and become KernelKind::row.

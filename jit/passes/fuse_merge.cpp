@@ -3,6 +3,7 @@
 #include "jit/passes/fuse_internal.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -150,35 +151,68 @@ bool rows_stay_aligned(const FusionPlan& plan, const Kernel& kernel, const RowGe
 
 } // namespace
 
-/// Buffers a loop kernel reads only at the index it writes (through elementwise ops alone).
-std::vector<ValueId> fuse_steps::aligned_reads(const FusionPlan& plan, const Kernel& k) {
+namespace {
+
+/// The buffers kernel `k` loads on the paths down from `stack` (each value with whether it is
+/// computed at the element the root is written to), those read only at that element: with
+/// the root's shape, through elementwise ops alone. A path ends at a value `stop` names.
+std::vector<ValueId> buffers_read_at_element(const FusionPlan& plan, const Kernel& k,
+                                             std::vector<std::pair<ValueId, bool>> stack,
+                                             const std::function<bool(ValueId)>& stop) {
   const Graph& g = *plan.graph;
   std::map<ValueId, bool> aligned; // buffer -> every access aligned so far
-  std::vector<std::pair<ValueId, bool>> stack;
-  for (ValueId out : k.outputs())
-    stack.push_back({out, true});
   std::set<std::pair<ValueId, bool>> seen;
-  Shape root_shape = g.type(k.root).shape;
+  const Shape& root_shape = g.type(k.root).shape;
   while (!stack.empty()) {
-    auto [v, at_root_index] = stack.back();
+    auto [v, at_element] = stack.back();
     stack.pop_back();
-    if (!seen.insert({v, at_root_index}).second) continue;
-    bool in_memory = plan.loads(k, v);
-    if (in_memory) {
-      bool ok = at_root_index && g.type(v).shape == root_shape;
+    if (!seen.insert({v, at_element}).second) continue;
+    if (plan.loads(k, v)) {
+      bool ok = at_element && g.type(v).shape == root_shape;
       auto [it, inserted] = aligned.emplace(plan.view_of[v], ok);
       if (!inserted) it->second = it->second && ok;
       continue;
     }
-    bool elementwise = g.node(v).op != OpId::input && is_primitive(g.node(v).op) &&
-                       !index_only(g.node(v).op) && !always_root(g.node(v).op);
+    if (stop(v)) continue;
+    OpId op = g.node(v).op;
+    bool elementwise = op != OpId::input && is_primitive(op) && !index_only(op) && !always_root(op);
     for (ValueId in : g.node(v).inputs)
-      stack.push_back({in, at_root_index && elementwise});
+      stack.push_back({in, at_element && elementwise});
   }
   std::vector<ValueId> out;
   for (auto [buffer, ok] : aligned)
     if (ok) out.push_back(buffer);
   return out;
+}
+
+} // namespace
+
+/// Buffers a loop kernel reads only at the index it writes (through elementwise ops alone).
+std::vector<ValueId> fuse_steps::aligned_reads(const FusionPlan& plan, const Kernel& k) {
+  std::vector<std::pair<ValueId, bool>> starts;
+  for (ValueId out : k.outputs())
+    starts.push_back({out, true});
+  return buffers_read_at_element(plan, k, std::move(starts), [](ValueId) { return false; });
+}
+
+/// Buffers a row kernel reads only at the element its root is written to (through
+/// elementwise ops) or through its row reductions, whose passes over the row all end before
+/// its elements are written (the schedules: the reductions, then the row's elements, then the
+/// per-row values): buffers the root may be written over. None with column partials, which
+/// read the row as its elements are written.
+std::vector<ValueId> fuse_steps::row_overwritable_reads(const FusionPlan& plan, const Kernel& k) {
+  const Graph& g = *plan.graph;
+  RowLayout layout = row_layout(g, k);
+  if (k.kind != KernelKind::row || !layout.partials.empty() || layout.full.empty() ||
+      layout.full.front() != 0)
+    return {};
+  std::vector<ValueId> outputs = k.outputs();
+  std::vector<std::pair<ValueId, bool>> starts;
+  for (std::size_t i = 0; i < outputs.size(); ++i)
+    starts.push_back(
+        {outputs[i], std::find(layout.full.begin(), layout.full.end(), i) != layout.full.end()});
+  return buffers_read_at_element(plan, k, std::move(starts),
+                                 [&](ValueId v) { return is_row_reduction(g, v); });
 }
 
 /// Merges loop kernels over one shape into a single pass with several outputs: kernel j joins
@@ -532,7 +566,11 @@ void fuse_steps::join_row_kernels(FusionPlan& plan) {
     if (late.kind != KernelKind::loop || g.recomputed(late.root)) continue;
     bool elementwise = std::all_of(late.body.begin(), late.body.end(), [&](ValueId v) {
       OpId op = g.node(v).op;
-      return op == OpId::reshape ||
+      // Index ops that read nothing along another axis: reshapes, broadcasts (a bias along
+      // the rows, a per-row value across its row), constants and iota (the labels' one-hot).
+      bool keeps_elements =
+          op == OpId::reshape || op == OpId::broadcast || op == OpId::constant || op == OpId::iota;
+      return keeps_elements ||
              (op != OpId::input && is_primitive(op) && !index_only(op) && !always_root(op));
     });
     std::size_t i = none;
@@ -543,18 +581,27 @@ void fuse_steps::join_row_kernels(FusionPlan& plan) {
     Kernel& early = kernels[i];
     if (row_reductions(g, early).empty()) continue;
     RowGeometry geo = row_geometry(g, early);
-    // Full rows everywhere, so every value is read at the element being written.
+    // Full rows out, so every value is written at the element being computed; what it reads
+    // exists by then: full rows, values the row kernel makes per row (the loss's log-sum-exp
+    // for the logits' gradient), or what it broadcasts along them (a bias, the labels'
+    // one-hot), as the row kernel's own body does (rows_stay_aligned checks the reductions).
     bool fits =
         early.reads.size() + late.reads.size() + early.outputs().size() + late.outputs().size() <=
         max_merged_buffers;
-    for (ValueId v : late.body)
-      fits = fits && geo.full_row(g.type(v).shape);
+    for (ValueId out : late.outputs())
+      fits = fits && geo.full_row(g.type(out).shape);
     for (ValueId r : late.reads)
-      fits = fits && geo.full_row(g.type(r).shape) &&
-             (early.writes(r) || writer[r] == none || writer[r] < i);
+      fits = fits && (early.writes(r) || writer[r] == none || writer[r] < i);
     if (!fits) continue;
     Kernel candidate = early;
     absorb(candidate, late);
+    // A row kernel whose root is a per-row value (the log-sum-exp) takes the full-row output
+    // as its root: only the root can be written over a buffer that dies in it (choose_in_place).
+    if (!geo.full_row(g.type(early.root).shape)) {
+      std::replace(candidate.extra_outputs.begin(), candidate.extra_outputs.end(), late.root,
+                   early.root);
+      candidate.root = late.root;
+    }
     if (!rows_stay_aligned(plan, candidate, geo)) continue;
     for (ValueId out : late.outputs())
       writer[out] = i;

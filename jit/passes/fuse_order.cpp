@@ -109,7 +109,7 @@ void fuse_steps::hoist_collectives(FusionPlan& plan) {
   plan.kernels = std::move(order);
 }
 
-/// Lets each loop kernel write over a buffer that dies in it, when that is safe.
+/// Lets each loop or row kernel write over a buffer that dies in it, when that is safe.
 void fuse_steps::choose_in_place(FusionPlan& plan) {
   const Graph& g = *plan.graph;
   std::vector<bool> is_output(g.size(), false);
@@ -138,11 +138,13 @@ void fuse_steps::choose_in_place(FusionPlan& plan) {
       }
       continue;
     }
-    if (kernel.kind != KernelKind::loop || is_output[kernel.root]) continue;
+    bool loop = kernel.kind == KernelKind::loop, row = kernel.kind == KernelKind::row;
+    if (!(loop || row) || is_output[kernel.root]) continue;
     // Each output is stored after every output's value is computed (the schedules do so), so
-    // an aligned read is still the old value whichever output takes over the buffer.
+    // an aligned read is still the old value whichever output takes over the buffer; a row
+    // kernel's reductions have read the whole row by then.
     const TensorType& t = g.type(kernel.root);
-    for (ValueId r : aligned_reads(plan, kernel)) {
+    for (ValueId r : loop ? aligned_reads(plan, kernel) : row_overwritable_reads(plan, kernel)) {
       const TensorType& rt = g.type(r);
       bool same_bytes = numel(rt.shape) * static_cast<int64_t>(dtype_bytes(rt.dtype)) ==
                         numel(t.shape) * static_cast<int64_t>(dtype_bytes(t.dtype));

@@ -36,6 +36,20 @@ public:
   }
   llvm::Value* threads_in_grid() { return b_.CreateMul(blocks_in_grid(), e_.i64(launch_.threads)); }
 
+  /// `width` consecutive elements, every element's values first (compute(k)), then every
+  /// store (store(k, values)): the loads come before any store even where an output may alias
+  /// a read (in place), so both sides join into 16-byte accesses.
+  template <class Compute, class Store>
+  void values_then_stores(int64_t width, Compute&& compute, Store&& store) {
+    std::vector<std::vector<llvm::Value*>> values;
+    for (int64_t k = 0; k < width; ++k) {
+      e_.clear_memo();
+      values.push_back(compute(k));
+    }
+    for (int64_t k = 0; k < width; ++k)
+      store(k, values[static_cast<std::size_t>(k)]);
+  }
+
   void loop() {
     const Node& root = e_.root();
     Shape s = root.type.shape;
@@ -57,23 +71,19 @@ public:
           // `width` consecutive elements per thread: adjacent, aligned accesses that the
           // load/store vectoriser turns into 16-byte ld/st.v4.
           llvm::Value* item_base = b_.CreateMul(item, e_.i64(width), "", true, true);
-          // Every element's values first, then every store: the loads come before any store
-          // even where an output may alias a read (in place), so both sides vectorise.
-          std::vector<std::vector<llvm::Value*>> values;
-          std::vector<llvm::Value*> flats;
-          for (int64_t k = 0; k < width; ++k) {
-            e_.clear_memo();
-            llvm::Value* j = b_.CreateAdd(first, e_.i64(k), "", true, true);
-            Index element = row_idx;
-            if (!s.empty()) element.push_back(j);
-            // row * inner + j, written so that consecutive k are visibly consecutive.
-            flats.push_back(b_.CreateAdd(item_base, e_.i64(k), "", true, true));
-            e_.set_current_element(element, flats.back());
-            values.push_back(e_.compute_outputs(element));
-          }
-          for (int64_t k = 0; k < width; ++k)
-            e_.store_outputs(values[static_cast<std::size_t>(k)],
-                             flats[static_cast<std::size_t>(k)]);
+          // row * inner + j, written so that consecutive k are visibly consecutive.
+          auto flat = [&](int64_t k) { return b_.CreateAdd(item_base, e_.i64(k), "", true, true); };
+          values_then_stores(
+              width,
+              [&](int64_t k) {
+                Index element = row_idx;
+                if (!s.empty()) element.push_back(b_.CreateAdd(first, e_.i64(k), "", true, true));
+                e_.set_current_element(element, flat(k));
+                return e_.compute_outputs(element);
+              },
+              [&](int64_t k, const std::vector<llvm::Value*>& values) {
+                e_.store_outputs(values, flat(k));
+              });
           e_.set_current_element({}, nullptr);
         },
         threads_in_grid());
@@ -308,13 +318,39 @@ public:
         e_.set_row_value(reductions[p], per_warp ? warp_reduce(reduction, partial)
                                                  : block_reduce(reduction, partial));
       }
-      if (!full.empty()) {
+      if (!full.empty() && partials.empty()) {
+        // Each thread's `width` elements are all computed before any is stored: a kernel
+        // written over a buffer it reads (in place) still joins them into 16-byte accesses.
+        const Shape& s = g.type(outputs[full.front()]).shape;
+        Index row_idx = e_.delinearize(row, Shape(s.begin(), s.end() - 1));
+        llvm::Value* base = b_.CreateMul(row, e_.extent(length), "", true, true);
+        e_.emit_for(
+            lane, e_.extent(groups),
+            [&](llvm::Value* group) {
+              llvm::Value* group_first = b_.CreateMul(group, e_.i64(width), "", true, true);
+              auto column = [&](int64_t j) {
+                return b_.CreateAdd(group_first, e_.i64(j), "", true, true);
+              };
+              values_then_stores(
+                  width,
+                  [&](int64_t j) {
+                    Index idx = row_idx;
+                    idx.push_back(column(j));
+                    return e_.compute_at(full, idx, s);
+                  },
+                  [&](int64_t j, const std::vector<llvm::Value*>& values) {
+                    e_.store_at(full, values, b_.CreateAdd(base, column(j), "", true, true));
+                  });
+            },
+            helpers);
+      } else if (!full.empty()) {
+        // Column partials add each element's values as it is written (they are at hand then).
         const Shape& s = g.type(outputs[full.front()]).shape;
         Index row_idx = e_.delinearize(row, Shape(s.begin(), s.end() - 1));
         llvm::Value* base = b_.CreateMul(row, e_.extent(length), "", true, true);
         for_elements(row_idx, [&](const Index& idx, llvm::Value* column) {
           e_.compute_and_store_at(full, idx, s, b_.CreateAdd(base, column, "", true, true));
-          if (!partials.empty()) add_partials(row, column);
+          add_partials(row, column);
         });
       } else if (!partials.empty()) {
         for_elements(Index{},
@@ -583,101 +619,6 @@ llvm::Value* NvptxSchedule::math(KernelEmitter& e, MathFunction function,
   declaration->setDoesNotThrow();
   declaration->setWillReturn();
   return e.builder().CreateCall(callee, std::vector<llvm::Value*>(args.begin(), args.end()));
-}
-
-GpuLaunch gpu_launch(const Graph& g, const Kernel& k) {
-  constexpr int64_t max_blocks = gpu_max_blocks;
-  GpuLaunch launch;
-  auto blocks_for = [&](int64_t threads) {
-    return std::clamp<int64_t>((threads + launch.threads - 1) / launch.threads, 1, max_blocks);
-  };
-  const Node& root = g.node(k.root);
-  Shape s = root.type.shape;
-  switch (k.kind) {
-  case KernelKind::loop: {
-    int64_t inner = s.empty() ? 1 : s.back();
-    int64_t width = std::max<int64_t>(1, 16 / static_cast<int64_t>(dtype_bytes(root.type.dtype)));
-    while (width > 1 && inner % width != 0)
-      width /= 2;
-    if (numel(s) / width <= launch.threads && k.outputs().size() > gpu_narrow_loop_outputs)
-      width = 1; // `width` times the warps for a pass bound by its arithmetic
-    launch.vector_width = width;
-    launch.items = numel(s) / width;
-    launch.blocks = blocks_for(launch.items);
-    return launch;
-  }
-  case KernelKind::reduce: {
-    Shape xs = g.type(root.inputs[0]).shape;
-    bool contiguous = reduces_last_axis(g, k);
-    int64_t outputs = numel(s), reduced = numel(xs) / std::max<int64_t>(1, outputs);
-    launch.items = outputs;
-    if (!contiguous && reduced >= 64) {
-      launch.strategy = GpuStrategy::column_split;
-      launch.threads = 1024;
-      launch.blocks = std::clamp<int64_t>((outputs + 31) / 32, 1, max_blocks);
-    } else if (!contiguous || reduced < 32) {
-      launch.strategy = GpuStrategy::thread_per_output;
-      launch.blocks = blocks_for(outputs);
-    } else if (reduced < 1024) {
-      launch.strategy = GpuStrategy::warp_per_output;
-      launch.blocks = blocks_for(outputs * 32);
-    } else {
-      launch.strategy = GpuStrategy::block_per_output;
-      launch.blocks = std::clamp<int64_t>(outputs, 1, max_blocks);
-    }
-    return launch;
-  }
-  case KernelKind::scatter_add: {
-    std::size_t bytes = dtype_bytes(root.type.dtype);
-    if (root.type.dtype == DType::boolean || bytes < 4) {
-      launch.strategy = GpuStrategy::serial_scatter;
-      launch.items = 1;
-      launch.threads = 1;
-      return launch;
-    }
-    launch.strategy = GpuStrategy::atomic_scatter;
-    launch.items = numel(g.type(root.inputs[1]).shape);
-    launch.blocks = blocks_for(launch.items);
-    launch.zero_output_first = true;
-    return launch;
-  }
-  case KernelKind::row: {
-    RowLayout layout = row_layout(g, k);
-    int64_t length = layout.length, rows = layout.rows;
-    // Consecutive elements per thread, as wide as the narrowest buffer allows 16 bytes.
-    std::size_t narrowest = 8;
-    for (ValueId v : k.outputs())
-      narrowest = std::min(narrowest, dtype_bytes(g.type(v).dtype));
-    for (ValueId v : k.reads)
-      if (g.type(v).shape.size() && g.type(v).shape.back() == length)
-        narrowest = std::min(narrowest, dtype_bytes(g.type(v).dtype));
-    int64_t width =
-        std::min<int64_t>(8, 16 / static_cast<int64_t>(std::max<std::size_t>(1, narrowest)));
-    while (width > 1 && length % width != 0)
-      width /= 2;
-    launch.vector_width = width;
-    launch.items = rows;
-    if (!layout.partials.empty()) { // a group of rows a block, a row a warp (NvptxBody::row)
-      launch.strategy = GpuStrategy::warp_per_output;
-      launch.blocks = rows / layout.group;
-      if (static_cast<int64_t>(layout.partials.size()) * length > gpu_row_partial_max_values ||
-          rows % layout.group != 0 || launch.blocks > max_blocks)
-        throw std::logic_error("sinter: a row kernel's column partials do not fit the grid");
-    } else if (length <= gpu_warp_row_limit) {
-      launch.strategy = GpuStrategy::warp_per_output;
-      launch.blocks = blocks_for(rows * 32);
-    } else {
-      launch.strategy = GpuStrategy::block_per_output;
-      launch.threads = 512;
-      launch.blocks = std::clamp<int64_t>(rows, 1, max_blocks);
-    }
-    return launch;
-  }
-  case KernelKind::attention: return nvptx_attention_launch(g, k);
-  case KernelKind::gemm:
-  case KernelKind::collective: break;
-  }
-  throw std::logic_error("sinter: gemm and collective kernels are library calls, not GPU launches");
 }
 
 } // namespace sinter

@@ -1,0 +1,107 @@
+// jit/backend/cuda/gpu_launch.cpp — how a fused kernel's work maps to a CUDA grid: strategy,
+// threads, blocks and elements per thread for each kind of generated kernel
+#include "jit/backend/cuda/gpu_launch.hpp"
+
+#include "jit/backend/cuda/nvptx_attention.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace sinter {
+
+GpuLaunch gpu_launch(const Graph& g, const Kernel& k) {
+  constexpr int64_t max_blocks = gpu_max_blocks;
+  GpuLaunch launch;
+  auto blocks_for = [&](int64_t threads) {
+    return std::clamp<int64_t>((threads + launch.threads - 1) / launch.threads, 1, max_blocks);
+  };
+  const Node& root = g.node(k.root);
+  Shape s = root.type.shape;
+  switch (k.kind) {
+  case KernelKind::loop: {
+    int64_t inner = s.empty() ? 1 : s.back();
+    int64_t width = std::max<int64_t>(1, 16 / static_cast<int64_t>(dtype_bytes(root.type.dtype)));
+    while (width > 1 && inner % width != 0)
+      width /= 2;
+    if (numel(s) / width <= launch.threads && k.outputs().size() > gpu_narrow_loop_outputs)
+      width = 1; // `width` times the warps for a pass bound by its arithmetic
+    launch.vector_width = width;
+    launch.items = numel(s) / width;
+    launch.blocks = blocks_for(launch.items);
+    return launch;
+  }
+  case KernelKind::reduce: {
+    Shape xs = g.type(root.inputs[0]).shape;
+    bool contiguous = reduces_last_axis(g, k);
+    int64_t outputs = numel(s), reduced = numel(xs) / std::max<int64_t>(1, outputs);
+    launch.items = outputs;
+    if (!contiguous && reduced >= 64) {
+      launch.strategy = GpuStrategy::column_split;
+      launch.threads = 1024;
+      launch.blocks = std::clamp<int64_t>((outputs + 31) / 32, 1, max_blocks);
+    } else if (!contiguous || reduced < 32) {
+      launch.strategy = GpuStrategy::thread_per_output;
+      launch.blocks = blocks_for(outputs);
+    } else if (reduced < 1024) {
+      launch.strategy = GpuStrategy::warp_per_output;
+      launch.blocks = blocks_for(outputs * 32);
+    } else {
+      launch.strategy = GpuStrategy::block_per_output;
+      launch.blocks = std::clamp<int64_t>(outputs, 1, max_blocks);
+    }
+    return launch;
+  }
+  case KernelKind::scatter_add: {
+    std::size_t bytes = dtype_bytes(root.type.dtype);
+    if (root.type.dtype == DType::boolean || bytes < 4) {
+      launch.strategy = GpuStrategy::serial_scatter;
+      launch.items = 1;
+      launch.threads = 1;
+      return launch;
+    }
+    launch.strategy = GpuStrategy::atomic_scatter;
+    launch.items = numel(g.type(root.inputs[1]).shape);
+    launch.blocks = blocks_for(launch.items);
+    launch.zero_output_first = true;
+    return launch;
+  }
+  case KernelKind::row: {
+    RowLayout layout = row_layout(g, k);
+    int64_t length = layout.length, rows = layout.rows;
+    // Consecutive elements per thread, as wide as the narrowest buffer allows 16 bytes.
+    std::size_t narrowest = 8;
+    for (ValueId v : k.outputs())
+      narrowest = std::min(narrowest, dtype_bytes(g.type(v).dtype));
+    for (ValueId v : k.reads)
+      if (g.type(v).shape.size() && g.type(v).shape.back() == length)
+        narrowest = std::min(narrowest, dtype_bytes(g.type(v).dtype));
+    int64_t width =
+        std::min<int64_t>(8, 16 / static_cast<int64_t>(std::max<std::size_t>(1, narrowest)));
+    while (width > 1 && length % width != 0)
+      width /= 2;
+    launch.vector_width = width;
+    launch.items = rows;
+    if (!layout.partials.empty()) { // a group of rows a block, a row a warp (NvptxBody::row)
+      launch.strategy = GpuStrategy::warp_per_output;
+      launch.blocks = rows / layout.group;
+      if (static_cast<int64_t>(layout.partials.size()) * length > gpu_row_partial_max_values ||
+          rows % layout.group != 0 || launch.blocks > max_blocks)
+        throw std::logic_error("sinter: a row kernel's column partials do not fit the grid");
+    } else if (length <= gpu_warp_row_limit) {
+      launch.strategy = GpuStrategy::warp_per_output;
+      launch.blocks = blocks_for(rows * 32);
+    } else {
+      launch.strategy = GpuStrategy::block_per_output;
+      launch.threads = 512;
+      launch.blocks = std::clamp<int64_t>(rows, 1, max_blocks);
+    }
+    return launch;
+  }
+  case KernelKind::attention: return nvptx_attention_launch(g, k);
+  case KernelKind::gemm:
+  case KernelKind::collective: break;
+  }
+  throw std::logic_error("sinter: gemm and collective kernels are library calls, not GPU launches");
+}
+
+} // namespace sinter
