@@ -201,8 +201,9 @@ private:
     // up dO·O over the pieces it copied itself once they land (before the barrier that shows
     // the tile), and the log-sum-exp comes by cp.async too. Made from global memory in the
     // fill, they stalled every tile on two loads' latency before its products could start.
-    BlockMemory::ThreadPieces mine = mem_.thread_pieces(tile_rows, dvp_);
-    bool by_copies = stats_by_copies(pass, mine);
+    auto [q_static, do_static, o_static] = stage_at(nullptr);
+    BlockMemory::ThreadPieces mine = mem_.own_pieces(pass.o, o_static, tile_rows, dvp_);
+    bool by_copies = stats_by_copies(mine, mem_.own_pieces(pass.d_o, do_static, tile_rows, dvp_));
     llvm::Value* copies_aligned =
         by_copies ? b_.CreateAnd(mem_.aligned16(pass.o), mem_.aligned16(pass.d_o)) : nullptr;
     // dO·O of the tile's rows from global memory: `lanes` consecutive lanes share a row, each
@@ -577,14 +578,15 @@ private:
     return tile_bytes(rows, dp_) + 2 * tile_bytes(rows, dvp_) + 3 * 4 * rows;
   }
   /// Whether the dK/dV pass takes its rows' statistics from copies (o's tile and the
-  /// log-sum-exp by cp.async, dO·O added up by the threads that copied each piece): o and dO in
-  /// whole 16-byte pieces every thread copies alike, a power of two of lanes sharing a row, an
-  /// f32 log-sum-exp and no mask (whose per-row flags come from global memory anyway).
-  bool stats_by_copies(const Pass& pass, const BlockMemory::ThreadPieces& mine) const {
-    auto whole = [](const GlobalMatrix& m) { return m.row_stride % 8 == 0; };
-    int64_t lanes = mine.lanes_per_row;
-    return !l_.has_mask && l_.dv == dvp_ && mine.count > 0 && lanes <= 32 &&
-           (lanes & (lanes - 1)) == 0 && whole(pass.o) && whole(pass.d_o) &&
+  /// log-sum-exp by cp.async, dO·O added up by the threads that copied each piece): every
+  /// thread copies the same pieces of o (`o_pieces`) and of dO (`do_pieces`), a power of two of
+  /// lanes shares a row, the log-sum-exp is f32, and there is no mask (whose per-row flags come
+  /// from global memory anyway).
+  bool stats_by_copies(const BlockMemory::ThreadPieces& o_pieces,
+                       const BlockMemory::ThreadPieces& do_pieces) const {
+    int64_t lanes = o_pieces.lanes_per_row;
+    return !l_.has_mask && o_pieces.count > 0 && do_pieces.count == o_pieces.count &&
+           do_pieces.lanes_per_row == lanes && lanes <= 32 && (lanes & (lanes - 1)) == 0 &&
            g_.type(root_.inputs[4]).dtype == DType::f32;
   }
   /// Two stages where both fit a block's static shared memory (and SINTER_ATTENTION_PIPELINE

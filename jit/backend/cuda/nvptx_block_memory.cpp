@@ -76,9 +76,7 @@ void BlockMemory::copy_tile(const GlobalMatrix& m, llvm::Value* first, const Sha
         ix(threads_));
   };
   constexpr int64_t piece = 8; // 16-bit elements in 16 bytes
-  bool whole_pieces = m.cols % piece == 0 && m.row_stride % piece == 0 && cols_padded == m.cols &&
-                      (tile.stride * 2) % 16 == 0 && tile.offset % 16 == 0;
-  if (!whole_pieces) return by_element();
+  if (!whole_pieces(m, tile, cols_padded)) return by_element();
   // The pointer and slice offset are the same for every thread: the branch is uniform.
   llvm::Value* aligned = aligned16(m);
   e_.emit_if(b_.CreateNot(aligned), by_element);
@@ -131,6 +129,17 @@ void BlockMemory::copy_tile(const GlobalMatrix& m, llvm::Value* first, const Sha
         },
         ix(threads_));
   });
+}
+
+bool BlockMemory::whole_pieces(const GlobalMatrix& m, const SharedTile& tile, int64_t cols_padded) {
+  constexpr int64_t piece = 8;
+  return m.cols % piece == 0 && m.row_stride % piece == 0 && cols_padded == m.cols &&
+         (tile.stride * 2) % 16 == 0 && tile.offset % 16 == 0;
+}
+
+BlockMemory::ThreadPieces BlockMemory::own_pieces(const GlobalMatrix& m, const SharedTile& tile,
+                                                  int64_t rows, int64_t cols_padded) {
+  return whole_pieces(m, tile, cols_padded) ? thread_pieces(rows, m.cols) : ThreadPieces{};
 }
 
 BlockMemory::ThreadPieces BlockMemory::thread_pieces(int64_t rows, int64_t cols) {

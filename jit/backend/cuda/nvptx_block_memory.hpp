@@ -73,15 +73,17 @@ public:
   using TileStep = std::function<void(llvm::Value*, llvm::Value*)>;
   void pipelined_tiles(llvm::Value* first, llvm::Value* end, int64_t stage_bytes,
                        const TileStep& fill, const TileStep& use, const TileStep& land = {});
-  /// Which piece of 16 bytes (8 elements) of a tile of `rows` × `cols` this thread copies in
-  /// copy_tile's aligned path when every thread copies the same number in one column: `count`
-  /// pieces, the k-th at row `first_row` + k · `row_step`, column `col` (0 pieces: the tile's
-  /// pieces do not divide so; such tiles are copied in a loop).
+  /// Which pieces of 16 bytes (8 elements) this thread copies when copy_tile(m, …, tile, rows,
+  /// cols_padded, …) copies whole pieces, every thread the same number in one column (the
+  /// slice 16-byte aligned at run time, aligned16): `count` pieces, the k-th at row `first_row`
+  /// + k · `row_step`, column `col`. `count` 0: copy_tile copies that tile another way (element
+  /// by element, or pieces in a loop).
   struct ThreadPieces {
     int64_t count = 0, row_step = 0, lanes_per_row = 0;
     llvm::Value *first_row = nullptr, *col = nullptr;
   };
-  ThreadPieces thread_pieces(int64_t rows, int64_t cols);
+  ThreadPieces own_pieces(const GlobalMatrix& m, const SharedTile& tile, int64_t rows,
+                          int64_t cols_padded);
   /// Σ a[row, c]·b[row, c] in f32 (16-bit `t` elements, a.cols columns) over this lane's
   /// share of the row: `lanes` lanes share it, `part` is this lane's place among them. Rows of
   /// whole 16-byte pieces per lane take contiguous pieces, 16 bytes a load (when the slices
@@ -130,6 +132,9 @@ public:
   llvm::Value* narrow_pair(llvm::Value* low, llvm::Value* high, DType t);
 
 private:
+  /// Whether copy_tile moves m's rows into `tile` in whole 16-byte pieces (when aligned).
+  static bool whole_pieces(const GlobalMatrix& m, const SharedTile& tile, int64_t cols_padded);
+  ThreadPieces thread_pieces(int64_t rows, int64_t cols);
   llvm::Value* shared_f32_at(int64_t offset, llvm::Value* i, llvm::Value* shift);
   /// Whether [row, col] is inside `m`, and its element offset (0 outside: a real element).
   std::pair<llvm::Value*, llvm::Value*> clamped_at(const GlobalMatrix& m, llvm::Value* row,
