@@ -361,10 +361,11 @@ public:
     std::optional<BucketedBatch> padded;
     if (!buckets_.empty()) {
       padded = pad_to_bucket(buckets_, batch_names_, batch);
-      // The first compile also plans another bucket: its kernels then serve every bucket.
+      // The first compile also plans other buckets: its kernels then serve every bucket.
       if (runtime_->compilations() == 0)
-        if (auto other = batch_at_another_bucket(buckets_, batch_names_, *padded))
-          runtime_->remember_other_shape(*other);
+        for (const std::vector<HostTensor>& other :
+             batches_at_other_buckets(buckets_, batch_names_, *padded))
+          runtime_->remember_other_shape(other);
       batch = padded->tensors;
     }
     LossHandle loss = (*runtime_)(batch, lr);

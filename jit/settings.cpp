@@ -61,10 +61,10 @@ constexpr SettingInfo table[] = {
      "cuda: `0` never captures steps as CUDA graphs (for `compute-sanitizer`)"},
     {"SINTER_ROWS_PARAMETER", "`0`, `1`", "`1`",
      "cuda: `1` compiles each kernel whose work splits into rows with the row count as a launch "
-     "parameter, and a kernel met at two shapes (shape buckets: planned at a second bucket on "
-     "the first compile) with the size that changed as one, so one binary serves every batch "
-     "size and sequence length (a recompile reuses it); `0` compiles every kernel for its "
-     "shape. Another value is an error naming it"},
+     "parameter, and a kernel met at two shapes (shape buckets: planned at the two nearest "
+     "other buckets on the first compile) with the size that changed as one, so one binary "
+     "serves every batch size and sequence length (a recompile reuses it); `0` compiles every "
+     "kernel for its shape. Another value is an error naming it"},
     {"SINTER_SPLIT_REDUCTIONS", "`0`, `1`", "`1`",
      "cuda: `1` splits long column reductions (bias and layernorm gradients) into partial sums "
      "over row groups and a short sum, for more blocks (docs/gpu.md); `0` runs each in one pass. "

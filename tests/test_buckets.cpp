@@ -208,3 +208,27 @@ TEST_CASE("bad shape buckets are named with how to fix them", "[buckets]") {
           {.batch_names = {"ids", "next"}, .sift = sift, .buckets = {{"ids", {8}}, {"next", {8}}}}),
       Contains("in-step sifting cannot be combined"));
 }
+
+TEST_CASE("a bucketed step's first compile also plans the two nearest other buckets", "[buckets]") {
+  // Two: at one of them a length may equal another dim and some kernels fuse differently.
+  const ShapeBuckets buckets{{"ids", {8, 16, 32, 64}}};
+  const std::vector<std::string> names{"ids", "labels"};
+  std::mt19937 rng(3);
+  auto others_of = [&](int64_t length) {
+    std::vector<HostTensor> batch{random_ids(rng, 2, length), random_ids(rng, 2, 1)};
+    BucketedBatch padded = pad_to_bucket(buckets, names, batch);
+    std::vector<int64_t> lengths;
+    for (const std::vector<HostTensor>& other : batches_at_other_buckets(buckets, names, padded)) {
+      REQUIRE(other.size() == padded.tensors.size()); // the lengths too
+      CHECK(other[1].shape() == Shape{2, 1});         // inputs without buckets stay as they are
+      lengths.push_back(other[0].shape()[1]);
+    }
+    return lengths;
+  };
+  CHECK(others_of(50) == std::vector<int64_t>{32, 16}); // the nearest smaller first
+  CHECK(others_of(16) == std::vector<int64_t>{8, 32});
+  CHECK(others_of(3) == std::vector<int64_t>{16, 32}); // then the nearest larger
+  const ShapeBuckets one{{"ids", {8}}};
+  std::vector<HostTensor> batch{random_ids(rng, 2, 5), random_ids(rng, 2, 1)};
+  CHECK(batches_at_other_buckets(one, names, pad_to_bucket(one, names, batch)).empty());
+}

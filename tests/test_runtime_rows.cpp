@@ -1,6 +1,7 @@
 // tests/test_runtime_rows.cpp — kernels whose row count is a launch parameter: which kernels
 // qualify, one compiled kernel run at other row counts (in the NVPTX emulator) against the
 // kernel compiled for that shape, and the guard that refuses code depending on the count
+#include "jit/backend/cuda/cuda_device.hpp"
 #include "jit/backend/cuda/gpu_launch.hpp"
 #include "jit/backend/cuda/launch_plan.hpp"
 #include "jit/backend/cuda/nvptx_target.hpp"
@@ -206,12 +207,18 @@ std::vector<std::vector<std::byte>> run_kernel(const FusionPlan& plan, const Ker
   return outputs;
 }
 
-TEST_CASE("changed dim as a parameter: kernels planned at two sequence lengths unify, and "
-          "their code runs at a third length like that length's own kernels",
-          "[emulated][rows-parameter]") {
-  // Lengths 5 and 7 make the code; length 9 runs it (none equals another dim of the model).
-  GpuPlan five(sequence_model_gradients(2, 5)), seven(sequence_model_gradients(2, 7)),
-      nine(sequence_model_gradients(2, 9));
+/// What run_unified ran: how many kernels, of which kinds, with which ops, and how many of
+/// them were row kernels with column partials.
+struct UnifiedRuns {
+  std::size_t kernels = 0, row_partials = 0;
+  std::set<OpId> ops;
+  std::set<KernelKind> kinds;
+};
+
+/// Unifies the kernels of plans `a` and `b` (two sizes of one model), finds each kernel of
+/// `c` (a third size) the way a device does (unified with `a`'s, the same cache key), and
+/// runs the unified code at `c`'s size in the emulator against `c`'s own kernel.
+UnifiedRuns run_unified(const GpuPlan& a, const GpuPlan& b, const GpuPlan& c) {
   // Every kernel of a plan by signature: kernels alike in all but their sizes share one.
   auto by_signature = [](const FusionPlan& plan) {
     std::multimap<std::string, RuntimeRowsKernel> out;
@@ -222,66 +229,93 @@ TEST_CASE("changed dim as a parameter: kernels planned at two sequence lengths u
       }
     return out;
   };
-  std::multimap<std::string, RuntimeRowsKernel> at_five = by_signature(five.plan()),
-                                                at_seven = by_signature(seven.plan());
-  std::set<OpId> ops;
-  std::set<KernelKind> kinds;
-  std::size_t unified = 0;
-  for (const Kernel& k : nine.plan().kernels) {
+  std::multimap<std::string, RuntimeRowsKernel> at_a = by_signature(a.plan()),
+                                                at_b = by_signature(b.plan());
+  // What a device remembers of a plan: partial row kernels too.
+  std::vector<std::optional<RuntimeRowsKernel>> captured = capture_shapes(c.plan());
+  UnifiedRuns runs;
+  for (std::size_t index = 0; index < c.plan().kernels.size(); ++index) {
+    const Kernel& k = c.plan().kernels[index];
     if (k.kind == KernelKind::gemm || k.kind == KernelKind::collective) continue;
-    RuntimeRowsKernel now = RuntimeRowsKernel::capture(nine.plan(), k);
+    if (!captured[index]) continue;
+    const RuntimeRowsKernel& now = *captured[index];
     INFO("kernel of %" << k.root << " (" << kernel_kind_name(k.kind) << ")");
-    // The code made from lengths 7 and 5, and the same kernel found at length 9 (as a device
-    // finds it: unified with the kernel remembered at length 5).
+    // The code made from `b` and `a`, and the same kernel found at `c` (as a device finds it:
+    // unified with the kernel remembered from `a`).
     std::optional<RuntimeRowsKernel> code, here;
-    auto [first5, last5] = at_five.equal_range(now.signature());
-    auto [first7, last7] = at_seven.equal_range(now.signature());
-    for (auto k5 = first5; k5 != last5 && !code; ++k5) {
-      here = RuntimeRowsKernel::unify(now, k5->second);
-      for (auto k7 = first7; k7 != last7 && here && !code; ++k7)
-        if ((code = RuntimeRowsKernel::unify(k7->second, k5->second)) &&
+    auto [first_a, last_a] = at_a.equal_range(now.signature());
+    auto [first_b, last_b] = at_b.equal_range(now.signature());
+    for (auto ka = first_a; ka != last_a && !code; ++ka) {
+      here = RuntimeRowsKernel::unify(now, ka->second);
+      for (auto kb = first_b; kb != last_b && here && !code; ++kb)
+        if ((code = RuntimeRowsKernel::unify(kb->second, ka->second)) &&
             !code->instance(here->rows()).kernel().body.empty()) {
-          // One binary: the same key at every length.
-          CacheKey a = rows_key(*code), b = rows_key(*here);
-          if (a.lo != b.lo || a.hi != b.hi) code.reset();
+          // One binary: the same key at every size.
+          CacheKey key = rows_key(*code), key_here = rows_key(*here);
+          if (key.lo != key_here.lo || key.hi != key_here.hi) code.reset();
         }
     }
     if (!code) continue; // a value that no size explains (the loss's 1 / tokens)
     RowsInstance back = here->instance(here->rows());
     CHECK(RuntimeRowsKernel::capture(back.plan, back.kernel()).same_numbers(now));
-    const Kernel* k7 = nullptr;
-    for (const Kernel& candidate : seven.plan().kernels)
+    const Kernel* kb = nullptr;
+    for (const Kernel& candidate : b.plan().kernels)
       if (candidate.kind == k.kind &&
-          RuntimeRowsKernel::capture(seven.plan(), candidate).signature() == now.signature())
-        k7 = &candidate;
-    REQUIRE(k7);
-    GpuLaunch launch = sized_launch(*code, gpu_launch(*seven.plan().graph, *k7));
+          RuntimeRowsKernel::capture(b.plan(), candidate).signature() == now.signature())
+        kb = &candidate;
+    REQUIRE(kb);
+    GpuLaunch launch = sized_launch(*code, gpu_launch(*b.plan().graph, *kb));
     if (!rows_kernel_emits(*code, launch)) continue;
-    auto want = run_kernel(nine.plan(), k, nullptr, launch, 0, 5);
-    auto got = run_kernel(nine.plan(), k, &*code, launch, here->rows(), 5);
-    const Graph& g = *nine.plan().graph;
+    // The grid is the step's own (a block per group of rows where the kernel has partials).
+    launch.blocks = gpu_launch(*c.plan().graph, k).blocks;
+    auto want = run_kernel(c.plan(), k, nullptr, launch, 0, 5);
+    auto got = run_kernel(c.plan(), k, &*code, launch, here->rows(), 5);
+    const Graph& g = *c.plan().graph;
     for (std::size_t i = 0; i < want.size(); ++i) {
       const TensorType& t = g.type(k.outputs()[i]);
       REQUIRE((t.dtype == DType::f32 || t.dtype == DType::boolean));
       std::size_t element = t.dtype == DType::f32 ? 4 : 1;
       for (int64_t e = 0; e < numel(t.shape); ++e) {
-        float a = 0, b = 0;
-        std::memcpy(&a, want[i].data() + element * e, element);
-        std::memcpy(&b, got[i].data() + element * e, element);
+        float x = 0, y = 0;
+        std::memcpy(&x, want[i].data() + element * e, element);
+        std::memcpy(&y, got[i].data() + element * e, element);
         INFO("output " << i << " element " << e);
-        REQUIRE(b == Approx(a).epsilon(1e-6).margin(1e-6));
+        REQUIRE(y == Approx(x).epsilon(1e-6).margin(1e-6));
       }
     }
     for (ValueId v : k.body)
-      ops.insert(g.node(v).op);
-    kinds.insert(k.kind);
-    ++unified;
+      runs.ops.insert(g.node(v).op);
+    runs.kinds.insert(k.kind);
+    runs.row_partials += k.kind == KernelKind::row && !row_layout(g, k).partials.empty();
+    ++runs.kernels;
   }
-  CHECK(unified >= 6);
-  CHECK(kinds.contains(KernelKind::row)); // softmax over the keys
-  CHECK(ops.contains(OpId::permute));     // the heads
-  CHECK(ops.contains(OpId::iota));        // the causal mask
-  CHECK(ops.contains(OpId::slice));       // the position table's first `length` rows
+  return runs;
+}
+
+TEST_CASE("changed dim as a parameter: kernels planned at two sequence lengths unify, and "
+          "their code runs at a third length like that length's own kernels",
+          "[emulated][rows-parameter]") {
+  // Lengths 5 and 7 make the code; length 9 runs it (none equals another dim of the model).
+  GpuPlan five(sequence_model_gradients(2, 5)), seven(sequence_model_gradients(2, 7)),
+      nine(sequence_model_gradients(2, 9));
+  UnifiedRuns runs = run_unified(five, seven, nine);
+  CHECK(runs.kernels >= 6);
+  CHECK(runs.kinds.contains(KernelKind::row)); // softmax over the keys
+  CHECK(runs.ops.contains(OpId::permute));     // the heads
+  CHECK(runs.ops.contains(OpId::iota));        // the causal mask
+  CHECK(runs.ops.contains(OpId::slice));       // the position table's first `length` rows
+}
+
+TEST_CASE("changed dim as a parameter: a layernorm backward's row kernel with γ and β partials "
+          "per group of 8 rows is one kernel at every length, its group count the parameter",
+          "[emulated][rows-parameter]") {
+  // 64 and 96 rows (8 and 12 groups) make the code; 80 rows (10 groups) run it. Fewer rows than
+  // 128 groups of 8 still split into groups of 8, so every length has the same kernels.
+  GpuPlan sixty_four(embedding_model_gradients(2, 32)),
+      ninety_six(embedding_model_gradients(2, 48)), eighty(embedding_model_gradients(2, 40));
+  UnifiedRuns runs = run_unified(sixty_four, ninety_six, eighty);
+  CHECK(runs.row_partials >= 1);
+  CHECK(runs.kinds.contains(KernelKind::reduce)); // the short sums over the groups
 }
 
 TEST_CASE("rows parameter: a kernel that reads a row's position within a sequence keeps its "
@@ -308,6 +342,39 @@ TEST_CASE("rows parameter: a kernel that reads a row's position within a sequenc
       RuntimeRowsKernel::of(biased.plan(), biased.plan().kernels[0]);
   REQUIRE(rows);
   CHECK(rows->rows() == 6);
+}
+
+TEST_CASE("rows parameter: a bias or a column sum as long as the rows are many is read as "
+          "independent of them",
+          "[rows-parameter]") {
+  // 16 rows of 16: the bias and the column sums have 16 entries, as the rows do. The kernels
+  // are those of 4 rows of 16 (the same cache key), the rows their parameter.
+  auto kernels_of = [](int64_t rows) {
+    Graph g;
+    Value x = input(g, "x", {DType::f32, {rows, 16}});
+    Value bias = input(g, "bias", {DType::f32, {16}});
+    g.add_output("y", tanh(x + broadcast_to(bias, {rows, 16})).id);
+    g.add_output("column_sums", sum(x * x, {0}).id);
+    return Pipeline::standard(std::nullopt).run(g, DumpSelection(""), std::cerr);
+  };
+  GpuPlan square(kernels_of(16)), narrow(kernels_of(4));
+  REQUIRE(square.plan().kernels.size() == narrow.plan().kernels.size());
+  std::set<KernelKind> kinds;
+  for (std::size_t i = 0; i < square.plan().kernels.size(); ++i) {
+    const Kernel& k = square.plan().kernels[i];
+    INFO("kernel of %" << k.root << " (" << kernel_kind_name(k.kind) << ")");
+    std::optional<RuntimeRowsKernel> rows = RuntimeRowsKernel::of(square.plan(), k);
+    std::optional<RuntimeRowsKernel> fewer =
+        RuntimeRowsKernel::of(narrow.plan(), narrow.plan().kernels[i]);
+    REQUIRE(rows);
+    REQUIRE(fewer);
+    CHECK(rows->rows() == 16);
+    CacheKey a = rows_key(*rows), b = rows_key(*fewer);
+    CHECK((a.lo == b.lo && a.hi == b.hi));
+    kinds.insert(k.kind);
+  }
+  CHECK(kinds.contains(KernelKind::loop));
+  CHECK(kinds.contains(KernelKind::reduce));
 }
 
 TEST_CASE("rows parameter: code that depends on the row count beyond the loop bounds is "

@@ -104,10 +104,13 @@ struct FusionOptions {
   /// to `row_partial_max_groups` groups (one block each) and the kernel's partials hold at most
   /// `row_partial_max_values` values per row (partials × length): a layernorm backward's γ and
   /// β gradients are then summed as the pass computes the input's gradient, not by a second
-  /// pass over the same rows. 0: never.
+  /// pass over the same rows. Fewer groups join too when each holds `row_partial_group_rows`
+  /// rows: the split's groups where the rows are too few for more (ColumnSplitOptions::
+  /// row_group_min_rows), so that the kernel is the same at every row count. 0: never.
   int64_t row_partial_max_values = 0;
   int64_t row_partial_min_groups = 0;
   int64_t row_partial_max_groups = 0;
+  int64_t row_partial_group_rows = 0;
   /// Fused attention reads q, k, v, o and dO through the reshapes, permutes and slices that lay
   /// them out [..., T, D] (attention_operand_view: the heads of a packed qkv GEMM output, say)
   /// rather than a copy made by a loop kernel; the value under them is stored, so a bias added

@@ -506,8 +506,8 @@ void fuse_steps::merge_column_partials(FusionPlan& plan, const FusionOptions& op
       continue;
     const Kernel& partial = kernels[p];
     const Shape& xs = g.type(g.node(partial.root).inputs[0]).shape;
-    if (xs.size() != 3 || xs[0] < options.row_partial_min_groups ||
-        xs[0] > options.row_partial_max_groups)
+    if (xs.size() != 3 || xs[0] > options.row_partial_max_groups ||
+        (xs[0] < options.row_partial_min_groups && xs[1] != options.row_partial_group_rows))
       continue;
     RowGeometry geo{xs[0] * xs[1], xs[2]};
     bool every_output_partial = true;

@@ -77,7 +77,9 @@ struct ColumnSplitOptions {
   /// last axis of the same rows also reads (a layernorm backward's γ and β gradients and its
   /// row sums, all from dy) splits, whatever its size, into the largest number of groups of
   /// consecutive rows up to `row_groups` that divides the rows, one block of that row kernel
-  /// each, when that is at least `row_groups_min` groups of `row_group_min_rows` rows or more.
+  /// each, when that is at least `row_groups_min` groups of `row_group_min_rows` rows or more;
+  /// fewer rows than `row_groups_min` such groups hold split into groups of exactly
+  /// `row_group_min_rows` rows where that divides them (the same kernel at every such count).
   int64_t row_groups = 0;
   int64_t row_groups_min = 0;
   int64_t row_group_min_rows = 0;

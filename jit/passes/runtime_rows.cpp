@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <set>
 #include <stdexcept>
 
 namespace sinter {
@@ -152,9 +153,26 @@ bool RuntimeRowsKernel::sizes_fit(int64_t size) const {
 
 std::optional<RuntimeRowsKernel> RuntimeRowsKernel::of(const FusionPlan& plan,
                                                        const Kernel& kernel) {
-  const Graph& g = *plan.graph;
-  int64_t rows = kernel_rows(g, kernel);
+  int64_t rows = kernel_rows(*plan.graph, kernel);
   if (rows <= 1) return std::nullopt;
+  // A value whose leading dims multiply to the row count by coincidence (a bias as long as the
+  // rows are many) is first taken to span them; where an op shows it cannot, it is taken as
+  // independent of the rows and the kernel read again.
+  constexpr int max_rereads = 8;
+  std::set<ValueId> independent;
+  for (int attempt = 0; attempt <= max_rereads; ++attempt) {
+    std::optional<ValueId> misread;
+    if (auto out = of_rows(plan, kernel, rows, independent, misread)) return out;
+    if (!misread || !independent.insert(*misread).second) return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+std::optional<RuntimeRowsKernel> RuntimeRowsKernel::of_rows(const FusionPlan& plan,
+                                                            const Kernel& kernel, int64_t rows,
+                                                            const std::set<ValueId>& independent,
+                                                            std::optional<ValueId>& misread) {
+  const Graph& g = *plan.graph;
   RuntimeRowsKernel out;
   out.rows_ = rows;
   out.kind_ = kernel.kind;
@@ -162,7 +180,7 @@ std::optional<RuntimeRowsKernel> RuntimeRowsKernel::of(const FusionPlan& plan,
   std::map<ValueId, std::size_t> prefix; // leading dims collapsed into the rows (0: none)
   auto add = [&](ValueId id, Value value) {
     const Shape& s = g.type(id).shape;
-    std::size_t k = rows_prefix(s, rows);
+    std::size_t k = independent.contains(id) ? 0 : rows_prefix(s, rows);
     value.dtype = g.type(id).dtype;
     if (k > 0) value.shape.push_back({1, 1});
     for (std::size_t d = k; d < s.size(); ++d)
@@ -185,9 +203,22 @@ std::optional<RuntimeRowsKernel> RuntimeRowsKernel::of(const FusionPlan& plan,
     auto inner_axis = [&](int64_t axis, std::size_t kk) {
       return kk ? axis - static_cast<int64_t>(kk) + 1 : axis;
     };
+    // An op's value independent of the rows (taken so from a later op) makes its operands so.
+    auto independent_operand = [&](std::size_t i) {
+      if (k == 0 && k_of(i) > 0 && independent.contains(v)) misread = n.inputs[i];
+      return misread.has_value();
+    };
+    // And the value of an op all of whose operands are independent of the rows is so too.
+    auto operands_independent = [&] {
+      bool all = k > 0 && std::all_of(n.inputs.begin(), n.inputs.end(),
+                                      [&](ValueId in) { return prefix.at(in) == 0; });
+      if (all) misread = v;
+      return all;
+    };
     if (elementwise(n.op)) {
       for (std::size_t i = 0; i < n.inputs.size(); ++i)
-        if (operand(i) != s) return std::nullopt;
+        if (operand(i) != s || independent_operand(i)) return std::nullopt;
+      if (operands_independent()) return std::nullopt;
       continue;
     }
     switch (n.op) {
@@ -199,12 +230,17 @@ std::optional<RuntimeRowsKernel> RuntimeRowsKernel::of(const FusionPlan& plan,
       continue;
     }
     case OpId::reshape:
-      if ((k == 0) != (k_of(0) == 0)) return std::nullopt;
+      if ((k == 0) != (k_of(0) == 0)) {
+        if (!independent_operand(0)) operands_independent();
+        return std::nullopt;
+      }
       continue;
     case OpId::broadcast: {
       Shape in = operand(0);
       std::size_t offset = s.size() - in.size(), kin = k_of(0);
       if (kin) { // the operand spans the same rows, dim for dim
+        // Stretched over every row dim: the operand cannot be one of the rows.
+        if (offset != 0 && offset >= k) misread = n.inputs[0];
         if (!k || offset != 0 || kin != k || !std::equal(in.begin(), in.begin() + kin, s.begin()))
           return std::nullopt;
       } else if (k && offset < k) { // a row-independent operand must stretch over the rows
@@ -279,6 +315,7 @@ std::optional<RuntimeRowsKernel> RuntimeRowsKernel::of(const FusionPlan& plan,
       } else if (rows_folded && k == 0) {
         remapped = {0};
       } else {
+        if (rows_folded) misread = v; // a column's result, as long as the rows are many
         return std::nullopt;
       }
       t.attrs.ints = remapped;
@@ -286,6 +323,7 @@ std::optional<RuntimeRowsKernel> RuntimeRowsKernel::of(const FusionPlan& plan,
     }
     case OpId::scatter_add: {
       std::size_t index_rank = operand(0).size();
+      if (k && k_of(0) == index_rank && k_of(1) == index_rank) misread = v; // the table
       if (k || k_of(0) != index_rank || k_of(1) != index_rank) return std::nullopt;
       continue;
     }

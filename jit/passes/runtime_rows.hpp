@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,12 @@ public:
   };
 
 private:
+  /// `of` at `rows` rows, the values in `independent` taken as independent of them. On failure,
+  /// `misread` names a value taken to span the rows that an op shows cannot.
+  static std::optional<RuntimeRowsKernel> of_rows(const FusionPlan& plan, const Kernel& kernel,
+                                                  int64_t rows,
+                                                  const std::set<ValueId>& independent,
+                                                  std::optional<ValueId>& misread);
   /// Adds the kernel's reads, then the operands its body takes from outside (views of a read),
   /// through `add` (which records `position`). False when an operand is no view of a buffer.
   bool add_buffers(const FusionPlan& plan, const Kernel& kernel,

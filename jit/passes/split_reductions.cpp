@@ -96,6 +96,12 @@ std::set<ValueId> cone_sources(const Graph& g, ValueId v) {
 /// How many groups of consecutive rows a row kernel over `rows` rows sums its column partials
 /// in (ColumnSplitOptions::row_groups), or 0.
 int64_t groups_of_rows(int64_t rows, const ColumnSplitOptions& options) {
+  const int64_t fewest_rows = std::max<int64_t>(1, options.row_group_min_rows);
+  // Too few rows for row_groups_min groups: groups of the fewest rows each, so that a plan at
+  // any row count up to there (a shape bucket) has the same kernels, their group count a
+  // runtime size.
+  if (rows < options.row_groups_min * fewest_rows)
+    return rows % fewest_rows == 0 && rows / fewest_rows >= 2 ? rows / fewest_rows : 0;
   for (int64_t groups =
            std::min(options.row_groups, rows / std::max<int64_t>(1, options.row_group_min_rows));
        groups >= std::max<int64_t>(2, options.row_groups_min); --groups)

@@ -57,26 +57,30 @@ std::string describe_bucket(const ShapeBuckets& buckets, const BucketedBatch& ba
   return "shape bucket " + std::to_string(batch.padded);
 }
 
-std::optional<std::vector<HostTensor>>
-batch_at_another_bucket(const ShapeBuckets& buckets, std::span<const std::string> batch_names,
-                        const BucketedBatch& batch) {
-  std::optional<int64_t> other;
-  for (std::size_t i = 0; i < batch_names.size() && !other; ++i) {
+std::vector<std::vector<HostTensor>>
+batches_at_other_buckets(const ShapeBuckets& buckets, std::span<const std::string> batch_names,
+                         const BucketedBatch& batch, std::size_t count) {
+  std::vector<int64_t> others;
+  for (std::size_t i = 0; i < batch_names.size() && others.empty(); ++i) {
     auto bucket = buckets.find(batch_names[i]);
     if (bucket == buckets.end()) continue;
+    // The nearest smaller sizes first, then the nearest larger.
     std::vector<int64_t> sizes = sorted_sizes(bucket->second);
     auto at = std::lower_bound(sizes.begin(), sizes.end(), batch.padded);
-    if (at != sizes.begin())
-      other = *(at - 1);
-    else if (at != sizes.end() && at + 1 != sizes.end())
-      other = *(at + 1);
-    else
-      return std::nullopt;
+    for (auto below = at; below != sizes.begin() && others.size() < count;)
+      others.push_back(*--below);
+    for (auto above = at == sizes.end() ? at : at + 1;
+         above != sizes.end() && others.size() < count; ++above)
+      others.push_back(*above);
   }
-  if (!other) return std::nullopt;
-  std::vector<HostTensor> out = batch.tensors;
-  for (std::size_t i = 0; i < batch_names.size(); ++i)
-    if (buckets.contains(batch_names[i])) out[i] = resize_dim(out[i], bucketed_dim, *other);
+  std::vector<std::vector<HostTensor>> out;
+  for (int64_t other : others) {
+    std::vector<HostTensor> resized = batch.tensors;
+    for (std::size_t i = 0; i < batch_names.size(); ++i)
+      if (buckets.contains(batch_names[i]))
+        resized[i] = resize_dim(resized[i], bucketed_dim, other);
+    out.push_back(std::move(resized));
+  }
   return out;
 }
 

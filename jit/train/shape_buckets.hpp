@@ -40,12 +40,14 @@ struct BucketedBatch {
 BucketedBatch pad_to_bucket(const ShapeBuckets& buckets, std::span<const std::string> batch_names,
                             std::span<const HostTensor> batch);
 
-/// The bucketed batch at another of its buckets: the nearest smaller size, else the nearest
-/// larger (nullopt with one bucket). Only its types matter: a compile plans the step at it too,
-/// so that the kernels it makes serve both buckets (TrainStep::remember_other_shape).
-std::optional<std::vector<HostTensor>>
-batch_at_another_bucket(const ShapeBuckets& buckets, std::span<const std::string> batch_names,
-                        const BucketedBatch& batch);
+/// The bucketed batch at up to `count` other buckets: the nearest smaller sizes, then the
+/// nearest larger (none with one bucket). Only their types matter: a compile plans the step at
+/// them too, so that the kernels it makes serve every bucket (TrainStep::remember_other_shape).
+/// Two, because at one bucket a length may equal another dim (the batch, a head's width) and
+/// some kernels then fuse or simplify differently; the other still shows which sizes vary.
+std::vector<std::vector<HostTensor>>
+batches_at_other_buckets(const ShapeBuckets& buckets, std::span<const std::string> batch_names,
+                         const BucketedBatch& batch, std::size_t count = 2);
 
 /// `shape bucket 16 of 8, 16, 32, 64`: the bucket a batch was padded to, for compile lines.
 std::string describe_bucket(const ShapeBuckets& buckets, const BucketedBatch& batch);

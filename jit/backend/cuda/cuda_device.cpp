@@ -210,9 +210,6 @@ std::vector<std::optional<RuntimeRowsKernel>> capture_shapes(const FusionPlan& p
   for (std::size_t i = 0; i < plan.kernels.size(); ++i)
     switch (plan.kernels[i].kind) {
     case KernelKind::row:
-      // Column partials fix the grid to the row count (a block per group): no runtime size.
-      if (!row_layout(*plan.graph, plan.kernels[i]).partials.empty()) break;
-      [[fallthrough]];
     case KernelKind::loop:
     case KernelKind::reduce:
     case KernelKind::scatter_add: out[i] = RuntimeRowsKernel::capture(plan, plan.kernels[i]); break;

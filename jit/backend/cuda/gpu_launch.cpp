@@ -82,10 +82,13 @@ GpuLaunch gpu_launch(const Graph& g, const Kernel& k) {
     launch.vector_width = width;
     launch.items = rows;
     if (!layout.partials.empty()) { // a group of rows a block, a row a warp (NvptxBody::row)
+      // Groups are at most gpu_row_groups (split_column_reductions); only the instance of a
+      // kernel with its group count as a runtime size counts more, and only its vector width
+      // is read (sized_launch).
       launch.strategy = GpuStrategy::warp_per_output;
       launch.blocks = rows / layout.group;
       if (static_cast<int64_t>(layout.partials.size()) * length > gpu_row_partial_max_values ||
-          rows % layout.group != 0 || launch.blocks > max_blocks)
+          rows % layout.group != 0)
         throw std::logic_error("sinter: a row kernel's column partials do not fit the grid");
     } else if (length <= gpu_warp_row_limit) {
       launch.strategy = GpuStrategy::warp_per_output;

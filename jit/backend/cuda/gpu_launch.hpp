@@ -48,9 +48,11 @@ inline constexpr int64_t gpu_warp_row_limit = 2048;
 /// (about four blocks an SM of an H100), its 8 warps a row at a time, each adding its rows'
 /// values into its own shared-memory row of each partial, [partials][8][length] f32: at most
 /// gpu_row_partial_max_values values (48 KB, the static limit), so a layernorm's γ and β up to
-/// 768 columns. At least gpu_row_partial_min_groups groups: a block an SM.
+/// 768 columns. At least gpu_row_partial_min_groups groups (a block an SM), or, where the rows
+/// are fewer than that many groups of gpu_row_partial_group_rows, groups of that many rows.
 inline constexpr int64_t gpu_row_groups = 512;
 inline constexpr int64_t gpu_row_partial_min_groups = 128;
+inline constexpr int64_t gpu_row_partial_group_rows = 8;
 inline constexpr int64_t gpu_row_partial_max_values = 1536;
 
 /// A loop of one block writing more buffers than this (the merged AdamW updates of small
@@ -70,6 +72,7 @@ inline constexpr FusionOptions gpu_fusion_options{
     .row_partial_max_values = gpu_row_partial_max_values,
     .row_partial_min_groups = gpu_row_partial_min_groups,
     .row_partial_max_groups = gpu_max_blocks,
+    .row_partial_group_rows = gpu_row_partial_group_rows,
     .attention_operand_views = true,
     .scalar_sibling_max_elements = 1 << 18};
 

@@ -299,7 +299,7 @@ public:
     };
     // Row `row`'s values of every partial at `column`, into this warp's slots.
     auto add_partials = [&](llvm::Value* row, llvm::Value* column) {
-      Index at{block, b_.CreateSub(row, b_.CreateMul(block, e_.i64(layout.group))), column};
+      Index at{block, b_.CreateSub(row, b_.CreateMul(block, e_.extent(layout.group))), column};
       for (std::size_t p = 0; p < partials.size(); ++p) {
         llvm::Value* x = e_.compute(partials[p]->inputs[0], at);
         llvm::Value* into = slot(p, warp, column);
@@ -373,9 +373,9 @@ public:
         b_.CreateStore(e_.reduce_init(*partials[p]), slot(p, warp, column));
     });
     e_.emit_for(
-        warp, e_.i64(layout.group),
+        warp, e_.extent(layout.group),
         [&](llvm::Value* r) {
-          process_row(b_.CreateAdd(b_.CreateMul(block, e_.i64(layout.group)), r));
+          process_row(b_.CreateAdd(b_.CreateMul(block, e_.extent(layout.group)), r));
         },
         e_.i64(warps));
     b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});

@@ -300,7 +300,7 @@ BackendGraphStages nvptx_graph_stages(const Graph& optimized, int compute_capabi
                             // at least a block an SM.
                             options.row_groups = gpu_row_groups;
                             options.row_groups_min = gpu_row_partial_min_groups;
-                            options.row_group_min_rows = 8;
+                            options.row_group_min_rows = gpu_row_partial_group_rows;
                             // Room for a layernorm's two (γ and β); longer rows split
                             // as other column sums do.
                             options.row_group_max_length = gpu_row_partial_max_values / 2;
