@@ -344,20 +344,23 @@ TEST_CASE("rows parameter: a kernel that reads a row's position within a sequenc
   CHECK(rows->rows() == 6);
 }
 
+/// tanh(x + bias) and the sum of x² over axis 0, for x of `shape` and a bias of its last dim:
+/// a loop kernel and a reduce kernel.
+Graph bias_loop_and_column_sum(const Shape& shape) {
+  Graph g;
+  Value x = input(g, "x", {DType::f32, shape});
+  Value bias = input(g, "bias", {DType::f32, {shape.back()}});
+  g.add_output("y", tanh(x + broadcast_to(bias, shape)).id);
+  g.add_output("column_sums", sum(x * x, {0}).id);
+  return Pipeline::standard(std::nullopt).run(g, DumpSelection(""), std::cerr);
+}
+
 TEST_CASE("rows parameter: a bias or a column sum as long as the rows are many is read as "
           "independent of them",
           "[rows-parameter]") {
   // 16 rows of 16: the bias and the column sums have 16 entries, as the rows do. The kernels
   // are those of 4 rows of 16 (the same cache key), the rows their parameter.
-  auto kernels_of = [](int64_t rows) {
-    Graph g;
-    Value x = input(g, "x", {DType::f32, {rows, 16}});
-    Value bias = input(g, "bias", {DType::f32, {16}});
-    g.add_output("y", tanh(x + broadcast_to(bias, {rows, 16})).id);
-    g.add_output("column_sums", sum(x * x, {0}).id);
-    return Pipeline::standard(std::nullopt).run(g, DumpSelection(""), std::cerr);
-  };
-  GpuPlan square(kernels_of(16)), narrow(kernels_of(4));
+  GpuPlan square(bias_loop_and_column_sum({16, 16})), narrow(bias_loop_and_column_sum({4, 16}));
   REQUIRE(square.plan().kernels.size() == narrow.plan().kernels.size());
   std::set<KernelKind> kinds;
   for (std::size_t i = 0; i < square.plan().kernels.size(); ++i) {
@@ -375,6 +378,29 @@ TEST_CASE("rows parameter: a bias or a column sum as long as the rows are many i
   }
   CHECK(kinds.contains(KernelKind::loop));
   CHECK(kinds.contains(KernelKind::reduce));
+}
+
+TEST_CASE("rows parameter: where the row count is not the size two plans differ in, the kernel "
+          "takes the size that changes",
+          "[rows-parameter]") {
+  // A sum over the batch keeps one value per position: its rows are the batch (3 at both
+  // lengths), the length is in its columns. The bias loop's rows are batch × length.
+  GpuPlan five(bias_loop_and_column_sum({3, 5, 8})), seven(bias_loop_and_column_sum({3, 7, 8}));
+  REQUIRE(five.plan().kernels.size() == seven.plan().kernels.size());
+  std::set<KernelKind> kinds;
+  for (std::size_t i = 0; i < seven.plan().kernels.size(); ++i) {
+    const Kernel& k = seven.plan().kernels[i];
+    INFO("kernel of %" << k.root << " (" << kernel_kind_name(k.kind) << ")");
+    std::optional<RuntimeRowsKernel> rows = RuntimeRowsKernel::of(seven.plan(), k);
+    std::optional<RuntimeRowsKernel> sized =
+        RuntimeRowsKernel::unify(RuntimeRowsKernel::capture(seven.plan(), k),
+                                 RuntimeRowsKernel::capture(five.plan(), five.plan().kernels[i]));
+    REQUIRE(rows);
+    REQUIRE(sized);
+    CHECK(row_count_covers(*rows, *sized) == (k.kind == KernelKind::loop));
+    kinds.insert(k.kind);
+  }
+  CHECK(kinds == std::set<KernelKind>{KernelKind::loop, KernelKind::reduce});
 }
 
 TEST_CASE("rows parameter: code that depends on the row count beyond the loop bounds is "

@@ -3,6 +3,7 @@
 #include "jit/backend/cuda/launch_plan.hpp"
 
 #include "jit/backend/cuda/gemm_epilogue.hpp"
+#include "jit/runtime/kernel_lookup.hpp"
 #include "jit/settings.hpp"
 
 #include <algorithm>
@@ -23,6 +24,17 @@ GpuLaunch sized_launch(const RuntimeRowsKernel& sized, GpuLaunch launch) {
   }
   launch.vector_width = width;
   return launch;
+}
+
+bool row_count_covers(const RuntimeRowsKernel& rows, const RuntimeRowsKernel& sized) {
+  // `sized` at a size no shape holds is the kernel where the changed dim is far from any it
+  // had: the row-count form must be the same kernel there.
+  RowsInstance elsewhere = sized.instance(nvptx_rows_extent);
+  std::optional<RuntimeRowsKernel> there =
+      RuntimeRowsKernel::of(elsewhere.plan, elsewhere.kernel());
+  if (!there) return false;
+  RowsInstance here = rows.instance(nvptx_rows_extent), far = there->instance(nvptx_rows_extent);
+  return kernel_key(here.plan, here.kernel(), {}) == kernel_key(far.plan, far.kernel(), {});
 }
 
 void remember_shapes_for_cuda(const Prepared& prepared, const Device& device) {
@@ -127,10 +139,16 @@ std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion,
     const Kernel& kernel = fusion.kernels[index];
     if (kernel.kind == KernelKind::gemm || kernel.kind == KernelKind::collective) continue;
     if (runtime_rows) {
-      if (auto rows = RuntimeRowsKernel::of(fusion, kernel))
+      // The row count as the size where it is what changes; the size another plan shows
+      // changing (a shape bucket's length) where it is not (a sum over the batch whose rows
+      // are the sequence).
+      std::optional<RuntimeRowsKernel> rows = RuntimeRowsKernel::of(fusion, kernel);
+      std::optional<RuntimeRowsKernel> sized =
+          captured[index] ? device.sized_kernel(*captured[index]) : std::nullopt;
+      if (rows && (!sized || row_count_covers(*rows, *sized)))
         rows_request[index] = std::make_unique<RowsKernelRequest>(fusion, kernel, std::move(*rows),
                                                                   gpu_launch(g, kernel));
-      else if (auto sized = captured[index] ? device.sized_kernel(*captured[index]) : std::nullopt)
+      else if (sized)
         rows_request[index] = std::make_unique<RowsKernelRequest>(
             fusion, kernel, *sized, sized_launch(*sized, gpu_launch(g, kernel)));
     }

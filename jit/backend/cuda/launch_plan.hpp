@@ -45,6 +45,13 @@ struct GpuLaunchStep {
 /// dim that the size scales cannot promise whole groups of elements.
 GpuLaunch sized_launch(const RuntimeRowsKernel& sized, GpuLaunch step_launch);
 
+/// Whether `rows` (RuntimeRowsKernel::of: the row count as the size) is one kernel at every
+/// size of `sized` (the same kernel unified with another plan's): then the row count covers
+/// what changes between the plans, and also serves other batch sizes. A sum over the batch at
+/// each position of a sequence has the batch as its rows and the length in its columns: the
+/// row-count form differs per length, the unified one does not.
+bool row_count_covers(const RuntimeRowsKernel& rows, const RuntimeRowsKernel& sized);
+
 /// BackendEntry::remember_shapes: the kernels of the step at another shape bucket, so that this
 /// bucket's compile makes kernels with the changed dim as a parameter (CudaDevice::sized_kernel).
 void remember_shapes_for_cuda(const Prepared& prepared, const Device& device);
