@@ -66,7 +66,7 @@ std::unique_ptr<Executable> compile_for_interpreter(Prepared prepared, const Dev
 }
 
 StepMemory plan_memory_for_interpreter(const Prepared& prepared, const Device&,
-                                       std::span<const bool>) {
+                                       std::span<const InputKeeping>) {
   StepMemory memory;
   memory.inputs = input_bytes(*prepared.graph);
   return memory; // values live in float64 vectors the interpreter makes as it goes

@@ -24,9 +24,9 @@ struct BackendEntry {
   std::unique_ptr<Executable> (*compile)(Prepared prepared, const Device& device, Context& context,
                                          CompileRun& run);
   /// The memory running a prepared graph would take on `device`, planned without generating
-  /// code. `single_copy[i]`: input i keeps one device copy (carried or resident).
+  /// code, with input i kept as `keeping[i]` says (per_run where the span is shorter).
   StepMemory (*plan_memory)(const Prepared& prepared, const Device& device,
-                            std::span<const bool> single_copy);
+                            std::span<const InputKeeping> keeping);
   /// Memory free for a new step on `device` now: the GPU's free memory, or on the CPU the
   /// host's available memory (MemAvailable).
   int64_t (*free_memory)(const Device& device);

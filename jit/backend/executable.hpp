@@ -13,6 +13,14 @@ namespace sinter {
 
 class Communicator;
 
+/// How a step keeps an input on a device between its runs (set_carried, set_resident), as
+/// memory plans count it.
+enum class InputKeeping : unsigned char {
+  per_run,  ///< given with each run (the batch): a copy in each of the two input sets
+  carried,  ///< replaced by an output of the run (parameters, optimizer state): one copy
+  resident, ///< read by every run and written by none (a teacher's weights): one copy
+};
+
 /// A graph compiled for one backend. Inputs follow the graph's inputs and are already checked
 /// (CompiledGraph checks dtypes and shapes); outputs are tensors of the graph's output types.
 class Executable {

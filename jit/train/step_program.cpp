@@ -37,22 +37,38 @@ std::pair<StepInput, std::size_t> step_input_role(const std::string& name,
   throw std::logic_error("sinter: step input '" + name + "' has no role (jit/train/step_roles)");
 }
 
+std::vector<InputKeeping> input_keeping(const Graph& g, const StepInputNames& names) {
+  std::vector<InputKeeping> keeping(g.inputs().size(), InputKeeping::per_run);
+  for (std::size_t in = 0; in < g.inputs().size(); ++in) {
+    StepInput role =
+        step_input_role(g.inputs()[in].name, names.parameters, names.batch, names.frozen).first;
+    // Frozen inputs (a teacher) are read by every step and never written: on a GPU they stay.
+    if (role == StepInput::frozen || (role == StepInput::batch && names.resident_batch))
+      keeping[in] = InputKeeping::resident;
+  }
+  // Parameters and optimizer state feed the next update: on a GPU they stay there.
+  for (const NamedValue& o : g.outputs())
+    if (std::optional<std::string> replaced = step_names::replaced_input(o.name))
+      for (std::size_t in = 0; in < g.inputs().size(); ++in)
+        if (g.inputs()[in].name == *replaced) keeping[in] = InputKeeping::carried;
+  return keeping;
+}
+
 StepProgram connect_program(std::unique_ptr<CompiledGraph> compiled, const StepInputNames& names) {
   StepProgram out;
   out.program = std::move(compiled);
   const Graph& g = out.program->graph();
-  std::vector<std::size_t> resident;
   for (std::size_t in = 0; in < g.inputs().size(); ++in) {
-    const std::string& name = g.inputs()[in].name;
-    auto [role, index] = step_input_role(name, names.parameters, names.batch, names.frozen);
-    out.feeds.push_back({role, index, role == StepInput::state ? name : std::string()});
-    // Frozen inputs (a teacher) are read by every step and never written: on a GPU they stay.
-    if (role == StepInput::frozen || (role == StepInput::batch && names.resident_batch))
-      resident.push_back(in);
+    auto [role, index] =
+        step_input_role(g.inputs()[in].name, names.parameters, names.batch, names.frozen);
+    out.feeds.push_back({role, index, role == StepInput::state ? g.inputs()[in].name : ""});
   }
   for (const NamedValue& o : g.outputs())
     out.outputs.emplace_back(g.type(o.id).dtype, g.type(o.id).shape);
-  // Parameters and optimizer state feed the next update: on a GPU they stay there.
+  const std::vector<InputKeeping> keeping = input_keeping(g, names);
+  std::vector<std::size_t> resident;
+  for (std::size_t in = 0; in < keeping.size(); ++in)
+    if (keeping[in] == InputKeeping::resident) resident.push_back(in);
   std::vector<std::pair<std::size_t, std::size_t>> carried;
   for (std::size_t o = 0; o < g.outputs().size(); ++o)
     if (std::optional<std::string> replaced = step_names::replaced_input(g.outputs()[o].name))

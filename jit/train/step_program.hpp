@@ -2,6 +2,7 @@
 // outputs connect to the step's host values by role
 #pragma once
 #include "jit/api.hpp"
+#include "jit/backend/executable.hpp"
 #include "jit/train/step_roles.hpp"
 
 #include <map>
@@ -34,6 +35,11 @@ struct StepInputNames {
   const std::vector<std::string>& frozen;
   bool resident_batch = false; ///< TrainStepOptions::resident_batch
 };
+
+/// How the step keeps each of `g`'s inputs on a device (what connect_program declares, and
+/// what a memory plan counts): inputs an output `new.<input>` replaces are carried, frozen
+/// inputs resident, and the batch too with `resident_batch`; the rest come with each run.
+std::vector<InputKeeping> input_keeping(const Graph& g, const StepInputNames& names);
 
 /// `program` with each input's feed found by role, and its outputs allocated. Declares what
 /// stays on a device between runs: inputs an output `new.<input>` replaces (parameters,

@@ -227,23 +227,14 @@ StepMemory TrainStep::plan_memory(std::span<const HostTensor> batch) {
 
 StepMemory TrainStep::plan_for(const Graph& optimized, const std::vector<std::string>& batch_names,
                                CompileRun& run) const {
-  const auto& inputs = optimized.inputs();
-  // Parameters and optimizer state are carried, frozen inputs (and a resident batch) resident:
-  // one copy each.
-  auto single = std::make_unique<bool[]>(inputs.size());
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    const std::string& n = inputs[i].name;
-    single[i] = std::find(names_.begin(), names_.end(), n) != names_.end() ||
-                step_names::is_state(n) ||
-                std::find(frozen_names_.begin(), frozen_names_.end(), n) != frozen_names_.end() ||
-                (options_.resident_batch &&
-                 std::find(batch_names.begin(), batch_names.end(), n) != batch_names.end());
-  }
+  // As the compiled step keeps them: parameters and optimizer state carried, frozen inputs
+  // (and a resident batch) resident, one copy each.
+  const std::vector<InputKeeping> keeping = input_keeping(
+      optimized, StepInputNames{names_, batch_names, frozen_names_, options_.resident_batch});
   Device device = default_device();
   Prepared prepared = prepare_for(optimized, device, run);
   run.finish(device.name());
-  return backend_entry(device.backend)
-      .plan_memory(prepared, device, std::span<const bool>(single.get(), inputs.size()));
+  return backend_entry(device.backend).plan_memory(prepared, device, keeping);
 }
 
 MaxBatch TrainStep::max_batch(std::span<const HostTensor> example, int64_t budget_bytes) {

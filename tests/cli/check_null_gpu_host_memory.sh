@@ -37,10 +37,12 @@ if rss >= 2048:
 if pinned > 1 << 20:
     failures.append(f"{pinned:.0f} bytes pinned; the batch and the loss need a few KB")
 # The plan holds 64 MiB for kernel images and CUDA graphs, which are not cuMemAlloc'd, and no
-# GEMM workspace (made before the plan, by the run: 32 MiB); each allocation is rounded up to
-# 512 bytes.
+# GEMM workspace (made before the plan, by the run: 32 MiB). The plan counts each of the
+# step's allocations in whole 2 MiB pages, the null driver only those of a page or more: less
+# than a page apart per allocation (the arena, the outputs, carried inputs, other inputs, the
+# second set's batch).
 allocated = planned - (64 << 20) + (32 << 20)
-if not allocated <= device_peak <= allocated + (4 << 20):
+if not allocated - 5 * (2 << 20) < device_peak <= allocated:
     failures.append(f"device peak {device_peak:.0f} bytes against a plan of {planned:.0f}")
 # Attention's path is decided per shape: the null driver has no cuDNN, so the NVPTX kernels run,
 # and the log line says why (docs/gpu.md, "Attention").

@@ -411,7 +411,8 @@ std::unique_ptr<Executable> compile_for_cpu(Prepared prepared, const Device&, Co
   return executable;
 }
 
-StepMemory plan_memory_for_cpu(const Prepared& prepared, const Device&, std::span<const bool>) {
+StepMemory plan_memory_for_cpu(const Prepared& prepared, const Device&,
+                               std::span<const InputKeeping>) {
   const Graph& graph = *prepared.graph;
   const MemoryPlan& memory = prepared.memory;
   StepMemory out;

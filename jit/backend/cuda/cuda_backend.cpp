@@ -82,42 +82,53 @@ std::unique_ptr<Executable> compile_for_cuda(Prepared prepared, const Device& de
 }
 
 StepMemory plan_memory_for_cuda(const Prepared& prepared, const Device& device,
-                                std::span<const bool> single_copy) {
+                                std::span<const InputKeeping> keeping) {
   const Graph& g = *prepared.graph;
   const FusionPlan& fusion = prepared.fusion;
   const MemoryPlan& memory = prepared.memory;
-  // As the constructor and the first runs allocate: the arena, a buffer per output outside it,
-  // each input's buffer in both sets (one shared where carried or resident), the device's GEMM
-  // workspace unless it has one already, cuDNN's attention workspace where cuDNN may run the
-  // attention (its dq accumulator: the choice is made later, at compile), and an allowance for the
-  // kernels' images and the CUDA graphs (the null driver counts the images; a GPT-2 step's are
-  // under 2 MiB).
+  // As the constructor and the first runs allocate, each allocation in whole device pages
+  // (device_pages): the arena; the outputs outside it, in one allocation; the first input
+  // set's carried inputs in one allocation and its others in another, and the inputs given
+  // per run again in the second set's; the device's GEMM workspace unless it has one already;
+  // cuDNN's attention workspace where cuDNN may run the attention (its dq accumulator: the choice
+  // is made later, at compile); and an allowance for the kernels' images and the CUDA graphs (the
+  // null driver counts the images; a GPT-2 step's are under 2 MiB).
   StepMemory out;
-  out.arena = memory.arena_bytes();
+  out.arena = static_cast<int64_t>(device_pages(static_cast<std::size_t>(memory.arena_bytes())));
   std::vector<bool> is_input(g.size(), false);
   for (const NamedValue& in : g.inputs())
     is_input[in.id] = true;
   std::vector<bool> counted(g.size(), false);
+  std::vector<std::size_t> owned_outputs;
   for (const NamedValue& o : g.outputs())
     if (!memory.offset_of(o.id) && !is_input[o.id] && !counted[o.id]) {
       counted[o.id] = true;
-      out.outputs += static_cast<int64_t>(std::max<std::size_t>(byte_size(g.type(o.id)), 16));
+      owned_outputs.push_back(byte_size(g.type(o.id)));
     }
+  out.outputs = static_cast<int64_t>(device_pages(pack_buffers(owned_outputs).total));
   std::vector<PlannedBuffer> buffers = arena_buffers(g, memory);
+  std::vector<std::size_t> carried, others, per_run;
   for (std::size_t i = 0; i < g.inputs().size(); ++i) {
     const NamedValue& in = g.inputs()[i];
-    int64_t bytes = static_cast<int64_t>(std::max<std::size_t>(byte_size(g.type(in.id)), 16));
-    bool once = i < single_copy.size() && single_copy[i];
-    out.inputs += once ? bytes : 2 * bytes;
-    buffers.push_back({"input: " + in.name + " " + to_string(g.type(in.id)), bytes});
+    std::size_t bytes = byte_size(g.type(in.id));
+    InputKeeping kept = i < keeping.size() ? keeping[i] : InputKeeping::per_run;
+    (kept == InputKeeping::carried ? carried : others).push_back(bytes);
+    if (kept == InputKeeping::per_run) per_run.push_back(bytes);
+    buffers.push_back({"input: " + in.name + " " + to_string(g.type(in.id)),
+                       static_cast<int64_t>(std::max<std::size_t>(bytes, 16))});
   }
+  out.inputs = static_cast<int64_t>(device_pages(pack_buffers(carried).total) +
+                                    device_pages(pack_buffers(others).total) +
+                                    device_pages(pack_buffers(per_run).total));
   bool has_gemm = std::any_of(fusion.kernels.begin(), fusion.kernels.end(),
                               [](const Kernel& k) { return k.kind == KernelKind::gemm; });
   bool workspace_there = cuda::driver() && CudaDevice::get(device.ordinal).has_gemm_workspace();
-  out.workspace =
-      has_gemm && !workspace_there ? static_cast<int64_t>(kernels::CublasLt::workspace_bytes) : 0;
+  out.workspace = has_gemm && !workspace_there
+                      ? static_cast<int64_t>(device_pages(kernels::CublasLt::workspace_bytes))
+                      : 0;
   int capability = cuda::driver() ? CudaDevice::get(device.ordinal).info().compute_capability : 90;
-  out.workspace += static_cast<int64_t>(cudnn_attention_workspace_bound(fusion, capability));
+  out.workspace +=
+      static_cast<int64_t>(device_pages(cudnn_attention_workspace_bound(fusion, capability)));
   out.runtime = runtime_allowance_bytes;
   out.largest = largest_buffers(std::move(buffers));
   return out;

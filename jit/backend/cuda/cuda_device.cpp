@@ -66,6 +66,26 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   return *this;
 }
 
+PackedLayout pack_buffers(std::span<const std::size_t> bytes) {
+  PackedLayout layout;
+  layout.offsets.reserve(bytes.size());
+  for (std::size_t n : bytes) {
+    layout.offsets.push_back(layout.total);
+    layout.total += (std::max<std::size_t>(n, 16) + 255) / 256 * 256;
+  }
+  return layout;
+}
+
+std::vector<DeviceSpan> allocate_packed(std::span<const std::size_t> bytes) {
+  PackedLayout layout = pack_buffers(bytes);
+  auto allocation = std::make_shared<const DeviceBuffer>(layout.total);
+  std::vector<DeviceSpan> spans;
+  spans.reserve(bytes.size());
+  for (std::size_t i = 0; i < bytes.size(); ++i)
+    spans.push_back({allocation, allocation->get() + layout.offsets[i], bytes[i]});
+  return spans;
+}
+
 PinnedBuffer::PinnedBuffer(std::size_t bytes) : bytes_(bytes) {
   if (bytes == 0) return;
   const cuda::Driver& d = cuda::require_driver();

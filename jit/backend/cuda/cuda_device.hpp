@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -32,6 +33,34 @@ private:
   cuda::DevicePtr ptr_ = 0;
   std::size_t bytes_ = 0;
 };
+
+/// The driver hands out device memory in whole pages of this size: an allocation of 2.1 MiB
+/// holds 4 MiB. What a step allocates is therefore planned per allocation, rounded up
+/// (device_pages), and its many small buffers share a few allocations (packed_device_buffers).
+inline constexpr std::size_t device_page_bytes = std::size_t{2} << 20;
+/// `bytes` as the device pages one allocation of that size takes (0 for none).
+constexpr std::size_t device_pages(std::size_t bytes) {
+  return (bytes + device_page_bytes - 1) / device_page_bytes * device_page_bytes;
+}
+/// Where each of several buffers sits in one allocation: 256-byte aligned, at least 16 bytes
+/// each (what kernels' vector accesses need). `total` is the allocation's size.
+struct PackedLayout {
+  std::vector<std::size_t> offsets;
+  std::size_t total = 0;
+};
+PackedLayout pack_buffers(std::span<const std::size_t> bytes);
+
+/// A buffer inside a shared allocation, which it keeps alive (a carried value read after its
+/// step was released still finds its memory).
+struct DeviceSpan {
+  std::shared_ptr<const DeviceBuffer> allocation;
+  cuda::DevicePtr ptr = 0;
+  std::size_t bytes = 0;
+  cuda::DevicePtr get() const { return ptr; }
+  explicit operator bool() const { return allocation != nullptr; }
+};
+/// One allocation holding a buffer of each size in `bytes` (pack_buffers' layout).
+std::vector<DeviceSpan> allocate_packed(std::span<const std::size_t> bytes);
 
 /// Page-locked host memory: the staging area of asynchronous copies.
 class PinnedBuffer {

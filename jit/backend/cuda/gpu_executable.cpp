@@ -92,9 +92,8 @@ private:
 /// A carried output of one run: in the carried input's device buffer until the next run.
 class ResidentValue final : public DeferredBytes {
 public:
-  ResidentValue(CudaDevice& device, std::shared_ptr<SetEvents> events,
-                std::shared_ptr<DeviceBuffer> buffer, std::shared_ptr<std::atomic<uint64_t>> runs,
-                std::size_t bytes)
+  ResidentValue(CudaDevice& device, std::shared_ptr<SetEvents> events, DeviceSpan buffer,
+                std::shared_ptr<std::atomic<uint64_t>> runs, std::size_t bytes)
       : device_(device), events_(std::move(events)), buffer_(std::move(buffer)),
         runs_(std::move(runs)), run_(runs_->load()), bytes_(bytes) {}
   void fetch(std::span<std::byte> into) const override {
@@ -105,7 +104,7 @@ public:
     const cuda::Driver& d = device_.driver();
     const int64_t asked = profile::now_ns();
     d.check(d.cuEventSynchronize(events_->finished), "cuEventSynchronize");
-    d.check(d.cuMemcpyDtoH(into.data(), buffer_->get(), std::min(bytes_, into.size())),
+    d.check(d.cuMemcpyDtoH(into.data(), buffer_.get(), std::min(bytes_, into.size())),
             "cuMemcpyDtoH (fetching a GPU-resident value)");
     profile::device_read(asked, profile::now_ns());
   }
@@ -113,7 +112,7 @@ public:
 private:
   CudaDevice& device_;
   std::shared_ptr<SetEvents> events_;
-  std::shared_ptr<DeviceBuffer> buffer_; // kept alive: the tensor may outlive the executable
+  DeviceSpan buffer_; // kept alive: the tensor may outlive the executable
   std::shared_ptr<std::atomic<uint64_t>> runs_;
   uint64_t run_;
   std::size_t bytes_;
@@ -135,9 +134,9 @@ std::size_t aligned(std::size_t n) { return (n + 255) / 256 * 256; }
 /// What alternates between runs: device buffers for the inputs, pinned staging, launches bound
 /// to those buffers, the captured graph, the events, and the outputs still in its staging.
 struct GpuExecutable::InputSet {
-  std::vector<std::shared_ptr<DeviceBuffer>> inputs; ///< per graph input (carried: shared)
-  PinnedBuffer staging_in, staging_out;              ///< batch inputs and non-carried outputs only
-  bool ready = false; ///< buffers, staging and launches in place (make_ready)
+  std::vector<DeviceSpan> inputs;       ///< per graph input (carried: shared), in one allocation
+  PinnedBuffer staging_in, staging_out; ///< batch inputs and non-carried outputs only
+  bool ready = false;                   ///< buffers, staging and launches in place (make_ready)
   std::vector<Bound> bound;
   cuda::GraphHandle graph = nullptr;
   cuda::GraphExecHandle exec = nullptr;
@@ -149,7 +148,7 @@ struct GpuExecutable::InputSet {
 /// A carried value: where it lives on the device, and which run made it.
 struct GpuExecutable::Carried {
   std::size_t input = 0, output = 0;
-  std::shared_ptr<DeviceBuffer> buffer;        ///< the input's buffer in both sets
+  DeviceSpan buffer;                           ///< the input's buffer in both sets
   std::shared_ptr<std::atomic<uint64_t>> runs; ///< bumped by each run that replaces it
   std::shared_ptr<const DeferredBytes> latest; ///< handed out by the last run
   std::size_t bytes = 0;
@@ -206,14 +205,19 @@ void GpuExecutable::allocate_buffers() {
     pointer_[slot.node] = arena_.get() + static_cast<cuda::DevicePtr>(slot.offset);
   for (std::size_t i = 0; i < g.inputs().size(); ++i)
     input_index_[g.inputs()[i].id] = static_cast<int>(i);
-  for (const NamedValue& out : g.outputs()) {
-    // Kernel roots that are outputs get their own buffer (graph inputs are in the sets).
-    if (!pointer_[out.id] && input_index_[out.id] < 0) {
-      owned_outputs_.push_back(
-          std::make_shared<DeviceBuffer>(std::max<std::size_t>(byte_size(g.type(out.id)), 16)));
-      pointer_[out.id] = owned_outputs_.back()->get();
+  // Kernel roots that are outputs get their own buffers (graph inputs are in the sets), in one
+  // allocation: the driver rounds each allocation up to whole pages (device_page_bytes).
+  std::vector<ValueId> owned;
+  std::vector<std::size_t> owned_bytes;
+  for (const NamedValue& out : g.outputs())
+    if (!pointer_[out.id] && input_index_[out.id] < 0 &&
+        std::find(owned.begin(), owned.end(), out.id) == owned.end()) {
+      owned.push_back(out.id);
+      owned_bytes.push_back(byte_size(g.type(out.id)));
     }
-  }
+  owned_outputs_ = allocate_packed(owned_bytes);
+  for (std::size_t i = 0; i < owned.size(); ++i)
+    pointer_[owned[i]] = owned_outputs_[i].get();
   input_carried_.assign(g.inputs().size(), false);
   input_resident_.assign(g.inputs().size(), false);
   output_carried_.assign(g.outputs().size(), false);
@@ -224,9 +228,10 @@ void GpuExecutable::allocate_buffers() {
   }
   // The first set's buffers now (the launch plan reads their addresses); the second set's
   // when it first runs, once carried and resident inputs share the first set's instead.
-  for (std::size_t i = 0; i < g.inputs().size(); ++i)
-    sets_[0]->inputs[i] = std::make_shared<DeviceBuffer>(
-        std::max<std::size_t>(byte_size(g.type(g.inputs()[i].id)), 16));
+  std::vector<std::size_t> input_bytes;
+  for (const NamedValue& in : g.inputs())
+    input_bytes.push_back(byte_size(g.type(in.id)));
+  sets_[0]->inputs = allocate_packed(input_bytes);
   layout_staging();
 }
 
@@ -259,14 +264,18 @@ void GpuExecutable::layout_staging() {
 void GpuExecutable::make_ready(InputSet& set) const {
   if (set.ready) return;
   const Graph& g = *graph_;
+  std::vector<std::size_t> own, own_bytes; // the set's own buffers, in one allocation
   for (std::size_t i = 0; i < g.inputs().size(); ++i) {
-    auto& buffer = set.inputs[i];
     if (input_carried_[i] || input_resident_[i])
-      buffer = sets_[0]->inputs[i]; // one device copy, whichever set runs
-    else if (!buffer)
-      buffer = std::make_shared<DeviceBuffer>(
-          std::max<std::size_t>(byte_size(g.type(g.inputs()[i].id)), 16));
+      set.inputs[i] = sets_[0]->inputs[i]; // one device copy, whichever set runs
+    else if (!set.inputs[i]) {
+      own.push_back(i);
+      own_bytes.push_back(byte_size(g.type(g.inputs()[i].id)));
+    }
   }
+  std::vector<DeviceSpan> made = allocate_packed(own_bytes);
+  for (std::size_t j = 0; j < own.size(); ++j)
+    set.inputs[own[j]] = made[j];
   set.staging_in = PinnedBuffer(staged_in_bytes_);
   set.staging_out = PinnedBuffer(staged_out_bytes_);
   if (set.bound.empty()) bind(set); // the first set is bound by the `bind` stage
@@ -294,7 +303,7 @@ GpuExecutable::~GpuExecutable() {
 
 cuda::DevicePtr GpuExecutable::pointer_for(const InputSet& set, ValueId node) const {
   int input = input_index_[node];
-  return input >= 0 ? set.inputs[static_cast<std::size_t>(input)]->get() : pointer_[node];
+  return input >= 0 ? set.inputs[static_cast<std::size_t>(input)].get() : pointer_[node];
 }
 
 void GpuExecutable::bind(InputSet& set) const {
@@ -406,7 +415,7 @@ void GpuExecutable::enqueue_body(const InputSet& set, std::span<const cuda::Even
   // Carried outputs become the next run's inputs on the device; the rest go to pinned memory.
   for (const Carried& c : carried_)
     if (c.bytes)
-      d.check(d.cuMemcpyDtoDAsync(c.buffer->get(), pointer_for(set, g.outputs()[c.output].id),
+      d.check(d.cuMemcpyDtoDAsync(c.buffer.get(), pointer_for(set, g.outputs()[c.output].id),
                                   c.bytes, stream),
               "cuMemcpyDtoDAsync");
   for (std::size_t i = 0; i < g.outputs().size(); ++i)
@@ -461,16 +470,42 @@ void GpuExecutable::set_carried(
     Carried c;
     c.input = in;
     c.output = out;
-    c.buffer = sets_[0]->inputs[in];
-    sets_[1]->inputs[in] = c.buffer; // one device copy, whichever set runs
     c.runs = std::make_shared<std::atomic<uint64_t>>(0);
     c.bytes = byte_size(g.type(g.inputs()[in].id));
     carried_.push_back(std::move(c));
     input_carried_[in] = true;
     output_carried_[out] = true;
   }
+  if (!ran_) separate_carried_inputs();
+  for (Carried& c : carried_) {
+    c.buffer = sets_[0]->inputs[c.input];
+    sets_[1]->inputs[c.input] = c.buffer; // one device copy, whichever set runs
+  }
   layout_staging();
   runs_ = 0;
+}
+
+void GpuExecutable::separate_carried_inputs() {
+  // Released first, then made again, so that no moment holds both layouts (nothing has run:
+  // the buffers hold no values yet).
+  const Graph& g = *graph_;
+  for (auto& set : sets_)
+    std::fill(set->inputs.begin(), set->inputs.end(), DeviceSpan{});
+  std::vector<std::size_t> carried, others, carried_bytes, others_bytes;
+  for (std::size_t i = 0; i < g.inputs().size(); ++i) {
+    (input_carried_[i] ? carried : others).push_back(i);
+    (input_carried_[i] ? carried_bytes : others_bytes)
+        .push_back(byte_size(g.type(g.inputs()[i].id)));
+  }
+  std::vector<DeviceSpan> made = allocate_packed(carried_bytes);
+  for (std::size_t j = 0; j < carried.size(); ++j)
+    sets_[0]->inputs[carried[j]] = made[j];
+  made = allocate_packed(others_bytes);
+  for (std::size_t j = 0; j < others.size(); ++j)
+    sets_[0]->inputs[others[j]] = made[j];
+  for (std::size_t i = 0; i < g.inputs().size(); ++i)
+    if (input_resident_[i]) sets_[1]->inputs[i] = sets_[0]->inputs[i];
+  sets_[0]->bound.clear(); // bound again by make_ready, to the new addresses
 }
 
 void GpuExecutable::set_resident(std::span<const std::size_t> inputs) {
@@ -577,7 +612,7 @@ void GpuExecutable::run_into(std::span<const HostTensor* const> inputs,
     std::size_t n = byte_size(g.type(g.inputs()[i].id));
     if (input_carried_[i] || input_resident_[i] || n == 0) continue;
     stage(i);
-    d.check(d.cuMemcpyHtoDAsync(set.inputs[i]->get(), set.staging_in.data() + input_offsets_[i], n,
+    d.check(d.cuMemcpyHtoDAsync(set.inputs[i].get(), set.staging_in.data() + input_offsets_[i], n,
                                 copy),
             "cuMemcpyHtoDAsync");
   }
@@ -598,13 +633,13 @@ void GpuExecutable::run_into(std::span<const HostTensor* const> inputs,
   for (const Carried& c : carried_) {
     const DeferredBytes* source = inputs[c.input]->unwritten_source();
     if ((source && source == c.latest.get()) || c.bytes == 0) continue;
-    upload(c.buffer->get(), *inputs[c.input], c.bytes);
+    upload(c.buffer.get(), *inputs[c.input], c.bytes);
   }
   // Resident inputs go up only when the host value changed, in step order like carried ones.
   for (auto& [in, uploaded] : resident_) {
     std::size_t n = byte_size(g.type(g.inputs()[in].id));
     if (n == 0 || inputs[in]->stamp() == uploaded) continue;
-    upload(set.inputs[in]->get(), *inputs[in], n);
+    upload(set.inputs[in].get(), *inputs[in], n);
     uploaded = inputs[in]->stamp();
   }
   d.check(d.cuEventRecord(set.events->started, compute), "cuEventRecord");
@@ -632,6 +667,7 @@ void GpuExecutable::run_into(std::span<const HostTensor* const> inputs,
   set.in_flight = true;
   last_set_ = which;
   last_run_was_graph_ = !direct;
+  ran_ = true;
   if (runs_++ < direct_runs_before_graph)
     d.check(d.cuEventSynchronize(set.events->finished), "running the step");
 

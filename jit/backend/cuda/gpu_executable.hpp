@@ -79,6 +79,10 @@ private:
   /// Places the staged inputs and outputs (those not carried or resident) in the staging
   /// buffers, and makes every set ready again (after set_carried or set_resident).
   void layout_staging();
+  /// Lays the first set's inputs out again, the carried ones in an allocation of their own: a
+  /// carried value handed out keeps its allocation alive after the step is gone, and must not
+  /// keep the batch's buffers with it. Only before the first run.
+  void separate_carried_inputs();
   GpuExecutable(const Graph& optimized, CudaDevice& device, KernelCache& cache, CompileRun&& run);
 
   struct Bound;
@@ -109,10 +113,10 @@ private:
   CudaDevice& device_;
   kernels::Fp32Math fp32_;
   DeviceBuffer arena_;
-  DeviceBuffer attention_workspace_; ///< cuDNN's attention calls' scratch (the largest's size)
-  std::vector<std::shared_ptr<DeviceBuffer>> owned_outputs_; ///< kernel roots that are outputs
-  std::vector<cuda::DevicePtr> pointer_; ///< by node: arena slots and owned outputs
-  std::vector<int> input_index_;         ///< by node: its graph input position, or -1
+  DeviceBuffer attention_workspace_;      ///< cuDNN's attention calls' scratch (the largest's size)
+  std::vector<DeviceSpan> owned_outputs_; ///< kernel roots that are outputs, one allocation
+  std::vector<cuda::DevicePtr> pointer_;  ///< by node: arena slots and owned outputs
+  std::vector<int> input_index_;          ///< by node: its graph input position, or -1
   std::vector<std::size_t> input_offsets_, output_offsets_; ///< in the staging buffers
   std::size_t staged_in_bytes_ = 0, staged_out_bytes_ = 0;
   std::vector<GpuLaunchStep> launches_; ///< the plan: what runs, in order
@@ -134,6 +138,7 @@ private:
   int64_t collective_ranks_ = 0; ///< the ranks its collectives were built for (0: none)
   mutable std::mutex run_mutex_;
   mutable int runs_ = 0;
+  mutable bool ran_ = false; ///< a run has written the input sets (their layout is fixed)
   mutable int last_set_ = -1;
   mutable bool last_run_was_graph_ = false;
   uint64_t profile_id_ = profile::new_program_id(); ///< its kernel table in a profile

@@ -230,7 +230,10 @@ NULL_GPU_API int cuMemAlloc_v2(DevicePtr* pointer, std::size_t bytes) {
   if (int r = refuse_during_capture(s, "cuMemAlloc")) return r;
   if (!pointer || bytes == 0) return s.fail(invalid_value, "cuMemAlloc of 0 bytes");
   int device = State::current()->device;
-  uint64_t rounded = (bytes + 511) / 512 * 512; // the driver's granularity for small blocks
+  // As the driver hands out memory: an allocation of a page (2 MiB) or more in whole pages
+  // (2.1 MiB takes 4), smaller ones packed into shared pages at 512 bytes.
+  constexpr uint64_t page = uint64_t{2} << 20;
+  uint64_t rounded = bytes >= page ? (bytes + page - 1) / page * page : (bytes + 511) / 512 * 512;
   if (rounded > s.device_free(device)) {
     ++s.counters.device_failed_allocations;
     return s.fail(out_of_memory, "cuMemAlloc of " + std::to_string(bytes) + " bytes with " +
