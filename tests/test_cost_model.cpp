@@ -1,10 +1,16 @@
 // tests/test_cost_model.cpp — the GPU cost model against the kernels of two steps measured on an
 // H100 (tests/data/h100_*_kernels.tsv: GPT-2 small bf16, the ViT-B/16→S/16 pair), class by class
 #include "jit/backend/cuda/cost_model.hpp"
+#include "jit/backend/cuda/gpu_launch.hpp"
+#include "jit/backend/cuda/nvptx_target.hpp"
+#include "jit/passes/passes.hpp"
+#include "jit/pipeline/pipeline.hpp"
+#include "jit/profile/kernel_costs.hpp"
 
 #include <catch2/catch.hpp>
 
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -92,6 +98,62 @@ TEST_CASE("cost model: each kernel class of a GPT-2 small bf16 step and a ViT di
   }
   INFO("step: measured " << measured * 1e3 << " ms, predicted " << predicted * 1e3 << " ms");
   CHECK(predicted / measured == Approx(1.0).margin(0.15));
+}
+
+TEST_CASE("cost model: a row kernel with a block per row reads its row again in each pass, as "
+          "GPT-2's log-sum-exp over its logits measured",
+          "[cost-model]") {
+  GpuRates rates = gpu_rates(h100());
+  std::vector<MeasuredKernel> step = h100_step("h100_gpt2_small_bf16_b8_kernels.tsv");
+  auto found = std::find_if(step.begin(), step.end(), [](const MeasuredKernel& k) {
+    return k.name == "cross_entropy_mean.logsumexp row add";
+  });
+  REQUIRE(found != step.end());
+  KernelWork work = found->work;
+  // Its max, then the sum of exponentials that reads it: the 824 MB of logits twice.
+  CHECK(work.reread_bytes > work.bytes * 99 / 100);
+  INFO("measured " << found->seconds * 1e6 << " us");
+  CHECK(predict_kernel(work, rates).seconds == Approx(found->seconds).epsilon(0.05));
+  work.reread_bytes = 0; // read once, it would take two thirds of the time
+  CHECK(predict_kernel(work, rates).seconds < 0.6 * found->seconds);
+
+  // A language model's loss over 4096 classes has a block per row; its row kernel reads the row for the max and
+  // the picked logit together, again for the sum of exponentials, and again to write the
+  // logits' gradient: each pass after the first is counted.
+  Graph g;
+  Value x = input(g, "x", {DType::bf16, {4, 16, 16}}); // [batch, tokens, width], as GPT-2's
+  Value w = input(g, "w", {DType::bf16, {16, 4096}});
+  Value labels = input(g, "labels", {DType::i32, {4, 16}});
+  g.add_output("loss", cross_entropy_mean(matmul(x, w), labels).id);
+  std::ostream quiet(nullptr);
+  g = Pipeline::standard(AutodiffOptions{{"x", "w"}, 0}).run(g, DumpSelection(""), quiet);
+  CompileRun run("loss", false, DumpSelection(""));
+  Prepared prepared = prepare_for_nvptx(g, 90, run);
+  const FusionPlan& plan = prepared.fusion;
+  std::vector<GpuLaunchStep> launches;
+  for (std::size_t i = 0; i < plan.kernels.size(); ++i) {
+    GpuLaunchStep l;
+    l.kind = plan.kernels[i].kind;
+    l.kernel = i;
+    if (l.kind != KernelKind::gemm && l.kind != KernelKind::collective)
+      l.shape = gpu_launch(*plan.graph, plan.kernels[i]);
+    launches.push_back(l);
+  }
+  std::vector<profile::KernelInfo> infos = describe_kernels(plan);
+  std::vector<KernelWork> works = plan_work(plan, launches, infos);
+  std::size_t block_rows = 0;
+  for (const KernelWork& work_of : works)
+    UNSCOPED_INFO(work_of.name << " " << describe(work_of));
+  for (const KernelWork& w : works) {
+    if (w.kind != KernelKind::row || w.strategy != GpuStrategy::block_per_output) continue;
+    ++block_rows;
+    INFO(describe(w));
+    const int64_t row_bytes = 64 * 4096 * 2;
+    CHECK(w.reread_bytes >= 2 * row_bytes);
+    CHECK(w.reread_bytes < 3 * row_bytes);
+    CHECK(parse_work(describe(w))->reread_bytes == w.reread_bytes);
+  }
+  CHECK(block_rows == 1);
 }
 
 TEST_CASE("cost model: a loop of one block writing many buffers is bound by its few warps' "

@@ -183,6 +183,12 @@ TEST_CASE("GPU plan: the loss's row kernel also writes the logits' gradient, ove
       loops_over_logits +=
           k.kind == KernelKind::loop && numel(gpu.graph.type(k.root).shape) == rows * classes;
     CHECK(loops_over_logits == 0);
+    // The row is read once for the max and the picked logit together, once for the sum of
+    // exponentials (it reads the max), and once more to write the gradient.
+    RowLayout layout = row_layout(gpu.graph, *loss);
+    CHECK(layout.reductions.size() == 3);
+    REQUIRE(layout.passes.size() == 2);
+    CHECK(layout.passes[0].size() == 2);
     // Each thread computes its 16 bytes of the row before it stores them, so the pass that
     // reads the logits and writes their gradient over them still moves 16 bytes an access.
     std::string ptx = nvptx_target(90).compile(gpu.plan, *loss, "loss");

@@ -147,6 +147,30 @@ Index KernelEmitter::start_row_reduction(const Node& reduction, llvm::AllocaInst
   return delinearize(row, Shape(operand.begin(), operand.end() - 1));
 }
 
+std::vector<Index> KernelEmitter::start_row_pass(std::span<const ValueId> reductions,
+                                                 std::span<const std::size_t> pass,
+                                                 std::span<llvm::AllocaInst* const> accs,
+                                                 llvm::Value* row) {
+  std::vector<Index> row_idx;
+  for (std::size_t p : pass)
+    row_idx.push_back(start_row_reduction(g_.node(reductions[p]), accs[p], row));
+  return row_idx;
+}
+
+void KernelEmitter::fold_row_element(std::span<const ValueId> reductions,
+                                     std::span<const std::size_t> pass,
+                                     std::span<llvm::AllocaInst* const> accs,
+                                     std::span<const Index> row_idx, llvm::Value* column) {
+  std::vector<llvm::Value*> xs;
+  for (std::size_t i = 0; i < pass.size(); ++i) {
+    Index idx = row_idx[i];
+    idx.push_back(column);
+    xs.push_back(compute(g_.node(reductions[pass[i]]).inputs[0], idx));
+  }
+  for (std::size_t i = 0; i < pass.size(); ++i)
+    accumulate(g_.node(reductions[pass[i]]), accs[pass[i]], xs[i]);
+}
+
 Index KernelEmitter::delinearize(llvm::Value* flat, const Shape& shape) {
   Index idx(shape.size());
   for (std::size_t d = shape.size(); d-- > 0;) {

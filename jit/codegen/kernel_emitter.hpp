@@ -117,6 +117,17 @@ public:
   /// Row kernels: the index of row `row` of a last-axis reduction's operand (all but its last
   /// dim), with the reduction's accumulator `acc` set to its identity, ready to fold the row.
   Index start_row_reduction(const Node& reduction, llvm::AllocaInst* acc, llvm::Value* row);
+  /// Row kernels: a pass over row `row` folding the reductions at positions `pass` of
+  /// `reductions` (RowLayout::passes), each into its accumulator in `accs`: every one set to
+  /// its identity, and their row indices returned for fold_row_element.
+  std::vector<Index> start_row_pass(std::span<const ValueId> reductions,
+                                    std::span<const std::size_t> pass,
+                                    std::span<llvm::AllocaInst* const> accs, llvm::Value* row);
+  /// One element of that pass, at `column` of the row: every operand first (they may share
+  /// work), then every fold.
+  void fold_row_element(std::span<const ValueId> reductions, std::span<const std::size_t> pass,
+                        std::span<llvm::AllocaInst* const> accs, std::span<const Index> row_idx,
+                        llvm::Value* column);
   llvm::Value* linear(const Index& idx, const Shape& shape);
   void store_out(llvm::Value* v, llvm::Value* flat, DType t);
   /// Loop kernels: every output's value at `idx`, then every store at `flat` (all values

@@ -162,7 +162,11 @@ std::vector<ValueId> row_reductions(const Graph& graph, const Kernel& kernel);
 /// consecutive rows (FusionOptions::row_partial_max_values: output [rows / group, length]).
 struct RowLayout {
   std::vector<ValueId> reductions; ///< row_reductions()
-  int64_t rows = 0, length = 0;    ///< rows of `length` elements along the last axis
+  /// The reductions (positions in `reductions`) each pass over the row folds together: a pass
+  /// holds those whose operands read only earlier passes' values, so a row is read once per
+  /// pass (GPT-2's loss: the max and the picked logit, then the sum of exponentials).
+  std::vector<std::vector<std::size_t>> passes;
+  int64_t rows = 0, length = 0; ///< rows of `length` elements along the last axis
   std::vector<std::size_t> full, per_row, partials;
   int64_t group = 0; ///< rows per group of the partials (0: none)
 };

@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <unordered_map>
 
 namespace sinter {
 
@@ -619,10 +620,39 @@ std::vector<ValueId> row_reductions(const Graph& g, const Kernel& kernel) {
   return out;
 }
 
+namespace {
+// Each reduction's pass: one after the latest pass of a reduction its operand reads (within the
+// kernel's body, which is in graph order).
+std::vector<std::vector<std::size_t>> row_passes(const Graph& g, const Kernel& kernel,
+                                                 const std::vector<ValueId>& reductions) {
+  std::unordered_map<ValueId, std::size_t> after; // a body node: 1 + the latest pass it reads
+  std::unordered_map<ValueId, std::size_t> position;
+  for (std::size_t i = 0; i < reductions.size(); ++i)
+    position[reductions[i]] = i;
+  std::vector<std::vector<std::size_t>> passes;
+  for (ValueId v : kernel.body) {
+    std::size_t first_pass = 0;
+    for (ValueId in : g.node(v).inputs)
+      if (auto found = after.find(in); found != after.end())
+        first_pass = std::max(first_pass, found->second);
+    auto reduction = position.find(v);
+    if (reduction == position.end()) {
+      after[v] = first_pass;
+      continue;
+    }
+    if (passes.size() <= first_pass) passes.resize(first_pass + 1);
+    passes[first_pass].push_back(reduction->second);
+    after[v] = first_pass + 1; // what reads it runs in a later pass
+  }
+  return passes;
+}
+} // namespace
+
 RowLayout row_layout(const Graph& g, const Kernel& kernel) {
   RowLayout layout;
   layout.reductions = row_reductions(g, kernel);
   if (layout.reductions.empty()) return layout;
+  layout.passes = row_passes(g, kernel, layout.reductions);
   RowGeometry geo = row_geometry(g, kernel);
   layout.length = geo.length;
   layout.rows = geo.rows;

@@ -122,16 +122,15 @@ public:
       accs.push_back(e_.entry_alloca(e_.compute_type(g.type(r).dtype)));
     e_.emit_for(begin, end, [&](llvm::Value* row) {
       e_.clear_row_values();
-      for (std::size_t p = 0; p < reductions.size(); ++p) {
-        const Node& reduction = g.node(reductions[p]);
-        Index row_idx = e_.start_row_reduction(reduction, accs[p], row);
+      // One read of the row per pass: its reductions' operands first, then their folds.
+      for (const std::vector<std::size_t>& pass : layout.passes) {
+        std::vector<Index> row_idx = e_.start_row_pass(reductions, pass, accs, row);
         e_.emit_for(e_.i64(0), e_.i64(length), [&](llvm::Value* j) {
           e_.clear_memo();
-          Index idx = row_idx;
-          idx.push_back(j);
-          e_.accumulate(reduction, accs[p], e_.compute(reduction.inputs[0], idx));
+          e_.fold_row_element(reductions, pass, accs, row_idx, j);
         });
-        e_.set_row_value(reductions[p], b_.CreateLoad(accs[p]->getAllocatedType(), accs[p]));
+        for (std::size_t p : pass)
+          e_.set_row_value(reductions[p], b_.CreateLoad(accs[p]->getAllocatedType(), accs[p]));
       }
       if (!full.empty()) {
         const Shape& s = g.type(outputs[full.front()]).shape;

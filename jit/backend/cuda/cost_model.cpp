@@ -2,6 +2,7 @@
 // of a GPT-2 small bf16 step and a ViT-B/16→S/16 distillation step measured on an H100
 // (tests/data/h100_*_kernels.tsv, 2026-11-27)
 #include "jit/backend/cuda/cost_model.hpp"
+#include "jit/passes/fuse.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -25,10 +26,13 @@ std::pair<double, double> per_sm_flops(int compute_capability) {
 }
 
 // Fitted on the H100 steps (see the file comment); each is a share of a GpuRates figure.
-constexpr double loop_memory_share = 0.74;    ///< elementwise loops, 16-byte vectors
-constexpr double merged_loop_share = 0.75;    ///< and of that, loops writing many buffers (AdamW)
-constexpr int64_t merged_loop_outputs = 8;    ///< "many": more outputs than this
-constexpr double row_memory_share = 0.75;     ///< a warp or block per row, reductions first
+constexpr double loop_memory_share = 0.74; ///< elementwise loops, 16-byte vectors
+constexpr double merged_loop_share = 0.75; ///< and of that, loops writing many buffers (AdamW)
+constexpr int64_t merged_loop_outputs = 8; ///< "many": more outputs than this
+constexpr double row_memory_share = 0.75;  ///< a warp per row, reductions first
+/// A block per row, each pass over the row read again (reread_bytes): GPT-2's log-sum-exp over
+/// 824 MB of logits, two passes, took 563 µs, the copy rate for both.
+constexpr double block_row_memory_share = 1.0;
 constexpr double reduce_memory_share = 0.24;  ///< a warp or block per output
 constexpr double scatter_memory_share = 0.6;  ///< atomic adds
 constexpr double column_block_share = 0.0015; ///< one block of a column reduction's bandwidth
@@ -99,7 +103,8 @@ std::string describe(const KernelWork& w) {
                 static_cast<long long>(w.transcendental), static_cast<long long>(w.arithmetic),
                 static_cast<long long>(w.outputs));
   return std::string(text) + (w.cudnn ? " library=cudnn" : "") +
-         (w.rows_in_flight != 1 ? " rows_in_flight=" + std::to_string(w.rows_in_flight) : "");
+         (w.rows_in_flight != 1 ? " rows_in_flight=" + std::to_string(w.rows_in_flight) : "") +
+         (w.reread_bytes != 0 ? " reread_bytes=" + std::to_string(w.reread_bytes) : "");
 }
 
 std::optional<KernelWork> parse_work(std::string_view text) {
@@ -130,6 +135,8 @@ std::optional<KernelWork> parse_work(std::string_view text) {
             number("arithmetic", w.arithmetic) && number("outputs", w.outputs);
   if (fields.contains("rows_in_flight"))
     ok = ok && number("rows_in_flight", w.rows_in_flight) && w.rows_in_flight >= 1;
+  if (fields.contains("reread_bytes"))
+    ok = ok && number("reread_bytes", w.reread_bytes) && w.reread_bytes >= 0;
   auto library = fields.find("library");
   if (library != fields.end()) {
     if (library->second != "cudnn") return std::nullopt;
@@ -201,6 +208,16 @@ std::vector<KernelWork> plan_work(const FusionPlan& plan, std::span<const GpuLau
                      (launch.gemm.dtype == DType::bf16 || launch.gemm.dtype == DType::f16);
     w.outputs = static_cast<int64_t>(kernel.outputs().size());
     if (w.strategy == GpuStrategy::column_split) w.rows_in_flight = gpu_column_split_unroll;
+    if (launch.kind == KernelKind::row && w.strategy == GpuStrategy::block_per_output) {
+      // Each pass reads what the kernel reads (its bytes less what it writes): one per group
+      // of reductions (RowLayout::passes), and one more where it writes whole rows.
+      RowLayout layout = row_layout(g, kernel);
+      auto passes = static_cast<int64_t>(layout.passes.size() + (layout.full.empty() ? 0 : 1));
+      int64_t written = 0;
+      for (ValueId out : kernel.outputs())
+        written += static_cast<int64_t>(byte_size(g.type(out)));
+      w.reread_bytes = std::max<int64_t>(0, passes - 1) * std::max<int64_t>(0, w.bytes - written);
+    }
     for (ValueId out_id : kernel.outputs())
       w.elements = std::max(w.elements, numel(g.type(out_id).shape));
     for (ValueId v : kernel.body)
@@ -256,6 +273,10 @@ KernelPrediction predict_kernel(const KernelWork& w, const GpuRates& r) {
                 arithmetic(transcendental_cost, loop_arithmetic_cost) / warps_share, "arithmetic");
   }
   case KernelKind::row:
+    if (w.strategy == GpuStrategy::block_per_output)
+      return pick(static_cast<double>(w.bytes + w.reread_bytes) /
+                      (r.bytes_per_second * block_row_memory_share),
+                  "memory", arithmetic(row_transcendental_cost, 0), "arithmetic");
     return pick(memory(row_memory_share), "memory", arithmetic(row_transcendental_cost, 0),
                 "arithmetic");
   case KernelKind::reduce: {

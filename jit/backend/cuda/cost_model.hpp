@@ -47,6 +47,10 @@ struct KernelWork {
   /// 1 in kernels profiled before 2026-11-28). A block far from the memory's rate is bound by
   /// its loads in flight.
   int64_t rows_in_flight = 1;
+  /// Row kernels with a block per row (rows too long for a warp: GPT-2's loss over 50257
+  /// logits): the bytes each pass over the row after the first reads again. Such a row does not
+  /// stay in the SM's cache from one pass to the next.
+  int64_t reread_bytes = 0;
 };
 
 /// `kind=loop strategy=elementwise gradient=0 ... outputs=1`: every field, as SINTER_DUMP=plan

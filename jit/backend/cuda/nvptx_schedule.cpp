@@ -308,15 +308,18 @@ public:
     };
     auto process_row = [&](llvm::Value* row) {
       e_.clear_row_values();
-      for (std::size_t p = 0; p < reductions.size(); ++p) {
-        const Node& reduction = g.node(reductions[p]);
-        Index row_idx = e_.start_row_reduction(reduction, accs[p], row);
-        for_elements(row_idx, [&](const Index& idx, llvm::Value*) {
-          e_.accumulate(reduction, accs[p], e_.compute(reduction.inputs[0], idx));
+      // One read of the row per pass: its reductions' operands first, then their folds.
+      for (const std::vector<std::size_t>& pass : layout.passes) {
+        std::vector<Index> row_idx = e_.start_row_pass(reductions, pass, accs, row);
+        for_elements(Index{}, [&](const Index&, llvm::Value* column) {
+          e_.fold_row_element(reductions, pass, accs, row_idx, column);
         });
-        llvm::Value* partial = b_.CreateLoad(accs[p]->getAllocatedType(), accs[p]);
-        e_.set_row_value(reductions[p], per_warp ? warp_reduce(reduction, partial)
-                                                 : block_reduce(reduction, partial));
+        for (std::size_t p : pass) {
+          const Node& reduction = g.node(reductions[p]);
+          llvm::Value* partial = b_.CreateLoad(accs[p]->getAllocatedType(), accs[p]);
+          e_.set_row_value(reductions[p], per_warp ? warp_reduce(reduction, partial)
+                                                   : block_reduce(reduction, partial));
+        }
       }
       if (!full.empty() && partials.empty()) {
         // Each thread's `width` elements are all computed before any is stored: a kernel
