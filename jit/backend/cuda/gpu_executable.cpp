@@ -476,7 +476,7 @@ void GpuExecutable::set_carried(
     input_carried_[in] = true;
     output_carried_[out] = true;
   }
-  if (!ran_) separate_carried_inputs();
+  if (!ran_ && !input_from_output.empty()) separate_carried_inputs();
   for (Carried& c : carried_) {
     c.buffer = sets_[0]->inputs[c.input];
     sets_[1]->inputs[c.input] = c.buffer; // one device copy, whichever set runs

@@ -226,11 +226,12 @@ public:
         step);
   }
 
-  /// Row kernels: a warp (rows up to warp_row_limit long) or a block per row. Each reduction
-  /// folds the row in turn, every thread a strided share of `vector_width` consecutive
-  /// elements, and is combined so that every thread holds it (later reductions and the writes
-  /// use it); then the threads write the row's elements, and lane 0 its per-row outputs. With
-  /// column partials, a block takes one group of rows and sums their values per column.
+  /// Row kernels: a warp (rows up to warp_row_limit long) or a block per row. Each pass over
+  /// the row (RowLayout::passes) folds its reductions together, every thread a strided share of
+  /// `vector_width` consecutive elements, and each is combined so that every thread holds it
+  /// (later passes and the writes use it); then the threads write the row's elements, and lane 0
+  /// its per-row outputs. With column partials, a block takes one group of rows and sums their
+  /// values per column.
   void row() {
     const Graph& g = e_.graph();
     const Kernel& k = e_.kernel();
