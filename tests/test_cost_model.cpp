@@ -6,6 +6,7 @@
 #include "jit/passes/passes.hpp"
 #include "jit/pipeline/pipeline.hpp"
 #include "jit/profile/kernel_costs.hpp"
+#include "model_launches.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -117,9 +118,9 @@ TEST_CASE("cost model: a row kernel with a block per row reads its row again in 
   work.reread_bytes = 0; // read once, it would take two thirds of the time
   CHECK(predict_kernel(work, rates).seconds < 0.6 * found->seconds);
 
-  // A language model's loss over 4096 classes has a block per row; its row kernel reads the row for the max and
-  // the picked logit together, again for the sum of exponentials, and again to write the
-  // logits' gradient: each pass after the first is counted.
+  // A language model's loss over 4096 classes has a block per row; its row kernel reads the row for
+  // the max and the picked logit together, again for the sum of exponentials, and again to write
+  // the logits' gradient: each pass after the first is counted.
   Graph g;
   Value x = input(g, "x", {DType::bf16, {4, 16, 16}}); // [batch, tokens, width], as GPT-2's
   Value w = input(g, "w", {DType::bf16, {16, 4096}});
@@ -130,20 +131,11 @@ TEST_CASE("cost model: a row kernel with a block per row reads its row again in 
   CompileRun run("loss", false, DumpSelection(""));
   Prepared prepared = prepare_for_nvptx(g, 90, run);
   const FusionPlan& plan = prepared.fusion;
-  std::vector<GpuLaunchStep> launches;
-  for (std::size_t i = 0; i < plan.kernels.size(); ++i) {
-    GpuLaunchStep l;
-    l.kind = plan.kernels[i].kind;
-    l.kernel = i;
-    if (l.kind != KernelKind::gemm && l.kind != KernelKind::collective)
-      l.shape = gpu_launch(*plan.graph, plan.kernels[i]);
-    launches.push_back(l);
-  }
   std::vector<profile::KernelInfo> infos = describe_kernels(plan);
-  std::vector<KernelWork> works = plan_work(plan, launches, infos);
+  std::vector<KernelWork> works = plan_work(plan, model_launches(plan), infos);
   std::size_t block_rows = 0;
-  for (const KernelWork& work_of : works)
-    UNSCOPED_INFO(work_of.name << " " << describe(work_of));
+  for (const KernelWork& each : works)
+    UNSCOPED_INFO(each.name << " " << describe(each));
   for (const KernelWork& w : works) {
     if (w.kind != KernelKind::row || w.strategy != GpuStrategy::block_per_output) continue;
     ++block_rows;

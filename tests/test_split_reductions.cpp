@@ -10,6 +10,7 @@
 
 #include "backend_check.hpp"
 #include "env_override.hpp"
+#include "model_launches.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -134,14 +135,7 @@ double predicted_seconds(const FusionPlan& plan) {
                         .clock_khz = 1980000,
                         .memory_clock_khz = 2619000,
                         .memory_bus_bits = 5120};
-  std::vector<GpuLaunchStep> launches;
-  for (std::size_t i = 0; i < plan.kernels.size(); ++i) {
-    GpuLaunchStep l;
-    l.kind = plan.kernels[i].kind;
-    l.kernel = i;
-    l.shape = gpu_launch(*plan.graph, plan.kernels[i]);
-    launches.push_back(l);
-  }
+  std::vector<GpuLaunchStep> launches = model_launches(plan);
   std::vector<profile::KernelInfo> infos = describe_kernels(plan);
   predict_plan(plan, launches, infos, gpu_rates(h100));
   double total = 0;

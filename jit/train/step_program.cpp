@@ -37,6 +37,19 @@ std::pair<StepInput, std::size_t> step_input_role(const std::string& name,
   throw std::logic_error("sinter: step input '" + name + "' has no role (jit/train/step_roles)");
 }
 
+namespace {
+// (input, output) pairs where an output `new.<input>` replaces the input: parameters and
+// optimizer state, which feed the next update.
+std::vector<std::pair<std::size_t, std::size_t>> carried_pairs(const Graph& g) {
+  std::vector<std::pair<std::size_t, std::size_t>> carried;
+  for (std::size_t o = 0; o < g.outputs().size(); ++o)
+    if (std::optional<std::string> replaced = step_names::replaced_input(g.outputs()[o].name))
+      for (std::size_t in = 0; in < g.inputs().size(); ++in)
+        if (g.inputs()[in].name == *replaced) carried.emplace_back(in, o);
+  return carried;
+}
+} // namespace
+
 std::vector<InputKeeping> input_keeping(const Graph& g, const StepInputNames& names) {
   std::vector<InputKeeping> keeping(g.inputs().size(), InputKeeping::per_run);
   for (std::size_t in = 0; in < g.inputs().size(); ++in) {
@@ -47,10 +60,8 @@ std::vector<InputKeeping> input_keeping(const Graph& g, const StepInputNames& na
       keeping[in] = InputKeeping::resident;
   }
   // Parameters and optimizer state feed the next update: on a GPU they stay there.
-  for (const NamedValue& o : g.outputs())
-    if (std::optional<std::string> replaced = step_names::replaced_input(o.name))
-      for (std::size_t in = 0; in < g.inputs().size(); ++in)
-        if (g.inputs()[in].name == *replaced) keeping[in] = InputKeeping::carried;
+  for (const auto& [in, replaced_by] : carried_pairs(g))
+    keeping[in] = InputKeeping::carried;
   return keeping;
 }
 
@@ -69,12 +80,7 @@ StepProgram connect_program(std::unique_ptr<CompiledGraph> compiled, const StepI
   std::vector<std::size_t> resident;
   for (std::size_t in = 0; in < keeping.size(); ++in)
     if (keeping[in] == InputKeeping::resident) resident.push_back(in);
-  std::vector<std::pair<std::size_t, std::size_t>> carried;
-  for (std::size_t o = 0; o < g.outputs().size(); ++o)
-    if (std::optional<std::string> replaced = step_names::replaced_input(g.outputs()[o].name))
-      for (std::size_t in = 0; in < g.inputs().size(); ++in)
-        if (g.inputs()[in].name == *replaced) carried.emplace_back(in, o);
-  out.program->set_carried(carried);
+  out.program->set_carried(carried_pairs(g));
   out.program->set_resident(resident);
   return out;
 }
