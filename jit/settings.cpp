@@ -69,6 +69,11 @@ constexpr SettingInfo table[] = {
      "cuda: `1` splits long column reductions (bias and layernorm gradients) into partial sums "
      "over row groups and a short sum, for more blocks (docs/gpu.md); `0` runs each in one pass. "
      "Another value is an error naming it"},
+    {"SINTER_UPDATE_IN_PLACE", "`0`, `1`", "`1`",
+     "cuda: `1` writes a step's new parameters and optimizer state over the old ones, which "
+     "stay on the GPU between steps (no buffers of their own, no copy back after each step); "
+     "`0` writes them to buffers of their own and copies them over the old after the step. "
+     "Another value is an error naming it"},
     {"SINTER_ATTENTION_VIEWS", "`0`, `1`", "`1`",
      "cuda: `1` lets the fused attention kernels read q, k, v and dO where the model's reshapes, "
      "slices and permutes leave them (the heads of a packed qkv projection, rows apart) and "

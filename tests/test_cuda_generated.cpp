@@ -280,35 +280,41 @@ TEST_CASE("cuda: a loop that reads the loss after every step is called host-sync
                      [](const profile::Verdict& v) { return v.kind == "host-syncs"; }));
 }
 
-TEST_CASE("cuda: carried values stay on the GPU between runs and are fetched on access", "[cuda]") {
-  Graph g;
-  Value x = input(g, "x", {DType::f32, {1000}});
-  Value step = input(g, "step", {DType::f32, {}});
-  g.add_output("new.x", (x * 2.0 + step).id);
-  GpuExecutable exe(g, CudaDevice::get(0), gpu_cache());
-  std::vector<std::pair<std::size_t, std::size_t>> pairs{{0, 0}};
-  exe.set_carried(pairs);
-  HostTensor state = HostTensor::from_doubles(DType::f32, {1000}, std::vector<double>(1000, 1.0));
-  std::vector<HostTensor> out(1);
-  double expected = 1.0;
-  for (int run = 0; run < 5; ++run) { // direct runs, then CUDA graph replays
-    INFO("run " << run);
-    HostTensor s = HostTensor::from_doubles(DType::f32, {}, std::vector<double>{double(run)});
-    std::vector<const HostTensor*> in{&state, &s};
+TEST_CASE("cuda: carried values stay on the GPU between runs and are fetched on access, also "
+          "when the step stores them over their inputs",
+          "[cuda]") {
+  for (bool donated : {false, true}) { // copied back after the step, or written over the input
+    INFO((donated ? "stored over the input" : "copied back"));
+    Graph g;
+    Value x = input(g, "x", {DType::f32, {1000}});
+    Value step = input(g, "step", {DType::f32, {}});
+    g.add_output("new.x", (x * 2.0 + step).id);
+    if (donated) g.donate(0, 0);
+    GpuExecutable exe(g, CudaDevice::get(0), gpu_cache());
+    std::vector<std::pair<std::size_t, std::size_t>> pairs{{0, 0}};
+    exe.set_carried(pairs);
+    HostTensor state = HostTensor::from_doubles(DType::f32, {1000}, std::vector<double>(1000, 1.0));
+    std::vector<HostTensor> out(1);
+    double expected = 1.0;
+    for (int run = 0; run < 5; ++run) { // direct runs, then CUDA graph replays
+      INFO("run " << run);
+      HostTensor s = HostTensor::from_doubles(DType::f32, {}, std::vector<double>{double(run)});
+      std::vector<const HostTensor*> in{&state, &s};
+      exe.run_into(in, out);
+      expected = expected * 2.0 + run;
+      CHECK(out[0].deferred()); // nothing came back over PCIe yet
+      std::swap(state, out[0]); // what a training step does with new parameters
+      if (run == 2) CHECK(state.at(999) == expected); // a read fetches, and changes nothing
+    }
+    CHECK(state.at(0) == expected);
+    // A host write is uploaded by the next run.
+    state.set(0, 3.0);
+    HostTensor zero = HostTensor::from_doubles(DType::f32, {}, std::vector<double>{0.0});
+    std::vector<const HostTensor*> in{&state, &zero};
     exe.run_into(in, out);
-    expected = expected * 2.0 + run;
-    CHECK(out[0].deferred());                       // nothing came back over PCIe yet
-    std::swap(state, out[0]);                       // what a training step does with new parameters
-    if (run == 2) CHECK(state.at(999) == expected); // a read fetches, and changes nothing
+    CHECK(out[0].at(0) == 6.0);
+    CHECK(out[0].at(1) == expected * 2.0);
   }
-  CHECK(state.at(0) == expected);
-  // A host write is uploaded by the next run.
-  state.set(0, 3.0);
-  HostTensor zero = HostTensor::from_doubles(DType::f32, {}, std::vector<double>{0.0});
-  std::vector<const HostTensor*> in{&state, &zero};
-  exe.run_into(in, out);
-  CHECK(out[0].at(0) == 6.0);
-  CHECK(out[0].at(1) == expected * 2.0);
 }
 
 TEST_CASE("cuda: a GPU that does not exist is refused by name", "[cuda][cuda-host]") {

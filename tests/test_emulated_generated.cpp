@@ -320,6 +320,54 @@ TEST_CASE("emulated CUDA: merged updates of small vectors take one element a thr
   }
 }
 
+TEST_CASE("emulated CUDA: updates are stored over the inputs they replace, unless a later "
+          "kernel still reads the input, and match the interpreter",
+          "[emulated][fusion]") {
+  // p_k ← p_k − lr · g_k and its bf16 copy c_k, each donated to the input it replaces (as a
+  // step's parameters and working copies are): n = 2 runs 16 bytes a thread, n = 6 one element.
+  // q ← 2q is donated too, but a reduction after it still reads q.
+  auto updates = [](int n) {
+    Graph g;
+    Value lr = input(g, "lr", {DType::f32, {}});
+    for (int k = 0; k < n; ++k) {
+      std::string name = std::to_string(k);
+      Value p = input(g, "p" + name, {DType::f32, {768}});
+      input(g, "c" + name, {DType::bf16, {768}});
+      Value grad = input(g, "g" + name, {DType::f32, {768}});
+      Value u = p - broadcast_to(lr, {768}) * grad;
+      g.add_output("new.p" + name, u.id);
+      g.add_output("new.c" + name, cast(u, DType::bf16).id);
+      g.donate(static_cast<std::size_t>(1 + 3 * k), static_cast<std::size_t>(2 * k));
+      g.donate(static_cast<std::size_t>(2 + 3 * k), static_cast<std::size_t>(2 * k + 1));
+    }
+    Value q = input(g, "q", {DType::f32, {768}});
+    g.add_output("new.q", (q * 2.0).id);
+    g.add_output("q.norm", sum(q * q, {0}).id);
+    g.donate(g.inputs().size() - 1, g.outputs().size() - 2);
+    return Pipeline::standard(std::nullopt).run(g, DumpSelection(""), std::cerr);
+  };
+  for (int n : {2, 6}) {
+    INFO(n << " parameters");
+    Graph step = updates(n);
+    REQUIRE(step.donations().size() == static_cast<std::size_t>(2 * n + 1));
+    GpuPlan gpu(step);
+    INFO(gpu.plan.print());
+    std::vector<std::pair<ValueId, ValueId>> stored;
+    for (const Kernel& k : gpu.plan.kernels)
+      stored.insert(stored.end(), k.over_inputs.begin(), k.over_inputs.end());
+    CHECK(stored.size() == static_cast<std::size_t>(2 * n));
+    const ValueId q = gpu.graph.inputs().back().id;
+    CHECK(std::none_of(stored.begin(), stored.end(), [&](auto pair) { return pair.second == q; }));
+    std::mt19937_64 rng(11);
+    std::vector<F64Tensor> values;
+    for (const NamedValue& in : step.inputs()) {
+      values.push_back(random_operand({DType::f64, step.type(in.id).shape}, rng));
+      round_all(values.back(), step.type(in.id).dtype);
+    }
+    compare_emulated(step, values, backend_tolerance(DType::bf16, false));
+  }
+}
+
 TEST_CASE("GPU plan: a layernorm forward is one kernel and its backward one row kernel plus one "
           "pass for the γ and β sums",
           "[emulated][fusion]") {

@@ -1,5 +1,6 @@
 // tests/test_ir.cpp — the IR: hash-consing, verification, printing and shape errors
 #include "jit/ir/graph.hpp"
+#include "jit/passes/passes.hpp"
 #include "ops/registry.hpp"
 #include "ops/value.hpp"
 
@@ -55,6 +56,32 @@ TEST_CASE("the printer shows every node with its type, attributes and scope", "[
                          "}\n";
   CHECK(g.print() == expected);
   CHECK(g.print() == Graph(g).print());
+}
+
+TEST_CASE("a donation pairs an input with the output of its type that replaces it, each once, "
+          "and the passes keep it",
+          "[ir]") {
+  Graph g;
+  Value w = input(g, "w", {DType::f32, {4}});
+  Value m = input(g, "m", {DType::f32, {4}});
+  Value lr = input(g, "lr", {DType::f32, {}});
+  g.add_output("new.w", (w - broadcast_to(lr, {4}) * m).id);
+  g.add_output("norm", sum(w * w, {0}).id);
+  g.donate(0, 0);
+  verify(g);
+  CHECK_THAT(g.print(), Catch::Contains("donated w -> new.w"));
+  // Rebuilt graphs (cse and the other passes) keep the same inputs and outputs, so the pairs.
+  CHECK(cse(g).donations() == g.donations());
+
+  Graph twice = g;
+  twice.donate(1, 0);
+  CHECK_THROWS_WITH(verify(twice), Catch::Contains("donated twice"));
+  Graph other_type = g;
+  other_type.set_donations({{2, 0}});
+  CHECK_THROWS_WITH(verify(other_type), Catch::Contains("a donation needs one type"));
+  Graph missing = g;
+  missing.set_donations({{0, 5}});
+  CHECK_THROWS_WITH(verify(missing), Catch::Contains("names no such input or output"));
 }
 
 TEST_CASE("leaving a scope entered again from inside itself returns to where it was entered",

@@ -156,6 +156,24 @@ void Graph::verify() const {
   for (const NamedValue& out : outputs_)
     if (out.id >= nodes_.size())
       throw VerifyError("sinter: graph output '" + out.name + "' refers to a missing node");
+  std::vector<bool> input_donated(inputs_.size(), false), output_donated(outputs_.size(), false);
+  for (const Donation& d : donations_) {
+    if (d.input >= inputs_.size() || d.output >= outputs_.size())
+      throw VerifyError("sinter: donation of input " + std::to_string(d.input) + " to output " +
+                        std::to_string(d.output) + " names no such input or output (" +
+                        std::to_string(inputs_.size()) + " inputs, " +
+                        std::to_string(outputs_.size()) + " outputs)");
+    const NamedValue& in = inputs_[d.input];
+    const NamedValue& out = outputs_[d.output];
+    if (!(nodes_[in.id].type == nodes_[out.id].type))
+      throw VerifyError("sinter: input '" + in.name + "' (" + to_string(nodes_[in.id].type) +
+                        ") is donated to output '" + out.name + "' (" +
+                        to_string(nodes_[out.id].type) + "): a donation needs one type");
+    if (input_donated[d.input] || output_donated[d.output])
+      throw VerifyError("sinter: input '" + in.name + "' or output '" + out.name +
+                        "' is donated twice: each at most once");
+    input_donated[d.input] = output_donated[d.output] = true;
+  }
 }
 
 std::string Graph::print() const {
@@ -186,6 +204,8 @@ std::string Graph::print() const {
   os << "  return";
   for (std::size_t i = 0; i < outputs_.size(); ++i)
     os << (i ? ", " : " ") << outputs_[i].name << "=%" << outputs_[i].id;
+  for (const Donation& d : donations_)
+    os << "\n  donated " << inputs_[d.input].name << " -> " << outputs_[d.output].name;
   os << "\n}\n";
   return os.str();
 }

@@ -67,6 +67,16 @@ struct NamedValue {
   ValueId id;
 };
 
+/// An output that replaces an input of the same type (a training step's `new.w` replacing `w`):
+/// a run may store the output over the input's buffer instead of in one of its own, and the
+/// input's value is then gone after the run. Backends that keep inputs on a device between
+/// runs use it (CUDA: no second buffer and no copy for parameters and optimizer state); the
+/// others ignore it. Indices into inputs() and outputs().
+struct Donation {
+  std::size_t input = 0, output = 0;
+  bool operator==(const Donation&) const = default;
+};
+
 class Graph {
 public:
   Graph();
@@ -91,6 +101,13 @@ public:
   const std::vector<NamedValue>& inputs() const { return inputs_; }
   const std::vector<NamedValue>& outputs() const { return outputs_; }
   std::vector<NamedValue>& mutable_outputs() { return outputs_; }
+  /// Declares that output `output` replaces input `input` (Donation); verify() checks that the
+  /// two have one type and that each input and output is donated at most once.
+  void donate(std::size_t input, std::size_t output) { donations_.push_back({input, output}); }
+  const std::vector<Donation>& donations() const { return donations_; }
+  /// A rebuilt graph keeps the donations of the one it was built from (the same inputs and
+  /// outputs, in the same order).
+  void set_donations(std::vector<Donation> donations) { donations_ = std::move(donations); }
 
   /// Model path scopes (`blocks.3.attn`) recorded on each node, for errors and profiling.
   /// A scope also carries the region precision its nodes were traced under (inherited).
@@ -120,6 +137,7 @@ private:
   std::vector<Node> nodes_;
   std::vector<NamedValue> inputs_;
   std::vector<NamedValue> outputs_;
+  std::vector<Donation> donations_;
   std::unordered_map<uint64_t, std::vector<ValueId>> by_hash_;
   std::vector<ValueId> recomputed_; ///< ascending
   std::vector<std::string> scopes_;

@@ -319,6 +319,7 @@ FusionPlan fuse(const Graph& g, FusionOptions options) {
   drop_unread_outputs(plan);
   hoist_collectives(plan);
   choose_in_place(plan);
+  if (options.store_over_donated_inputs) store_over_donated_inputs(plan);
   return plan;
 }
 
@@ -335,6 +336,8 @@ std::string FusionPlan::print() const {
     for (ValueId v : k.body)
       os << " %" << v << ":" << op_name(graph->node(v).op);
     if (k.in_place()) os << "  (in place over %" << k.overwrites << ")";
+    for (auto [out, in] : k.over_inputs)
+      os << "  (%" << out << " over input %" << in << ")";
     os << "\n    reads:";
     for (ValueId v : k.reads)
       os << " %" << v;

@@ -56,6 +56,16 @@ struct Kernel {
   /// at the element being written, last read here). Equal to `root` when there is none.
   ValueId overwrites = 0;
   bool in_place() const { return overwrites != root; }
+  /// Outputs stored over the buffer of a graph input they replace (Donation; loop kernels, with
+  /// FusionOptions::store_over_donated_inputs), as (output, input): the kernel reads that input
+  /// only at the element being written, or not at all, and no later kernel reads it.
+  std::vector<std::pair<ValueId, ValueId>> over_inputs;
+  /// The graph input whose buffer output `v` is stored in, or `v` when it has its own.
+  ValueId storage_of(ValueId v) const {
+    for (auto [out, in] : over_inputs)
+      if (out == v) return in;
+    return v;
+  }
   /// Every buffer the kernel writes: the root, then extra_outputs.
   std::vector<ValueId> outputs() const {
     std::vector<ValueId> out{root};
@@ -123,6 +133,11 @@ struct FusionOptions {
   /// already fills the device, and a pass writing dozens of buffers streams them worse (on the
   /// H100: 1.7–1.9 TB/s merged, 2.8 TB/s for one parameter's update). 0: no limit.
   int64_t scalar_sibling_max_elements = 0;
+  /// Loop kernels store an output that replaces a graph input (Graph::donations: a step's new
+  /// parameters and optimizer state) over that input's buffer where it is safe
+  /// (Kernel::over_inputs). Backends that keep such inputs on a device between runs ask for it:
+  /// no buffer of the output's own, and no copy back into the input after the run.
+  bool store_over_donated_inputs = false;
 };
 
 /// Decides what to materialise: graph outputs, reductions, GEMMs and their operands, scatters,

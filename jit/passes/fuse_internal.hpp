@@ -63,5 +63,7 @@ void drop_unread_outputs(FusionPlan& plan);
 void hoist_collectives(FusionPlan& plan);
 /// Each loop kernel or collective writes over a buffer that dies in it, where that is safe.
 void choose_in_place(FusionPlan& plan);
+/// FusionOptions::store_over_donated_inputs: outputs stored over the inputs they replace.
+void store_over_donated_inputs(FusionPlan& plan);
 
 } // namespace sinter::fuse_steps

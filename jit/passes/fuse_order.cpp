@@ -3,6 +3,7 @@
 #include "jit/passes/fuse_internal.hpp"
 
 #include <algorithm>
+#include <limits>
 
 namespace sinter {
 
@@ -155,6 +156,44 @@ void fuse_steps::choose_in_place(FusionPlan& plan) {
       taken[r] = true;
       break;
     }
+  }
+}
+
+/// A donated input's buffer takes its output when the loop kernel writing the output is the
+/// input's last reader and reads it only at the element being written (the schedules compute
+/// every output's value before storing any, as for in-place kernels), and the graph does not
+/// also return the input.
+void fuse_steps::store_over_donated_inputs(FusionPlan& plan) {
+  const Graph& g = *plan.graph;
+  if (g.donations().empty()) return;
+  std::vector<bool> returned(g.size(), false);
+  for (const NamedValue& out : g.outputs())
+    returned[out.id] = returned[plan.view_of[out.id]] = true;
+  std::vector<std::size_t> last_use = buffer_last_use(plan);
+  constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
+  std::vector<std::size_t> writer(g.size(), none), reader(g.size(), none);
+  for (std::size_t k = 0; k < plan.kernels.size(); ++k) {
+    for (ValueId out : plan.kernels[k].outputs())
+      writer[out] = k;
+    for (ValueId r : plan.kernels[k].reads)
+      reader[r] = reader[r] == none ? k : reader[r];
+  }
+  std::vector<bool> stored(g.size(), false);
+  for (const Donation& d : g.donations()) {
+    ValueId in = g.inputs()[d.input].id, out = g.outputs()[d.output].id;
+    std::size_t k = writer[out];
+    if (out == in || returned[in] || stored[out] || k == none ||
+        plan.kernels[k].kind != KernelKind::loop)
+      continue;
+    Kernel& kernel = plan.kernels[k];
+    bool read_here = std::find(kernel.reads.begin(), kernel.reads.end(), in) != kernel.reads.end();
+    if (reader[in] != none && (last_use[in] > k || (last_use[in] == k && !read_here))) continue;
+    if (read_here) {
+      std::vector<ValueId> aligned = aligned_reads(plan, kernel);
+      if (std::find(aligned.begin(), aligned.end(), in) == aligned.end()) continue;
+    }
+    kernel.over_inputs.emplace_back(out, in);
+    stored[out] = true;
   }
 }
 

@@ -208,6 +208,7 @@ Graph recompute_late_gemm_operands(const Graph& g, FusionOptions options) {
   out.set_current_scope(0);
   for (const NamedValue& o : g.outputs())
     out.add_output(o.name, mapped[o.id]);
+  out.set_donations(g.donations());
   return out;
 }
 

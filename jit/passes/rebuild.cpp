@@ -43,6 +43,7 @@ Graph rebuild(const Graph& graph, const NodeRewrite& replace, bool may_retype) {
   out.set_current_scope(0);
   for (const NamedValue& o : graph.outputs())
     out.add_output(o.name, mapped[o.id].id);
+  out.set_donations(graph.donations());
   return out;
 }
 

@@ -154,7 +154,8 @@ bool RuntimeRowsKernel::sizes_fit(int64_t size) const {
 std::optional<RuntimeRowsKernel> RuntimeRowsKernel::of(const FusionPlan& plan,
                                                        const Kernel& kernel) {
   int64_t rows = kernel_rows(*plan.graph, kernel);
-  if (rows <= 1) return std::nullopt;
+  // An output stored over a donated input aliases it: the instances would not say so.
+  if (rows <= 1 || !kernel.over_inputs.empty()) return std::nullopt;
   // A value whose leading dims multiply to the row count by coincidence (a bias as long as the
   // rows are many) is first taken to span them; where an op shows it cannot, it is taken as
   // independent of the rows and the kernel read again.
@@ -403,8 +404,9 @@ RuntimeRowsKernel RuntimeRowsKernel::capture(const FusionPlan& plan, const Kerne
     position[id] = out.values_.size();
     out.values_.push_back(std::move(value));
   };
-  // A kernel with an operand of no buffer is kept whole but never unifies.
-  out.complete_ = out.add_buffers(plan, kernel, position, add);
+  // A kernel with an operand of no buffer, or an output stored over a donated input, is kept
+  // whole but never unifies.
+  out.complete_ = kernel.over_inputs.empty() && out.add_buffers(plan, kernel, position, add);
   if (!out.complete_) return out;
   for (ValueId v : kernel.body)
     if (!out.add_body_value(plan, v, position, add)) {

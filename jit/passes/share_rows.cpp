@@ -216,6 +216,7 @@ Graph share_taken_rows(const Graph& graph, ValueId rows) {
   out.set_current_scope(0);
   for (const NamedValue& o : graph.outputs())
     out.add_output(o.name, mapped[o.id]);
+  out.set_donations(graph.donations());
   return cse(out);
 }
 

@@ -133,11 +133,11 @@ void check_kernel_numerics(const FusionPlan& plan, std::size_t index,
   };
 
   std::string origin;
-  // An in-place kernel wrote over one of its operands: it cannot be replayed, and that operand
-  // now holds the output.
-  const bool replayable =
-      !k.in_place() && (k.kind == KernelKind::loop || k.kind == KernelKind::row ||
-                        k.kind == KernelKind::reduce || k.kind == KernelKind::scatter_add);
+  // An in-place kernel wrote over one of its operands (or a donated input): it cannot be
+  // replayed, and that operand now holds the output.
+  const bool replayable = !k.in_place() && k.over_inputs.empty() &&
+                          (k.kind == KernelKind::loop || k.kind == KernelKind::row ||
+                           k.kind == KernelKind::reduce || k.kind == KernelKind::scatter_add);
   if (replayable) {
     std::vector<ValueId> body;
     for (ValueId id : k.body) {
@@ -170,7 +170,10 @@ void check_kernel_numerics(const FusionPlan& plan, std::size_t index,
     }
   } else {
     for (ValueId v : k.reads)
-      if (!k.in_place() || plan.view_of[v] != k.overwrites) check_operand(v);
+      if ((!k.in_place() || plan.view_of[v] != k.overwrites) &&
+          std::none_of(k.over_inputs.begin(), k.over_inputs.end(),
+                       [&](const auto& pair) { return pair.second == plan.view_of[v]; }))
+        check_operand(v);
   }
   if (origin.empty() && arrived.empty())
     origin = value_name(g, k.root) + " made a non-finite value from finite operands";

@@ -38,6 +38,15 @@ CacheKey kernel_key(const FusionPlan& plan, const Kernel& kernel, const std::str
   for (ValueId r : kernel.reads)
     add_type(h, g.type(r));
   h.add(kernel.in_place() ? 1 + local.at(kernel.overwrites) : 0);
+  // Outputs stored over a read (a donated input): those two buffers alias in the code.
+  std::vector<ValueId> outputs = kernel.outputs();
+  for (auto [out, in] : kernel.over_inputs)
+    if (auto read = local.find(in); read != local.end()) {
+      h.add("over input");
+      h.add(
+          static_cast<uint64_t>(std::find(outputs.begin(), outputs.end(), out) - outputs.begin()));
+      h.add(read->second);
+    }
   for (std::size_t i = 0; i < kernel.body.size(); ++i) {
     ValueId v = kernel.body[i];
     const Node& n = g.node(v);

@@ -115,6 +115,17 @@ void add_update_outputs(Graph& g, const StepGraphFacts& facts,
                  cast(updates.parameters[copy.parameter].parameter, copy.dtype).id);
 }
 
+/// Every output `new.<name>` replaces the input `<name>` (parameters, optimizer state, the
+/// working copies, the sifting history): a device may store it over that input (Donation).
+void donate_replaced_inputs(Graph& g) {
+  for (std::size_t o = 0; o < g.outputs().size(); ++o)
+    if (std::optional<std::string> replaced = step_names::replaced_input(g.outputs()[o].name))
+      for (std::size_t in = 0; in < g.inputs().size(); ++in)
+        if (g.inputs()[in].name == *replaced &&
+            g.type(g.inputs()[in].id) == g.type(g.outputs()[o].id))
+          g.donate(in, o);
+}
+
 } // namespace
 
 ValueId input_named(const Graph& g, const std::string& name) {
@@ -297,6 +308,7 @@ Stage update_stage(const StepGraphFacts& facts, const std::vector<WorkingCopy>& 
             }
             for (const NamedValue& out : sift_outputs)
               g.add_output(out.name, out.id);
+            donate_replaced_inputs(g);
             return g;
           }};
 }
@@ -314,6 +326,7 @@ Graph update_program(const StepGraphFacts& facts, const std::vector<WorkingCopy>
   UpdateResult updates =
       append_data_parallel_update(apply, facts.parameters, params, grads, update, layout);
   add_update_outputs(apply, facts, copies, updates, update.optimizer);
+  donate_replaced_inputs(apply);
   return apply;
 }
 

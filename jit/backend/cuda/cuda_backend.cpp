@@ -87,7 +87,8 @@ StepMemory plan_memory_for_cuda(const Prepared& prepared, const Device& device,
   const FusionPlan& fusion = prepared.fusion;
   const MemoryPlan& memory = prepared.memory;
   // As the constructor and the first runs allocate, each allocation in whole device pages
-  // (device_pages): the arena; the outputs outside it, in one allocation; the first input
+  // (device_pages): the arena; the outputs outside it (not those stored over the inputs they
+  // replace), in one allocation; the first input
   // set's carried inputs in one allocation and its others in another, and the inputs given
   // per run again in the second set's; the device's GEMM workspace unless it has one already;
   // cuDNN's attention workspace where cuDNN may run the attention (its dq accumulator: the choice
@@ -99,6 +100,9 @@ StepMemory plan_memory_for_cuda(const Prepared& prepared, const Device& device,
   for (const NamedValue& in : g.inputs())
     is_input[in.id] = true;
   std::vector<bool> counted(g.size(), false);
+  for (const Kernel& kernel : fusion.kernels)
+    for (auto [value, input] : kernel.over_inputs)
+      counted[value] = true; // stored over the input it replaces (Kernel::over_inputs)
   std::vector<std::size_t> owned_outputs;
   for (const NamedValue& o : g.outputs())
     if (!memory.offset_of(o.id) && !is_input[o.id] && !counted[o.id]) {

@@ -152,6 +152,9 @@ struct GpuExecutable::Carried {
   std::shared_ptr<std::atomic<uint64_t>> runs; ///< bumped by each run that replaces it
   std::shared_ptr<const DeferredBytes> latest; ///< handed out by the last run
   std::size_t bytes = 0;
+  /// The step writes the output into the input's buffer itself (Kernel::over_inputs, or an
+  /// output that is the input): nothing to copy after the run.
+  bool in_place = false;
 };
 
 GpuExecutable::GpuExecutable(const Graph& optimized, CudaDevice& device, KernelCache& cache)
@@ -205,6 +208,10 @@ void GpuExecutable::allocate_buffers() {
     pointer_[slot.node] = arena_.get() + static_cast<cuda::DevicePtr>(slot.offset);
   for (std::size_t i = 0; i < g.inputs().size(); ++i)
     input_index_[g.inputs()[i].id] = static_cast<int>(i);
+  // An output stored over a donated input lives in that input's buffer, in either set.
+  for (const Kernel& kernel : fusion_.kernels)
+    for (auto [out, in] : kernel.over_inputs)
+      input_index_[out] = input_index_[in];
   // Kernel roots that are outputs get their own buffers (graph inputs are in the sets), in one
   // allocation: the driver rounds each allocation up to whole pages (device_page_bytes).
   std::vector<ValueId> owned;
@@ -299,6 +306,13 @@ GpuExecutable::~GpuExecutable() {
     if (set->exec) d.cuGraphExecDestroy(set->exec);
     if (set->graph) d.cuGraphDestroy(set->graph);
   }
+}
+
+std::optional<ValueId> GpuExecutable::value_over_input(std::size_t input) const {
+  for (const Kernel& kernel : fusion_.kernels)
+    for (auto [out, in] : kernel.over_inputs)
+      if (in == graph_->inputs()[input].id) return out;
+  return std::nullopt;
 }
 
 cuda::DevicePtr GpuExecutable::pointer_for(const InputSet& set, ValueId node) const {
@@ -414,7 +428,7 @@ void GpuExecutable::enqueue_body(const InputSet& set, std::span<const cuda::Even
   if (!marks.empty()) d.check(d.cuEventRecord(marks[launches_.size()], stream), "cuEventRecord");
   // Carried outputs become the next run's inputs on the device; the rest go to pinned memory.
   for (const Carried& c : carried_)
-    if (c.bytes)
+    if (c.bytes && !c.in_place)
       d.check(d.cuMemcpyDtoDAsync(c.buffer.get(), pointer_for(set, g.outputs()[c.output].id),
                                   c.bytes, stream),
               "cuMemcpyDtoDAsync");
@@ -467,6 +481,11 @@ void GpuExecutable::set_carried(
                                   ", output " + std::to_string(out) +
                                   ") does not name an input and an output of one type, each "
                                   "carried once");
+    if (std::optional<ValueId> over = value_over_input(in); over && *over != g.outputs()[out].id)
+      throw std::invalid_argument("sinter: input '" + g.inputs()[in].name +
+                                  "' is carried from output '" + g.outputs()[out].name +
+                                  "', but the step stores another value over it (the output it "
+                                  "is donated to): carry it from that output");
     Carried c;
     c.input = in;
     c.output = out;
@@ -480,6 +499,7 @@ void GpuExecutable::set_carried(
   for (Carried& c : carried_) {
     c.buffer = sets_[0]->inputs[c.input];
     sets_[1]->inputs[c.input] = c.buffer; // one device copy, whichever set runs
+    c.in_place = pointer_for(*sets_[0], g.outputs()[c.output].id) == c.buffer.get();
   }
   layout_staging();
   runs_ = 0;
@@ -519,6 +539,10 @@ void GpuExecutable::set_resident(std::span<const std::size_t> inputs) {
       throw std::invalid_argument("sinter: resident input " + std::to_string(in) +
                                   " is not an input of the step, or is carried or resident "
                                   "already");
+    if (std::optional<ValueId> over = value_over_input(in))
+      throw std::invalid_argument("sinter: input '" + g.inputs()[in].name +
+                                  "' cannot be resident: the step stores a value over it (it "
+                                  "is donated to an output); carry it instead (set_carried)");
     sets_[1]->inputs[in] = sets_[0]->inputs[in]; // one device copy, whichever set runs
     resident_.emplace_back(in, 0);
     input_resident_[in] = true;

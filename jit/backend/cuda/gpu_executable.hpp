@@ -14,6 +14,7 @@
 #include <array>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -89,6 +90,8 @@ private:
   struct Carried;
   struct InputSet;
   cuda::DevicePtr pointer_for(const InputSet& set, ValueId node) const;
+  /// The value a kernel stores over graph input `input` (Kernel::over_inputs), if any.
+  std::optional<ValueId> value_over_input(std::size_t input) const;
   void bind(InputSet& set) const;
   /// Destroys the set's captured CUDA graph: the next graph run captures it again.
   void drop_graph(InputSet& set) const;

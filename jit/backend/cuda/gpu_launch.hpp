@@ -64,7 +64,8 @@ inline constexpr std::size_t gpu_narrow_loop_outputs = 8;
 /// kernels), sibling reductions (a layernorm backward's two sums) in one pass, and column sums
 /// over a row kernel's rows (its γ and β gradients) in the row kernel, per block of rows,
 /// attention's q, k, v and dO read where the heads lie, with no copy to lay them out, and each
-/// large parameter's optimizer update a kernel of its own (262144 elements fill an H100).
+/// large parameter's optimizer update a kernel of its own (262144 elements fill an H100),
+/// writing the new parameter and state over the old (the inputs they replace stay on the GPU).
 inline constexpr FusionOptions gpu_fusion_options{
     .row_kernels = true,
     .sibling_reductions = true,
@@ -74,6 +75,7 @@ inline constexpr FusionOptions gpu_fusion_options{
     .row_partial_max_groups = gpu_max_blocks,
     .row_partial_group_rows = gpu_row_partial_group_rows,
     .attention_operand_views = true,
-    .scalar_sibling_max_elements = 1 << 18};
+    .scalar_sibling_max_elements = 1 << 18,
+    .store_over_donated_inputs = true};
 
 } // namespace sinter

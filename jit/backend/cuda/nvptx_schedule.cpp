@@ -555,18 +555,29 @@ void NvptxSchedule::emit(KernelEmitter& e, const std::string& name) {
   if (runtime_rows_launch_) params.push_back(b.getInt64Ty());
   auto* fn = llvm::Function::Create(llvm::FunctionType::get(b.getVoidTy(), params, false),
                                     llvm::Function::ExternalLinkage, name, e.module());
-  // An in-place kernel's root is written over one of its reads: those two may alias, every
-  // other buffer is its own.
-  auto overwritten = std::find(kernel.reads.begin(), kernel.reads.end(), kernel.overwrites);
-  std::size_t shared_read =
-      kernel.in_place() && overwritten != kernel.reads.end()
-          ? outputs + static_cast<std::size_t>(overwritten - kernel.reads.begin())
-          : params.size();
+  // An in-place kernel's root is written over one of its reads, an output stored over a
+  // donated input over that read: those pairs may alias, every other buffer is its own.
+  std::vector<bool> may_alias(buffers, false);
+  auto alias = [&](std::size_t output, ValueId read) {
+    auto found = std::find(kernel.reads.begin(), kernel.reads.end(), read);
+    if (found == kernel.reads.end()) return;
+    may_alias[output] = true;
+    may_alias[outputs + static_cast<std::size_t>(found - kernel.reads.begin())] = true;
+  };
+  if (kernel.in_place()) {
+    may_alias[0] = true;
+    alias(0, kernel.overwrites);
+  }
+  std::vector<ValueId> written = kernel.outputs();
+  for (auto [out, in] : kernel.over_inputs)
+    alias(
+        static_cast<std::size_t>(std::find(written.begin(), written.end(), out) - written.begin()),
+        in);
   for (unsigned i = 0; i < buffers; ++i) {
     // The runtime passes 16-byte aligned buffers (arena slots are 64-byte aligned), which
     // lets the load/store vectoriser form 16-byte accesses.
     fn->addParamAttr(i, llvm::Attribute::getWithAlignment(e.context(), llvm::Align(16)));
-    if (kernel.in_place() && (i == 0 || i == shared_read)) continue;
+    if (may_alias[i]) continue;
     fn->addParamAttr(i, llvm::Attribute::NoAlias);
     if (i >= outputs) fn->addParamAttr(i, llvm::Attribute::ReadOnly); // → ld.global.nc
   }
