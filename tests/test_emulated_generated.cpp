@@ -250,7 +250,8 @@ TEST_CASE("GPU plan: GELU and layer-norm values the backward pass reads are reco
 }
 
 TEST_CASE("emulated CUDA: rows longer than a warp takes run a block per row (layernorm and "
-          "softmax, forward and backward)",
+          "softmax, forward and backward), read from memory once where they pass over the row "
+          "again",
           "[emulated]") {
   for (int64_t width : {int64_t{40}, int64_t{3000}}) {
     INFO("width " << width);
@@ -266,16 +267,21 @@ TEST_CASE("emulated CUDA: rows longer than a warp takes run a block per row (lay
                      .run(g, DumpSelection(""), std::cerr);
     GpuPlan gpu(step);
     INFO(gpu.plan.print());
-    std::size_t rows = 0, block_rows = 0;
+    std::size_t rows = 0, block_rows = 0, cached = 0;
     for (const Kernel& k : gpu.plan.kernels)
       if (k.kind == KernelKind::row) {
         ++rows;
         GpuLaunch launch = gpu_launch(gpu.graph, k);
         block_rows += launch.strategy == GpuStrategy::block_per_output;
         CHECK(launch.vector_width == (width % 4 == 0 ? 4 : 1));
+        // The row cache: the first pass keeps the rows it reads (f32: 12000 bytes a buffer)
+        // in shared memory for the later passes.
+        cached += launch.shared_bytes > 0;
+        CHECK(launch.shared_bytes % (width * 4) == 0);
       }
     CHECK(rows >= 2);
     CHECK(block_rows == (width > gpu_warp_row_limit ? rows : 0));
+    CHECK((cached >= 2) == (width > gpu_warp_row_limit));
     std::mt19937_64 rng(5);
     std::vector<F64Tensor> values;
     for (const NamedValue& in : step.inputs())

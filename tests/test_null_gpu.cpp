@@ -578,6 +578,16 @@ TEST_CASE("null gpu: the driver refuses what a GPU would, and says why", "[null-
   CHECK_THAT(message(d.cuLaunchKernel(touch, 1, 1, 1, 2048, 1, 1, 0, gpu.stream(), good, nullptr),
                      "cuLaunchKernel"),
              Catch::Contains("CUDA_ERROR_INVALID_VALUE"));
+  // More than 48 KB of dynamic shared memory only once the function asked for it.
+  constexpr unsigned row_cache = 100608;
+  CHECK_THAT(
+      message(d.cuLaunchKernel(touch, 1, 1, 1, 32, 1, 1, row_cache, gpu.stream(), good, nullptr),
+              "cuLaunchKernel"),
+      Catch::Contains("CUDA_ERROR_INVALID_VALUE") && Catch::Contains("cuFuncSetAttribute"));
+  d.check(d.cuFuncSetAttribute(touch, cuda::function_max_dynamic_shared_bytes, row_cache),
+          "cuFuncSetAttribute");
+  d.check(d.cuLaunchKernel(touch, 1, 1, 1, 32, 1, 1, row_cache, gpu.stream(), good, nullptr),
+          "launch with a row cache");
 
   // A copy past the end of a buffer.
   std::vector<std::byte> host(2048);

@@ -212,6 +212,55 @@ TEST_CASE("gpu: a kernel written over its input in place still reads and writes 
   }
 }
 
+TEST_CASE("gpu: an update stored over the input it replaces reads that input through the "
+          "coherent path, the others through the non-coherent cache",
+          "[ptx]") {
+  Graph g;
+  Value p = input(g, "p", {DType::f32, {4096}});
+  Value grad = input(g, "g", {DType::f32, {4096}});
+  g.add_output("new.p", (p - grad * 0.01).id);
+  g.donate(0, 0);
+  Graph o = optimized(g);
+  FusionPlan plan = fuse(o, gpu_fusion_options);
+  REQUIRE(plan.kernels.size() == 1);
+  const Kernel& update = plan.kernels.front();
+  REQUIRE(update.over_inputs.size() == 1);
+  std::string ptx = nvptx_target(90).compile(plan, update, "update");
+  INFO(ptx);
+  // p is written where it is read: never through the read-only cache; g is.
+  CHECK(ptx.find("ld.global.v4.f32") != std::string::npos);
+  CHECK(ptx.find("ld.global.nc.v4.f32") != std::string::npos);
+  CHECK(ptx.find("st.global.v4.f32") != std::string::npos);
+  CHECK(check_ptx(o) == 1);
+}
+
+TEST_CASE("gpu: a loss over 4096 classes keeps each row of logits in dynamic shared memory for "
+          "its later passes, and ptxas takes it",
+          "[ptx]") {
+  Graph g;
+  Value x = input(g, "x", {DType::bf16, {4, 16, 16}});
+  Value w = input(g, "w", {DType::bf16, {16, 4096}});
+  Value labels = input(g, "labels", {DType::i32, {4, 16}});
+  g.add_output("loss", cross_entropy_mean(matmul(x, w), labels).id);
+  Graph o = Pipeline::standard(AutodiffOptions{{"x", "w"}, 0}).run(g, DumpSelection(""), std::cerr);
+  CompileRun run("loss", false, DumpSelection(""));
+  Prepared prepared = prepare_for_nvptx(o, 90, run);
+  const FusionPlan& plan = prepared.fusion;
+  const Kernel* rows = nullptr;
+  for (const Kernel& k : plan.kernels)
+    if (k.kind == KernelKind::row &&
+        gpu_launch(*plan.graph, k).strategy == GpuStrategy::block_per_output)
+      rows = &k;
+  REQUIRE(rows);
+  CHECK(gpu_launch(*plan.graph, *rows).shared_bytes == 4096 * 2);
+  std::string ptx = nvptx_target(90).compile(plan, *rows, "loss_rows");
+  INFO(ptx);
+  CHECK(ptx.find(".extern .shared .align 16 .b8 loss_rows_row_cache[]") != std::string::npos);
+  CHECK(ptx.find("st.shared") != std::string::npos); // the first pass keeps the row
+  CHECK(ptx.find("ld.shared") != std::string::npos); // the later ones read it back
+  CHECK(check_ptx(o) > 0);
+}
+
 TEST_CASE("gpu: reductions pick threads, warps or blocks by length", "[ptx]") {
   auto strategy_for = [](Shape shape, int64_t axis) {
     Graph g;

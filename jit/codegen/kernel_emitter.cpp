@@ -238,8 +238,17 @@ llvm::Value* KernelEmitter::flat_offset(const Index& idx, const Shape& shape) {
 
 llvm::Value* KernelEmitter::load_flat(ValueId buffer_node, llvm::Value* flat, DType t) {
   llvm::Value* base = buffers_.at(buffer_node);
-  llvm::Value* p = b_.CreateGEP(storage_type(t), base, flat);
-  return from_storage(b_.CreateLoad(storage_type(t), p), t);
+  llvm::Type* stored = storage_type(t);
+  auto cached = row_cache_.find(buffer_node);
+  if (cached == row_cache_.end())
+    return from_storage(b_.CreateLoad(stored, b_.CreateGEP(stored, base, flat)), t);
+  const CachedRow& row = cached->second;
+  llvm::Value* slot =
+      b_.CreateGEP(stored, row.cache, b_.CreateSub(flat, row.row_start, "", true, true));
+  if (!row.fill) return from_storage(b_.CreateLoad(stored, slot), t);
+  llvm::Value* v = b_.CreateLoad(stored, b_.CreateGEP(stored, base, flat));
+  b_.CreateStore(v, slot);
+  return from_storage(v, t);
 }
 
 bool KernelEmitter::in_memory(ValueId v) const { return plan_.loads(kernel_, v); }

@@ -101,6 +101,14 @@ public:
   /// any index (fusion checked that every use of it keeps to the row).
   void set_row_value(ValueId reduction, llvm::Value* value) { row_values_[reduction] = value; }
   void clear_row_values() { row_values_.clear(); }
+  /// Row kernels: loads of `buffer` (a read of whole rows) come from `cache` (memory holding
+  /// the row that starts at flat offset `row_start`, in the buffer's storage type), at `flat -
+  /// row_start`; with `fill`, each element is loaded from the buffer and kept there first.
+  void cache_row(ValueId buffer, llvm::Value* cache, llvm::Value* row_start, bool fill) {
+    row_cache_[buffer] = CachedRow{cache, row_start, fill};
+  }
+  /// Loads come from the buffers again.
+  void clear_row_cache() { row_cache_.clear(); }
   /// Row kernels: the outputs at `positions` (of kernel().outputs()) at element `flat` of their
   /// own buffers. Each is computed at `idx` when its shape is `idx_shape`, else at idx
   /// reshaped to its shape (same flat order); all values first, then the stores.
@@ -208,9 +216,15 @@ private:
   std::map<ValueId, llvm::Value*> buffers_;
   std::map<std::pair<ValueId, Index>, llvm::Value*> memo_;
   std::map<ValueId, llvm::Value*> row_values_;
-  Index current_index_;                 ///< the element being written, when declared...
-  llvm::Value* current_flat_ = nullptr; ///< ...and its flat offset
-  llvm::Value* size_ = nullptr;         ///< set_runtime_size
+  struct CachedRow {
+    llvm::Value* cache;
+    llvm::Value* row_start;
+    bool fill;
+  };
+  std::map<ValueId, CachedRow> row_cache_; ///< cache_row
+  Index current_index_;                    ///< the element being written, when declared...
+  llvm::Value* current_flat_ = nullptr;    ///< ...and its flat offset
+  llvm::Value* size_ = nullptr;            ///< set_runtime_size
   int64_t size_extent_ = 0;
 };
 

@@ -20,8 +20,9 @@
 #   buckets       the gpt recipe's shape-bucket recompiles (issue 32: < 0.3 s each)
 #   ab            GPT-2 small's step with each attention path forced (SINTER_ATTENTION=nvptx,
 #                 cudnn), then the attention pipeline, the heads read and written in place
-#                 (SINTER_ATTENTION_VIEWS), split reductions and runtime row counts turned off
-#                 (the first four for the distillation pair too)
+#                 (SINTER_ATTENTION_VIEWS), split reductions, runtime row counts and the update
+#                 written over the old parameters (SINTER_UPDATE_IN_PLACE) turned off (the
+#                 first four and the last for the distillation pair too)
 #   profiles      cold compiles profiled (GPT-2 small, the distillation pair), and GPT-2 small's
 #                 cold compile on all the host's cores (--threads)
 #   max-batch     the predicted largest batch of the distillation pair, then smaller ones until
@@ -140,8 +141,9 @@ stage_buckets() {
 stage_ab() {
   # A/B of GPU changes (against compile-warm's step, which runs the timed choice): each attention
   # path forced, the attention kernels' double-buffered tiles, the heads in place, split column
-  # reductions and row counts as kernel parameters, each off; the first four also for the
-  # distillation pair (against the distill stage's step).
+  # reductions, row counts as kernel parameters and the update over the old parameters, each
+  # off; the first four and the last also for the distillation pair (against the distill
+  # stage's step).
   for path in nvptx cudnn; do
     SINTER_ATTENTION=$path step "ab-attention-$path" 60 "$TS" "${gpt2[@]}" --warmup 3 --iters 20
     SINTER_ATTENTION=$path step "ab-attention-$path-distill" 90 "$TS" "${distill[@]}" \
@@ -156,6 +158,9 @@ stage_ab() {
     --batch 256 --warmup 3 --iters 10
   SINTER_SPLIT_REDUCTIONS=0 step ab-split-reductions-off 60 "$TS" "${gpt2[@]}" --warmup 3 --iters 20
   SINTER_ROWS_PARAMETER=0 step ab-rows-parameter-off 60 "$TS" "${gpt2[@]}" --warmup 3 --iters 20
+  SINTER_UPDATE_IN_PLACE=0 step ab-update-in-place-off 60 "$TS" "${gpt2[@]}" --warmup 3 --iters 20
+  SINTER_UPDATE_IN_PLACE=0 step ab-update-in-place-off-distill 90 "$TS" "${distill[@]}" \
+    --batch 256 --warmup 3 --iters 10
 }
 stage_profiles() {
   SINTER_PROFILE="$REPORT_DIR/profile-gpt2-small-cold" \

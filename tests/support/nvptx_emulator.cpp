@@ -411,6 +411,21 @@ HostKernels compile_for_host(std::span<const EmulatedKernel> kernels,
       emit_kernel(*module, *k.plan, *k.kernel, name, schedule);
   }
   replace_intrinsics(*module);
+  // Dynamic shared memory (`extern .shared`, a row cache): one block's worth, as much as an
+  // H100 gives a block; blocks run one after another, so each has it to itself.
+  std::vector<llvm::GlobalVariable*> dynamic_shared;
+  for (llvm::GlobalVariable& v : module->globals())
+    if (v.isDeclaration() && v.getAddressSpace() == 3) dynamic_shared.push_back(&v);
+  for (llvm::GlobalVariable* v : dynamic_shared) {
+    auto* bytes = llvm::ArrayType::get(llvm::Type::getInt8Ty(*context), 232448);
+    auto* block = new llvm::GlobalVariable(
+        *module, bytes, false, llvm::GlobalValue::InternalLinkage,
+        llvm::ConstantAggregateZero::get(bytes), v->getName() + ".emulated", nullptr,
+        llvm::GlobalValue::NotThreadLocal, 3);
+    block->setAlignment(llvm::Align(16));
+    v->replaceAllUsesWith(block);
+    v->eraseFromParent();
+  }
   // The entries the host calls: void emulatedN(void** arguments).
   auto* ptr = llvm::PointerType::get(*context, 0);
   for (std::size_t i = 0; i < kernels.size(); ++i) {

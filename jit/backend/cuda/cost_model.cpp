@@ -183,6 +183,35 @@ double causal_scores_share(int64_t tq, int64_t tk) {
   return seen / (q * k);
 }
 
+namespace {
+
+/// Row kernels: the body nodes computed once per row, not per element (a row's reductions and
+/// what follows from them alone: a log-sum-exp's log), so that the arithmetic per element
+/// counts only what varies along the row. A node varies when it is as long as the row in its
+/// last dim and is a loaded buffer, an iota, or computed from a node that varies.
+std::vector<bool> row_invariant_nodes(const FusionPlan& plan, const Kernel& kernel) {
+  const Graph& g = *plan.graph;
+  std::vector<bool> invariant(g.size(), false);
+  if (kernel.kind != KernelKind::row) return invariant;
+  const int64_t length = row_layout(g, kernel).length;
+  std::vector<bool> varies(g.size(), false);
+  for (ValueId v : kernel.reads)
+    varies[v] = true;
+  for (ValueId v : kernel.body) { // in graph order: operands first
+    const Node& n = g.node(v);
+    bool row_long = !n.type.shape.empty() && n.type.shape.back() == length;
+    bool source = plan.loads(kernel, v) || n.op == OpId::iota;
+    bool from_varying = std::any_of(n.inputs.begin(), n.inputs.end(), [&](ValueId in) {
+      return varies[in] && !is_row_reduction(g, v);
+    });
+    varies[v] = row_long && (source || from_varying);
+    invariant[v] = !varies[v] && !is_row_reduction(g, v); // a fold is work per element
+  }
+  return invariant;
+}
+
+} // namespace
+
 std::vector<KernelWork> plan_work(const FusionPlan& plan, std::span<const GpuLaunchStep> launches,
                                   std::span<const profile::KernelInfo> infos) {
   const Graph& g = *plan.graph;
@@ -208,9 +237,11 @@ std::vector<KernelWork> plan_work(const FusionPlan& plan, std::span<const GpuLau
                      (launch.gemm.dtype == DType::bf16 || launch.gemm.dtype == DType::f16);
     w.outputs = static_cast<int64_t>(kernel.outputs().size());
     if (w.strategy == GpuStrategy::column_split) w.rows_in_flight = gpu_column_split_unroll;
-    if (launch.kind == KernelKind::row && w.strategy == GpuStrategy::block_per_output) {
+    if (launch.kind == KernelKind::row && w.strategy == GpuStrategy::block_per_output &&
+        launch.shape.shared_bytes == 0) {
       // Each pass reads what the kernel reads (its bytes less what it writes): one per group
-      // of reductions (RowLayout::passes), and one more where it writes whole rows.
+      // of reductions (RowLayout::passes), and one more where it writes whole rows; unless
+      // the rows are kept in shared memory by the first pass (gpu_row_cache).
       RowLayout layout = row_layout(g, kernel);
       auto passes = static_cast<int64_t>(layout.passes.size() + (layout.full.empty() ? 0 : 1));
       int64_t written = 0;
@@ -220,8 +251,9 @@ std::vector<KernelWork> plan_work(const FusionPlan& plan, std::span<const GpuLau
     }
     for (ValueId out_id : kernel.outputs())
       w.elements = std::max(w.elements, numel(g.type(out_id).shape));
+    std::vector<bool> per_row = row_invariant_nodes(plan, kernel);
     for (ValueId v : kernel.body)
-      (is_transcendental(g.node(v).op) ? w.transcendental : w.arithmetic) += 1;
+      if (!per_row[v]) (is_transcendental(g.node(v).op) ? w.transcendental : w.arithmetic) += 1;
     out.push_back(std::move(w));
   }
   return out;

@@ -91,6 +91,7 @@ Loaded load() {
   need(d.cuModuleUnload, {"cuModuleUnload"});
   need(d.cuModuleGetFunction, {"cuModuleGetFunction"});
   need(d.cuLaunchKernel, {"cuLaunchKernel"});
+  need(d.cuFuncSetAttribute, {"cuFuncSetAttribute"});
   need(d.cuLinkCreate, {"cuLinkCreate_v2"});
   need(d.cuLinkAddData, {"cuLinkAddData_v2"});
   need(d.cuLinkComplete, {"cuLinkComplete"});

@@ -73,6 +73,7 @@ struct Driver {
   Result (*cuModuleGetFunction)(FunctionHandle*, ModuleHandle, const char*) = nullptr;
   Result (*cuLaunchKernel)(FunctionHandle, unsigned, unsigned, unsigned, unsigned, unsigned,
                            unsigned, unsigned, StreamHandle, void**, void**) = nullptr;
+  Result (*cuFuncSetAttribute)(FunctionHandle, int, int) = nullptr;
   Result (*cuLinkCreate)(unsigned, int*, void**, LinkHandle*) = nullptr;
   Result (*cuLinkAddData)(LinkHandle, int, void*, std::size_t, const char*, unsigned, int*,
                           void**) = nullptr;
@@ -147,5 +148,10 @@ inline constexpr int jit_error_log_buffer_size = 6;
 inline constexpr int jit_input_ptx = 1;
 inline constexpr int stream_non_blocking = 1;
 inline constexpr int stream_capture_thread_local = 1;
+inline constexpr int function_max_dynamic_shared_bytes = 8;
+inline constexpr int function_preferred_shared_carveout = 9;
+inline constexpr int shared_carveout_max_shared = 100;
+/// Dynamic shared memory a block may take without asking (cuFuncSetAttribute) first.
+inline constexpr int64_t default_dynamic_shared_bytes = 48 * 1024;
 
 } // namespace sinter::cuda

@@ -420,7 +420,8 @@ void GpuExecutable::enqueue_body(const InputSet& set, std::span<const cuda::Even
     if (launch.clear_bytes)
       d.check(d.cuMemsetD8Async(b.arguments[0], 0, launch.clear_bytes, stream), "cuMemsetD8Async");
     d.check(d.cuLaunchKernel(launch.function, static_cast<unsigned>(launch.shape.blocks), 1, 1,
-                             static_cast<unsigned>(launch.shape.threads), 1, 1, 0, stream,
+                             static_cast<unsigned>(launch.shape.threads), 1, 1,
+                             static_cast<unsigned>(launch.shape.shared_bytes), stream,
                              const_cast<void**>(b.parameters.data()), nullptr),
             "cuLaunchKernel");
   }

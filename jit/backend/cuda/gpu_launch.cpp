@@ -97,6 +97,7 @@ GpuLaunch gpu_launch(const Graph& g, const Kernel& k) {
       launch.strategy = GpuStrategy::block_per_output;
       launch.threads = 512;
       launch.blocks = std::clamp<int64_t>(rows, 1, max_blocks);
+      launch.shared_bytes = gpu_row_cache(g, k).bytes;
     }
     return launch;
   }
@@ -105,6 +106,24 @@ GpuLaunch gpu_launch(const Graph& g, const Kernel& k) {
   case KernelKind::collective: break;
   }
   throw std::logic_error("sinter: gemm and collective kernels are library calls, not GPU launches");
+}
+
+RowCache gpu_row_cache(const Graph& g, const Kernel& k) {
+  RowCache cache;
+  if (k.kind != KernelKind::row) return cache;
+  RowLayout layout = row_layout(g, k);
+  std::size_t passes = layout.passes.size() + (layout.full.empty() ? 0 : 1);
+  if (layout.length <= gpu_warp_row_limit || passes < 2 || !layout.partials.empty()) return cache;
+  for (ValueId r : k.reads) {
+    const TensorType& t = g.type(r);
+    if (t.shape.empty() || t.shape.back() != layout.length ||
+        numel(t.shape) != layout.rows * layout.length)
+      continue; // not whole rows: read at a row's value, or broadcast along it
+    cache.buffers.emplace_back(r, cache.bytes);
+    cache.bytes += (layout.length * static_cast<int64_t>(dtype_bytes(t.dtype)) + 15) / 16 * 16;
+  }
+  if (cache.bytes > gpu_row_cache_max_bytes) return RowCache{};
+  return cache;
 }
 
 } // namespace sinter

@@ -4,6 +4,8 @@
 #include "jit/passes/fuse.hpp"
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 namespace sinter {
 
@@ -31,8 +33,23 @@ struct GpuLaunch {
   int64_t blocks = 1;             ///< grid size (capped; kernels loop grid-stride)
   int64_t vector_width = 1;       ///< elementwise and rows: consecutive elements per thread
   bool zero_output_first = false; ///< the runtime clears the output before the launch
+  int64_t shared_bytes = 0;       ///< dynamic shared memory per block (a row cache)
 };
 GpuLaunch gpu_launch(const Graph& graph, const Kernel& kernel);
+
+/// A row kernel with a block per row that passes over its row more than once (reductions that
+/// read earlier ones' values, then the row's elements) keeps the buffers it reads whole rows of
+/// in dynamic shared memory: the first pass loads each element from memory and keeps it, the
+/// later passes read it back, so the row is read from memory once (GPT-2's loss: 100 KB of
+/// bf16 logits a row, read once instead of three times). At most gpu_row_cache_max_bytes a
+/// block, what every sm_80+ GPU lets a block have (sm_86 and sm_89: 99 KB; an H100 fits two
+/// such blocks an SM).
+struct RowCache {
+  std::vector<std::pair<ValueId, int64_t>> buffers; ///< read buffer, its byte offset in the cache
+  int64_t bytes = 0;                                ///< 0: no cache
+};
+inline constexpr int64_t gpu_row_cache_max_bytes = 99 * 1024;
+RowCache gpu_row_cache(const Graph& graph, const Kernel& kernel);
 
 /// Column reductions (GpuStrategy::column_split): the rows each thread loads before adding them,
 /// so that many loads are in flight (the cost model reads it too).

@@ -115,6 +115,17 @@ std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion,
     launch.argument_nodes.insert(launch.argument_nodes.end(), kernel.reads.begin(),
                                  kernel.reads.end());
     if (launch.shape.zero_output_first) launch.clear_bytes = byte_size(g.type(kernel.root));
+    if (launch.shape.shared_bytes > cuda::default_dynamic_shared_bytes) {
+      // A row cache above the default: the function must ask for it, and for the carveout
+      // that lets two such blocks share an SM where the device has the room.
+      const cuda::Driver& d = device.driver();
+      d.check(d.cuFuncSetAttribute(launch.function, cuda::function_max_dynamic_shared_bytes,
+                                   static_cast<int>(launch.shape.shared_bytes)),
+              "cuFuncSetAttribute (dynamic shared memory)");
+      d.check(d.cuFuncSetAttribute(launch.function, cuda::function_preferred_shared_carveout,
+                                   cuda::shared_carveout_max_shared),
+              "cuFuncSetAttribute (shared memory carveout)");
+    }
     if (kernel.kind == KernelKind::attention && !launch.rows)
       launch.cudnn = choose_attention(fusion, kernel, launch.function, launch.shape,
                                       launch.argument_nodes, device, cache);
@@ -231,10 +242,13 @@ std::string print_launch_plan(std::span<const GemmEpilogue> epilogues,
              " k=" + std::to_string(l.gemm.shape.k) + " batch=" + std::to_string(l.gemm.batch) +
              (l.gemm.epilogue != kernels::GemmEpilogueOp::none ? " with epilogue" : "");
     else if (l.kind != KernelKind::collective)
-      out += l.cudnn ? " cudnn " + l.cudnn->shape.describe()
-                     : " blocks=" + std::to_string(l.shape.blocks) +
-                           " threads=" + std::to_string(l.shape.threads) +
-                           (l.rows ? " size=" + std::to_string(*l.rows) + " (parameter)" : "");
+      out += l.cudnn
+                 ? " cudnn " + l.cudnn->shape.describe()
+                 : " blocks=" + std::to_string(l.shape.blocks) +
+                       " threads=" + std::to_string(l.shape.threads) +
+                       (l.rows ? " size=" + std::to_string(*l.rows) + " (parameter)" : "") +
+                       (l.shape.shared_bytes ? " row_cache=" + std::to_string(l.shape.shared_bytes)
+                                             : "");
     out += "\n";
   }
   return out;

@@ -8,6 +8,15 @@
 
 namespace sinter {
 
+llvm::GlobalVariable* dynamic_shared_memory(llvm::Module& module, const std::string& name) {
+  auto* bytes = llvm::ArrayType::get(llvm::Type::getInt8Ty(module.getContext()), 0);
+  auto* shared =
+      new llvm::GlobalVariable(module, bytes, false, llvm::GlobalValue::ExternalLinkage, nullptr,
+                               name, nullptr, llvm::GlobalValue::NotThreadLocal, 3);
+  shared->setAlignment(llvm::Align(16));
+  return shared;
+}
+
 BlockMemory::BlockMemory(KernelEmitter& emitter, int64_t threads, int64_t shared_bytes)
     : e_(emitter), b_(emitter.builder()), threads_(threads) {
   i8_ = b_.getInt8Ty();

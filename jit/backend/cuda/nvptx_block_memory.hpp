@@ -11,9 +11,15 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <utility>
 
 namespace sinter {
+
+/// The block's dynamic shared memory (PTX `.extern .shared`, as many bytes as the launch
+/// gives), declared in `module` as `name` (external: letters, digits and `_` only, which PTX
+/// takes as they are), 16-byte aligned.
+llvm::GlobalVariable* dynamic_shared_memory(llvm::Module& module, const std::string& name);
 
 /// A [rows, cols] row-major matrix of one slice in global memory (16-bit elements), its rows
 /// `row_stride` elements apart (cols when the matrix is contiguous; more when it is a view of

@@ -3,6 +3,7 @@
 #include "jit/backend/cuda/nvptx_schedule.hpp"
 
 #include "jit/backend/cuda/nvptx_attention.hpp"
+#include "jit/backend/cuda/nvptx_block_memory.hpp"
 
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
@@ -307,10 +308,31 @@ public:
         b_.CreateStore(e_.combine(*partials[p], b_.CreateLoad(b_.getFloatTy(), into), x), into);
       }
     };
+    // A block per row passing over it more than once keeps the rows it reads in dynamic
+    // shared memory (gpu_row_cache): the first pass fills it, the later ones read it.
+    RowCache cache = launch_.shared_bytes ? gpu_row_cache(g, k) : RowCache{};
+    if (cache.bytes != launch_.shared_bytes || (cache.bytes && per_warp))
+      throw std::logic_error("sinter: a row kernel's launch and its row cache disagree");
+    llvm::GlobalVariable* dynamic_shared =
+        cache.bytes
+            ? dynamic_shared_memory(e_.module(), e_.function()->getName().str() + "_row_cache")
+            : nullptr;
+    auto use_cache = [&](llvm::Value* row, bool fill) {
+      llvm::Value* row_start = b_.CreateMul(row, e_.extent(length), "", true, true);
+      for (auto [buffer, offset] : cache.buffers)
+        e_.cache_row(buffer, b_.CreateConstInBoundsGEP1_64(b_.getInt8Ty(), dynamic_shared, offset),
+                     row_start, fill);
+    };
     auto process_row = [&](llvm::Value* row) {
       e_.clear_row_values();
+      // Every thread is done with the previous row's cache before this row fills it; each
+      // pass's block reduction (a barrier) comes before the next pass reads it.
+      if (cache.bytes) b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+      bool filled = false;
       // One read of the row per pass: its reductions' operands first, then their folds.
       for (const std::vector<std::size_t>& pass : layout.passes) {
+        if (cache.bytes) use_cache(row, !filled);
+        filled = true;
         std::vector<Index> row_idx = e_.start_row_pass(reductions, pass, accs, row);
         for_elements(Index{}, [&](const Index&, llvm::Value* column) {
           e_.fold_row_element(reductions, pass, accs, row_idx, column);
@@ -323,6 +345,7 @@ public:
         }
       }
       if (!full.empty() && partials.empty()) {
+        if (cache.bytes) use_cache(row, false);
         // Each thread's `width` elements are all computed before any is stored: a kernel
         // written over a buffer it reads (in place) still joins them into 16-byte accesses.
         const Shape& s = g.type(outputs[full.front()]).shape;
@@ -360,6 +383,7 @@ public:
         for_elements(Index{},
                      [&](const Index&, llvm::Value* column) { add_partials(row, column); });
       }
+      e_.clear_row_cache(); // what follows reads single elements, from memory
       if (!per_row.empty())
         e_.emit_if(b_.CreateICmpEQ(lane, e_.i64(0)), [&] {
           e_.clear_memo();

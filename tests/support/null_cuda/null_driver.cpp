@@ -497,6 +497,11 @@ NULL_GPU_API int cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsign
     return s.fail(launch_out_of_resources, "cuLaunchKernel of " + k.name + " with " +
                                                std::to_string(shared) +
                                                " bytes of dynamic shared memory");
+  if (shared > static_cast<unsigned>(f->max_dynamic_shared))
+    return s.fail(invalid_value, "cuLaunchKernel of " + k.name + " with " + std::to_string(shared) +
+                                     " bytes of dynamic shared memory, more than the function "
+                                     "asked for (cuFuncSetAttribute: " +
+                                     std::to_string(f->max_dynamic_shared) + ")");
   if (extra) return s.fail(invalid_value, "cuLaunchKernel: the null driver takes no `extra`");
   if (!k.parameters.empty() && !parameters)
     return s.fail(invalid_value, "cuLaunchKernel of " + k.name + " without its parameters");
@@ -518,6 +523,30 @@ NULL_GPU_API int cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsign
   if (s.copies && k.name == "sinter_first_non_finite") w.emulate = emulated_scan(parameters);
   s.enqueue(s.stream(stream), std::move(w));
   return success;
+}
+
+NULL_GPU_API int cuFuncSetAttribute(void* function, int attribute, int value) {
+  State& s = State::get();
+  std::lock_guard lock(s.mutex);
+  auto* f = static_cast<FunctionState*>(function);
+  if (!f) return s.fail(invalid_handle, "cuFuncSetAttribute of a null function");
+  switch (attribute) {
+  case 8: // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: an H100 gives a block 227 KB
+    if (value < 0 || value > 232448)
+      return s.fail(invalid_value, "cuFuncSetAttribute: " + std::to_string(value) +
+                                       " bytes of dynamic shared memory for " + f->signature->name +
+                                       " (at most 232448)");
+    f->max_dynamic_shared = value;
+    return success;
+  case 9: // CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: a percentage, or -1
+    if (value < -1 || value > 100)
+      return s.fail(invalid_value, "cuFuncSetAttribute: a shared memory carveout of " +
+                                       std::to_string(value) + "%");
+    return success;
+  default:
+    return s.fail(invalid_value, "cuFuncSetAttribute: attribute " + std::to_string(attribute) +
+                                     " is not one the null driver takes");
+  }
 }
 
 NULL_GPU_API int cuStreamBeginCapture_v2(void* stream, int mode) {

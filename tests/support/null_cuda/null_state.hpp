@@ -108,6 +108,9 @@ struct ModuleState;
 struct FunctionState {
   ModuleState* module = nullptr;
   const KernelSignature* signature = nullptr;
+  /// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: a launch may take more than 48 KB of
+  /// dynamic shared memory only up to what the function asked for.
+  int max_dynamic_shared = 48 * 1024;
 };
 
 struct ModuleState {
