@@ -60,12 +60,6 @@ struct Kernel {
   /// FusionOptions::store_over_donated_inputs), as (output, input): the kernel reads that input
   /// only at the element being written, or not at all, and no later kernel reads it.
   std::vector<std::pair<ValueId, ValueId>> over_inputs;
-  /// The graph input whose buffer output `v` is stored in, or `v` when it has its own.
-  ValueId storage_of(ValueId v) const {
-    for (auto [out, in] : over_inputs)
-      if (out == v) return in;
-    return v;
-  }
   /// Every buffer the kernel writes: the root, then extra_outputs.
   std::vector<ValueId> outputs() const {
     std::vector<ValueId> out{root};
@@ -95,6 +89,18 @@ struct FusionPlan {
 
   std::string print() const;
 };
+
+/// By value: the graph input whose buffer it is stored over (Kernel::over_inputs), or the value
+/// itself where it has a buffer of its own.
+inline std::vector<ValueId> storage_over_inputs(const FusionPlan& plan) {
+  std::vector<ValueId> over(plan.graph->size());
+  for (ValueId v = 0; v < over.size(); ++v)
+    over[v] = v;
+  for (const Kernel& kernel : plan.kernels)
+    for (auto [out, in] : kernel.over_inputs)
+      over[out] = in;
+  return over;
+}
 
 struct FusionOptions {
   /// Fuse last-axis reductions with the elementwise work before and after them into row

@@ -66,12 +66,10 @@ private:
 MemoryPlan::MemoryPlan(const FusionPlan& fusion) {
   const Graph& g = *fusion.graph;
   offset_by_node_.assign(g.size(), -1);
-  std::vector<bool> is_output(g.size(), false), over_input(g.size(), false);
-  for (const Kernel& k : fusion.kernels)
-    for (auto [out, in] : k.over_inputs)
-      over_input[out] = true; // stored in its input's buffer (Kernel::over_inputs)
+  std::vector<bool> is_output(g.size(), false);
+  const std::vector<ValueId> storage = storage_over_inputs(fusion); // outputs over inputs
   for (const NamedValue& out : g.outputs()) {
-    if (!is_output[out.id] && !over_input[out.id])
+    if (!is_output[out.id] && storage[out.id] == out.id)
       output_bytes_ += aligned(numel(g.type(out.id).shape) *
                                static_cast<int64_t>(dtype_bytes(g.type(out.id).dtype)));
     is_output[out.id] = true;

@@ -607,9 +607,9 @@ std::vector<HostTensor> emulate_nvptx_step(const Graph& optimized,
   }
   for (const BufferSlot& slot : memory.slots())
     pointer[slot.node] = arena.data() + slot.offset;
-  for (const Kernel& kernel : plan.kernels) // stored over the inputs they replace
-    for (auto [out, in] : kernel.over_inputs)
-      pointer[out] = pointer[in];
+  const std::vector<ValueId> storage = storage_over_inputs(plan); // outputs over inputs
+  for (ValueId v = 0; v < storage.size(); ++v)
+    if (storage[v] != v) pointer[v] = pointer[storage[v]];
   for (const NamedValue& out : g.outputs())
     if (!pointer[out.id]) {
       owned.emplace_back(std::max<std::size_t>(byte_size(g.type(out.id)), 16));

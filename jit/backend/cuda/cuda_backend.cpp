@@ -100,12 +100,10 @@ StepMemory plan_memory_for_cuda(const Prepared& prepared, const Device& device,
   for (const NamedValue& in : g.inputs())
     is_input[in.id] = true;
   std::vector<bool> counted(g.size(), false);
-  for (const Kernel& kernel : fusion.kernels)
-    for (auto [value, input] : kernel.over_inputs)
-      counted[value] = true; // stored over the input it replaces (Kernel::over_inputs)
+  const std::vector<ValueId> storage = storage_over_inputs(fusion); // outputs over inputs
   std::vector<std::size_t> owned_outputs;
   for (const NamedValue& o : g.outputs())
-    if (!memory.offset_of(o.id) && !is_input[o.id] && !counted[o.id]) {
+    if (!memory.offset_of(o.id) && !is_input[o.id] && storage[o.id] == o.id && !counted[o.id]) {
       counted[o.id] = true;
       owned_outputs.push_back(byte_size(g.type(o.id)));
     }

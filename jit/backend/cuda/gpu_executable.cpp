@@ -6,6 +6,7 @@
 #include "jit/backend/context.hpp"
 #include "jit/backend/cpu/thread_pool.hpp"
 #include "jit/backend/cuda/cost_model.hpp"
+#include "jit/backend/cuda/deferred_outputs.hpp"
 #include "jit/backend/cuda/gemm_epilogue.hpp"
 #include "jit/backend/cuda/nvptx_target.hpp"
 #include "jit/dist/collective_launch.hpp"
@@ -37,86 +38,6 @@ struct GpuExecutable::Bound {
 };
 
 namespace {
-
-/// Events of one input set, shared with the values its runs handed out (which wait on them).
-struct SetEvents {
-  const cuda::Driver& driver;
-  cuda::EventHandle uploaded = nullptr, started = nullptr, finished = nullptr;
-  explicit SetEvents(const cuda::Driver& d) : driver(d) {
-    for (cuda::EventHandle* e : {&uploaded, &started, &finished})
-      d.check(d.cuEventCreate(e, 0), "cuEventCreate");
-  }
-  ~SetEvents() {
-    for (cuda::EventHandle e : {uploaded, started, finished})
-      if (e) driver.cuEventDestroy(e);
-  }
-};
-
-/// A non-carried output of one run: in pinned staging until the set is reused, then kept here.
-class StagedValue final : public DeferredBytes {
-public:
-  StagedValue(CudaDevice& device, std::shared_ptr<SetEvents> events, const std::byte* pinned,
-              std::size_t bytes)
-      : device_(device), events_(std::move(events)), pinned_(pinned), bytes_(bytes) {}
-  /// Copies the value out of pinned memory, which the next run on its set overwrites.
-  void preserve() const {
-    if (preserved_) return;
-    wait();
-    kept_.assign(pinned_, pinned_ + bytes_);
-    preserved_ = true;
-  }
-  void fetch(std::span<std::byte> into) const override {
-    if (!preserved_) { // the host reads a result of a step that may still run: a sync
-      const int64_t asked = profile::now_ns();
-      wait();
-      profile::device_read(asked, profile::now_ns());
-    }
-    const std::byte* from = preserved_ ? kept_.data() : pinned_;
-    std::memcpy(into.data(), from, std::min(bytes_, into.size()));
-  }
-
-private:
-  void wait() const {
-    device_.make_current();
-    device_.driver().check(device_.driver().cuEventSynchronize(events_->finished),
-                           "cuEventSynchronize (waiting for a step's output)");
-  }
-  CudaDevice& device_;
-  std::shared_ptr<SetEvents> events_;
-  const std::byte* pinned_;
-  std::size_t bytes_;
-  mutable std::vector<std::byte> kept_;
-  mutable bool preserved_ = false;
-};
-
-/// A carried output of one run: in the carried input's device buffer until the next run.
-class ResidentValue final : public DeferredBytes {
-public:
-  ResidentValue(CudaDevice& device, std::shared_ptr<SetEvents> events, DeviceSpan buffer,
-                std::shared_ptr<std::atomic<uint64_t>> runs, std::size_t bytes)
-      : device_(device), events_(std::move(events)), buffer_(std::move(buffer)),
-        runs_(std::move(runs)), run_(runs_->load()), bytes_(bytes) {}
-  void fetch(std::span<std::byte> into) const override {
-    if (runs_->load() != run_)
-      throw std::logic_error("sinter: a GPU-resident value was read after a later step replaced "
-                             "it; copy a tensor (HostTensor copies fetch) before the next step");
-    device_.make_current();
-    const cuda::Driver& d = device_.driver();
-    const int64_t asked = profile::now_ns();
-    d.check(d.cuEventSynchronize(events_->finished), "cuEventSynchronize");
-    d.check(d.cuMemcpyDtoH(into.data(), buffer_.get(), std::min(bytes_, into.size())),
-            "cuMemcpyDtoH (fetching a GPU-resident value)");
-    profile::device_read(asked, profile::now_ns());
-  }
-
-private:
-  CudaDevice& device_;
-  std::shared_ptr<SetEvents> events_;
-  DeviceSpan buffer_; // kept alive: the tensor may outlive the executable
-  std::shared_ptr<std::atomic<uint64_t>> runs_;
-  uint64_t run_;
-  std::size_t bytes_;
-};
 
 /// Direct runs before steps are captured as CUDA graphs; they also wait for the step, so an
 /// error is reported by the call that caused it.
@@ -209,9 +130,9 @@ void GpuExecutable::allocate_buffers() {
   for (std::size_t i = 0; i < g.inputs().size(); ++i)
     input_index_[g.inputs()[i].id] = static_cast<int>(i);
   // An output stored over a donated input lives in that input's buffer, in either set.
-  for (const Kernel& kernel : fusion_.kernels)
-    for (auto [out, in] : kernel.over_inputs)
-      input_index_[out] = input_index_[in];
+  const std::vector<ValueId> storage = storage_over_inputs(fusion_);
+  for (ValueId v = 0; v < storage.size(); ++v)
+    if (storage[v] != v) input_index_[v] = input_index_[storage[v]];
   // Kernel roots that are outputs get their own buffers (graph inputs are in the sets), in one
   // allocation: the driver rounds each allocation up to whole pages (device_page_bytes).
   std::vector<ValueId> owned;
