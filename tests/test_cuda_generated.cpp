@@ -99,18 +99,28 @@ TEST_CASE("cuda: attention through cuDNN, the NVPTX kernels and the timed choice
   }
 }
 
-/// A mixed-precision linear layer's gradients on the GPU: its bf16 weight-gradient GEMM writes
-/// the f32 bias gradient as cuBLASLt's epilogue (BGRADA, BIAS_DATA_TYPE f32).
-TEST_CASE("cuda: a bf16 linear layer's f32 bias gradient from its GEMM's epilogue matches the "
+/// A mixed-precision linear layer's gradients on the GPU. Its f32 bias gradient is a column sum
+/// of the bf16 dY in f32, not cuBLASLt's BGRADA epilogue of the bf16 weight-gradient GEMM: on an
+/// H200 (2026-11-29) that epilogue's sums were 5.2% away from the exact ones, past this
+/// tolerance, where an f32 sum of the same bf16 values is within 0.3%.
+TEST_CASE("cuda: a bf16 linear layer's f32 bias gradient is summed in f32 and matches the "
           "interpreter",
           "[cuda]") {
   Graph step = mixed_precision_linear_step();
-  compare_on_gpu(step, random_values(step, 11), backend_tolerance(DType::bf16, true));
+  EnvOverride dump("SINTER_DUMP", "launch-plan");
+  std::string plan = capture_stderr(
+      [&] { compare_on_gpu(step, random_values(step, 11), backend_tolerance(DType::bf16, true)); });
+  INFO(plan);
+  CHECK(plan.find("launch 0 ") != std::string::npos); // the plan was printed
+  CHECK(plan.find("epilogue bias_gradient") == std::string::npos);
 }
 
 /// Forward-only bf16 layers (a distillation teacher's MLP): the bf16 product, a bf16 or f32
 /// bias widened or narrowed to the sum's type, GELU in f32 or bf16, the result narrowed back, all
-/// of it cuBLASLt's GELU_BIAS epilogue (adding and activating in f32, rounding once).
+/// of it cuBLASLt's GELU_BIAS epilogue (adding and activating in f32, rounding once). The two
+/// layers take inputs of their own: fed one into the other, the second GEMM would multiply the
+/// first epilogue's roundings (0.098 between the graph's rounding and rounding once, on the
+/// interpreter alone), where each on its own stays within 0.011 of it.
 TEST_CASE("cuda: bf16 GEMMs with a mixed-precision bias and GELU as cuBLASLt's epilogue match the "
           "interpreter",
           "[cuda]") {
@@ -118,11 +128,12 @@ TEST_CASE("cuda: bf16 GEMMs with a mixed-precision bias and GELU as cuBLASLt's e
   Value x = input(g, "x", {DType::bf16, {64, 96}});
   Value w1 = input(g, "w1", {DType::bf16, {96, 128}});
   Value b1 = input(g, "b1", {DType::bf16, {128}});
+  Value h = input(g, "h", {DType::bf16, {64, 128}});
   Value w2 = input(g, "w2", {DType::bf16, {128, 64}});
   Value b2 = input(g, "b2", {DType::f32, {64}});
   Value z = cast(reshape(matmul(x, w1), {4, 16, 128}), DType::f32) + cast(b1, DType::f32);
-  Value h = reshape(cast(gelu_tanh(z), DType::bf16), {64, 128});
-  g.add_output("y", gelu_tanh(matmul(h, w2) + cast(b2, DType::bf16)).id);
+  g.add_output("y1", reshape(cast(gelu_tanh(z), DType::bf16), {64, 128}).id);
+  g.add_output("y2", gelu_tanh(matmul(h, w2) + cast(b2, DType::bf16)).id);
   Graph layers = Pipeline::standard(std::nullopt).run(g, DumpSelection(""), std::cerr);
   EnvOverride dump("SINTER_DUMP", "launch-plan");
   std::string plan = capture_stderr([&] {

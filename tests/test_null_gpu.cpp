@@ -263,8 +263,8 @@ TEST_CASE("null gpu: a step recompiled for another shape bucket reuses the kerne
   CHECK(without[2] >= with_parameter[2] + 8);
 }
 
-TEST_CASE("null gpu: every linear layer's bias gradient in a GPT's bf16 step rides on its "
-          "weight-gradient GEMM as a cuBLASLt epilogue, in f32",
+TEST_CASE("null gpu: a GPT's bf16 step sums its bias gradients in f32 kernels, not in the "
+          "weight-gradient GEMMs' epilogues; its qkv bias rides on the projection",
           "[null-gpu]") {
   DefaultDeviceCuda on_cuda;
   EnvOverride dump("SINTER_DUMP", "launch-plan");
@@ -280,22 +280,21 @@ TEST_CASE("null gpu: every linear layer's bias gradient in a GPT's bf16 step rid
   HostTensor x = HostTensor::from_doubles(DType::i32, {batch, context}, ids);
   std::string text = capture_stderr([&] { step(x, x); });
   INFO(text);
-  // Each block's qkv, attention output, and two MLP projections, and the head: 4 · depth + 1,
-  // every one of them a bf16 GEMM writing its f32 bias gradient.
-  std::regex epilogue(
-      R"(\n  epilogue bias_gradient: kernel [0-9]+ into the GEMM of kernel [0-9]+)");
-  auto found = std::distance(std::sregex_iterator(text.begin(), text.end(), epilogue),
-                             std::sregex_iterator());
-  CHECK(found == 4 * depth + 1);
-  // Each block's qkv bias too: attention reads the heads from the projection's output
+  // cuBLASLt's BGRADA of a bf16 GEMM summed 5.2% off on an H200 (as if each partial sum were
+  // rounded to bf16), so none of the 4 · depth + 1 bf16 weight-gradient GEMMs writes a bias
+  // gradient.
+  std::regex epilogue(R"(\n  epilogue bias_gradient: kernel [0-9]+ into the GEMM of kernel)");
+  CHECK(std::distance(std::sregex_iterator(text.begin(), text.end(), epilogue),
+                      std::sregex_iterator()) == 0);
+  // Each block's qkv bias: attention reads the heads from the projection's output
   // (SINTER_ATTENTION_VIEWS), so the bias is all the loop after the GEMM does.
   std::regex bias(R"(\n  epilogue bias: kernel [0-9]+ into the GEMM of kernel [0-9]+)");
   CHECK(std::distance(std::sregex_iterator(text.begin(), text.end(), bias),
                       std::sregex_iterator()) == depth);
   std::regex absorbed(R"(\n  launch [0-9]+ kernel [0-9]+ gemm [^\n]* with epilogue)");
   CHECK(std::distance(std::sregex_iterator(text.begin(), text.end(), absorbed),
-                      std::sregex_iterator()) == 5 * depth + 1);
-  // The null cuBLASLt checked each bias pointer against an f32 vector's extent, and ran them.
+                      std::sregex_iterator()) == depth);
+  // The null cuBLASLt checked each bias pointer against its vector's extent, and ran them.
   CHECK(counters().gemms > 0);
 }
 

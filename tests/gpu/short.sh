@@ -5,7 +5,7 @@
 #
 # Usage: ./short.sh [STAGE...]   (REPORT_DIR, default $OUT; DEADLINE_S, default 540 seconds)
 # Writes REPORT_DIR/short.md (each step's command, exit status, seconds and result lines) and
-# REPORT_DIR/short-logs.tar.gz (whole outputs and profiles, one file: the device tool brings back
+# REPORT_DIR/short-logs.tar.gz (whole outputs and profile summaries, one file: the device tool brings back
 # only a few files; a compile's stages are in its log, SINTER_DUMP=list). Stages (default: the
 # first seven, in this order):
 #   info          sinter info, the GPU, and cuDNN's attention test alone (if it fails, the
@@ -15,6 +15,10 @@
 #   amp77         the CUDA suites in the background, beside GPT-2 small bf16, 77 steps on one
 #                 batch: sinter fused/decomposed, PyTorch eager SDPA/math (issue 34: within 2% of
 #                 PyTorch eager's loss)
+#   recheck       (not a default) after a fix: the [cuda] suite's own cases, GPT-2's cold
+#                 compile and a profiled step, 77 fused steps on one batch
+#   checks        (not a default) amp77 with the three CUDA suites side by side and the parity
+#                 study in the background: every correctness figure at once on a many-core host
 #   rounds-gpt2   interleaved rounds against torch eager and torch.compile (issue 33)
 #   distill       ViT-B/16 -> ViT-S/16 bf16 B=256: step, plan, profile; predicted largest batch
 #   buckets       the gpt recipe's shape-bucket recompiles (issue 32: < 0.3 s each)
@@ -29,7 +33,7 @@
 #                 one trains (how far off the prediction is)
 #   rounds-distill  the distillation pair against torch eager and torch.compile
 #   parity        the mixed-precision parity study on the GPU (issue 34; tests/bench/amp_parity.py
-#                 --device cuda, seeds 0 and 1, 300 steps)
+#                 --device cuda, seeds 0 and 1 or PARITY_SEEDS, 300 steps)
 #   tied          GPT-2 small as released (gpt2-small-tied: 124M parameters, the head is the
 #                 token embedding): a profiled step (the optimizer phase against issue 33's
 #                 AdamW goal of 1.4 ms), then rounds against torch eager and torch.compile
@@ -102,6 +106,18 @@ stage_compile() {
   SINTER_PROFILE="$REPORT_DIR/profile-gpt2-small" step compile-warm-profiled 60 "$TS" "${gpt2[@]}" \
     --warmup 2 --iters 5
 }
+# GPT-2 small bf16, 77 steps on one batch: sinter fused and decomposed, PyTorch eager with SDPA
+# and with decomposed attention (issue 34: within 2% of PyTorch eager's loss).
+amp77_losses() {
+  for attention in fused decomposed; do
+    SINTER_ATTENTION=$attention step "amp77-sinter-$attention" 90 "$TS" "${gpt2[@]}" --warmup 0 \
+      --iters 76
+  done
+  for attention in sdpa math; do
+    step "amp77-torch-eager-$attention" 90 "$PYTHON" "$HERE/bench/train_peers.py" "${gpt2[@]}" \
+      --peers torch-eager --torch-attention "$attention" --warmup 0 --iters 76
+  done
+}
 stage_amp77() {
   # The CUDA suites (correctness of kernels never run on a GPU) next to steps that check losses only.
   (
@@ -112,16 +128,34 @@ stage_amp77() {
     done
   ) &
   tests_pid=$!
-  for attention in fused decomposed; do
-    SINTER_ATTENTION=$attention step "amp77-sinter-$attention" 90 "$TS" "${gpt2[@]}" --warmup 0 \
-      --iters 76
-  done
-  for attention in sdpa math; do
-    step "amp77-torch-eager-$attention" 90 "$PYTHON" "$HERE/bench/train_peers.py" "${gpt2[@]}" \
-      --peers torch-eager --torch-attention "$attention" --warmup 0 --iters 76
-  done
+  amp77_losses
   wait "$tests_pid"
   cat "$REPORT_DIR/short-tests.md" >>"$REPORT" 2>/dev/null
+}
+stage_checks() {
+  # What measures correctness, not speed, at once: the three CUDA suites side by side and the
+  # parity study (issue 34) in the background, amp77's loss runs in front; the timed stages
+  # come after, on a quiet GPU. On a 16-core host this takes about as long as the suites alone.
+  local pids=()
+  for suite in '[cuda-forward]' '[cuda-gradient]' '[cuda]~[cuda-forward]~[cuda-gradient]'; do
+    local name="tests-${suite//[^a-z-]/}"
+    (
+      REPORT="$REPORT_DIR/short-$name.md"
+      SINTER_CACHE_DIR="$CACHE-$name" step "$name" 240 "$HERE/bin/sinter_tests" "$suite"
+    ) &
+    pids+=($!)
+  done
+  (
+    REPORT="$REPORT_DIR/short-parity.md"
+    SINTER_CACHE_DIR="$CACHE-parity" step parity 300 "$PYTHON" "$HERE/bench/amp_parity.py" \
+      --sinter "$HERE/bin/amp_parity" --device cuda --seeds "${PARITY_SEEDS:-0,1}" \
+      --text "$HERE/data/fortunes.txt" --out "$LOGS/parity.d"
+  ) &
+  pids+=($!)
+  amp77_losses
+  wait "${pids[@]}"
+  cat "$REPORT_DIR"/short-tests-*.md "$REPORT_DIR/short-parity.md" >>"$REPORT" 2>/dev/null
+  rm -f "$REPORT_DIR"/short-tests-*.md "$REPORT_DIR/short-parity.md"
 }
 stage_rounds_gpt2() {
   step rounds-gpt2 200 "$PYTHON" "$HERE/bench/train_rounds.py" --sinter "$TS" "${gpt2[@]}" \
@@ -189,7 +223,18 @@ stage_rounds_distill() {
 
 stage_parity() {
   step parity 300 "$PYTHON" "$HERE/bench/amp_parity.py" --sinter "$HERE/bin/amp_parity" \
-    --device cuda --seeds 0,1 --text "$HERE/data/fortunes.txt" --out "$LOGS/parity.d"
+    --device cuda --seeds "${PARITY_SEEDS:-0,1}" --text "$HERE/data/fortunes.txt" \
+    --out "$LOGS/parity.d"
+}
+
+stage_recheck() {
+  # After a fix, in a few device-minutes: the [cuda] suite's own cases, GPT-2's cold compile
+  # (its plan and launch plan dumped) and a profiled step, and 77 fused steps on one batch.
+  step tests-cuda 120 "$HERE/bin/sinter_tests" '[cuda]~[cuda-forward]~[cuda-gradient]'
+  SINTER_DUMP=list,plan,launch-plan step compile-cold 150 "$TS" "${gpt2[@]}" --warmup 3 --iters 20
+  SINTER_PROFILE="$REPORT_DIR/profile-gpt2-small" step compile-warm-profiled 60 "$TS" \
+    "${gpt2[@]}" --warmup 2 --iters 5
+  SINTER_ATTENTION=fused step amp77-sinter-fused 90 "$TS" "${gpt2[@]}" --warmup 0 --iters 76
 }
 
 stage_tied() {
@@ -205,12 +250,15 @@ stages=("$@")
 [[ ${#stages[@]} -gt 0 ]] || stages=(info compile amp77 rounds-gpt2 distill buckets ab)
 for stage in "${stages[@]}"; do
   case "$stage" in
-    info | compile | amp77 | rounds-gpt2 | distill | buckets | ab | profiles | max-batch | \
-      rounds-distill | parity | tied) "stage_${stage//-/_}" ;;
+    info | compile | amp77 | checks | rounds-gpt2 | distill | buckets | ab | profiles | \
+      max-batch | rounds-distill | parity | tied | recheck) "stage_${stage//-/_}" ;;
     *) echo "short.sh: unknown stage '$stage'" >&2 ;;
   esac
 done
 echo "### done at $SECONDS s" >>"$REPORT"
-tar -C "$REPORT_DIR" -czf "$REPORT_DIR/short-logs.tar.gz.tmp" logs $(cd "$REPORT_DIR" && ls -d profile-* 2>/dev/null) &&
+# Profiles without their traces and HTML reports (GPT-2's trace alone passes the 16 MiB a file
+# the device tool brings back): the summaries name every kernel class and the top kernels.
+tar -C "$REPORT_DIR" --exclude='*.json' --exclude='*.html' -czf "$REPORT_DIR/short-logs.tar.gz.tmp" \
+  logs $(cd "$REPORT_DIR" && ls -d profile-* 2>/dev/null) &&
   mv "$REPORT_DIR/short-logs.tar.gz.tmp" "$REPORT_DIR/short-logs.tar.gz" &&
   rm -rf "$LOGS" "$REPORT_DIR"/profile-* "$REPORT_DIR/short-tests.md"
