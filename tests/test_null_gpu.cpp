@@ -263,8 +263,8 @@ TEST_CASE("null gpu: a step recompiled for another shape bucket reuses the kerne
   CHECK(without[2] >= with_parameter[2] + 8);
 }
 
-TEST_CASE("null gpu: a GPT's bf16 step sums its bias gradients in f32 kernels, not in the "
-          "weight-gradient GEMMs' epilogues; its qkv bias rides on the projection",
+TEST_CASE("null gpu: a GPT's bf16 step sums its f32 bias gradients in kernels of its own, "
+          "as on an H200, and its qkv bias rides on the projection",
           "[null-gpu]") {
   DefaultDeviceCuda on_cuda;
   EnvOverride dump("SINTER_DUMP", "launch-plan");
@@ -280,17 +280,14 @@ TEST_CASE("null gpu: a GPT's bf16 step sums its bias gradients in f32 kernels, n
   HostTensor x = HostTensor::from_doubles(DType::i32, {batch, context}, ids);
   std::string text = capture_stderr([&] { step(x, x); });
   INFO(text);
-  // cuBLASLt's BGRADA of a bf16 GEMM summed 5.2% off on an H200 (as if each partial sum were
-  // rounded to bf16), so none of the 4 · depth + 1 bf16 weight-gradient GEMMs writes a bias
-  // gradient.
-  std::regex epilogue(R"(\n  epilogue bias_gradient: kernel [0-9]+ into the GEMM of kernel)");
-  CHECK(std::distance(std::sregex_iterator(text.begin(), text.end(), epilogue),
-                      std::sregex_iterator()) == 0);
   // Each block's qkv bias: attention reads the heads from the projection's output
   // (SINTER_ATTENTION_VIEWS), so the bias is all the loop after the GEMM does.
   std::regex bias(R"(\n  epilogue bias: kernel [0-9]+ into the GEMM of kernel [0-9]+)");
   CHECK(std::distance(std::sregex_iterator(text.begin(), text.end(), bias),
                       std::sregex_iterator()) == depth);
+  // And no other GEMM takes an epilogue: the 4 · depth + 1 bias gradients, each an f32 sum of
+  // a bf16 dY, are considered where no split was worth it, but the null cuBLASLt has no
+  // algorithm for them, as the H200's had none (2026-11-29), so they run as column sums.
   std::regex absorbed(R"(\n  launch [0-9]+ kernel [0-9]+ gemm [^\n]* with epilogue)");
   CHECK(std::distance(std::sregex_iterator(text.begin(), text.end(), absorbed),
                       std::sregex_iterator()) == depth);

@@ -122,11 +122,8 @@ std::optional<std::pair<ValueId, EpilogueKind>> match_body(const Graph& g, const
 }
 
 /// The value whose column sums reduction kernel `reduce` computes, if it is a bias gradient
-/// cuBLASLt can take: the kernel's one output is reduce_sum over every dim but the last of an
-/// f32 value x of 2 or more dims. Not of a bf16/f16 x, widened or not: on an H200
-/// (2026-11-29) cuBLASLt's BGRADA of a bf16 GEMM summed 256 rows of dY 5.2% away from the exact
-/// sum (with BIAS_DATA_TYPE f32; the sum's own f32 accumulation is 0.3% off at most), the error
-/// of rounding every partial sum to bf16, so those sums stay sinter's column reductions.
+/// cuBLASLt can take: the kernel's one output is reduce_sum over every dim but the last of a
+/// value x of 2 or more dims, or of x cast from bf16/f16 up to f32 (mixed precision).
 std::optional<ValueId> summed_value(const Graph& g, const Kernel& reduce) {
   const Node& sum = g.node(reduce.root);
   if (sum.op != OpId::reduce_sum || reduce.outputs().size() != 1) return std::nullopt;
@@ -138,7 +135,8 @@ std::optional<ValueId> summed_value(const Graph& g, const Kernel& reduce) {
     leading[i] = static_cast<int64_t>(i);
   if (sum.attrs.ints != leading || g.type(reduce.root).shape != Shape{t.shape.back()})
     return std::nullopt;
-  if (t.dtype == DType::f32) return x;
+  if (ValueId low = before_widening(g, x); low != x) return low;
+  if (t.dtype == DType::f32 || t.dtype == DType::bf16 || t.dtype == DType::f16) return x;
   return std::nullopt;
 }
 

@@ -207,9 +207,18 @@ NULL_GPU_API int cublasLtMatmulAlgoGetHeuristic(void* handle, void* desc, void* 
   if (!desc || !a || !b || !c || !d || !results || !found || requested < 1)
     return blas_fail(s, blas_invalid_value, "a null descriptor or result");
   uint64_t m = 0, n = 0, k = 0;
-  if (int r = product_shape(s, *static_cast<MatmulDesc*>(desc), *static_cast<Layout*>(a),
-                            *static_cast<Layout*>(b), *static_cast<Layout*>(c), m, n, k))
+  const auto& md = *static_cast<MatmulDesc*>(desc);
+  if (int r = product_shape(s, md, *static_cast<Layout*>(a), *static_cast<Layout*>(b),
+                            *static_cast<Layout*>(c), m, n, k))
     return r;
+  // A bias gradient (BGRADA, BGRADB) of another type than D: the H200's cuBLASLt had no
+  // algorithm for a bf16 GEMM's f32 bias gradient (2026-11-29: sinter's probe plan was turned
+  // down there, and GPT-2's step planned its 49 bias gradients as column sums).
+  bool bias_gradient = md.epilogue == 256 || md.epilogue == 512;
+  int d_type = static_cast<Layout*>(d)->type;
+  if (bias_gradient && md.bias_type != -1 && md.bias_type != d_type)
+    return blas_fail(s, blas_not_supported,
+                     "no algorithm for a bias gradient of another type than D's");
   results[0] = HeuristicResult{};
   results[0].algo.data[0] = 0x6e756c6c; // "null"
   results[0].waves_count = 1;
