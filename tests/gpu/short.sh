@@ -17,6 +17,8 @@
 #                 PyTorch eager's loss)
 #   recheck       (not a default) after a fix: the [cuda] suite's own cases, GPT-2's cold
 #                 compile and a profiled step, 77 fused steps on one batch
+#   ncu           (not a default) Nsight Compute's counters for one kernel: NCU_KERNEL (a name
+#                 regex; default GPT-2's loss row kernel), NCU_MODEL (gpt2 or distill)
 #   checks        (not a default) amp77 with the three CUDA suites side by side and the parity
 #                 study in the background: every correctness figure at once on a many-core host
 #   rounds-gpt2   interleaved rounds against torch eager and torch.compile (issue 33)
@@ -61,7 +63,7 @@ fi
 REPORT="$REPORT_DIR/short.md"
 echo "# sinter short GPU report, commit $(cat "$HERE/COMMIT" 2>/dev/null), $(date -u +%FT%TZ)" >>"$REPORT"
 TS="$HERE/bin/train_step"
-RESULT='^peer=|^sinter: |^parity|predicted_step_ms|passed|failed|FAILED|rror|^prediction|^max_batch=|^batch |verdict|^result'
+RESULT='^peer=|^sinter: |^parity|predicted_step_ms|passed|failed|FAILED|rror|^prediction|^max_batch=|^batch |verdict|^result|Throughput|Duration|Achieved Occupancy|Registers Per Thread|Hit Rate'
 
 # step NAME LIMIT_S CMD...: runs CMD with the smaller of LIMIT_S and the time left, logs it whole
 # and reports its matching lines; a step with under 10 s left is skipped (and says so).
@@ -227,6 +229,19 @@ stage_parity() {
     --out "$LOGS/parity.d"
 }
 
+stage_ncu() {
+  # One kernel's hardware counters (Nsight Compute, where the machine has it; clocks left
+  # alone): NCU_KERNEL a regular expression of kernel names (default: GPT-2's loss row kernel,
+  # 38% of the bandwidth on the H200), NCU_MODEL gpt2 or distill. Whether a kernel waits on DRAM,
+  # on L2 (the loss re-reads its f32 head bias each pass) or on too few bytes in flight.
+  local model=("${gpt2[@]}")
+  [[ ${NCU_MODEL:-gpt2} == distill ]] && model=("${distill[@]}" --batch 256)
+  command -v ncu >/dev/null || { echo "### ncu: not on this machine" >>"$REPORT"; return 1; }
+  step ncu 240 ncu --clock-control none --kernel-name "regex:${NCU_KERNEL:-^sinter_bwd_row_cast}" \
+    --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+    --section Occupancy --section LaunchStats --section WarpStateStats "$TS" "${model[@]}" \
+    --warmup 0 --iters 1
+}
 stage_recheck() {
   # After a fix, in a few device-minutes: the [cuda] suite's own cases, GPT-2's cold compile
   # (its plan and launch plan dumped) and a profiled step, and 77 fused steps on one batch.
@@ -251,7 +266,7 @@ stages=("$@")
 for stage in "${stages[@]}"; do
   case "$stage" in
     info | compile | amp77 | checks | rounds-gpt2 | distill | buckets | ab | profiles | \
-      max-batch | rounds-distill | parity | tied | recheck) "stage_${stage//-/_}" ;;
+      max-batch | rounds-distill | parity | tied | recheck | ncu) "stage_${stage//-/_}" ;;
     *) echo "short.sh: unknown stage '$stage'" >&2 ;;
   esac
 done
