@@ -88,6 +88,11 @@ constexpr SettingInfo table[] = {
      "cuda: `libdevice.10.bc` (a wrong path is an error, not a fallback)"},
     {"SINTER_LIBNCCL", "path", "`libnccl.so.2`",
      "cuda: the NCCL library for collectives (docs/distributed.md)"},
+    {"SINTER_LIBNVJITLINK", "path", "`libnvJitLink.so.13`, `.so.12`, then the CUDA toolkit",
+     "cuda: the in-process PTX assembler (a wrong path is an error, not a fallback)"},
+    {"SINTER_PTX_ASSEMBLER", "`jitlink`, `driver`", "`jitlink` where libnvJitLink loads",
+     "cuda: who assembles the kernels' PTX: libnvJitLink on every compile thread, or the "
+     "driver's JIT (`cuLinkComplete`). Another value is an error naming it"},
     {"SINTER_NULL_GPU", "`0`, `1`, or the library's path", "`0`",
      "cuda: `1` loads the null CUDA driver (`libsinter_null_gpu.so`, beside libsinter) in place "
      "of libcuda, libcublasLt and libnccl: a GPU that runs nothing, for the host side "

@@ -4,15 +4,20 @@
 #include "op_test_registry.hpp"
 #include "ptx_check.hpp"
 
+#include "env_override.hpp"
+
+#include "jit/backend/cuda/cuda_device.hpp"
 #include "jit/backend/cuda/gemm_epilogue.hpp"
 #include "jit/backend/cuda/gpu_launch.hpp"
 #include "jit/passes/passes.hpp"
 #include "kernels/cuda/non_finite_scan.hpp"
+#include "kernels/cuda/nvjitlink.hpp"
 
 #include <catch2/catch.hpp>
 
 #include <functional>
 #include <sstream>
+#include <thread>
 
 namespace sinter::testing {
 namespace {
@@ -490,6 +495,67 @@ TEST_CASE("gpu: a GPU newer than LLVM's NVPTX gets PTX for the newest known targ
 TEST_CASE("gpu: the target fingerprint names the arch and differs between them", "[ptx]") {
   CHECK(nvptx_target(80).fingerprint().find("sm_80") != std::string::npos);
   CHECK(nvptx_target(80).fingerprint() != nvptx_target(90).fingerprint());
+}
+
+/// The PTX of the first generated kernel of a small step, for sm_90, named `symbol`.
+std::string a_kernels_ptx(const std::string& symbol) {
+  Graph g;
+  Value x = input(g, "x", {DType::f32, {64, 256}});
+  g.add_output("y", (exp(x) * 2.0).id);
+  Graph optimized = Pipeline::standard(std::nullopt).run(g, DumpSelection(""), std::cerr);
+  CompileRun run("assembler", false, DumpSelection(""));
+  Prepared prepared = prepare_for_nvptx(optimized, 90, run);
+  for (const Kernel& kernel : prepared.fusion.kernels)
+    if (kernel.kind != KernelKind::gemm)
+      return nvptx_target(90).compile(prepared.fusion, kernel, symbol);
+  FAIL("the step has no generated kernel");
+  return {};
+}
+
+TEST_CASE("PTX assembled in the process: libnvJitLink makes a generated kernel's sm_90 cubin on "
+          "two threads at once, the same bytes each, and refuses broken PTX with its log",
+          "[ptx]") {
+  const kernels::NvJitLink* assembler = ptx_assembler();
+  INFO("no libnvJitLink beside the toolkit's ptxas: install the CUDA toolkit's nvJitLink, or set "
+       "SINTER_LIBNVJITLINK");
+  REQUIRE(assembler != nullptr);
+  std::string ptx = a_kernels_ptx("sinter_probe");
+  std::string one, two, errors_one, errors_two;
+  bool ok_one = false, ok_two = false;
+  std::thread first([&] { ok_one = assembler->assemble(ptx, "sm_90", one, errors_one); });
+  std::thread second([&] { ok_two = assembler->assemble(ptx, "sm_90", two, errors_two); });
+  first.join();
+  second.join();
+  INFO(errors_one << errors_two);
+  REQUIRE(ok_one);
+  REQUIRE(ok_two);
+  CHECK(one.compare(0, 4,
+                    "\x7f"
+                    "ELF") == 0);
+  CHECK(one == two);
+  CHECK(one.find("sinter_probe") != std::string::npos); // the entry, in its symbol table
+  std::string cubin, errors;
+  CHECK_FALSE(assembler->assemble(ptx + "\n.visible .entry broken() { not_an_instruction; }\n",
+                                  "sm_90", cubin, errors));
+  INFO(errors);
+  CHECK((errors.find("not_an_instruction") != std::string::npos ||
+         errors.find("broken") != std::string::npos));
+}
+
+TEST_CASE("SINTER_PTX_ASSEMBLER: driver leaves the PTX to the driver's JIT, another value is an "
+          "error naming the choices",
+          "[ptx]") {
+  {
+    EnvOverride driver("SINTER_PTX_ASSEMBLER", "driver");
+    CHECK(ptx_assembler() == nullptr);
+  }
+  {
+    EnvOverride jitlink("SINTER_PTX_ASSEMBLER", "jitlink");
+    CHECK(ptx_assembler() != nullptr);
+  }
+  EnvOverride typo("SINTER_PTX_ASSEMBLER", "ptxas");
+  CHECK_THROWS_WITH(ptx_assembler(), Catch::Contains("SINTER_PTX_ASSEMBLER='ptxas'") &&
+                                         Catch::Contains("jitlink") && Catch::Contains("driver"));
 }
 
 } // namespace

@@ -1,6 +1,7 @@
 // jit/cli/main.cpp — the `sinter` command-line tool: op registry, host info, kernel cache,
 // checkpoints and the Jupyter kernelspec
 #include "jit/backend/cpu/thread_pool.hpp"
+#include "jit/backend/cuda/cuda_device.hpp"
 #include "jit/backend/cuda/cuda_driver.hpp"
 #include "jit/backend/cuda/nvptx_target.hpp"
 #include "jit/cli/plot_command.hpp"
@@ -106,6 +107,13 @@ int print_info() {
   auto libdevice = sinter::NvptxTarget::find_libdevice();
   std::printf("libdevice: %s\n",
               libdevice ? libdevice->c_str() : "not found (set SINTER_LIBDEVICE)");
+  try {
+    std::printf("ptx assembler: %s\n", sinter::ptx_assembler()
+                                           ? "libnvJitLink (in process, on every compile thread)"
+                                           : "the driver's JIT (cuLinkComplete)");
+  } catch (const std::exception& e) {
+    std::printf("ptx assembler: none (%s)\n", e.what());
+  }
   if (const sinter::kernels::CudnnAttention* cudnn = sinter::kernels::CudnnAttention::get()) {
     std::size_t v = cudnn->version();
     std::printf("cudnn: %zu.%zu.%zu\n", v / 10000, v / 100 % 100, v % 100);

@@ -19,6 +19,15 @@ grep -Eq '^cudnn: ([0-9]+\.[0-9]+\.[0-9]+|none \(.+\))$' <<<"$info" || { echo "n
 if ldconfig -p 2>/dev/null | grep -q 'libcudnn\.so\.9 '; then
   grep -Eq '^cudnn: 9\.[0-9]+\.[0-9]+$' <<<"$info" || { echo "cudnn installed but not found"; exit 1; }
 fi
+# Where the toolkit's libnvJitLink is installed, kernels are assembled with it; the driver's
+# JIT when asked, and a wrong choice is named.
+if ldconfig -p 2>/dev/null | grep -q 'libnvJitLink\.so\.1[23] '; then
+  grep -q '^ptx assembler: libnvJitLink' <<<"$info" || { echo "libnvJitLink not used"; exit 1; }
+fi
+SINTER_PTX_ASSEMBLER=driver "$sinter" info | grep -q "^ptx assembler: the driver's JIT" ||
+  { echo "SINTER_PTX_ASSEMBLER=driver not honoured"; exit 1; }
+SINTER_PTX_ASSEMBLER=nvcc "$sinter" info | grep -q "^ptx assembler: none (.*SINTER_PTX_ASSEMBLER='nvcc'" ||
+  { echo "a wrong SINTER_PTX_ASSEMBLER is not named"; exit 1; }
 # A driver path that is wrong is named, with what to do.
 nodrv=$(SINTER_LIBCUDA="$tmp/no-such-libcuda.so" "$sinter" info)
 grep -q "^cuda driver: none (cannot load $tmp/no-such-libcuda.so" <<<"$nodrv" \

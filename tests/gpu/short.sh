@@ -11,12 +11,14 @@
 #   info          sinter info, the GPU, and cuDNN's attention test alone (if it fails, the
 #                 stages after it run SINTER_ATTENTION=nvptx)
 #   compile       GPT-2 small bf16 B=8: cold compile (empty kernel cache, SINTER_DUMP=list,plan:
-#                 stages and predicted_step_ms), warm compile (second process), a profiled run
+#                 stages and predicted_step_ms), the same with the driver's JIT assembling
+#                 (SINTER_PTX_ASSEMBLER=driver), warm compile (second process), a profiled run
 #   amp77         the CUDA suites in the background, beside GPT-2 small bf16, 77 steps on one
 #                 batch: sinter fused/decomposed, PyTorch eager SDPA/math (issue 34: within 2% of
 #                 PyTorch eager's loss)
 #   recheck       (not a default) after a fix: the [cuda] suite's own cases, GPT-2's cold
-#                 compile and a profiled step, 77 fused steps on one batch
+#                 compile (and with the driver's JIT) and a profiled step, 77 fused steps on
+#                 one batch
 #   ncu           (not a default) Nsight Compute's counters for one kernel: NCU_KERNEL (a name
 #                 regex; default GPT-2's loss row kernel), NCU_MODEL (gpt2 or distill)
 #   checks        (not a default) amp77 with the three CUDA suites side by side and the parity
@@ -55,6 +57,13 @@ export SINTER_CACHE_DIR="$CACHE"
 if ! ldconfig -p 2>/dev/null | grep -q 'libcudnn\.so\.9 '; then
   cudnn_dir=$("$PYTHON" -c 'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' 2>/dev/null)
   [[ -n $cudnn_dir && -f $cudnn_dir/libcudnn.so.9 ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$cudnn_dir"
+fi
+# libnvJitLink (the in-process PTX assembler): the system's, else the nvidia-nvjitlink wheel's.
+if [[ -z ${SINTER_LIBNVJITLINK:-} ]] && ! ldconfig -p 2>/dev/null | grep -q 'libnvJitLink\.so\.1[23] '; then
+  jitlink=$("$PYTHON" -c 'import nvidia, glob, os
+for d in nvidia.__path__:
+    for f in sorted(glob.glob(os.path.join(d, "*", "lib", "libnvJitLink.so.1[23]"))): print(f)' 2>/dev/null | head -n 1)
+  [[ -n $jitlink ]] && export SINTER_LIBNVJITLINK="$jitlink"
 fi
 if [[ -z ${SINTER_LIBNCCL:-} ]]; then
   nccl_dir=$("$PYTHON" -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
@@ -102,8 +111,15 @@ stage_info() {
     echo "### cuDNN's attention test failed: the stages below run SINTER_ATTENTION=nvptx" >>"$REPORT"
   fi
 }
+# The same cold compile with the driver's JIT assembling the PTX (its cache off, a kernel cache
+# of its own): the A/B of libnvJitLink on every compile thread (SINTER_PTX_ASSEMBLER).
+compile_cold_driver_jit() {
+  SINTER_PTX_ASSEMBLER=driver CUDA_CACHE_DISABLE=1 SINTER_CACHE_DIR="$CACHE-driver-jit" \
+    SINTER_DUMP=list step compile-cold-driver-jit 150 "$TS" "${gpt2[@]}" --warmup 1 --iters 3
+}
 stage_compile() {
   SINTER_DUMP=list,plan step compile-cold 150 "$TS" "${gpt2[@]}" --warmup 3 --iters 20
+  compile_cold_driver_jit
   SINTER_DUMP=list step compile-warm 60 "$TS" "${gpt2[@]}" --warmup 3 --iters 20
   SINTER_PROFILE="$REPORT_DIR/profile-gpt2-small" step compile-warm-profiled 60 "$TS" "${gpt2[@]}" \
     --warmup 2 --iters 5
@@ -247,6 +263,7 @@ stage_recheck() {
   # (its plan and launch plan dumped) and a profiled step, and 77 fused steps on one batch.
   step tests-cuda 120 "$HERE/bin/sinter_tests" '[cuda]~[cuda-forward]~[cuda-gradient]'
   SINTER_DUMP=list,plan,launch-plan step compile-cold 150 "$TS" "${gpt2[@]}" --warmup 3 --iters 20
+  compile_cold_driver_jit
   SINTER_PROFILE="$REPORT_DIR/profile-gpt2-small" step compile-warm-profiled 60 "$TS" \
     "${gpt2[@]}" --warmup 2 --iters 5
   SINTER_ATTENTION=fused step amp77-sinter-fused 90 "$TS" "${gpt2[@]}" --warmup 0 --iters 76

@@ -3,13 +3,18 @@
 
 #include "jit/backend/cpu/thread_pool.hpp"
 #include "jit/runtime/memory_plan.hpp"
+#include "jit/settings.hpp"
 
 #include "kernels/cuda/cublaslt_gemm.hpp"
+#include "kernels/cuda/nvjitlink.hpp"
 #include <algorithm>
 
 #include <array>
 #include <atomic>
+#include <cstdlib>
+#include <optional>
 #include <stdexcept>
+#include <string_view>
 #include <utility>
 
 namespace sinter {
@@ -176,7 +181,47 @@ cuda::DevicePtr CudaDevice::gemm_workspace() {
   return workspace_.get();
 }
 
+namespace {
+
+/// libnvJitLink: SINTER_LIBNVJITLINK (which must load), else the loader's path, else the toolkit.
+std::optional<kernels::NvJitLink> load_nvjitlink() {
+  if (const char* path = setting("SINTER_LIBNVJITLINK"); path && *path) {
+    if (auto found = kernels::NvJitLink::load({path})) return found;
+    throw std::runtime_error(std::string("sinter: SINTER_LIBNVJITLINK=") + path +
+                             " does not load as libnvJitLink (missing, or not a library with "
+                             "nvJitLink's entry points): point it at libnvJitLink.so.13 or "
+                             ".so.12, or unset it");
+  }
+  std::vector<std::string> candidates{"libnvJitLink.so.13", "libnvJitLink.so.12"};
+  if (const char* home = std::getenv("CUDA_HOME"); home && *home)
+    candidates.push_back(std::string(home) + "/lib64/libnvJitLink.so.13");
+  candidates.emplace_back("/usr/local/cuda/lib64/libnvJitLink.so.13");
+  return kernels::NvJitLink::load(candidates);
+}
+
+} // namespace
+
+const kernels::NvJitLink* ptx_assembler() {
+  const char* choice = setting("SINTER_PTX_ASSEMBLER");
+  std::string_view chosen = choice && *choice ? choice : "jitlink";
+  if (chosen == "driver") return nullptr;
+  if (chosen != "jitlink")
+    throw std::invalid_argument("sinter: SINTER_PTX_ASSEMBLER='" + std::string(chosen) +
+                                "' — use jitlink (libnvJitLink) or driver (the driver's JIT)");
+  if (cuda::null_gpu_library()) return nullptr;
+  static const std::optional<kernels::NvJitLink> loaded = load_nvjitlink();
+  return loaded ? &*loaded : nullptr;
+}
+
 std::vector<char> CudaDevice::assemble(const std::string& ptx, const std::string& symbol) {
+  if (const kernels::NvJitLink* assembler = ptx_assembler()) {
+    std::string cubin, errors;
+    std::string arch = kernels::NvJitLink::arch_for(ptx, info_.compute_capability);
+    if (!assembler->assemble(ptx, arch, cubin, errors))
+      throw std::runtime_error("sinter: libnvJitLink rejected the PTX of " + symbol + " for " +
+                               arch + ": " + errors);
+    return std::vector<char>(cubin.begin(), cubin.end());
+  }
   std::array<char, 8192> errors{}, messages{};
   std::array<int, 4> options{cuda::jit_error_log_buffer, cuda::jit_error_log_buffer_size,
                              cuda::jit_info_log_buffer, cuda::jit_info_log_buffer_size};

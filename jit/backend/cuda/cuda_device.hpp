@@ -1,5 +1,5 @@
 // jit/backend/cuda/cuda_device.hpp — one GPU: primary context, streams, workspace, and its
-// kernels through the shared lookup (PTX assembled to cubins by the driver)
+// kernels through the shared lookup (PTX assembled to cubins by libnvJitLink or the driver)
 #pragma once
 #include "jit/backend/cuda/cuda_driver.hpp"
 #include "jit/backend/cuda/nvptx_target.hpp"
@@ -17,6 +17,16 @@
 #include <vector>
 
 namespace sinter {
+namespace kernels {
+struct NvJitLink;
+}
+
+/// The in-process PTX assembler CUDA compiles use (libnvJitLink, on each compile thread), or
+/// nullptr where the driver's JIT assembles: SINTER_PTX_ASSEMBLER=driver, the null driver (its
+/// cuLink* keeps each kernel's signature beside the image), or no libnvJitLink found. Throws for
+/// a SINTER_PTX_ASSEMBLER other than `jitlink` or `driver`, or a SINTER_LIBNVJITLINK that does
+/// not load.
+const kernels::NvJitLink* ptx_assembler();
 
 /// Device memory, freed with its owner.
 class DeviceBuffer {

@@ -3,6 +3,8 @@
 // loads and their kernels' signatures
 #include "null_state.hpp"
 
+#include "kernels/cuda/nvjitlink.hpp"
+
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -59,14 +61,7 @@ const std::filesystem::path& ptxas() {
 
 /// The architecture ptxas assembles for: the device's, with the PTX's "a" suffix if it has one.
 std::string ptxas_arch(const std::string& ptx, int capability) {
-  std::string arch = "sm_" + std::to_string(capability);
-  std::size_t target = ptx.find(".target");
-  if (target != std::string::npos) {
-    std::size_t end = ptx.find_first_of("\n,", target);
-    std::string line = ptx.substr(target, end - target);
-    if (line.find(arch + "a") != std::string::npos) arch += "a";
-  }
-  return arch;
+  return sinter::kernels::NvJitLink::arch_for(ptx, capability);
 }
 
 /// Runs ptxas on the PTX: the cubin, or the assembler's complaint in `errors`.
@@ -103,29 +98,19 @@ bool assemble_with_process(const std::string& ptx, int capability, std::string& 
   return true;
 }
 
-/// The CUDA toolkit's in-process assembler (libnvJitLink): the same PTX compiler the driver's JIT
-/// runs inside the process, so an assembly costs what it costs a driver, without a process start.
+/// The CUDA toolkit's in-process assembler (libnvJitLink), as sinter itself assembles with it:
+/// the same PTX compiler the driver's JIT runs inside the process, so an assembly costs what it
+/// costs a driver, without a process start.
 struct JitLink {
-  using Handle = void*;
-  int (*create)(Handle*, uint32_t, const char**) = nullptr;
-  int (*add_data)(Handle, int, const void*, std::size_t, const char*) = nullptr;
-  int (*complete)(Handle) = nullptr;
-  int (*cubin_size)(Handle, std::size_t*) = nullptr;
-  int (*cubin)(Handle, void*) = nullptr;
-  int (*error_log_size)(Handle, std::size_t*) = nullptr;
-  int (*error_log)(Handle, char*) = nullptr;
-  int (*destroy)(Handle*) = nullptr;
-  static constexpr int input_ptx = 2; // NVJITLINK_INPUT_PTX
-
   /// Loaded from $CUDA_HOME/lib64, /usr/local/cuda/lib64 or the loader's path; null when absent
   /// or when SINTER_NULL_GPU_ASSEMBLER=ptxas asks for the ptxas process.
-  static const JitLink* get() {
-    static const std::optional<JitLink> loaded = load();
+  static const sinter::kernels::NvJitLink* get() {
+    static const std::optional<sinter::kernels::NvJitLink> loaded = load();
     return loaded ? &*loaded : nullptr;
   }
 
 private:
-  static std::optional<JitLink> load() {
+  static std::optional<sinter::kernels::NvJitLink> load() {
     if (const char* choice = std::getenv("SINTER_NULL_GPU_ASSEMBLER"); choice && *choice) {
       std::string chosen = choice;
       if (chosen == "ptxas") return std::nullopt;
@@ -140,28 +125,7 @@ private:
       candidates.push_back(std::string(home) + "/lib64/libnvJitLink.so.13");
     candidates.emplace_back("/usr/local/cuda/lib64/libnvJitLink.so.13");
     candidates.emplace_back("libnvJitLink.so.13");
-    for (const std::string& path : candidates) {
-      void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-      if (!library) continue;
-      JitLink j;
-      bool all = true;
-      auto bind = [&](auto& function, const char* name) {
-        function =
-            reinterpret_cast<std::remove_reference_t<decltype(function)>>(dlsym(library, name));
-        all = all && function;
-      };
-      bind(j.create, "nvJitLinkCreate");
-      bind(j.add_data, "nvJitLinkAddData");
-      bind(j.complete, "nvJitLinkComplete");
-      bind(j.cubin_size, "nvJitLinkGetLinkedCubinSize");
-      bind(j.cubin, "nvJitLinkGetLinkedCubin");
-      bind(j.error_log_size, "nvJitLinkGetErrorLogSize");
-      bind(j.error_log, "nvJitLinkGetErrorLog");
-      bind(j.destroy, "nvJitLinkDestroy");
-      if (all) return j; // kept loaded for the process, like the driver's own JIT
-      dlclose(library);
-    }
-    return std::nullopt;
+    return sinter::kernels::NvJitLink::load(candidates);
   }
 };
 
@@ -176,32 +140,10 @@ bool can_assemble() {
 /// cubin, or the assembler's complaint in `errors`; `seconds` the time it took.
 bool assemble(const std::string& ptx, int capability, std::string& cubin, std::string& errors,
               double& seconds) {
-  const JitLink* jit = JitLink::get();
+  const sinter::kernels::NvJitLink* jit = JitLink::get();
   if (!jit) return assemble_with_process(ptx, capability, cubin, errors, seconds);
   auto start = std::chrono::steady_clock::now();
-  std::string arch = "-arch=" + ptxas_arch(ptx, capability);
-  const char* options[] = {arch.c_str()};
-  JitLink::Handle handle = nullptr;
-  bool ok = jit->create(&handle, 1, options) == 0;
-  ok = ok && jit->add_data(handle, JitLink::input_ptx, ptx.data(), ptx.size(), "kernel") == 0;
-  ok = ok && jit->complete(handle) == 0;
-  std::size_t size = 0;
-  if (ok && jit->cubin_size(handle, &size) == 0 && size > 0) {
-    cubin.resize(size);
-    ok = jit->cubin(handle, cubin.data()) == 0;
-  } else {
-    ok = false;
-  }
-  if (!ok && handle) {
-    std::size_t log = 0;
-    if (jit->error_log_size(handle, &log) == 0 && log > 1) {
-      errors.resize(log);
-      jit->error_log(handle, errors.data());
-      errors.resize(std::strlen(errors.c_str()));
-    }
-    if (errors.empty()) errors = "the in-process assembler (libnvJitLink) refused the PTX";
-  }
-  if (handle) jit->destroy(&handle);
+  bool ok = jit->assemble(ptx, ptxas_arch(ptx, capability), cubin, errors);
   seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return ok;
 }
