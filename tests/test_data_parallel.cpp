@@ -185,8 +185,12 @@ TEST_CASE("ZeRO-1 and ZeRO-2 train what plain data parallel does, keeping 1/rank
     double worst = worst_relative(got, plain);
     INFO("largest relative difference " << worst);
     CHECK(worst < 1e-4);
+    // Relative to the loss, with a floor of 1e-7: a confident batch's f32 cross-entropy is
+    // about 0.001, and its rounding is that of the log-sum-exp of logits near 1 (ulps of 6e-8),
+    // not of the small loss (on an AVX-512 host, 2026-11-29, ZeRO's shard boundaries moved one
+    // such loss, 0.00136, by 1.5e-8).
     for (std::size_t s = 0; s < losses.size(); ++s)
-      CHECK(losses[s] == Approx(plain_losses[s]).epsilon(1e-5));
+      CHECK(losses[s] == Approx(plain_losses[s]).epsilon(1e-5).margin(1e-7));
     // Each rank keeps its shard of m and v: half of plain's, plus the padding of odd sizes.
     INFO("state bytes " << state << " of " << plain_state);
     CHECK(state <= plain_state / comm.size() + 64 * comm.size());
