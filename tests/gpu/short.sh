@@ -5,9 +5,9 @@
 #
 # Usage: ./short.sh [STAGE...]   (REPORT_DIR, default $OUT; DEADLINE_S, default 540 seconds)
 # Writes REPORT_DIR/short.md (each step's command, exit status, seconds and result lines) and
-# REPORT_DIR/short-logs.tar.gz (whole outputs and profile summaries, one file: the device tool brings back
-# only a few files; a compile's stages are in its log, SINTER_DUMP=list). Stages (default: the
-# first seven, in this order):
+# REPORT_DIR/short-logs.tar.gz (whole outputs and profile summaries, one file: the device tool
+# brings back only a few files; a compile's stages are in its log, SINTER_DUMP=list). Stages
+# (default: the first seven, in this order):
 #   info          sinter info, the GPU, and cuDNN's attention test alone (if it fails, the
 #                 stages after it run SINTER_ATTENTION=nvptx)
 #   compile       GPT-2 small bf16 B=8: cold compile (empty kernel cache, SINTER_DUMP=list,plan:
@@ -16,13 +16,6 @@
 #   amp77         the CUDA suites in the background, beside GPT-2 small bf16, 77 steps on one
 #                 batch: sinter fused/decomposed, PyTorch eager SDPA/math (issue 34: within 2% of
 #                 PyTorch eager's loss)
-#   recheck       (not a default) after a fix: the [cuda] suite's own cases, GPT-2's cold
-#                 compile (and with the driver's JIT) and a profiled step, 77 fused steps on
-#                 one batch
-#   ncu           (not a default) Nsight Compute's counters for one kernel: NCU_KERNEL (a name
-#                 regex; default GPT-2's loss row kernel), NCU_MODEL (gpt2 or distill)
-#   checks        (not a default) amp77 with the three CUDA suites side by side and the parity
-#                 study in the background: every correctness figure at once on a many-core host
 #   rounds-gpt2   interleaved rounds against torch eager and torch.compile (issue 33)
 #   distill       ViT-B/16 -> ViT-S/16 bf16 B=256: step, plan, profile; predicted largest batch
 #   buckets       the gpt recipe's shape-bucket recompiles (issue 32: < 0.3 s each)
@@ -41,6 +34,13 @@
 #   tied          GPT-2 small as released (gpt2-small-tied: 124M parameters, the head is the
 #                 token embedding): a profiled step (the optimizer phase against issue 33's
 #                 AdamW goal of 1.4 ms), then rounds against torch eager and torch.compile
+#   recheck       (not a default) after a fix: the [cuda] suite's own cases, GPT-2's cold
+#                 compile (and with the driver's JIT) and a profiled step, 77 fused steps on
+#                 one batch
+#   ncu           (not a default) Nsight Compute's counters for one kernel: NCU_KERNEL (a name
+#                 regex; default GPT-2's loss row kernel), NCU_MODEL (gpt2 or distill)
+#   checks        (not a default) amp77 with the three CUDA suites side by side and the parity
+#                 study in the background: every correctness figure at once on a many-core host
 set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPORT_DIR="${REPORT_DIR:-${OUT:-$HERE/short-report}}"
