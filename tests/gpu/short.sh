@@ -72,7 +72,10 @@ fi
 REPORT="$REPORT_DIR/short.md"
 echo "# sinter short GPU report, commit $(cat "$HERE/COMMIT" 2>/dev/null), $(date -u +%FT%TZ)" >>"$REPORT"
 TS="$HERE/bin/train_step"
+# Result lines, ncu's key counters, and a compile's costliest stages (SINTER_DUMP=list), so that
+# short.md alone says where a compile's time went should the logs not come back.
 RESULT='^peer=|^sinter: |^parity|predicted_step_ms|passed|failed|FAILED|rror|^prediction|^max_batch=|^batch |verdict|^result|Throughput|Duration|Achieved Occupancy|Registers Per Thread|Hit Rate'
+RESULT+='|^//   (kernels|bind|split-reductions|rematerialize|fuse|lower|cse) '
 
 # step NAME LIMIT_S CMD...: runs CMD with the smaller of LIMIT_S and the time left, logs it whole
 # and reports its matching lines; a step with under 10 s left is skipped (and says so).
@@ -91,7 +94,7 @@ step() {
   {
     echo "### $name (exit $status, $((SECONDS - start)) s, limit $limit s)"
     echo "\$ $*"
-    grep -aE "$RESULT" "$LOGS/$name.log" | tail -n 30
+    grep -aE "$RESULT" "$LOGS/$name.log" | tail -n 40
   } >>"$REPORT"
   return $status
 }
