@@ -8,8 +8,9 @@
 # REPORT_DIR/short-logs.tar.gz (whole outputs and profile summaries, one file: the device tool
 # brings back only a few files; a compile's stages are in its log, SINTER_DUMP=list). Stages
 # (default: the first seven, in this order):
-#   info          sinter info, the GPU, and cuDNN's attention test alone (if it fails, the
-#                 stages after it run SINTER_ATTENTION=nvptx)
+#   info          sinter info, the GPU, cuDNN's attention test alone (if it fails, the
+#                 stages after it run SINTER_ATTENTION=nvptx), and a small CUDA test with the
+#                 kernels assembled by libnvJitLink (if that fails, SINTER_PTX_ASSEMBLER=driver)
 #   compile       GPT-2 small bf16 B=8: cold compile (empty kernel cache, SINTER_DUMP=list,plan:
 #                 stages and predicted_step_ms), the same with the driver's JIT assembling
 #                 (SINTER_PTX_ASSEMBLER=driver), warm compile (second process), a profiled run
@@ -112,6 +113,15 @@ stage_info() {
     ! step cudnn-attention 90 "$HERE/bin/sinter_tests" "cuda: attention through cuDNN*"; then
     export SINTER_ATTENTION=nvptx
     echo "### cuDNN's attention test failed: the stages below run SINTER_ATTENTION=nvptx" >>"$REPORT"
+  fi
+  # libnvJitLink assembles the kernels since 897f357, never yet on a GPU: a small CUDA test
+  # first; should it fail over the assembler, the stages after it leave the PTX to the driver.
+  if [[ -z ${SINTER_PTX_ASSEMBLER:-} ]] &&
+    ! step ptx-assembler 60 "$HERE/bin/sinter_tests" "cuda: an MLP's gradients match the CPU*" &&
+    grep -qa "libnvJitLink\|cuModuleLoadDataEx\|NO_BINARY\|INVALID_IMAGE" "$LOGS/ptx-assembler.log"; then
+    export SINTER_PTX_ASSEMBLER=driver
+    echo "### the test failed over libnvJitLink's cubins: the stages below run" \
+      "SINTER_PTX_ASSEMBLER=driver" >>"$REPORT"
   fi
 }
 # The same cold compile with the driver's JIT assembling the PTX (its cache off, a kernel cache
