@@ -90,7 +90,8 @@ constexpr SettingInfo table[] = {
      "cuda: the NCCL library for collectives (docs/distributed.md)"},
     {"SINTER_LIBNVJITLINK", "path", "`libnvJitLink.so.13`, `.so.12`, then the CUDA toolkit",
      "cuda: the in-process PTX assembler (a wrong path is an error, not a fallback)"},
-    {"SINTER_PTX_ASSEMBLER", "`jitlink`, `driver`", "`jitlink` where libnvJitLink loads",
+    {"SINTER_PTX_ASSEMBLER", "`jitlink`, `driver`",
+     "`jitlink` where libnvJitLink loads (`driver` under the null driver)",
      "cuda: who assembles the kernels' PTX: libnvJitLink on every compile thread, or the "
      "driver's JIT (`cuLinkComplete`). Another value is an error naming it"},
     {"SINTER_NULL_GPU", "`0`, `1`, or the library's path", "`0`",

@@ -208,7 +208,9 @@ const kernels::NvJitLink* ptx_assembler() {
   if (chosen != "jitlink")
     throw std::invalid_argument("sinter: SINTER_PTX_ASSEMBLER='" + std::string(chosen) +
                                 "' — use jitlink (libnvJitLink) or driver (the driver's JIT)");
-  if (cuda::null_gpu_library()) return nullptr;
+  // The null driver's own cuLink* keeps each kernel's parameters, pointers marked, beside the
+  // image: by default it assembles; asked for, libnvJitLink's cubins load there too.
+  if (cuda::null_gpu_library() && !(choice && *choice)) return nullptr;
   static const std::optional<kernels::NvJitLink> loaded = load_nvjitlink();
   return loaded ? &*loaded : nullptr;
 }

@@ -22,8 +22,9 @@ struct NvJitLink;
 }
 
 /// The in-process PTX assembler CUDA compiles use (libnvJitLink, on each compile thread), or
-/// nullptr where the driver's JIT assembles: SINTER_PTX_ASSEMBLER=driver, the null driver (its
-/// cuLink* keeps each kernel's signature beside the image), or no libnvJitLink found. Throws for
+/// nullptr where the driver's JIT assembles: SINTER_PTX_ASSEMBLER=driver, the null driver unless
+/// SINTER_PTX_ASSEMBLER=jitlink asks (its cuLink* keeps each kernel's signature beside the
+/// image), or no libnvJitLink found. Throws for
 /// a SINTER_PTX_ASSEMBLER other than `jitlink` or `driver`, or a SINTER_LIBNVJITLINK that does
 /// not load.
 const kernels::NvJitLink* ptx_assembler();

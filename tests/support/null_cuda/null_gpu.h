@@ -43,6 +43,7 @@ struct NullGpuCounters {
   double ptxas_seconds;
   double ptxas_longest_seconds; ///< the slowest single assembly (a parallel compile's floor)
   uint64_t modules_loaded;
+  uint64_t cubins_loaded; ///< of those, real cubins (ELF images: libnvJitLink's or a driver's)
   // The device's clock: what the cost model says the work enqueued so far takes.
   double device_seconds;
 };

@@ -18,6 +18,8 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -183,6 +185,56 @@ bool read_container(const char* data, std::vector<KernelSignature>& kernels, uin
   return true;
 }
 
+/// The kernels of a real cubin (the ELF image libnvJitLink or a driver makes): each one's name
+/// from its `.nv.info.<name>` section and its parameters' sizes from that section's
+/// EIATTR_KPARAM_INFO records. A cubin does not say which parameters are pointers, so launches
+/// of its kernels check no addresses. False when `data` is no ELF image.
+bool read_cubin(const char* data, std::vector<KernelSignature>& kernels, uint64_t& bytes) {
+  if (std::memcmp(data,
+                  "\x7f"
+                  "ELF",
+                  4) != 0 ||
+      data[4] != 2)
+    return false; // ELF64
+  auto at = [&](uint64_t offset, auto value) {
+    std::memcpy(&value, data + offset, sizeof value);
+    return value;
+  };
+  auto section_headers = at(0x28, uint64_t{});
+  auto header_size = at(0x3a, uint16_t{}), count = at(0x3c, uint16_t{}),
+       names = at(0x3e, uint16_t{});
+  bytes = section_headers + uint64_t{header_size} * count;
+  auto section = [&](uint16_t i) {
+    uint64_t h = section_headers + uint64_t{header_size} * i;
+    return std::make_tuple(at(h, uint32_t{}), at(h + 0x18, uint64_t{}), at(h + 0x20, uint64_t{}));
+  };
+  uint64_t names_at = std::get<1>(section(names));
+  constexpr std::string_view info_prefix = ".nv.info.";
+  constexpr uint8_t sval = 4, kparam_info = 0x17; // EIFMT_SVAL, EIATTR_KPARAM_INFO
+  for (uint16_t i = 0; i < count; ++i) {
+    auto [name, offset, size] = section(i);
+    std::string_view section_name(data + names_at + name);
+    if (!section_name.starts_with(info_prefix)) continue;
+    KernelSignature k;
+    k.name = section_name.substr(info_prefix.size());
+    std::vector<std::pair<uint16_t, std::size_t>> by_ordinal;
+    for (uint64_t record = offset; record + 4 <= offset + size;) {
+      uint8_t format = static_cast<uint8_t>(data[record]);
+      uint8_t attribute = static_cast<uint8_t>(data[record + 1]);
+      uint16_t payload = format == sval ? at(record + 2, uint16_t{}) : 0;
+      if (format == sval && attribute == kparam_info && payload >= 12)
+        by_ordinal.emplace_back(at(record + 8, uint16_t{}),
+                                (at(record + 12, uint32_t{}) >> 18) & 0x3fff);
+      record += 4 + payload;
+    }
+    std::sort(by_ordinal.begin(), by_ordinal.end());
+    for (auto [ordinal, param_bytes] : by_ordinal)
+      k.parameters.emplace_back(param_bytes, false);
+    kernels.push_back(std::move(k));
+  }
+  return !kernels.empty();
+}
+
 } // namespace
 
 NULL_GPU_API int cuModuleLoadDataEx(void** module, const void* image, unsigned, int*, void**) {
@@ -195,11 +247,12 @@ NULL_GPU_API int cuModuleLoadDataEx(void** module, const void* image, unsigned, 
     if (!module || !image) return s.fail(invalid_value, "cuModuleLoadDataEx without an image");
     m->device = State::current()->device;
     const char* data = static_cast<const char*>(image);
-    if (!read_container(data, m->kernels, m->bytes)) {
+    m->cubin = read_cubin(data, m->kernels, m->bytes);
+    if (!m->cubin && !read_container(data, m->kernels, m->bytes)) {
       ptx.assign(data, strnlen(data, 64u << 20));
       if (ptx.find(".version") == std::string::npos || ptx.find(".entry") == std::string::npos)
-        return s.fail(invalid_image, "the image is neither PTX nor a cubin this null driver made "
-                                     "(a kernel cache filled by a real driver?)");
+        return s.fail(invalid_image, "the image is neither PTX, a cubin nor this null driver's "
+                                     "container");
       m->kernels = parse_ptx_entries(ptx);
       m->bytes = ptx.size();
     }
@@ -223,6 +276,7 @@ NULL_GPU_API int cuModuleLoadDataEx(void** module, const void* image, unsigned, 
   m->bytes = bytes;
   s.counters.module_bytes += bytes;
   ++s.counters.modules_loaded;
+  s.counters.cubins_loaded += m->cubin;
   *module = m.release();
   return success;
 }

@@ -343,7 +343,8 @@ std::string State::report() const {
       "copies_device_to_host=%llu bytes_device_to_host=%llu copies_device_to_device=%llu "
       "bytes_device_to_device=%llu graph_launches=%llu graph_nodes_launched=%llu "
       "last_graph_nodes=%llu host_syncs=%llu ptx_assembled=%llu ptxas_runs=%llu "
-      "ptxas_seconds=%.3f ptxas_longest_seconds=%.3f modules_loaded=%llu device_seconds=%.6f",
+      "ptxas_seconds=%.3f ptxas_longest_seconds=%.3f modules_loaded=%llu cubins_loaded=%llu "
+      "device_seconds=%.6f",
       static_cast<unsigned long long>(c.device_bytes),
       static_cast<unsigned long long>(c.device_peak_bytes),
       static_cast<unsigned long long>(c.device_allocations),
@@ -367,7 +368,8 @@ std::string State::report() const {
       static_cast<unsigned long long>(c.host_syncs),
       static_cast<unsigned long long>(c.ptx_assembled),
       static_cast<unsigned long long>(c.ptxas_runs), c.ptxas_seconds, c.ptxas_longest_seconds,
-      static_cast<unsigned long long>(c.modules_loaded), c.device_seconds);
+      static_cast<unsigned long long>(c.modules_loaded),
+      static_cast<unsigned long long>(c.cubins_loaded), c.device_seconds);
   return line;
 }
 

@@ -116,6 +116,7 @@ struct FunctionState {
 struct ModuleState {
   std::vector<KernelSignature> kernels;
   uint64_t bytes = 0;
+  bool cubin = false; ///< a real cubin (an ELF image), not this driver's container or PTX
   int device = 0;
   /// The handles cuModuleGetFunction gave out: valid until the module is unloaded, as CUDA's.
   std::vector<std::unique_ptr<FunctionState>> functions;
