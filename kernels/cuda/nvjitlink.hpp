@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -28,6 +29,15 @@ struct NvJitLink {
   int (*error_log)(Handle, char*) = nullptr;
   int (*destroy)(Handle*) = nullptr;
   static constexpr int input_ptx = 2; // NVJITLINK_INPUT_PTX
+
+  /// Where the CUDA toolkit keeps it: $CUDA_HOME/lib64, then /usr/local/cuda/lib64.
+  static std::vector<std::string> toolkit_paths() {
+    std::vector<std::string> paths;
+    if (const char* home = std::getenv("CUDA_HOME"); home && *home)
+      paths.push_back(std::string(home) + "/lib64/libnvJitLink.so.13");
+    paths.emplace_back("/usr/local/cuda/lib64/libnvJitLink.so.13");
+    return paths;
+  }
 
   /// The first of `candidates` (paths or sonames) that loads with every entry point; the
   /// library stays loaded for the process.

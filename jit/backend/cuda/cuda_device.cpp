@@ -11,7 +11,6 @@
 
 #include <array>
 #include <atomic>
-#include <cstdlib>
 #include <optional>
 #include <stdexcept>
 #include <string_view>
@@ -193,9 +192,8 @@ std::optional<kernels::NvJitLink> load_nvjitlink() {
                              ".so.12, or unset it");
   }
   std::vector<std::string> candidates{"libnvJitLink.so.13", "libnvJitLink.so.12"};
-  if (const char* home = std::getenv("CUDA_HOME"); home && *home)
-    candidates.push_back(std::string(home) + "/lib64/libnvJitLink.so.13");
-  candidates.emplace_back("/usr/local/cuda/lib64/libnvJitLink.so.13");
+  for (std::string& path : kernels::NvJitLink::toolkit_paths())
+    candidates.push_back(std::move(path));
   return kernels::NvJitLink::load(candidates);
 }
 

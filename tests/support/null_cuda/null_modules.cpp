@@ -61,11 +61,6 @@ const std::filesystem::path& ptxas() {
   return found;
 }
 
-/// The architecture ptxas assembles for: the device's, with the PTX's "a" suffix if it has one.
-std::string ptxas_arch(const std::string& ptx, int capability) {
-  return sinter::kernels::NvJitLink::arch_for(ptx, capability);
-}
-
 /// Runs ptxas on the PTX: the cubin, or the assembler's complaint in `errors`.
 bool assemble_with_process(const std::string& ptx, int capability, std::string& cubin,
                            std::string& errors, double& seconds) {
@@ -81,9 +76,9 @@ bool assemble_with_process(const std::string& ptx, int capability, std::string& 
   fs::path folder(dir.data());
   fs::path in = folder / "kernel.ptx", out = folder / "kernel.cubin", log = folder / "log.txt";
   std::ofstream(in, std::ios::binary) << ptx;
-  std::string command = "'" + ptxas().string() + "' -arch=" + ptxas_arch(ptx, capability) +
-                        " -o '" + out.string() + "' '" + in.string() + "' >'" + log.string() +
-                        "' 2>&1";
+  std::string command =
+      "'" + ptxas().string() + "' -arch=" + sinter::kernels::NvJitLink::arch_for(ptx, capability) +
+      " -o '" + out.string() + "' '" + in.string() + "' >'" + log.string() + "' 2>&1";
   auto start = std::chrono::steady_clock::now();
   int status = std::system(command.c_str());
   seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -122,10 +117,7 @@ private:
                      "assembling with jitlink\n",
                      choice);
     }
-    std::vector<std::string> candidates;
-    if (const char* home = std::getenv("CUDA_HOME"); home && *home)
-      candidates.push_back(std::string(home) + "/lib64/libnvJitLink.so.13");
-    candidates.emplace_back("/usr/local/cuda/lib64/libnvJitLink.so.13");
+    std::vector<std::string> candidates = sinter::kernels::NvJitLink::toolkit_paths();
     candidates.emplace_back("libnvJitLink.so.13");
     return sinter::kernels::NvJitLink::load(candidates);
   }
@@ -145,7 +137,8 @@ bool assemble(const std::string& ptx, int capability, std::string& cubin, std::s
   const sinter::kernels::NvJitLink* jit = JitLink::get();
   if (!jit) return assemble_with_process(ptx, capability, cubin, errors, seconds);
   auto start = std::chrono::steady_clock::now();
-  bool ok = jit->assemble(ptx, ptxas_arch(ptx, capability), cubin, errors);
+  bool ok =
+      jit->assemble(ptx, sinter::kernels::NvJitLink::arch_for(ptx, capability), cubin, errors);
   seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return ok;
 }
@@ -190,12 +183,8 @@ bool read_container(const char* data, std::vector<KernelSignature>& kernels, uin
 /// EIATTR_KPARAM_INFO records. A cubin does not say which parameters are pointers, so launches
 /// of its kernels check no addresses. False when `data` is no ELF image.
 bool read_cubin(const char* data, std::vector<KernelSignature>& kernels, uint64_t& bytes) {
-  if (std::memcmp(data,
-                  "\x7f"
-                  "ELF",
-                  4) != 0 ||
-      data[4] != 2)
-    return false; // ELF64
+  constexpr char elf64[] = {0x7f, 'E', 'L', 'F', 2}; // the magic, then ELFCLASS64
+  if (std::memcmp(data, elf64, sizeof elf64) != 0) return false;
   auto at = [&](uint64_t offset, auto value) {
     std::memcpy(&value, data + offset, sizeof value);
     return value;
