@@ -74,6 +74,12 @@ constexpr SettingInfo table[] = {
      "stay on the GPU between steps (no buffers of their own, no copy back after each step); "
      "`0` writes them to buffers of their own and copies them over the old after the step. "
      "Another value is an error naming it"},
+    {"SINTER_DETERMINISTIC", "`0`, `1`", "`0`",
+     "cuda: `1` makes a step give the same bits on every run with the same inputs: scatters "
+     "(embedding gradients) add their updates in position order, a block owning each output row, "
+     "instead of with atomic adds in whatever order the blocks run, and attention backwards run on "
+     "sinter's kernels rather than cuDNN's (docs/gpu.md, \"Reproducible runs\"); with "
+     "`SINTER_ATTENTION=cudnn` it is an error. Another value is an error naming it"},
     {"SINTER_ATTENTION_VIEWS", "`0`, `1`", "`1`",
      "cuda: `1` lets the fused attention kernels read q, k, v and dO where the model's reshapes, "
      "slices and permutes leave them (the heads of a packed qkv projection, rows apart) and "

@@ -185,6 +185,10 @@ public:
   void emit_nest(const Shape& dims, llvm::function_ref<void(const Index&)> body);
   void emit_if(llvm::Value* condition, llvm::function_ref<void()> body);
 
+  /// A value of `t`'s compute type in its storage type (bf16/f16 rounded), and back.
+  llvm::Value* to_storage(llvm::Value* v, DType t);
+  llvm::Value* from_storage(llvm::Value* v, DType t);
+
 private:
   void emit_nest_from(const Shape& dims, std::size_t d, Index& ivs,
                       llvm::function_ref<void(const Index&)> body);
@@ -194,8 +198,6 @@ private:
   llvm::Value* math(MathFunction f, std::initializer_list<llvm::Value*> args);
   llvm::Value* round_to_bf16(llvm::Value* f);
   llvm::Value* round_to_f16(llvm::Value* f);
-  llvm::Value* to_storage(llvm::Value* v, DType t);
-  llvm::Value* from_storage(llvm::Value* v, DType t);
   Index reshape_index(const Index& idx, const Shape& out, const Shape& in);
   /// `v` clamped to [0, size - 1] (`size` a shape number).
   llvm::Value* clamp_below(llvm::Value* v, int64_t size);

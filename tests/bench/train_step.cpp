@@ -200,7 +200,7 @@ int run(const Options& opt, Model& model, double base_rss, MakeStep make_step) {
   auto one_step = [&] {
     loss = step(images, labels).loss.value();
     if (std::exchange(first, false)) first_loss = loss;
-    if (opt.print_losses) std::printf("step=%d loss=%.6f\n", ++taken, loss);
+    if (opt.print_losses) std::printf("step=%d loss=%.9g\n", ++taken, loss); // every f32 bit
   };
   auto ready = [&](double first_call_s) {
     std::printf("ready peer=sinter model=%s compile_s=%.4g loss=%.6f device=%s\n",

@@ -40,6 +40,9 @@
 #                 one batch
 #   ncu           (not a default) Nsight Compute's counters for one kernel: NCU_KERNEL (a name
 #                 regex; default GPT-2's loss row kernel), NCU_MODEL (gpt2 or distill)
+#   reproduce     (not a default) GPT-2 small's first 30 bf16 steps, twice by default and
+#                 twice with SINTER_DETERMINISTIC=1: whether each pair's losses agree bit for bit,
+#                 and each mode's step time (docs/gpu.md, "Reproducible runs")
 #   checks        (not a default) amp77 with the three CUDA suites side by side and the parity
 #                 study in the background: every correctness figure at once on a many-core host
 set -uo pipefail
@@ -258,6 +261,23 @@ stage_parity() {
     --out "$LOGS/parity.d"
 }
 
+stage_reproduce() {
+  local mode run
+  for mode in 0 1; do
+    for run in 1 2; do
+      SINTER_DETERMINISTIC=$mode step "reproduce-$mode-$run" 90 "$HERE/bin/train_step" \
+        "${gpt2[@]}" --warmup 0 --iters 30 --print-losses
+      grep -a '^step=' "$LOGS/reproduce-$mode-$run.log" >"$LOGS/reproduce-$mode-$run.losses"
+    done
+    local same=no
+    [[ -s $LOGS/reproduce-$mode-1.losses ]] &&
+      cmp -s "$LOGS/reproduce-$mode-1.losses" "$LOGS/reproduce-$mode-2.losses" && same=yes
+    echo "result reproduce SINTER_DETERMINISTIC=$mode identical_losses=$same" \
+      "last: $(tail -n 1 "$LOGS/reproduce-$mode-1.losses") / $(tail -n 1 "$LOGS/reproduce-$mode-2.losses")" \
+      >>"$REPORT"
+  done
+}
+
 stage_ncu() {
   # One kernel's hardware counters (Nsight Compute, where the machine has it; clocks left
   # alone): NCU_KERNEL a regular expression of kernel names (default: GPT-2's loss row kernel,
@@ -296,7 +316,7 @@ stages=("$@")
 for stage in "${stages[@]}"; do
   case "$stage" in
     info | compile | amp77 | checks | rounds-gpt2 | distill | buckets | ab | profiles | \
-      max-batch | rounds-distill | parity | tied | recheck | ncu) "stage_${stage//-/_}" ;;
+      max-batch | rounds-distill | parity | tied | recheck | ncu | reproduce) "stage_${stage//-/_}" ;;
     *) echo "short.sh: unknown stage '$stage'" >&2 ;;
   esac
 done

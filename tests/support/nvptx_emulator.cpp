@@ -51,6 +51,7 @@ constexpr int warp_size = 32;
 struct Warp {
   std::barrier<> meet{warp_size};
   std::array<float, warp_size> values{};
+  std::array<int32_t, warp_size> votes{};
   std::array<std::array<uint32_t, 4>, warp_size> a{};
   std::array<std::array<uint32_t, 2>, warp_size> b{};
   std::array<const std::byte*, warp_size> rows{}; ///< ldmatrix's row addresses
@@ -87,6 +88,17 @@ float shfl_bfly(int32_t, float value, int32_t lane_mask, int32_t) {
 }
 int32_t shfl_bfly_i32(int32_t mask, int32_t value, int32_t lane_mask, int32_t clamp) {
   return std::bit_cast<int32_t>(shfl_bfly(mask, std::bit_cast<float>(value), lane_mask, clamp));
+}
+/// vote.sync.ballot.b32 over the whole warp: bit i set where lane i's predicate is.
+int32_t vote_ballot(int32_t, int32_t predicate) {
+  Warp& w = my_warp();
+  w.votes[static_cast<std::size_t>(my_lane())] = predicate & 1;
+  w.meet.arrive_and_wait();
+  uint32_t bits = 0;
+  for (int lane = 0; lane < warp_size; ++lane)
+    bits |= static_cast<uint32_t>(w.votes[static_cast<std::size_t>(lane)]) << lane;
+  w.meet.arrive_and_wait();
+  return static_cast<int32_t>(bits);
 }
 float ex2(float x) { return std::exp2(x); }
 /// ex2.approx.ftz: subnormal arguments and results are 0.
@@ -236,6 +248,7 @@ const std::vector<HostFunction>& host_functions() {
       {"llvm.nvvm.barrier0", "emu_barrier0", address_of(&barrier0)},
       {"llvm.nvvm.shfl.sync.bfly.f32", "emu_shfl_bfly", address_of(&shfl_bfly)},
       {"llvm.nvvm.shfl.sync.bfly.i32", "emu_shfl_bfly_i32", address_of(&shfl_bfly_i32)},
+      {nullptr, "emu_vote_ballot", address_of(&vote_ballot)},
       {"llvm.nvvm.ex2.approx.f", "emu_ex2", address_of(&ex2)},
       {"llvm.nvvm.ex2.approx.ftz.f", "emu_ex2_ftz", address_of(&ex2_ftz)},
       {"llvm.nvvm.lg2.approx.f", "emu_lg2", address_of(&lg2)},
@@ -324,6 +337,10 @@ void replace_intrinsics(llvm::Module& module) {
     llvm::Value* replacement = nullptr;
     for (const HostFunction& f : host_functions())
       if (f.intrinsic && name == f.intrinsic) replacement = simple(f.symbol);
+    if (name == "llvm.nvvm.vote.ballot.sync") { // the predicate travels as an i32
+      args[1] = b.CreateZExt(args[1], i32);
+      replacement = simple("emu_vote_ballot");
+    }
     if (!replacement && name.starts_with("llvm.nvvm.mma.m16n8k16.row.col.")) {
       std::vector<llvm::Value*> words;
       for (std::size_t i = 0; i < 6; ++i)
@@ -473,6 +490,8 @@ HostKernels compile_for_host(std::span<const EmulatedKernel> kernels,
   return compiled;
 }
 
+EmulatedBlockOrder block_order = EmulatedBlockOrder::ascending;
+
 /// Runs the whole grid of one kernel, block after block, each block's threads at once.
 void run_launch(const GpuLaunch& launch, const Graph& g, const Kernel& kernel,
                 void (*entry)(void* const*), std::span<void* const> arguments) {
@@ -485,7 +504,7 @@ void run_launch(const GpuLaunch& launch, const Graph& g, const Kernel& kernel,
               g.type(g.node(kernel.root).inputs[0]).dtype == DType::f16;
   block = &state;
   for (int32_t index = 0; index < state.count; ++index) {
-    state.index = index;
+    state.index = block_order == EmulatedBlockOrder::descending ? state.count - 1 - index : index;
     std::vector<std::thread> pool;
     for (int t = 0; t < threads; ++t)
       pool.emplace_back([&, t] {
@@ -580,6 +599,8 @@ void emulate_nvptx_rows_kernel(const RuntimeRowsKernel& kernel, const GpuLaunch&
   arguments.push_back(reinterpret_cast<void*>(static_cast<intptr_t>(rows)));
   run_launch(run, *instance.graph, instance.kernel(), compiled.entries[0], arguments);
 }
+
+void set_emulated_block_order(EmulatedBlockOrder order) { block_order = order; }
 
 std::vector<HostTensor> emulate_nvptx_step(const Graph& optimized,
                                            std::span<const HostTensor> inputs, int capability) {

@@ -26,6 +26,12 @@ void emulate_nvptx_kernel(const FusionPlan& plan, const Kernel& kernel,
 void emulate_nvptx_rows_kernel(const RuntimeRowsKernel& kernel, const GpuLaunch& launch,
                                int64_t rows, std::span<void* const> buffers);
 
+/// The order the emulator runs a grid's blocks in (a GPU promises none): a kernel whose result
+/// depends on it (atomic adds into one slot from several blocks) gives other bits when it
+/// changes. Applies to every later emulation in the process.
+enum class EmulatedBlockOrder { ascending, descending };
+void set_emulated_block_order(EmulatedBlockOrder order);
+
 /// Runs an optimised step as the CUDA backend would on a GPU of compute capability
 /// `capability`: for_nvptx, the GPU's fusion (gpu_fusion_options), buffers laid out by the
 /// memory plan (intermediates sharing one arena), every generated kernel in the emulator and

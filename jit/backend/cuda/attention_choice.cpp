@@ -320,7 +320,8 @@ std::size_t cudnn_attention_workspace_bound(const FusionPlan& fusion, int capabi
   for (const Kernel& kernel : fusion.kernels) {
     if (kernel.kind != KernelKind::attention) continue;
     auto form = cudnn_attention_step(fusion, kernel, capability);
-    if (auto* step = std::get_if<CudnnAttentionStep>(&form))
+    if (auto* step = std::get_if<CudnnAttentionStep>(&form);
+        step && !(step->shape.backward && gpu_deterministic()))
       bound = std::max(bound, kernels::cudnn_attention_buffer_bytes(step->shape));
   }
   return bound;
@@ -351,6 +352,14 @@ std::optional<CudnnAttentionStep> choose_attention(const FusionPlan& plan, const
   };
   if (auto* why = std::get_if<std::string>(&form)) return keep_nvptx(*why);
   CudnnAttentionStep step = std::get<CudnnAttentionStep>(form);
+  // cuDNN's backward may add its partial query gradients in another order on another run.
+  if (step.shape.backward && gpu_deterministic()) {
+    if (request == AttentionRequest::cudnn)
+      throw std::invalid_argument(
+          "sinter: SINTER_DETERMINISTIC=1 runs attention backwards on sinter's kernels, but "
+          "SINTER_ATTENTION=cudnn asks for cuDNN's: unset one of the two");
+    return keep_nvptx("SINTER_DETERMINISTIC=1");
+  }
   kernels::CudnnAttention* cudnn = kernels::CudnnAttention::get();
   if (!cudnn) return keep_nvptx(kernels::CudnnAttention::unavailable_reason());
   // Plans cuDNN's graph (heuristics, engine finalization: the costly part) only when it runs.

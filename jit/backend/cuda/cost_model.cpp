@@ -5,6 +5,7 @@
 #include "jit/passes/fuse.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -33,8 +34,11 @@ constexpr double row_memory_share = 0.75;  ///< a warp per row, reductions first
 /// A block per row, each pass over the row read again (reread_bytes): GPT-2's log-sum-exp over
 /// 824 MB of logits, two passes, took 563 µs, the copy rate for both.
 constexpr double block_row_memory_share = 1.0;
-constexpr double reduce_memory_share = 0.24;  ///< a warp or block per output
-constexpr double scatter_memory_share = 0.6;  ///< atomic adds
+constexpr double reduce_memory_share = 0.24; ///< a warp or block per output
+constexpr double scatter_memory_share = 0.6; ///< atomic adds
+/// An owned scatter's tile of indices: a load from L2, a ballot and two barriers (assumed, not
+/// yet measured on a GPU). A wave of blocks walks every tile.
+constexpr double owned_scatter_tile_seconds = 1.0e-6;
 constexpr double column_block_share = 0.0015; ///< one block of a column reduction's bandwidth
 constexpr double column_memory_share = 0.38;  ///< all of them (64-byte rows of 32 columns)
 constexpr double gemm_flops_share = 0.855;    ///< cuBLASLt at GPT-2's and ViT's shapes
@@ -82,6 +86,7 @@ const char* strategy_name(GpuStrategy s) {
   case GpuStrategy::warp_per_output: return "warp_per_output";
   case GpuStrategy::block_per_output: return "block_per_output";
   case GpuStrategy::atomic_scatter: return "atomic_scatter";
+  case GpuStrategy::owned_scatter: return "owned_scatter";
   case GpuStrategy::serial_scatter: return "serial_scatter";
   case GpuStrategy::attention: return "attention";
   }
@@ -104,7 +109,8 @@ std::string describe(const KernelWork& w) {
                 static_cast<long long>(w.outputs));
   return std::string(text) + (w.cudnn ? " library=cudnn" : "") +
          (w.rows_in_flight != 1 ? " rows_in_flight=" + std::to_string(w.rows_in_flight) : "") +
-         (w.reread_bytes != 0 ? " reread_bytes=" + std::to_string(w.reread_bytes) : "");
+         (w.reread_bytes != 0 ? " reread_bytes=" + std::to_string(w.reread_bytes) : "") +
+         (w.scan_tiles != 0 ? " scan_tiles=" + std::to_string(w.scan_tiles) : "");
 }
 
 std::optional<KernelWork> parse_work(std::string_view text) {
@@ -137,6 +143,8 @@ std::optional<KernelWork> parse_work(std::string_view text) {
     ok = ok && number("rows_in_flight", w.rows_in_flight) && w.rows_in_flight >= 1;
   if (fields.contains("reread_bytes"))
     ok = ok && number("reread_bytes", w.reread_bytes) && w.reread_bytes >= 0;
+  if (fields.contains("scan_tiles"))
+    ok = ok && number("scan_tiles", w.scan_tiles) && w.scan_tiles >= 0;
   auto library = fields.find("library");
   if (library != fields.end()) {
     if (library->second != "cudnn") return std::nullopt;
@@ -237,6 +245,9 @@ std::vector<KernelWork> plan_work(const FusionPlan& plan, std::span<const GpuLau
                      (launch.gemm.dtype == DType::bf16 || launch.gemm.dtype == DType::f16);
     w.outputs = static_cast<int64_t>(kernel.outputs().size());
     if (w.strategy == GpuStrategy::column_split) w.rows_in_flight = gpu_column_split_unroll;
+    if (w.strategy == GpuStrategy::owned_scatter)
+      w.scan_tiles = (numel(g.type(g.node(kernel.root).inputs[0]).shape) + w.threads - 1) /
+                     std::max<int64_t>(1, w.threads);
     if (launch.kind == KernelKind::row && w.strategy == GpuStrategy::block_per_output &&
         launch.shape.shared_bytes == 0) {
       // Each pass reads what the kernel reads (its bytes less what it writes): one per group
@@ -329,6 +340,14 @@ KernelPrediction predict_kernel(const KernelWork& w, const GpuRates& r) {
   case KernelKind::scatter_add:
     if (w.strategy == GpuStrategy::serial_scatter) // one thread: about a byte per nanosecond
       return pick(static_cast<double>(w.bytes) * 1e-9, "one thread", 0, "");
+    if (w.strategy == GpuStrategy::owned_scatter) {
+      double waves = std::ceil(static_cast<double>(w.blocks) /
+                               (std::max(1, r.multiprocessors) *
+                                std::max<int64_t>(1, 2048 / std::max<int64_t>(1, w.threads))));
+      return pick(memory(scatter_memory_share), "memory",
+                  waves * static_cast<double>(w.scan_tiles) * owned_scatter_tile_seconds,
+                  "index scan");
+    }
     return pick(memory(scatter_memory_share), "memory", 0, "");
   case KernelKind::collective: return {0, "collective"};
   }

@@ -51,11 +51,14 @@ struct KernelWork {
   /// logits): the bytes each pass over the row after the first reads again. Such a row does not
   /// stay in the SM's cache from one pass to the next.
   int64_t reread_bytes = 0;
+  /// Scatters that own their output rows (GpuStrategy::owned_scatter): the tiles of indices
+  /// each block walks, one index a thread, two barriers a tile.
+  int64_t scan_tiles = 0;
 };
 
 /// `kind=loop strategy=elementwise gradient=0 ... outputs=1`: every field, as SINTER_DUMP=plan
 /// prints it (then ` library=cudnn` for attention cuDNN runs, ` rows_in_flight=N` where it is not
-/// 1); parse_work reads it back
+/// 1, ` reread_bytes=N` and ` scan_tiles=N` where they are not 0); parse_work reads it back
 /// (nullopt for anything else).
 std::string describe(const KernelWork& work);
 std::optional<KernelWork> parse_work(std::string_view text);

@@ -3,11 +3,14 @@
 #include "jit/backend/cuda/gpu_launch.hpp"
 
 #include "jit/backend/cuda/nvptx_attention.hpp"
+#include "jit/settings.hpp"
 
 #include <algorithm>
 #include <stdexcept>
 
 namespace sinter {
+
+bool gpu_deterministic() { return switch_setting("SINTER_DETERMINISTIC", false); }
 
 GpuLaunch gpu_launch(const Graph& g, const Kernel& k) {
   constexpr int64_t max_blocks = gpu_max_blocks;
@@ -53,10 +56,18 @@ GpuLaunch gpu_launch(const Graph& g, const Kernel& k) {
   }
   case KernelKind::scatter_add: {
     std::size_t bytes = dtype_bytes(root.type.dtype);
-    if (root.type.dtype == DType::boolean || bytes < 4) {
+    if (root.type.dtype == DType::boolean) {
       launch.strategy = GpuStrategy::serial_scatter;
       launch.items = 1;
       launch.threads = 1;
+      return launch;
+    }
+    if (bytes < 4 || gpu_deterministic()) { // no atomics on 16-bit words; none at all asked
+      int64_t rows = std::max<int64_t>(1, s.empty() ? 1 : s[0]);
+      launch.strategy = GpuStrategy::owned_scatter;
+      launch.owned_rows = (rows + gpu_owned_scatter_blocks - 1) / gpu_owned_scatter_blocks;
+      launch.blocks = (rows + launch.owned_rows - 1) / launch.owned_rows;
+      launch.items = numel(s); // every output element is written, updates or not
       return launch;
     }
     launch.strategy = GpuStrategy::atomic_scatter;

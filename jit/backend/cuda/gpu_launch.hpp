@@ -20,7 +20,10 @@ enum class GpuStrategy {
   block_per_output,  ///< long reductions and rows: a block each, warp shuffles, then shared
                      ///< memory across warps
   atomic_scatter,    ///< scatter_add: one thread per update element, atomic adds
-  serial_scatter,    ///< scatter_add on 16-bit or boolean storage (no atomics): one thread
+  owned_scatter,     ///< scatter_add without atomics: a block owns `owned_rows` output rows
+                     ///< and adds the updates to them in position order (16-bit storage, and
+                     ///< every scatter under SINTER_DETERMINISTIC=1)
+  serial_scatter,    ///< scatter_add on boolean storage: one thread
   attention,         ///< fused attention: 4 warps per block of 64 query rows or 64 keys
 };
 
@@ -34,8 +37,18 @@ struct GpuLaunch {
   int64_t vector_width = 1;       ///< elementwise and rows: consecutive elements per thread
   bool zero_output_first = false; ///< the runtime clears the output before the launch
   int64_t shared_bytes = 0;       ///< dynamic shared memory per block (a row cache)
+  int64_t owned_rows = 0;         ///< owned_scatter: output rows per block
 };
 GpuLaunch gpu_launch(const Graph& graph, const Kernel& kernel);
+
+/// Whether GPU steps must give the same bits from run to run (SINTER_DETERMINISTIC=1): no
+/// atomic adds in generated kernels, and attention backwards on sinter's own kernels.
+bool gpu_deterministic();
+
+/// An owned scatter's grid: about this many blocks, each owning ⌈rows / blocks⌉ output rows.
+/// Each block reads every index once, so fewer, fuller blocks read less; 1024 blocks of 256
+/// threads are one wave on an H100 (8 a multiprocessor).
+inline constexpr int64_t gpu_owned_scatter_blocks = 1024;
 
 /// A row kernel with a block per row that passes over its row more than once (reductions that
 /// read earlier ones' values, then the row's elements) keeps the buffers it reads whole rows of

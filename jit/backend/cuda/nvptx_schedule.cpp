@@ -1,9 +1,11 @@
 // jit/backend/cuda/nvptx_schedule.cpp — NVPTX kernels: grid-stride loops with 16-byte vector
-// access, warp/block/column-split reductions, atomic scatter, libdevice math; launch heuristics
+// access, warp/block/column-split reductions, libdevice math; scatters in nvptx_scatter
 #include "jit/backend/cuda/nvptx_schedule.hpp"
 
 #include "jit/backend/cuda/nvptx_attention.hpp"
 #include "jit/backend/cuda/nvptx_block_memory.hpp"
+#include "jit/backend/cuda/nvptx_grid.hpp"
+#include "jit/backend/cuda/nvptx_scatter.hpp"
 
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
@@ -16,26 +18,10 @@ namespace sinter {
 namespace {
 
 /// Emits the body of one NVPTX kernel for its launch.
-class NvptxBody {
+class NvptxBody : NvptxGrid {
 public:
-  NvptxBody(KernelEmitter& e, const GpuLaunch& launch) : e_(e), b_(e.builder()), launch_(launch) {}
-
-  llvm::Value* special_register(llvm::Intrinsic::ID id) {
-    return b_.CreateZExt(b_.CreateIntrinsic(id, {}, {}), b_.getInt64Ty());
-  }
-  llvm::Value* thread_in_block() {
-    return special_register(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
-  }
-  llvm::Value* block_in_grid() {
-    return special_register(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
-  }
-  llvm::Value* blocks_in_grid() {
-    return special_register(llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x);
-  }
-  llvm::Value* global_thread() {
-    return b_.CreateAdd(b_.CreateMul(block_in_grid(), e_.i64(launch_.threads)), thread_in_block());
-  }
-  llvm::Value* threads_in_grid() { return b_.CreateMul(blocks_in_grid(), e_.i64(launch_.threads)); }
+  NvptxBody(KernelEmitter& e, const GpuLaunch& launch)
+      : NvptxGrid(e.builder(), launch.threads), e_(e), b_(e.builder()), launch_(launch) {}
 
   /// `width` consecutive elements, every element's values first (compute(k)), then every
   /// store (store(k, values)): the loads come before any store even where an output may alias
@@ -526,37 +512,6 @@ public:
         b_.CreateMul(blocks_in_grid(), e_.i64(lanes)));
   }
 
-  void scatter() {
-    if (launch_.strategy == GpuStrategy::serial_scatter) {
-      // One thread clears the output and applies every update in order.
-      llvm::Value* only = b_.CreateICmpEQ(global_thread(), e_.i64(0));
-      e_.emit_serial_scatter(e_.i64(0), b_.CreateSelect(only, e_.i64(1), e_.i64(0)));
-      return;
-    }
-    const Node& root = e_.root();
-    Shape out_shape = root.type.shape, idx_shape = e_.graph().type(root.inputs[0]).shape;
-    Shape row_shape(out_shape.begin() + 1, out_shape.end());
-    int64_t width = numel(row_shape);
-    DType t = root.type.dtype;
-    e_.emit_for(
-        global_thread(), e_.count(e_.graph().type(root.inputs[1]).shape),
-        [&](llvm::Value* item) {
-          e_.clear_memo();
-          llvm::Value* position = b_.CreateUDiv(item, e_.i64(width));
-          llvm::Value* k = b_.CreateURem(item, e_.i64(width));
-          Index at = e_.delinearize(position, idx_shape);
-          llvm::Value* row = b_.CreateSExt(e_.compute(root.inputs[0], at), b_.getInt64Ty());
-          e_.emit_if(e_.scatter_row_valid(row), [&] {
-            auto [x, slot] = e_.scatter_update(at, row, k);
-            b_.CreateAtomicRMW(x->getType()->isFloatingPointTy() ? llvm::AtomicRMWInst::FAdd
-                                                                 : llvm::AtomicRMWInst::Add,
-                               slot, x, llvm::MaybeAlign(dtype_bytes(t)),
-                               llvm::AtomicOrdering::Monotonic);
-          });
-        },
-        threads_in_grid());
-  }
-
 private:
   KernelEmitter& e_;
   llvm::IRBuilder<>& b_;
@@ -626,7 +581,7 @@ void NvptxSchedule::emit(KernelEmitter& e, const std::string& name) {
   case KernelKind::loop: body.loop(); break;
   case KernelKind::reduce: body.reduce(); break;
   case KernelKind::row: body.row(); break;
-  case KernelKind::scatter_add: body.scatter(); break;
+  case KernelKind::scatter_add: emit_nvptx_scatter(e, launch); break;
   case KernelKind::attention: emit_nvptx_attention(e, launch); break;
   case KernelKind::gemm: throw std::logic_error("sinter: GEMMs are cuBLASLt calls, not kernels");
   case KernelKind::collective:

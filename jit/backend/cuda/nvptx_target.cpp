@@ -123,7 +123,8 @@ NvptxTarget::NvptxTarget(int compute_capability) : impl_(std::make_unique<Impl>(
   impl_->fingerprint = "sinter " SINTER_VERSION ";" + std::string(nvptx_triple) + ";" + cpu + ";" +
                        ptx_features + ";llvm " LLVM_VERSION_STRING ";libdevice " + libdevice_id +
                        ";build " + emitter_build_id() + ";attention-pipeline " +
-                       (attention_pipeline_enabled() ? "1" : "0");
+                       (attention_pipeline_enabled() ? "1" : "0") +
+                       (gpu_deterministic() ? ";deterministic" : "");
 }
 
 NvptxTarget::~NvptxTarget() = default;
