@@ -1,6 +1,6 @@
 // jit/backend/cuda/cost_model.cpp — the cost model's terms and constants, fitted to the kernels
 // of a GPT-2 small bf16 step and a ViT-B/16→S/16 distillation step measured on an H100
-// (tests/data/h100_*_kernels.tsv, 2026-11-27)
+// (tests/data/h100_*_kernels.tsv, 2026-11-27) and to attention timed on an H200 (2026-11-29)
 #include "jit/backend/cuda/cost_model.hpp"
 #include "jit/passes/fuse.hpp"
 
@@ -43,18 +43,22 @@ constexpr double column_block_share = 0.0015; ///< one block of a column reducti
 constexpr double column_memory_share = 0.38;  ///< all of them (64-byte rows of 32 columns)
 constexpr double gemm_flops_share = 0.855;    ///< cuBLASLt at GPT-2's and ViT's shapes
 constexpr double gemm_overhead_seconds = 8e-6;
-/// sinter's NVPTX attention kernels: a share of the tensor-core rate for their FLOPs, plus a
-/// fixed cost per block (loading the query tile, the last softmax pass, the stores; and at short
-/// sequences the padded rows of the last tile): at T=196 the blocks cost more than the FLOPs.
-constexpr double attention_flops_share = 0.211;
-constexpr double attention_gradient_flops_share = 0.110;
-constexpr double attention_block_sm_seconds = 18.5e-6; ///< a block's fixed cost on its SM
-constexpr double attention_gradient_block_sm_seconds = 28e-6;
-/// cuDNN's fused SDPA: a share of the tensor-core rate, assumed from published H100 figures of
-/// flash-attention kernels (forward about half the dense bf16 peak, backward about 40%) until a
-/// GPU run measures sinter's calls.
-constexpr double cudnn_attention_flops_share = 0.5;
-constexpr double cudnn_attention_gradient_flops_share = 0.4;
+/// Fused attention: a share of the tensor-core rate for its FLOPs, plus a fixed cost per block
+/// of sinter's NVPTX grid (loading the query tile, the last softmax pass, the stores, and at
+/// short sequences the padded rows of the last tile: at T=196 the blocks cost as much as the
+/// FLOPs). Fitted on the timed trials of an H200 (2026-11-29;
+/// tests/data/h200_attention_kernels.tsv: GPT-2's T=1024 causal layer, the ViT pair's T=196 ones),
+/// sinter's restructured kernels and cuDNN's fused SDPA alike; cuDNN's grid is not known, so its
+/// per-block cost is per block of the NVPTX grid for the same shape, and its FLOPs are only the
+/// scores a causal mask keeps.
+constexpr double attention_flops_share = 0.56;
+constexpr double attention_gradient_flops_share = 0.54;
+constexpr double attention_block_sm_seconds = 2.0e-6; ///< a block's fixed cost on its SM
+constexpr double attention_gradient_block_sm_seconds = 4.0e-6;
+constexpr double cudnn_attention_flops_share = 0.36;
+constexpr double cudnn_attention_gradient_flops_share = 0.31;
+constexpr double cudnn_attention_block_sm_seconds = 1.1e-6;
+constexpr double cudnn_attention_gradient_block_sm_seconds = 1.7e-6;
 /// FMA-lane operations per element: a libdevice transcendental or an IEEE division or root, and
 /// any other node (index arithmetic included).
 constexpr double transcendental_cost = 53;
@@ -292,15 +296,13 @@ KernelPrediction predict_kernel(const KernelWork& w, const GpuRates& r) {
     return {static_cast<double>(w.flops) / rate + gemm_overhead_seconds, "tensor cores"};
   }
   case KernelKind::attention: {
-    if (w.cudnn)
-      return {static_cast<double>(w.flops) /
-                      (r.tensor_flops * (w.gradient ? cudnn_attention_gradient_flops_share
-                                                    : cudnn_attention_flops_share)) +
-                  r.launch_seconds,
-              "attention"};
-    double share = w.gradient ? attention_gradient_flops_share : attention_flops_share;
+    double share =
+        w.cudnn ? (w.gradient ? cudnn_attention_gradient_flops_share : cudnn_attention_flops_share)
+                : (w.gradient ? attention_gradient_flops_share : attention_flops_share);
     double per_block =
-        w.gradient ? attention_gradient_block_sm_seconds : attention_block_sm_seconds;
+        w.cudnn ? (w.gradient ? cudnn_attention_gradient_block_sm_seconds
+                              : cudnn_attention_block_sm_seconds)
+                : (w.gradient ? attention_gradient_block_sm_seconds : attention_block_sm_seconds);
     return {static_cast<double>(w.flops) / (r.tensor_flops * share) +
                 static_cast<double>(w.blocks) * per_block / r.multiprocessors + r.launch_seconds,
             "attention"};
