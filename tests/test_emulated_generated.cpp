@@ -7,6 +7,7 @@
 #include "op_test_registry.hpp"
 #include "ptx_check.hpp"
 
+#include "jit/backend/cuda/gemm_epilogue.hpp"
 #include "jit/backend/cuda/gpu_launch.hpp"
 #include "jit/backend/cuda/nvptx_target.hpp"
 #include "tests/support/nvptx_emulator.hpp"
@@ -196,6 +197,43 @@ TEST_CASE("GPU plan: the loss's row kernel also writes the logits' gradient, ove
     CHECK(ptx.find(t == DType::f32 ? "ld.global.v4.f32" : "ld.global.v4.b32") != std::string::npos);
     CHECK(ptx.find("st.global.v4") != std::string::npos);
     compare_emulated(g, layer_values(g, classes), backend_tolerance(t, true));
+  }
+}
+
+TEST_CASE("GPU plan: a language model head's bias rides on its GEMM as the epilogue, so the "
+          "loss's row kernel (a block a row) reads no vector, and the gradients still match",
+          "[emulated][fusion]") {
+  // Rows of 4096 logits take a block each (longer than gpu_warp_row_limit); of 64, a warp.
+  constexpr int64_t batch = 4, tokens = 4, width = 16;
+  for (int64_t classes : {4096, 64}) {
+    INFO(classes << " classes");
+    Graph g;
+    Value x = input(g, "x", {DType::bf16, {batch, tokens, width}});
+    Value w = input(g, "w", {DType::bf16, {width, classes}});
+    Value b = input(g, "b", {DType::bf16, {classes}});
+    Value labels = input(g, "labels", {DType::i32, {batch, tokens}});
+    g.add_output("loss", cross_entropy_mean(matmul(x, w) + b, labels).id);
+    g = Pipeline::standard(AutodiffOptions{{"x", "w", "b"}, 0})
+            .run(g, DumpSelection(""), std::cerr);
+    GpuPlan gpu(g);
+    INFO(gpu.plan.print());
+    std::size_t head_biases = 0;
+    for (const GemmEpilogue& e : find_gemm_epilogues(gpu.plan, gpu.prepared.memory))
+      head_biases += e.kind == EpilogueKind::bias && gpu.graph.type(e.bias).shape == Shape{classes};
+    // A row kernel that inlined the bias would read all of it again for every row and pass.
+    std::size_t rows_reading_the_bias = 0;
+    for (const Kernel& k : gpu.plan.kernels)
+      if (k.kind == KernelKind::row)
+        for (ValueId r : k.reads)
+          rows_reading_the_bias += gpu.graph.type(r).shape == Shape{classes};
+    if (classes > gpu_warp_row_limit) {
+      CHECK(head_biases == 1);
+      CHECK(rows_reading_the_bias == 0);
+    } else { // a warp's row: the bias stays in the loss's row kernel, no kernel of its own
+      CHECK(head_biases == 0);
+      CHECK(rows_reading_the_bias == 1);
+    }
+    compare_emulated(g, layer_values(g, classes), backend_tolerance(DType::bf16, true));
   }
 }
 

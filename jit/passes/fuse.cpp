@@ -58,6 +58,51 @@ bool has_fused_attention(const Graph& g) {
 
 namespace {
 
+/// `v` under any reshapes and casts.
+ValueId under_reshapes_and_casts(const Graph& g, ValueId v) {
+  while (g.node(v).op == OpId::reshape || g.node(v).op == OpId::cast)
+    v = g.node(v).inputs[0];
+  return v;
+}
+
+/// Whether a reduction over the last axis reads `id`'s rows, through at most `depth` elementwise
+/// ops: the value would be inlined into a row kernel (a loss's log-sum-exp), not a loop.
+bool rows_reduced(const Graph& g, const std::vector<std::vector<ValueId>>& consumers, ValueId id,
+                  int depth) {
+  int64_t length = g.type(id).shape.empty() ? 1 : g.type(id).shape.back();
+  for (ValueId c : consumers[id]) {
+    const Node& n = g.node(c);
+    const Shape& operand = g.type(n.inputs[0]).shape;
+    if (kind_of(n.op) == KernelKind::reduce && !operand.empty() && operand.back() == length &&
+        std::find(n.attrs.ints.begin(), n.attrs.ints.end(),
+                  static_cast<int64_t>(operand.size() - 1)) != n.attrs.ints.end())
+      return true;
+    if (kind_of(n.op) == KernelKind::loop && depth > 0 && !n.type.shape.empty() &&
+        n.type.shape.back() == length && rows_reduced(g, consumers, c, depth - 1))
+      return true;
+  }
+  return false;
+}
+
+/// Whether `id` adds a vector, broadcast along its rows, to a GEMM's result, with rows longer
+/// than `length` that a row kernel would reduce: `C + broadcast(bias)` with reshapes and casts
+/// anywhere between.
+bool is_long_gemm_bias(const Graph& g, const std::vector<std::vector<ValueId>>& consumers,
+                       ValueId id, int64_t length) {
+  const Node& node = g.node(id);
+  if (node.op != OpId::add || node.type.shape.empty() || node.type.shape.back() <= length ||
+      !rows_reduced(g, consumers, id, 4))
+    return false;
+  for (std::size_t side = 0; side < 2; ++side) {
+    ValueId product = under_reshapes_and_casts(g, node.inputs[side]);
+    ValueId spread = under_reshapes_and_casts(g, node.inputs[1 - side]);
+    if (g.node(product).op != OpId::matmul || g.node(spread).op != OpId::broadcast) continue;
+    const Shape& bias = g.type(under_reshapes_and_casts(g, g.node(spread).inputs[0])).shape;
+    if (bias.size() == 1 && bias[0] == node.type.shape.back()) return true;
+  }
+  return false;
+}
+
 /// The partition: which values are stored (graph inputs and outputs, kernel roots, what a GEMM,
 /// attention or collective reads, shared values too costly to recompute); every other value is
 /// inlined into the kernels that read it.
@@ -201,9 +246,20 @@ std::vector<bool> stored_values(const Graph& g, FusionOptions options) {
           true;
     }
   }
+  // Long rows' GEMM biases, stored for the GEMM's epilogue (FusionOptions::gemm_bias_rows_above).
+  std::vector<ValueId> gemm_biases;
+  if (options.gemm_bias_rows_above > 0)
+    for (ValueId id = 0; id < n; ++id)
+      if (!mat[id] && is_long_gemm_bias(g, consumers, id, options.gemm_bias_rows_above)) {
+        mat[id] = true;
+        gemm_biases.push_back(id);
+      }
   if (options.rematerialize) {
-    // GEMM and attention operands are read from their buffers: those stay stored.
+    // GEMM and attention operands are read from their buffers: those stay stored, as do the
+    // biases kept for a GEMM's epilogue.
     std::vector<bool> pinned(n, false);
+    for (ValueId id : gemm_biases)
+      pinned[id] = true;
     for (ValueId id = 0; id < n; ++id) {
       OpId op = g.node(id).op;
       if (op != OpId::matmul && !is_fused_attention(op) && !is_collective(op)) continue;

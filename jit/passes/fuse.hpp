@@ -144,6 +144,12 @@ struct FusionOptions {
   /// (Kernel::over_inputs). Backends that keep such inputs on a device between runs ask for it:
   /// no buffer of the output's own, and no copy back into the input after the run.
   bool store_over_donated_inputs = false;
+  /// A bias added to a GEMM's result (C + broadcast of a vector, reshapes and casts between)
+  /// whose rows are longer than this and reduced along (a loss's log-sum-exp) is stored, so that
+  /// it can become the GEMM's epilogue (find_gemm_epilogues) rather than be inlined into a row
+  /// kernel that reads the whole vector again for every row and pass (a language model's head:
+  /// GPT-2's 201 KB bias, three passes over each of 8192 rows of logits). 0: never.
+  int64_t gemm_bias_rows_above = 0;
 };
 
 /// Decides what to materialise: graph outputs, reductions, GEMMs and their operands, scatters,

@@ -95,7 +95,9 @@ inline constexpr std::size_t gpu_narrow_loop_outputs = 8;
 /// over a row kernel's rows (its γ and β gradients) in the row kernel, per block of rows,
 /// attention's q, k, v and dO read where the heads lie, with no copy to lay them out, and each
 /// large parameter's optimizer update a kernel of its own (262144 elements fill an H100),
-/// writing the new parameter and state over the old (the inputs they replace stay on the GPU).
+/// writing the new parameter and state over the old (the inputs they replace stay on the GPU),
+/// and the bias of a GEMM whose rows take a block each (a language model's head) kept for the
+/// GEMM's epilogue.
 inline constexpr FusionOptions gpu_fusion_options{
     .row_kernels = true,
     .sibling_reductions = true,
@@ -106,6 +108,7 @@ inline constexpr FusionOptions gpu_fusion_options{
     .row_partial_group_rows = gpu_row_partial_group_rows,
     .attention_operand_views = true,
     .scalar_sibling_max_elements = 1 << 18,
-    .store_over_donated_inputs = true};
+    .store_over_donated_inputs = true,
+    .gemm_bias_rows_above = gpu_warp_row_limit};
 
 } // namespace sinter
