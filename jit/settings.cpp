@@ -48,7 +48,8 @@ constexpr SettingInfo table[] = {
      "no stage gets a warning naming the closest"},
     {"SINTER_TIME_PHASES", "`0`, `1`", "`0`",
      "`1` prints `sinter: phase <stage> <ms> ms` as each compile stage ends, and `first run` (a "
-     "program's first call: uploads, and on a GPU graph capture)"},
+     "program's first call: uploads, and on a GPU graph capture; on CUDA its parts first: "
+     "`first run.buffers`, `.batch`, `.parameters`, `.launches`, `.wait`)"},
     {"SINTER_COLLECTIVE_TIMEOUT", "seconds (decimals allowed)", "300",
      "how long a collective between ranks may wait before the job ends with the missing ranks "
      "named (docs/distributed.md); a malformed value is an error naming it"},
@@ -74,6 +75,11 @@ constexpr SettingInfo table[] = {
      "stay on the GPU between steps (no buffers of their own, no copy back after each step); "
      "`0` writes them to buffers of their own and copies them over the old after the step. "
      "Another value is an error naming it"},
+    {"SINTER_HEAD_BIAS_EPILOGUE", "`0`, `1`", "`1`",
+     "cuda: `1` keeps a bias added to a GEMM's product over rows longer than 2048 that a row "
+     "kernel reduces (a language model's head and its loss) for the GEMM's cuBLASLt epilogue; "
+     "`0` lets the loss's row kernel add it, reading the whole vector again for every row and "
+     "pass (docs/gpu.md). Another value is an error naming it"},
     {"SINTER_DETERMINISTIC", "`0`, `1`", "`0`",
      "cuda: `1` makes a step give the same bits on every run with the same inputs: scatters "
      "(embedding gradients) add their updates in position order, a block owning each output row, "

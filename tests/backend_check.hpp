@@ -182,6 +182,20 @@ inline Graph mixed_precision_linear_step() {
       .run(autocast(g, DType::bf16), DumpSelection(""), std::cerr);
 }
 
+/// A language model's bf16 head with its bias and the mean cross entropy over [batch, tokens],
+/// differentiated for x, w and b: with more than 2048 classes its rows take a block each on a
+/// GPU, and the bias rides on the head's GEMM as its epilogue.
+inline Graph lm_head_gradients(int64_t batch, int64_t tokens, int64_t width, int64_t classes) {
+  Graph g;
+  Value x = input(g, "x", {DType::bf16, {batch, tokens, width}});
+  Value w = input(g, "w", {DType::bf16, {width, classes}});
+  Value b = input(g, "b", {DType::bf16, {classes}});
+  Value labels = input(g, "labels", {DType::i32, {batch, tokens}});
+  g.add_output("loss", cross_entropy_mean(matmul(x, w) + b, labels).id);
+  return Pipeline::standard(AutodiffOptions{{"x", "w", "b"}, 0})
+      .run(g, DumpSelection(""), std::cerr);
+}
+
 inline std::vector<HostTensor> as_host(const Graph& g, const std::vector<F64Tensor>& values) {
   std::vector<HostTensor> out;
   for (std::size_t i = 0; i < values.size(); ++i)

@@ -6,10 +6,12 @@
 #include "dsl/sinter.hpp"
 #include "env_override.hpp"
 #include "op_test_registry.hpp"
+#include "scatter_case.hpp"
 
 #include "jit/backend/cuda/gpu_executable.hpp"
 #include "jit/backend/cuda/nvptx_target.hpp"
 #include "jit/passes/passes.hpp"
+#include "jit/pipeline/pipeline.hpp"
 #include "jit/profile/profiler.hpp"
 #include "kernels/cuda/cudnn_attention.hpp"
 #include "temp_dir.hpp"
@@ -20,7 +22,9 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <iostream>
 #include <iterator>
+#include <optional>
 #include <random>
 
 namespace sinter::testing {
@@ -206,6 +210,45 @@ struct MlpCase {
     want = CompiledGraph(g, std::nullopt, Backend::cpu).run(inputs);
   }
 };
+
+TEST_CASE("cuda: under SINTER_DETERMINISTIC=1 a scatter gives the sums in position order, bit for "
+          "bit, on every run; a bf16 scatter does in every mode",
+          "[cuda]") {
+  for (DType t : {DType::f32, DType::bf16}) {
+    INFO(dtype_name(t));
+    EnvOverride deterministic("SINTER_DETERMINISTIC",
+                              t == DType::f32 ? std::optional<std::string>("1") : std::nullopt);
+    ScatterCase c(5000, 96, 300, t); // about 17 updates a row, 40 index tiles
+    std::vector<F64Tensor> values;
+    for (const HostTensor& in : c.inputs)
+      values.push_back(to_f64(in));
+    HostTensor want = c.in_order();
+    for (int run = 0; run < 3; ++run) {
+      INFO("run " << run);
+      CHECK(same_bits(run_on_gpu(c.graph, values)[0], want));
+    }
+  }
+}
+
+TEST_CASE("cuda: a language model head whose bias rides on its GEMM as the epilogue: the loss and "
+          "its gradients match the interpreter",
+          "[cuda]") {
+  constexpr int64_t classes = 4096;
+  Graph g = lm_head_gradients(4, 8, 64, classes);
+  std::vector<F64Tensor> values = random_values(g, 21);
+  for (std::size_t i = 0; i < g.inputs().size(); ++i)
+    if (g.type(g.inputs()[i].id).dtype == DType::i32)
+      for (std::size_t k = 0; k < values[i].data.size(); ++k)
+        values[i].data[k] = static_cast<double>((k * 977) % classes);
+  EnvOverride dump("SINTER_DUMP", "launch-plan");
+  std::string plan = capture_stderr([&] {
+    check_outputs_match(g, run_on_gpu(g, values), interpret(g, values),
+                        backend_tolerance(DType::bf16, true));
+  });
+  INFO(plan);
+  // cuBLASLt took the bias (the null cuBLASLt too: the [null-gpu] plans say so).
+  CHECK(plan.find("epilogue bias: kernel") != std::string::npos);
+}
 
 TEST_CASE("cuda: an MLP's gradients match the CPU backend, also when replayed as a CUDA graph",
           "[cuda]") {

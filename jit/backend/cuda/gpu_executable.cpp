@@ -13,6 +13,7 @@
 #include "jit/profile/gpu_peak.hpp"
 #include "jit/profile/kernel_costs.hpp"
 #include "jit/profile/numerics_check.hpp"
+#include "jit/profile/phase_timer.hpp"
 #include "jit/settings.hpp"
 
 #include <algorithm>
@@ -23,6 +24,7 @@
 #include <cstring>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace sinter {
@@ -521,6 +523,14 @@ void GpuExecutable::run_into(std::span<const HostTensor* const> inputs,
   cuda::StreamHandle compute = device_.stream(), copy = device_.copy_stream();
   int which = last_set_ == 0 ? 1 : 0;
   InputSet& set = *sets_[static_cast<std::size_t>(which)];
+  // SINTER_TIME_PHASES=1: what the first run spends where (a warm first call's time besides
+  // the compile), each part a `sinter: phase first run.<part> <ms> ms` line as it ends.
+  std::optional<PhaseTimer> part;
+  auto first_run_part = [&](std::string_view name) {
+    part.reset();
+    if (runs_ == 0 && PhaseTimer::enabled()) part.emplace("first run." + std::string(name));
+  };
+  first_run_part("buffers");
   // The run before last used this set: once it is done, its buffers and staging are free.
   settle(set);
   // Both sets are made by the first run (carried and resident inputs are known by then), so
@@ -554,6 +564,7 @@ void GpuExecutable::run_into(std::span<const HostTensor* const> inputs,
     });
   };
   // Batch inputs go up on the copy stream, overlapping the step still running.
+  first_run_part("batch");
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     std::size_t n = byte_size(g.type(g.inputs()[i].id));
     if (input_carried_[i] || input_resident_[i] || n == 0) continue;
@@ -576,6 +587,7 @@ void GpuExecutable::run_into(std::span<const HostTensor* const> inputs,
     else
       d.check(d.cuMemcpyHtoDAsync(to, from.bytes().data(), n, compute), "cuMemcpyHtoDAsync");
   };
+  first_run_part("parameters");
   for (const Carried& c : carried_) {
     const DeferredBytes* source = inputs[c.input]->unwritten_source();
     if ((source && source == c.latest.get()) || c.bytes == 0) continue;
@@ -593,6 +605,7 @@ void GpuExecutable::run_into(std::span<const HostTensor* const> inputs,
   const bool checked = check_numerics_enabled();
   if (checked && !numerics_) numerics_ = std::make_unique<GpuNumericsCheck>(device_);
   bool direct = runs_ < direct_runs_before_graph || !graphs_enabled() || profiled || checked;
+  first_run_part("launches");
   if (!direct && !set.exec) capture(set);
   const int64_t enqueued = profile::now_ns();
   if (direct)
@@ -614,8 +627,10 @@ void GpuExecutable::run_into(std::span<const HostTensor* const> inputs,
   last_set_ = which;
   last_run_was_graph_ = !direct;
   ran_ = true;
+  first_run_part("wait");
   if (runs_++ < direct_runs_before_graph)
     d.check(d.cuEventSynchronize(set.events->finished), "running the step");
+  part.reset();
 
   for (std::size_t i = 0; i < g.outputs().size(); ++i) {
     const TensorType& t = g.type(g.outputs()[i].id);
