@@ -456,10 +456,7 @@ void KernelEmitter::emit_serial_scatter(llvm::Value* begin, llvm::Value* end) {
         emit_for(i64(0), extent(width), [&](llvm::Value* k) {
           memo_.clear();
           auto [x, slot] = scatter_update(at, row, k);
-          llvm::Value* old = from_storage(b_.CreateLoad(storage_type(t), slot), t);
-          llvm::Value* sum =
-              x->getType()->isFloatingPointTy() ? b_.CreateFAdd(old, x) : b_.CreateAdd(old, x);
-          b_.CreateStore(to_storage(sum, t), slot);
+          add_to_slot(slot, x, t);
         });
       });
     });

@@ -173,6 +173,14 @@ public:
                                                        llvm::Value* k);
   /// Whether `row` (i64) is a row of the output (out-of-range indices are dropped).
   llvm::Value* scatter_row_valid(llvm::Value* row);
+  /// Adds `x` (compute type) to the element of type `t` at `slot`: load, add, store rounded to
+  /// the storage type (no atomics: the caller makes sure no other thread writes that slot).
+  void add_to_slot(llvm::Value* slot, llvm::Value* x, DType t) {
+    llvm::Value* old = from_storage(b_.CreateLoad(storage_type(t), slot), t);
+    llvm::Value* sum =
+        x->getType()->isFloatingPointTy() ? b_.CreateFAdd(old, x) : b_.CreateAdd(old, x);
+    b_.CreateStore(to_storage(sum, t), slot);
+  }
   /// The whole scatter in order, for iterations [begin, end) of a range of 1: clear the
   /// output, then add every update. Correct with repeated indices, without atomics.
   void emit_serial_scatter(llvm::Value* begin, llvm::Value* end);
@@ -185,10 +193,6 @@ public:
   void emit_nest(const Shape& dims, llvm::function_ref<void(const Index&)> body);
   void emit_if(llvm::Value* condition, llvm::function_ref<void()> body);
 
-  /// A value of `t`'s compute type in its storage type (bf16/f16 rounded), and back.
-  llvm::Value* to_storage(llvm::Value* v, DType t);
-  llvm::Value* from_storage(llvm::Value* v, DType t);
-
 private:
   void emit_nest_from(const Shape& dims, std::size_t d, Index& ivs,
                       llvm::function_ref<void(const Index&)> body);
@@ -198,6 +202,8 @@ private:
   llvm::Value* math(MathFunction f, std::initializer_list<llvm::Value*> args);
   llvm::Value* round_to_bf16(llvm::Value* f);
   llvm::Value* round_to_f16(llvm::Value* f);
+  llvm::Value* to_storage(llvm::Value* v, DType t);
+  llvm::Value* from_storage(llvm::Value* v, DType t);
   Index reshape_index(const Index& idx, const Shape& out, const Shape& in);
   /// `v` clamped to [0, size - 1] (`size` a shape number).
   llvm::Value* clamp_below(llvm::Value* v, int64_t size);

@@ -278,6 +278,9 @@ KernelPrediction predict_kernel(const KernelWork& w, const GpuRates& r) {
   auto memory = [&](double share) {
     return static_cast<double>(w.bytes) / (r.bytes_per_second * share);
   };
+  // Blocks resident on the whole device at once: 2048 threads an SM.
+  const int64_t wave_blocks = static_cast<int64_t>(std::max(1, r.multiprocessors)) *
+                              std::max<int64_t>(1, 2048 / std::max<int64_t>(1, w.threads));
   auto arithmetic = [&](double transcendental, double other) {
     return static_cast<double>(w.elements) *
            (transcendental * static_cast<double>(w.transcendental) +
@@ -329,9 +332,7 @@ KernelPrediction predict_kernel(const KernelWork& w, const GpuRates& r) {
       return pick(memory(reduce_memory_share), "memory", 0, "");
     // Each block walks its 32 columns down every row: few blocks, each far from the memory's
     // rate, unless there are enough of them to saturate it.
-    double resident = static_cast<double>(std::min<int64_t>(
-        w.blocks, static_cast<int64_t>(r.multiprocessors) *
-                      std::max<int64_t>(1, 2048 / std::max<int64_t>(1, w.threads))));
+    double resident = static_cast<double>(std::min(w.blocks, wave_blocks));
     // Fitted with one row in flight a thread; more rows in flight, proportionally more (assumed
     // until a GPU measures the unrolled kernels).
     double blocks_rate =
@@ -343,9 +344,7 @@ KernelPrediction predict_kernel(const KernelWork& w, const GpuRates& r) {
     if (w.strategy == GpuStrategy::serial_scatter) // one thread: about a byte per nanosecond
       return pick(static_cast<double>(w.bytes) * 1e-9, "one thread", 0, "");
     if (w.strategy == GpuStrategy::owned_scatter) {
-      double waves = std::ceil(static_cast<double>(w.blocks) /
-                               (std::max(1, r.multiprocessors) *
-                                std::max<int64_t>(1, 2048 / std::max<int64_t>(1, w.threads))));
+      double waves = std::ceil(static_cast<double>(w.blocks) / static_cast<double>(wave_blocks));
       return pick(memory(scatter_memory_share), "memory",
                   waves * static_cast<double>(w.scan_tiles) * owned_scatter_tile_seconds,
                   "index scan");

@@ -56,11 +56,9 @@ public:
     llvm::Value* warp = b_.CreateLShr(tid, 5);
     llvm::Value* first = b_.CreateMul(block_in_grid(), e_.i64(launch_.owned_rows));
     llvm::Value* table_rows = e_.extent(out_shape.empty() ? 1 : out_shape[0]);
-    llvm::Value* end = b_.CreateSelect(
-        b_.CreateICmpULT(b_.CreateAdd(first, e_.i64(launch_.owned_rows)), table_rows),
-        b_.CreateAdd(first, e_.i64(launch_.owned_rows)), table_rows);
-    end = b_.CreateSelect(b_.CreateICmpULT(first, end), end, first);
-    llvm::Value* owned_rows = b_.CreateSub(end, first);
+    llvm::Value* end = b_.CreateBinaryIntrinsic(
+        llvm::Intrinsic::umin, b_.CreateAdd(first, e_.i64(launch_.owned_rows)), table_rows);
+    llvm::Value* owned_rows = b_.CreateBinaryIntrinsic(llvm::Intrinsic::usub_sat, end, first);
     // Thread j owns columns j, j + threads, ... of every owned row: it clears them and later
     // adds to them, so no output element is ever touched by two threads.
     auto each_column = [&](llvm::function_ref<void(llvm::Value*)> body) {
@@ -123,10 +121,7 @@ public:
             each_column([&](llvm::Value* k) {
               e_.clear_memo();
               auto [x, slot] = e_.scatter_update(at, row, k);
-              llvm::Value* old = e_.from_storage(b_.CreateLoad(e_.storage_type(t), slot), t);
-              llvm::Value* sum =
-                  x->getType()->isFloatingPointTy() ? b_.CreateFAdd(old, x) : b_.CreateAdd(old, x);
-              b_.CreateStore(e_.to_storage(sum, t), slot);
+              e_.add_to_slot(slot, x, t);
             });
           });
           barrier(); // the next tile rewrites the list and the counts
