@@ -234,6 +234,50 @@ TEST_CASE("cost model: a column reduction over few columns is bound by its block
   CHECK(many.seconds < few.seconds / 4);
 }
 
+TEST_CASE("cost model: a column reduction whose lanes load 16 bytes of columns streams at the "
+          "loops' share of the bandwidth once its blocks fill the GPU, where a column a lane "
+          "reaches 38%",
+          "[cost-model]") {
+  GpuRates rates = gpu_rates(h100());
+  // GPT-2's MLP bias gradient, bf16 [8192, 3072] in 128 groups: 1536 blocks of 256 threads,
+  // 8 columns a lane, against the same bytes a column a lane in 1024-thread blocks.
+  KernelWork lanes{.name = "bias gradient",
+                   .kind = KernelKind::reduce,
+                   .strategy = GpuStrategy::column_split,
+                   .blocks = 1536,
+                   .threads = 256,
+                   .bytes = 50380800,
+                   .elements = 393216,
+                   .arithmetic = 3,
+                   .rows_in_flight = 4,
+                   .vector_width = 8};
+  KernelPrediction vectors = predict_kernel(lanes, rates);
+  CHECK(std::string(vectors.bound) == "memory");
+  CHECK(vectors.seconds - rates.launch_seconds ==
+        Approx(static_cast<double>(lanes.bytes) / (rates.bytes_per_second * 0.74)));
+  KernelWork scalar = lanes;
+  scalar.vector_width = 1;
+  scalar.threads = 1024;
+  scalar.blocks = 12288;
+  KernelPrediction columns = predict_kernel(scalar, rates);
+  CHECK(columns.seconds - rates.launch_seconds ==
+        Approx(static_cast<double>(lanes.bytes) / (rates.bytes_per_second * 0.38)));
+  // Few blocks: bound by what their threads have in flight, 8 columns each.
+  lanes.blocks = 6;
+  scalar.blocks = 6;
+  KernelPrediction few_vectors = predict_kernel(lanes, rates);
+  CHECK(std::string(few_vectors.bound) == "columns");
+  scalar.threads = 256;
+  CHECK(predict_kernel(scalar, rates).seconds - rates.launch_seconds ==
+        Approx((few_vectors.seconds - rates.launch_seconds) * 8));
+  // The field round-trips through SINTER_DUMP=plan's text.
+  std::optional<KernelWork> parsed = parse_work(describe(lanes));
+  REQUIRE(parsed);
+  CHECK(parsed->vector_width == 8);
+  CHECK(describe(lanes).find(" vector_width=8") != std::string::npos);
+  CHECK(describe(scalar).find("vector_width") == std::string::npos);
+}
+
 TEST_CASE("cost model: a scatter that owns its rows is bound by its index tiles where the "
           "positions are many and the table small",
           "[cost-model]") {

@@ -298,6 +298,25 @@ TEST_CASE("gpu: reductions pick threads, warps or blocks by length", "[ptx]") {
   CHECK(block_ptx.find("__nv_expf") == std::string::npos);
 }
 
+TEST_CASE("gpu: a column reduction's lanes load 16 bytes of neighbouring columns a row (8 bf16, "
+          "4 f32), and ptxas accepts it",
+          "[ptx]") {
+  for (auto [t, width] : {std::pair{DType::bf16, 8}, std::pair{DType::f32, 4}}) {
+    INFO(dtype_name(t));
+    Graph g;
+    Value dy = input(g, "dy", {t, {16, 65536}});
+    g.add_output("db", emit(OpId::reduce_sum, {cast(dy, DType::f32)}, Attrs{.ints = {0}}).id);
+    check_ptx(g);
+    FusionPlan plan = fuse(g);
+    GpuLaunch launch = gpu_launch(g, plan.kernels.back());
+    CHECK(launch.strategy == GpuStrategy::column_split);
+    CHECK(launch.vector_width == width);
+    std::string ptx = only_kernel_ptx(g);
+    CHECK(ptx.find("ld.global.nc.v4") != std::string::npos);
+    CHECK(ptx.find("bar.sync") != std::string::npos);
+  }
+}
+
 TEST_CASE("gpu: scatter_add accumulates with atomics after the runtime clears the output",
           "[ptx]") {
   Graph g;

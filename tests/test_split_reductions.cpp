@@ -39,6 +39,26 @@ TEST_CASE("split reductions: enough row groups for 256 blocks of 32 columns, div
   CHECK(column_reduction_splits(8192, 768, 1024) == 1);       // too small to be worth a launch
 }
 
+TEST_CASE("split reductions: with 16 bytes of columns a lane, a block covers 8 bf16 or 4 f32 "
+          "columns a lane, and the splits aim at 1024 blocks",
+          "[split-reductions]") {
+  constexpr int64_t mb = 1 << 20;
+  ColumnSplitOptions gpu{.lane_bytes = 16, .target_blocks = 1024};
+  // GPT-2's bias gradients, bf16 loaded: 3 blocks of 256 columns want 342 groups; 64 rows each
+  // at least leaves 128 (384 blocks).
+  CHECK(column_reduction_splits(8192, 768, 12 * mb, gpu, 2) == 128);
+  // The MLP's [8192, 3072]: 12 blocks, 128 groups (1536 blocks).
+  CHECK(column_reduction_splits(8192, 3072, 48 * mb, gpu, 2) == 128);
+  // The logits' [8192, 50304]: 197 blocks of 256 columns, 8 groups.
+  CHECK(column_reduction_splits(8192, 50304, 800 * mb, gpu, 2) == 8);
+  // f32: 128 columns a block.
+  CHECK(column_reduction_splits(8192, 768, 24 * mb, gpu, 4) == 128);
+  CHECK(column_reduction_splits(8192, 50304, 1600 * mb, gpu, 4) == 4);
+  // Columns that 8 does not divide: as many as do (770 = 2 · 385: 2 a lane, 64 a block).
+  CHECK(column_reduction_splits(8192, 770, 12 * mb, gpu, 2) == 128);
+  CHECK(column_reduction_splits(8192, 2310, 36 * mb, gpu, 2) == 32);
+}
+
 TEST_CASE("split reductions: partial sums over row groups give the column sums, maxima and a "
           "16-bit sum, in the NVPTX emulator",
           "[emulated][split-reductions]") {
@@ -145,7 +165,7 @@ double predicted_seconds(const FusionPlan& plan) {
 }
 
 TEST_CASE("split reductions: a GPT-2 bias gradient on the GPU becomes a partial pass over 384 "
-          "blocks and a short one, predicted at least twice as fast",
+          "blocks of 8 bf16 columns a lane and a short one, predicted at least twice as fast",
           "[split-reductions]") {
   Graph g;
   Value dy = input(g, "dy", {DType::bf16, {8, 1024, 768}});
@@ -157,8 +177,13 @@ TEST_CASE("split reductions: a GPT-2 bias gradient on the GPU becomes a partial 
   const FusionPlan& plan = prepared.fusion;
   REQUIRE(plan.kernels.size() == 2);
   const Graph& pg = *plan.graph;
-  CHECK(pg.type(plan.kernels[0].root).shape == Shape{16, 768});
-  CHECK(gpu_launch(pg, plan.kernels[0]).blocks == 384);
+  // 128 groups of 64 rows; each block 256 threads, 32 lanes of 8 columns (16 bytes of bf16).
+  CHECK(pg.type(plan.kernels[0].root).shape == Shape{128, 768});
+  GpuLaunch partial = gpu_launch(pg, plan.kernels[0]);
+  CHECK(partial.strategy == GpuStrategy::column_split);
+  CHECK(partial.blocks == 384);
+  CHECK(partial.threads == 256);
+  CHECK(partial.vector_width == 8);
   CHECK(pg.type(plan.kernels[1].root).shape == Shape{768});
   double split = predicted_seconds(plan);
   EnvOverride off("SINTER_SPLIT_REDUCTIONS", "0");
@@ -205,6 +230,51 @@ TEST_CASE("split reductions: a bias gradient a GEMM can write as its epilogue st
   };
   CHECK(count_reductions(split_column_reductions(other, options)) == 2);
   CHECK(asked.empty());
+}
+
+TEST_CASE("column reductions: lanes of 16 bytes of neighbouring columns (8 bf16, 4 f32) give the "
+          "interpreter's sums, sibling sums and maxima in the NVPTX emulator",
+          "[emulated][split-reductions]") {
+  struct Case {
+    DType t;
+    Shape shape;
+    std::vector<int64_t> axes;
+    int64_t width;
+  };
+  // Rows that 8 warps of 4 rows in flight do not divide; a last tile only partly of columns
+  // (32776 = 128 · 256 + 8); a sum over the middle axis whose tiles straddle the output's rows.
+  for (const Case& c :
+       {Case{DType::bf16, {12, 32776}, {0}, 8}, Case{DType::f32, {9, 16388}, {0}, 4},
+        Case{DType::bf16, {5, 9, 8000}, {1}, 8}}) {
+    INFO(dtype_name(c.t) << " " << c.shape.size() << "-d");
+    Graph g;
+    Value x = input(g, "x", {c.t, c.shape});
+    Value y = input(g, "y", {c.t, c.shape});
+    g.add_output("sum_xx", emit(OpId::reduce_sum, {x * x}, Attrs{.ints = c.axes}).id);
+    g.add_output("sum_yy", emit(OpId::reduce_sum, {y * y}, Attrs{.ints = c.axes}).id);
+    g.add_output("max", emit(OpId::reduce_max, {x}, Attrs{.ints = c.axes}).id);
+    CompileRun run("columns", false, DumpSelection(""));
+    Prepared prepared = prepare_for_nvptx(g, 90, run);
+    std::size_t vectorised = 0;
+    for (const Kernel& k : prepared.fusion.kernels) {
+      if (k.kind != KernelKind::reduce) continue;
+      GpuLaunch launch = gpu_launch(*prepared.fusion.graph, k);
+      CHECK(launch.strategy == GpuStrategy::column_split);
+      CHECK(launch.threads == 256);
+      vectorised += launch.vector_width == c.width;
+    }
+    CHECK(vectorised >= 1);
+    std::mt19937_64 rng(11);
+    std::vector<F64Tensor> values;
+    for (const NamedValue& in : g.inputs()) {
+      F64Tensor v = random_operand(TestOperand{DType::f64, g.type(in.id).shape}, rng);
+      round_all(v, c.t);
+      values.push_back(v);
+    }
+    std::vector<F64Tensor> want = interpret(g, values);
+    std::vector<HostTensor> got = emulate_nvptx_step(g, as_host(g, values));
+    check_outputs_match(g, got, want, c.t == DType::f32 ? 1e-5 : backend_tolerance(c.t, false));
+  }
 }
 
 } // namespace

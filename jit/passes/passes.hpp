@@ -62,6 +62,10 @@ Graph decompose_nodes(const Graph& graph, const NodeSelector& selected);
 /// columns and walks every row, so 768 columns make 24 blocks on an H100's 132 SMs.
 struct ColumnSplitOptions {
   int64_t columns_per_block = 32;
+  /// Bytes of neighbouring columns a lane of the block loads at once (0: one column): a block
+  /// then covers columns_per_block times the columns that many bytes of the operand (before
+  /// any widening cast) hold, where they divide the column count.
+  int64_t lane_bytes = 0;
   int64_t target_blocks = 256;     ///< about two 1024-thread blocks per SM of an H100
   int64_t min_rows = 4096;         ///< fewer rows: one pass (and a GEMM may absorb it)
   int64_t min_rows_per_split = 64; ///< each of a block's 32 row groups walks 2 rows at least
@@ -86,10 +90,10 @@ struct ColumnSplitOptions {
   int64_t row_group_max_length = 0;
 };
 /// The number of row groups a column reduction of `rows` rows of `columns` columns (its operand
-/// `bytes` long) is split into: a power of two dividing `rows` that brings its blocks to
-/// `target_blocks`, or 1.
+/// `bytes` long, `element_bytes` an element before widening) is split into: a power of two
+/// dividing `rows` that brings its blocks to `target_blocks`, or 1.
 int64_t column_reduction_splits(int64_t rows, int64_t columns, int64_t bytes,
-                                const ColumnSplitOptions& options = {});
+                                const ColumnSplitOptions& options = {}, int64_t element_bytes = 4);
 /// Each long reduction of leading axes (reduce_sum, _max, _min) over x[rows, rest...] becomes
 /// the same reduction over axis 1 of x as [splits, rows / splits, rest...], then over axis 0
 /// (16-bit results keep their partials in f32), except bias gradients a GEMM may take

@@ -14,9 +14,14 @@
 namespace sinter {
 
 int64_t column_reduction_splits(int64_t rows, int64_t columns, int64_t bytes,
-                                const ColumnSplitOptions& options) {
+                                const ColumnSplitOptions& options, int64_t element_bytes) {
   if (rows < options.min_rows || bytes < options.min_bytes) return 1;
-  int64_t tiles = (columns + options.columns_per_block - 1) / options.columns_per_block;
+  int64_t lane_columns =
+      std::max<int64_t>(1, options.lane_bytes / std::max<int64_t>(1, element_bytes));
+  while (lane_columns > 1 && columns % lane_columns != 0)
+    lane_columns /= 2;
+  int64_t block_columns = options.columns_per_block * lane_columns;
+  int64_t tiles = (columns + block_columns - 1) / block_columns;
   if (tiles >= options.target_blocks) return 1;
   int64_t want = (options.target_blocks + tiles - 1) / tiles, splits = 1;
   while (splits < want)
@@ -39,14 +44,15 @@ bool reduces_leading_axes(const Node& n, const Shape& xs) {
 }
 
 /// The row groups node `n` (operand shape `xs`) splits into, or 1.
-int64_t splits_of(const Node& n, const Shape& xs, DType operand,
+int64_t splits_of(const Node& n, const Shape& xs, DType operand, DType loaded,
                   const ColumnSplitOptions& options) {
   if (n.op != OpId::reduce_sum && n.op != OpId::reduce_max && n.op != OpId::reduce_min) return 1;
   if (!reduces_leading_axes(n, xs)) return 1;
   auto leading = static_cast<std::ptrdiff_t>(n.attrs.ints.size());
   int64_t rows = std::accumulate(xs.begin(), xs.begin() + leading, int64_t{1}, std::multiplies<>());
   int64_t bytes = numel(xs) * static_cast<int64_t>(dtype_bytes(operand));
-  return column_reduction_splits(rows, xs.back(), bytes, options);
+  return column_reduction_splits(rows, xs.back(), bytes, options,
+                                 static_cast<int64_t>(dtype_bytes(loaded)));
 }
 
 /// The reductions a GEMM may absorb as its bias-gradient epilogue (ColumnSplitOptions::
@@ -147,10 +153,12 @@ std::map<const Node*, int64_t> row_groups(const Graph& g, const ColumnSplitOptio
 Graph split_column_reductions(const Graph& graph, const ColumnSplitOptions& options) {
   const std::set<const Node*> absorbable = gemm_absorbable(graph, options);
   const std::map<const Node*, int64_t> grouped = row_groups(graph, options);
+  // The operand as its kernel loads it: before a widening cast (a bf16 gradient summed in f32).
   auto splits_for = [&](const Node& n, const Shape& xs, DType operand) -> int64_t {
     if (absorbable.count(&n)) return 1;
     auto group = grouped.find(&n);
-    return group != grouped.end() ? group->second : splits_of(n, xs, operand, options);
+    DType loaded = graph.type(before_widening(graph, n.inputs[0])).dtype;
+    return group != grouped.end() ? group->second : splits_of(n, xs, operand, loaded, options);
   };
   bool any = false;
   for (ValueId id = 0; id < graph.size() && !any; ++id) {

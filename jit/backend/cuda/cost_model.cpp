@@ -39,9 +39,14 @@ constexpr double scatter_memory_share = 0.6; ///< atomic adds
 /// An owned scatter's tile of indices: a load from L2, a ballot and two barriers (assumed, not
 /// yet measured on a GPU). A wave of blocks walks every tile.
 constexpr double owned_scatter_tile_seconds = 1.0e-6;
-constexpr double column_block_share = 0.0015; ///< one block of a column reduction's bandwidth
-constexpr double column_memory_share = 0.38;  ///< all of them (64-byte rows of 32 columns)
-constexpr double gemm_flops_share = 0.855;    ///< cuBLASLt at GPT-2's and ViT's shapes
+/// A column reduction's 1024 threads, a column a lane and a row in flight each: their share of
+/// the bandwidth; more rows or columns in flight a thread, proportionally more (assumed).
+constexpr double column_block_share = 0.0015;
+constexpr double column_memory_share = 0.38; ///< all of them (64-byte rows of 32 columns)
+/// Lanes loading 16 bytes of neighbouring columns: the loops' share for the same loads (assumed
+/// until a GPU measures it).
+constexpr double column_vector_memory_share = loop_memory_share;
+constexpr double gemm_flops_share = 0.855; ///< cuBLASLt at GPT-2's and ViT's shapes
 constexpr double gemm_overhead_seconds = 8e-6;
 /// Fused attention: a share of the tensor-core rate for its FLOPs, plus a fixed cost per block
 /// of sinter's NVPTX grid (loading the query tile, the last softmax pass, the stores, and at
@@ -113,6 +118,7 @@ std::string describe(const KernelWork& w) {
                 static_cast<long long>(w.outputs));
   return std::string(text) + (w.cudnn ? " library=cudnn" : "") +
          (w.rows_in_flight != 1 ? " rows_in_flight=" + std::to_string(w.rows_in_flight) : "") +
+         (w.vector_width != 1 ? " vector_width=" + std::to_string(w.vector_width) : "") +
          (w.reread_bytes != 0 ? " reread_bytes=" + std::to_string(w.reread_bytes) : "") +
          (w.scan_tiles != 0 ? " scan_tiles=" + std::to_string(w.scan_tiles) : "");
 }
@@ -145,6 +151,8 @@ std::optional<KernelWork> parse_work(std::string_view text) {
             number("arithmetic", w.arithmetic) && number("outputs", w.outputs);
   if (fields.contains("rows_in_flight"))
     ok = ok && number("rows_in_flight", w.rows_in_flight) && w.rows_in_flight >= 1;
+  if (fields.contains("vector_width"))
+    ok = ok && number("vector_width", w.vector_width) && w.vector_width >= 1;
   if (fields.contains("reread_bytes"))
     ok = ok && number("reread_bytes", w.reread_bytes) && w.reread_bytes >= 0;
   if (fields.contains("scan_tiles"))
@@ -248,7 +256,10 @@ std::vector<KernelWork> plan_work(const FusionPlan& plan, std::span<const GpuLau
     w.tensor_cores = launch.kind == KernelKind::gemm &&
                      (launch.gemm.dtype == DType::bf16 || launch.gemm.dtype == DType::f16);
     w.outputs = static_cast<int64_t>(kernel.outputs().size());
-    if (w.strategy == GpuStrategy::column_split) w.rows_in_flight = gpu_column_split_unroll;
+    if (w.strategy == GpuStrategy::column_split) {
+      w.rows_in_flight = gpu_column_split_unroll;
+      w.vector_width = launch.shape.vector_width;
+    }
     if (w.strategy == GpuStrategy::owned_scatter)
       w.scan_tiles = (numel(g.type(g.node(kernel.root).inputs[0]).shape) + w.threads - 1) /
                      std::max<int64_t>(1, w.threads);
@@ -330,15 +341,15 @@ KernelPrediction predict_kernel(const KernelWork& w, const GpuRates& r) {
   case KernelKind::reduce: {
     if (w.strategy != GpuStrategy::column_split)
       return pick(memory(reduce_memory_share), "memory", 0, "");
-    // Each block walks its 32 columns down every row: few blocks, each far from the memory's
-    // rate, unless there are enough of them to saturate it.
-    double resident = static_cast<double>(std::min(w.blocks, wave_blocks));
-    // Fitted with one row in flight a thread; more rows in flight, proportionally more (assumed
-    // until a GPU measures the unrolled kernels).
-    double blocks_rate =
-        resident * column_block_share * static_cast<double>(w.rows_in_flight) * r.bytes_per_second;
-    return pick(static_cast<double>(w.bytes) / blocks_rate, "columns", memory(column_memory_share),
-                "memory");
+    // Each block walks its columns down every row: few blocks, each far from the memory's
+    // rate, unless there are enough of them to saturate it. Fitted on 1024-thread blocks with
+    // a column and a row in flight a thread; more in flight, proportionally more.
+    double resident_threads = static_cast<double>(std::min(w.blocks, wave_blocks) * w.threads);
+    double blocks_rate = resident_threads / 1024 * column_block_share *
+                         static_cast<double>(w.rows_in_flight * w.vector_width) *
+                         r.bytes_per_second;
+    double share = w.vector_width > 1 ? column_vector_memory_share : column_memory_share;
+    return pick(static_cast<double>(w.bytes) / blocks_rate, "columns", memory(share), "memory");
   }
   case KernelKind::scatter_add:
     if (w.strategy == GpuStrategy::serial_scatter) // one thread: about a byte per nanosecond

@@ -47,6 +47,9 @@ struct KernelWork {
   /// 1 in kernels profiled before 2026-11-28). A block far from the memory's rate is bound by
   /// its loads in flight.
   int64_t rows_in_flight = 1;
+  /// Column reductions: the neighbouring columns each thread loads at once (GpuLaunch::
+  /// vector_width; 1 in kernels profiled before 2026-11-30).
+  int64_t vector_width = 1;
   /// Row kernels with a block per row (rows too long for a warp: GPT-2's loss over 50257
   /// logits): the bytes each pass over the row after the first reads again. Such a row does not
   /// stay in the SM's cache from one pass to the next.
@@ -57,8 +60,9 @@ struct KernelWork {
 };
 
 /// `kind=loop strategy=elementwise gradient=0 ... outputs=1`: every field, as SINTER_DUMP=plan
-/// prints it (then ` library=cudnn` for attention cuDNN runs, ` rows_in_flight=N` where it is not
-/// 1, ` reread_bytes=N` and ` scan_tiles=N` where they are not 0); parse_work reads it back
+/// prints it (then ` library=cudnn` for attention cuDNN runs, ` rows_in_flight=N` and
+/// ` vector_width=N` where they are not 1, ` reread_bytes=N` and ` scan_tiles=N` where they are
+/// not 0); parse_work reads it back
 /// (nullopt for anything else).
 std::string describe(const KernelWork& work);
 std::optional<KernelWork> parse_work(std::string_view text);

@@ -12,6 +12,39 @@ namespace sinter {
 
 bool gpu_deterministic() { return switch_setting("SINTER_DETERMINISTIC", false); }
 
+namespace {
+
+/// A column reduction's neighbouring outputs a lane: 16 bytes of the narrowest buffer it reads
+/// rows of (more elements than a row: not a bias or a scale), dividing the columns and each
+/// such buffer's last dim (q, k and v's gradients [.., heads, 64] summed as [.., 2304]), with
+/// every lane's partials in shared memory.
+int64_t column_vector_width(const Graph& g, const Kernel& k) {
+  const Shape& s = g.node(k.root).type.shape;
+  if (s.empty()) return 1;
+  int64_t columns = s.back();
+  std::size_t narrowest = 0;
+  std::vector<int64_t> lasts{columns};
+  for (ValueId v : k.reads) {
+    const Shape& shape = g.type(v).shape;
+    if (shape.empty() || numel(shape) <= columns) continue;
+    std::size_t bytes = dtype_bytes(g.type(v).dtype);
+    narrowest = narrowest == 0 ? bytes : std::min(narrowest, bytes);
+    lasts.push_back(shape.back());
+  }
+  if (narrowest == 0) return 1;
+  auto partials = static_cast<int64_t>(k.outputs().size());
+  auto fits = [&](int64_t width) {
+    return std::all_of(lasts.begin(), lasts.end(), [&](int64_t d) { return d % width == 0; }) &&
+           partials * width * gpu_column_vector_threads * 8 <= gpu_column_shared_bytes;
+  };
+  int64_t width = std::min<int64_t>(8, 16 / static_cast<int64_t>(narrowest));
+  while (width > 1 && !fits(width))
+    width /= 2;
+  return std::max<int64_t>(1, width);
+}
+
+} // namespace
+
 GpuLaunch gpu_launch(const Graph& g, const Kernel& k) {
   constexpr int64_t max_blocks = gpu_max_blocks;
   GpuLaunch launch;
@@ -38,7 +71,15 @@ GpuLaunch gpu_launch(const Graph& g, const Kernel& k) {
     bool contiguous = reduces_last_axis(g, k);
     int64_t outputs = numel(s), reduced = numel(xs) / std::max<int64_t>(1, outputs);
     launch.items = outputs;
-    if (!contiguous && reduced >= 64) {
+    int64_t width = contiguous ? 1 : column_vector_width(g, k);
+    int64_t vector_blocks = (outputs + 32 * width - 1) / (32 * width);
+    if (width > 1 && reduced >= gpu_column_vector_min_rows &&
+        vector_blocks >= gpu_column_vector_min_blocks) {
+      launch.strategy = GpuStrategy::column_split;
+      launch.threads = gpu_column_vector_threads;
+      launch.vector_width = width;
+      launch.blocks = std::clamp<int64_t>(vector_blocks, 1, max_blocks);
+    } else if (!contiguous && reduced >= 64) {
       launch.strategy = GpuStrategy::column_split;
       launch.threads = 1024;
       launch.blocks = std::clamp<int64_t>((outputs + 31) / 32, 1, max_blocks);

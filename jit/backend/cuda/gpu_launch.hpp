@@ -13,8 +13,9 @@ namespace sinter {
 enum class GpuStrategy {
   elementwise,       ///< loop kernels: one thread per `vector_width` consecutive elements
   thread_per_output, ///< short reductions (< 32 contiguous or < 64 strided elements)
-  column_split,      ///< reductions keeping the last axis (bias gradients): 32 neighbouring
-                     ///< outputs per block, 32 row groups each, combined in shared memory
+  column_split,      ///< reductions keeping the last axis (bias gradients): 32 lanes a
+                     ///< block, each `vector_width` neighbouring outputs, its warps walking
+                     ///< the rows, combined in shared memory (nvptx_columns)
   warp_per_output,   ///< reductions over 32..1023 contiguous elements, and row kernels over
                      ///< rows up to gpu_warp_row_limit: a warp each, warp shuffles
   block_per_output,  ///< long reductions and rows: a block each, warp shuffles, then shared
@@ -67,6 +68,21 @@ RowCache gpu_row_cache(const Graph& graph, const Kernel& kernel);
 /// Column reductions (GpuStrategy::column_split): the rows each thread loads before adding them,
 /// so that many loads are in flight (the cost model reads it too).
 inline constexpr int64_t gpu_column_split_unroll = 4;
+
+/// Column reductions whose column count allows it take 16 bytes of neighbouring columns a lane
+/// (8 bf16 or 4 f32: a warp reads 512 or 128 contiguous bytes of each row, with one load
+/// instruction a lane where a column a lane took eight), in blocks of 256 threads, when that
+/// leaves at least gpu_column_vector_min_blocks blocks and gpu_column_vector_min_rows rows to
+/// walk; otherwise a column a lane in blocks of 1024 (a short second pass over a few hundred
+/// columns: more warps). Each thread's partials wait in shared memory, 8 bytes each, for its
+/// block's first warp to combine them: at most gpu_column_shared_bytes.
+inline constexpr int64_t gpu_column_vector_threads = 256;
+inline constexpr int64_t gpu_column_vector_min_blocks = 128;
+inline constexpr int64_t gpu_column_vector_min_rows = 8;
+inline constexpr int64_t gpu_column_shared_bytes = 48 * 1024;
+/// Column reductions split before fusion (split_column_reductions) aim at this many blocks of
+/// gpu_column_vector_threads: about eight an SM of an H100, a full wave.
+inline constexpr int64_t gpu_column_target_blocks = 1024;
 
 /// More blocks than this and a kernel walks its work grid-stride.
 inline constexpr int64_t gpu_max_blocks = 65535;

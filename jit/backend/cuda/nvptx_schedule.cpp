@@ -1,9 +1,10 @@
 // jit/backend/cuda/nvptx_schedule.cpp — NVPTX kernels: grid-stride loops with 16-byte vector
-// access, warp/block/column-split reductions, libdevice math; scatters in nvptx_scatter
+// access, warp/block reductions, row kernels, libdevice math (columns, scatters: own files)
 #include "jit/backend/cuda/nvptx_schedule.hpp"
 
 #include "jit/backend/cuda/nvptx_attention.hpp"
 #include "jit/backend/cuda/nvptx_block_memory.hpp"
+#include "jit/backend/cuda/nvptx_columns.hpp"
 #include "jit/backend/cuda/nvptx_grid.hpp"
 #include "jit/backend/cuda/nvptx_scatter.hpp"
 
@@ -182,10 +183,6 @@ public:
             store_all(totals, o);
           },
           threads_in_grid());
-      return;
-    }
-    if (launch_.strategy == GpuStrategy::column_split) {
-      emit_column_split(reductions, accs, init);
       return;
     }
     // Cooperative: lanes (or the block's threads) stride over the reduced elements, which are
@@ -408,116 +405,11 @@ public:
         e_.i64(launch_.threads));
   }
 
-  /// Reductions that keep the last axis: a block takes 32 consecutive outputs (neighbouring
-  /// columns, so each row's reads are coalesced); its 32 row groups stride over the reduced
-  /// rows, and group 0 combines the 32 partials of each output from shared memory. Each thread
-  /// folds `unroll` rows at a time into as many accumulators, their loads issued together:
-  /// with one load in flight a thread, the H100 read bias gradients at a third of its
-  /// bandwidth.
-  template <class Init>
-  void emit_column_split(const std::vector<const Node*>& reductions,
-                         const std::vector<llvm::AllocaInst*>& accs, Init& init) {
-    constexpr int64_t lanes = 32, unroll = gpu_column_split_unroll;
-    int64_t groups = launch_.threads / lanes;
-    auto count = static_cast<int64_t>(reductions.size());
-    if (!column_partials_) {
-      auto* slots =
-          llvm::ArrayType::get(b_.getInt64Ty(), static_cast<uint64_t>(launch_.threads * count));
-      column_partials_ = new llvm::GlobalVariable(
-          e_.module(), slots, false, llvm::GlobalValue::InternalLinkage,
-          llvm::UndefValue::get(slots), e_.function()->getName() + ".columns", nullptr,
-          llvm::GlobalValue::NotThreadLocal, 3);
-      column_partials_->setAlignment(llvm::Align(8));
-    }
-    Shape out_shape = e_.root().type.shape, dims = e_.reduced_dims();
-    llvm::Value* tid = thread_in_block();
-    llvm::Value* lane = b_.CreateAnd(tid, e_.i64(lanes - 1));
-    llvm::Value* group = b_.CreateLShr(tid, 5);
-    auto slot = [&](int64_t p, llvm::Value* g) {
-      llvm::Value* within = b_.CreateAdd(b_.CreateMul(g, e_.i64(lanes)), lane);
-      return b_.CreateGEP(b_.getInt64Ty(), column_partials_,
-                          b_.CreateAdd(e_.i64(p * launch_.threads), within));
-    };
-    llvm::Value* outputs = e_.count(out_shape);
-    e_.emit_for(
-        b_.CreateMul(block_in_grid(), e_.i64(lanes)), outputs,
-        [&](llvm::Value* tile) {
-          llvm::Value* o = b_.CreateAdd(tile, lane);
-          llvm::Value* valid = b_.CreateICmpULT(o, outputs);
-          init();
-          std::vector<std::vector<llvm::AllocaInst*>> slots_of(unroll, accs);
-          for (int64_t u = 1; u < unroll; ++u)
-            for (std::size_t p = 0; p < accs.size(); ++p) {
-              slots_of[u][p] = e_.entry_alloca(accs[p]->getAllocatedType());
-              b_.CreateStore(e_.reduce_init(*reductions[p]), slots_of[u][p]);
-            }
-          e_.emit_if(valid, [&] {
-            Index out_idx = e_.delinearize(o, out_shape);
-            llvm::Value* rows = e_.count(dims);
-            e_.emit_for(
-                group, rows,
-                [&](llvm::Value* r) {
-                  // Rows past the end read row r instead and are not folded: no branches, so
-                  // every slot's loads are in flight before the first sum needs one.
-                  std::vector<std::vector<llvm::Value*>> xs(unroll);
-                  std::vector<llvm::Value*> inside(unroll, b_.getTrue());
-                  for (int64_t u = 0; u < unroll; ++u) {
-                    llvm::Value* row = r;
-                    if (u > 0) {
-                      row = b_.CreateAdd(r, e_.i64(u * groups));
-                      inside[u] = b_.CreateICmpULT(row, rows);
-                      row = b_.CreateSelect(inside[u], row, r);
-                    }
-                    e_.clear_memo();
-                    Index at = e_.operand_index(out_idx, e_.delinearize(row, dims));
-                    for (const Node* n : reductions)
-                      xs[u].push_back(e_.compute(n->inputs[0], at));
-                  }
-                  for (int64_t u = 0; u < unroll; ++u)
-                    for (std::size_t p = 0; p < reductions.size(); ++p) {
-                      llvm::AllocaInst* slot = slots_of[u][p];
-                      llvm::Value* acc = b_.CreateLoad(slot->getAllocatedType(), slot);
-                      llvm::Value* folded = e_.combine(*reductions[p], acc, xs[u][p]);
-                      b_.CreateStore(u > 0 ? b_.CreateSelect(inside[u], folded, acc) : folded,
-                                     slot);
-                    }
-                },
-                e_.i64(groups * unroll));
-          });
-          for (int64_t u = 1; u < unroll; ++u)
-            for (std::size_t p = 0; p < accs.size(); ++p) {
-              llvm::Type* type = accs[p]->getAllocatedType();
-              b_.CreateStore(e_.combine(*reductions[p], b_.CreateLoad(type, accs[p]),
-                                        b_.CreateLoad(type, slots_of[u][p])),
-                             accs[p]);
-            }
-          for (int64_t p = 0; p < count; ++p) {
-            auto* acc = accs[static_cast<std::size_t>(p)];
-            b_.CreateStore(b_.CreateLoad(acc->getAllocatedType(), acc), slot(p, group));
-          }
-          b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
-          e_.emit_if(b_.CreateAnd(valid, b_.CreateICmpEQ(group, e_.i64(0))), [&] {
-            for (int64_t p = 0; p < count; ++p) {
-              const Node& reduction = *reductions[static_cast<std::size_t>(p)];
-              llvm::Type* value_type = accs[static_cast<std::size_t>(p)]->getAllocatedType();
-              llvm::Value* total = b_.CreateLoad(value_type, slot(p, e_.i64(0)));
-              for (int64_t g = 1; g < groups; ++g)
-                total = e_.combine(reduction, total, b_.CreateLoad(value_type, slot(p, e_.i64(g))));
-              e_.store_output(static_cast<std::size_t>(p), total, o);
-            }
-          });
-          // The next tile's partials must wait until group 0 has read these.
-          b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
-        },
-        b_.CreateMul(blocks_in_grid(), e_.i64(lanes)));
-  }
-
 private:
   KernelEmitter& e_;
   llvm::IRBuilder<>& b_;
   GpuLaunch launch_;
   llvm::GlobalVariable* partials_ = nullptr;         ///< block reductions: one slot per warp
-  llvm::GlobalVariable* column_partials_ = nullptr;  ///< column reductions: one per thread
   llvm::GlobalVariable* row_group_values_ = nullptr; ///< row kernels' partials: [p][warp][length]
 };
 
@@ -579,7 +471,12 @@ void NvptxSchedule::emit(KernelEmitter& e, const std::string& name) {
   NvptxBody body(e, launch);
   switch (kernel.kind) {
   case KernelKind::loop: body.loop(); break;
-  case KernelKind::reduce: body.reduce(); break;
+  case KernelKind::reduce:
+    if (launch.strategy == GpuStrategy::column_split)
+      emit_nvptx_column_split(e, launch);
+    else
+      body.reduce();
+    break;
   case KernelKind::row: body.row(); break;
   case KernelKind::scatter_add: emit_nvptx_scatter(e, launch); break;
   case KernelKind::attention: emit_nvptx_attention(e, launch); break;

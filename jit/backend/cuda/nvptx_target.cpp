@@ -299,6 +299,9 @@ BackendGraphStages nvptx_graph_stages(const Graph& optimized, int compute_capabi
     out.stages.push_back({"split-reductions", [gemm_sums_columns](Graph g) {
                             ColumnSplitOptions options;
                             options.gemm_sums_columns = gemm_sums_columns;
+                            // Blocks of 256 threads, 16 bytes of columns a lane.
+                            options.lane_bytes = 16;
+                            options.target_blocks = gpu_column_target_blocks;
                             // A group is a block of 8 warps: at least a row each, and
                             // at least a block an SM.
                             options.row_groups = gpu_row_groups;
