@@ -8,6 +8,7 @@
 #include "jit/pipeline/pipeline.hpp"
 #include "jit/profile/kernel_costs.hpp"
 #include "model_launches.hpp"
+#include "ptx_check.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -276,6 +277,54 @@ TEST_CASE("cost model: a column reduction whose lanes load 16 bytes of columns s
   CHECK(parsed->vector_width == 8);
   CHECK(describe(lanes).find(" vector_width=8") != std::string::npos);
   CHECK(describe(scalar).find("vector_width") == std::string::npos);
+}
+
+TEST_CASE("cost model: a value a kernel computes twice (recomputed on purpose beside its "
+          "original) counts once, as LLVM computes it once",
+          "[cost-model]") {
+  // y = tanh(x·x) + tanh(x·x)', the second recomputed on purpose (Graph::add_recomputed), as a
+  // backward recomputes a GELU for its weight gradient beside the tanh of its derivative.
+  auto plan_for = [](bool twice) {
+    Graph g;
+    Value x = input(g, "x", {DType::f32, {64, 256}});
+    Value t = tanh(x * x);
+    Value again = t;
+    if (twice) {
+      Node square = g.node((x * x).id);
+      ValueId square_again = g.add_recomputed(square);
+      Node tanh_again = g.node(t.id);
+      tanh_again.inputs = {square_again};
+      again = Value{&g, g.add_recomputed(tanh_again)};
+    }
+    g.add_output("y", (t + again * 2.0).id);
+    return g;
+  };
+  std::vector<int64_t> transcendental, arithmetic, ex2;
+  for (bool twice : {false, true}) {
+    Graph g = plan_for(twice);
+    FusionPlan plan = fuse(g);
+    REQUIRE(plan.kernels.size() == 1);
+    std::size_t tanh_nodes = 0;
+    for (ValueId v : plan.kernels[0].body)
+      tanh_nodes += g.node(v).op == OpId::tanh;
+    CHECK(tanh_nodes == (twice ? 2u : 1u));
+    std::vector<profile::KernelInfo> infos = describe_kernels(plan);
+    std::vector<KernelWork> work = plan_work(plan, model_launches(plan), infos);
+    transcendental.push_back(work[0].transcendental);
+    arithmetic.push_back(work[0].arithmetic);
+    // LLVM's CSE: the PTX computes as many exponentials (tanh's ex2) either way.
+    std::string ptx = nvptx_target(90).compile(plan, plan.kernels[0], "k");
+    int64_t count = 0;
+    for (std::size_t at = ptx.find("ex2.approx"); at != std::string::npos;
+         at = ptx.find("ex2.approx", at + 1))
+      ++count;
+    ex2.push_back(count);
+  }
+  CHECK(transcendental[0] == 1);
+  CHECK(transcendental[1] == transcendental[0]);
+  CHECK(arithmetic[1] == arithmetic[0]);
+  CHECK(ex2[0] > 0);
+  CHECK(ex2[1] == ex2[0]);
 }
 
 TEST_CASE("cost model: a scatter that owns its rows is bound by its index tiles where the "

@@ -230,6 +230,35 @@ std::vector<bool> row_invariant_nodes(const FusionPlan& plan, const Kernel& kern
   return invariant;
 }
 
+/// Body nodes that repeat an earlier one of the kernel (the same op, type and attributes on the
+/// same operands, up to such repeats): a value recomputed on purpose beside its original (the
+/// GELU that a backward recomputes for its weight gradient, where the GELU's derivative already
+/// computes its tanh). LLVM computes them once, so they add no work.
+std::vector<bool> repeated_nodes(const Graph& g, const Kernel& kernel) {
+  std::vector<bool> repeated(g.size(), false);
+  std::map<ValueId, ValueId> original;
+  auto same = [&](ValueId v) {
+    auto it = original.find(v);
+    return it == original.end() ? v : it->second;
+  };
+  std::multimap<OpId, ValueId> firsts;
+  for (ValueId v : kernel.body) {
+    const Node& n = g.node(v);
+    auto [begin, end] = firsts.equal_range(n.op);
+    for (auto it = begin; it != end && !repeated[v]; ++it) {
+      const Node& m = g.node(it->second);
+      if (m.type != n.type || !(m.attrs == n.attrs) || m.inputs.size() != n.inputs.size()) continue;
+      if (std::equal(m.inputs.begin(), m.inputs.end(), n.inputs.begin(),
+                     [&](ValueId a, ValueId b) { return same(a) == same(b); })) {
+        original[v] = it->second;
+        repeated[v] = true;
+      }
+    }
+    if (!repeated[v]) firsts.emplace(n.op, v);
+  }
+  return repeated;
+}
+
 } // namespace
 
 std::vector<KernelWork> plan_work(const FusionPlan& plan, std::span<const GpuLaunchStep> launches,
@@ -278,8 +307,10 @@ std::vector<KernelWork> plan_work(const FusionPlan& plan, std::span<const GpuLau
     for (ValueId out_id : kernel.outputs())
       w.elements = std::max(w.elements, numel(g.type(out_id).shape));
     std::vector<bool> per_row = row_invariant_nodes(plan, kernel);
+    std::vector<bool> repeated = repeated_nodes(g, kernel);
     for (ValueId v : kernel.body)
-      if (!per_row[v]) (is_transcendental(g.node(v).op) ? w.transcendental : w.arithmetic) += 1;
+      if (!per_row[v] && !repeated[v])
+        (is_transcendental(g.node(v).op) ? w.transcendental : w.arithmetic) += 1;
     out.push_back(std::move(w));
   }
   return out;
