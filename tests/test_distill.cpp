@@ -138,7 +138,10 @@ TEST_CASE("the memory plan frees the teacher's activations before the backward p
   CHECK(teacher_alive_at_backward <= 2 * logits_bytes);
 }
 
-TEST_CASE("under AMP the teacher's weights are stored in the low precision", "[distill][amp]") {
+TEST_CASE("under AMP the teacher's weights are stored in the low precision, and it adds its "
+          "biases, positions and residual stream in bf16, as a PyTorch teacher converted to bf16 "
+          "does; an f32 teacher's stream stays f32",
+          "[distill][amp]") {
   Init ti(1), si(2), si2(2);
   ViT teacher(teacher_config(), ti), student(student_config(), si), twin(student_config(), si2);
   auto [images, labels] = image_batch(6);
@@ -157,6 +160,20 @@ TEST_CASE("under AMP the teacher's weights are stored in the low precision", "[d
   CHECK(teacher_dtypes(low.runtime().program().graph()) == std::set<DType>{DType::bf16});
   CHECK(teacher_dtypes(full.runtime().program().graph()) == std::set<DType>{DType::f32});
   CHECK(low.runtime().resident_bytes().frozen * 2 == full.runtime().resident_bytes().frozen);
+  // The residual adds of the teacher's blocks (`x + attn(ln1(x))`, scoped `teacher.blocks.N`).
+  auto stream_dtypes = [](const Graph& g) {
+    std::set<DType> dtypes;
+    for (ValueId id = 0; id < g.size(); ++id) {
+      const Node& n = g.node(id);
+      const std::string& scope = g.scope_path(n.scope);
+      if (n.op == OpId::add && scope.starts_with("teacher.blocks.") &&
+          scope.find('.', std::string("teacher.blocks.").size()) == std::string::npos)
+        dtypes.insert(n.type.dtype);
+    }
+    return dtypes;
+  };
+  CHECK(stream_dtypes(low.runtime().program().graph()) == std::set<DType>{DType::bf16});
+  CHECK(stream_dtypes(full.runtime().program().graph()) == std::set<DType>{DType::f32});
   // A changed teacher is seen by the next call (its stored copy is refreshed): with every
   // weight zero its logits are all zero, so its distribution is uniform.
   for_each_parameter(teacher, [](const std::string&, Parameter& p) {

@@ -25,10 +25,13 @@ bool is_view(OpId op) {
 
 /// The f32 values an op may round to the low precision together with its low operands:
 /// constants, what is computed from constants alone (masks, scales) and views of these, as
-/// PyTorch leaves a Python scalar out of type promotion. Every other f32 value — the residual
-/// stream, a parameter — is f32 work, and an op that mixes it with a low value computes in f32,
-/// as PyTorch's type promotion has `x + block(x)` keep an f32 `x` in f32.
-std::vector<bool> constant_values(const Graph& graph) {
+/// PyTorch leaves a Python scalar out of type promotion; and an input stored in the low
+/// precision itself, widened (a distillation teacher's weights stored bf16 under AMP and raised
+/// to its parameters' f32 at the trace: a PyTorch teacher converted to bf16 adds its biases and
+/// positions in bf16). Every other f32 value — the residual stream, an f32 parameter — is f32
+/// work, and an op that mixes it with a low value computes in f32, as PyTorch's type promotion
+/// has `x + block(x)` keep an f32 `x` in f32.
+std::vector<bool> constant_values(const Graph& graph, DType low) {
   std::vector<bool> from_constants(graph.size()), castable(graph.size());
   for (ValueId id = 0; id < graph.size(); ++id) {
     const Node& n = graph.node(id);
@@ -36,7 +39,10 @@ std::vector<bool> constant_values(const Graph& graph) {
     for (ValueId in : n.inputs)
       constant = constant && from_constants[in];
     from_constants[id] = constant;
-    castable[id] = constant || (is_view(n.op) && castable[n.inputs[0]]);
+    bool widened_low_input = n.op == OpId::cast && n.type.dtype == DType::f32 &&
+                             graph.node(n.inputs[0]).op == OpId::input &&
+                             graph.type(n.inputs[0]).dtype == low;
+    castable[id] = constant || widened_low_input || (is_view(n.op) && castable[n.inputs[0]]);
   }
   return castable;
 }
@@ -61,7 +67,7 @@ Graph autocast(const Graph& graph, DType low) {
   if (low != DType::bf16 && low != DType::f16)
     throw std::invalid_argument("sinter: autocast needs bf16 or f16 as its low precision, got " +
                                 std::string(dtype_name(low)));
-  const std::vector<bool> castable = constant_values(graph);
+  const std::vector<bool> castable = constant_values(graph, low);
   Graph out = rebuild(
       graph,
       [&](const Node& n, std::span<const Value> mapped) -> Value {
