@@ -230,6 +230,31 @@ TEST_CASE("cuda: under SINTER_DETERMINISTIC=1 a scatter gives the sums in positi
   }
 }
 
+TEST_CASE("cuda: column reductions at GPT-2's shapes, 16 bytes of columns a lane and split over "
+          "row groups, match the interpreter (bias gradients, sibling sums, maxima)",
+          "[cuda]") {
+  for (auto [t, shape] :
+       {std::pair{DType::bf16, Shape{8192, 768}}, std::pair{DType::bf16, Shape{8, 1024, 3072}},
+        std::pair{DType::f32, Shape{8192, 768}}, std::pair{DType::bf16, Shape{512, 16, 768}}}) {
+    INFO(dtype_name(t) << " rank " << shape.size() << " last " << shape.back());
+    Graph g;
+    Value x = input(g, "x", {t, shape});
+    Value y = input(g, "y", {t, shape});
+    std::vector<int64_t> rows(shape.size() - 1);
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      rows[i] = static_cast<int64_t>(i);
+    // Sums of squares (no cancellation, so a relative tolerance holds), a widened bias
+    // gradient and a maximum.
+    g.add_output("sum_xx", emit(OpId::reduce_sum, {x * x}, Attrs{.ints = rows}).id);
+    g.add_output("sum_yy", emit(OpId::reduce_sum, {y * y}, Attrs{.ints = rows}).id);
+    g.add_output("db", emit(OpId::reduce_sum, {cast(x, DType::f32)}, Attrs{.ints = rows}).id);
+    g.add_output("max", emit(OpId::reduce_max, {y}, Attrs{.ints = rows}).id);
+    std::vector<F64Tensor> values = random_values(g, 7);
+    check_outputs_match(g, run_on_gpu(g, values), interpret(g, values),
+                        t == DType::f32 ? 1e-4 : backend_tolerance(t, false));
+  }
+}
+
 TEST_CASE("cuda: a language model head whose bias rides on its GEMM as the epilogue: the loss and "
           "its gradients match the interpreter",
           "[cuda]") {
