@@ -275,6 +275,21 @@ TEST_CASE("column reductions: lanes of 16 bytes of neighbouring columns (8 bf16,
     std::vector<HostTensor> got = emulate_nvptx_step(g, as_host(g, values));
     check_outputs_match(g, got, want, c.t == DType::f32 ? 1e-5 : backend_tolerance(c.t, false));
   }
+  // A mean over tokens of rows scaled by a statistic of each row (a layernorm's output pooled,
+  // as a ViT's head reads it): the [.., 1] statistic does not narrow the lanes.
+  Graph g;
+  Value x = input(g, "x", {DType::f32, {64, 9, 512}});
+  Value scale = input(g, "scale", {DType::f32, {64, 9, 1}});
+  g.add_output("pooled", emit(OpId::reduce_sum, {x * scale}, Attrs{.ints = {1}}).id);
+  FusionPlan plan = fuse(g);
+  GpuLaunch launch = gpu_launch(g, plan.kernels.back());
+  CHECK(launch.strategy == GpuStrategy::column_split);
+  CHECK(launch.vector_width == 4);
+  std::mt19937_64 rng(12);
+  std::vector<F64Tensor> values;
+  for (const NamedValue& in : g.inputs())
+    values.push_back(random_operand(TestOperand{DType::f64, g.type(in.id).shape}, rng));
+  check_outputs_match(g, emulate_nvptx_step(g, as_host(g, values)), interpret(g, values), 1e-5);
 }
 
 } // namespace

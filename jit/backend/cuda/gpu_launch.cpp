@@ -15,30 +15,27 @@ bool gpu_deterministic() { return switch_setting("SINTER_DETERMINISTIC", false);
 namespace {
 
 /// A column reduction's neighbouring outputs a lane: 16 bytes of the narrowest buffer it reads
-/// rows of (more elements than a row: not a bias or a scale), dividing the columns and each
-/// such buffer's last dim (q, k and v's gradients [.., heads, 64] summed as [.., 2304]), with
-/// every lane's partials in shared memory.
+/// rows of (more elements than a row, and more than one along its last dim: not a bias, a
+/// scale or a row's statistic), dividing the columns, with every lane's partials in shared
+/// memory. Each element's index is computed on its own, so a buffer whose last dim the width
+/// does not divide (q, k and v's gradients [.., heads, 64] summed as [.., 2304] do divide) is
+/// still read right, only in narrower loads.
 int64_t column_vector_width(const Graph& g, const Kernel& k) {
   const Shape& s = g.node(k.root).type.shape;
   if (s.empty()) return 1;
   int64_t columns = s.back();
   std::size_t narrowest = 0;
-  std::vector<int64_t> lasts{columns};
   for (ValueId v : k.reads) {
     const Shape& shape = g.type(v).shape;
-    if (shape.empty() || numel(shape) <= columns) continue;
+    if (shape.empty() || numel(shape) <= columns || shape.back() == 1) continue;
     std::size_t bytes = dtype_bytes(g.type(v).dtype);
     narrowest = narrowest == 0 ? bytes : std::min(narrowest, bytes);
-    lasts.push_back(shape.back());
   }
   if (narrowest == 0) return 1;
   auto partials = static_cast<int64_t>(k.outputs().size());
-  auto fits = [&](int64_t width) {
-    return std::all_of(lasts.begin(), lasts.end(), [&](int64_t d) { return d % width == 0; }) &&
-           partials * width * gpu_column_vector_threads * 8 <= gpu_column_shared_bytes;
-  };
   int64_t width = std::min<int64_t>(8, 16 / static_cast<int64_t>(narrowest));
-  while (width > 1 && !fits(width))
+  while (width > 1 && (columns % width != 0 ||
+                       partials * width * gpu_column_vector_threads * 8 > gpu_column_shared_bytes))
     width /= 2;
   return std::max<int64_t>(1, width);
 }
