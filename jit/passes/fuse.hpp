@@ -169,8 +169,10 @@ FusionPlan fuse(Graph&& graph, FusionOptions options = {}) = delete;
 /// gradient, in the backward pass) is computed a second time right before that GEMM, from
 /// buffers alive then anyway (or fewer bytes kept longer), so the first copy dies with its
 /// forward readers. Returns a graph with those copies (nodes CSE would merge back: run no CSE
-/// after it), or `graph` itself when nothing qualifies.
-Graph recompute_late_gemm_operands(const Graph& graph, FusionOptions options);
+/// after it), or `graph` itself when nothing qualifies — or when `fits` says the plan that keeps
+/// them (the graph's own fusion) fits in memory: recomputing trades bandwidth for memory.
+Graph recompute_late_gemm_operands(const Graph& graph, FusionOptions options,
+                                   const std::function<bool(const FusionPlan&)>& fits = {});
 
 /// Where each kernel's work must be complete: for a collective kernel, the index of the first
 /// later kernel that reads what it writes (kernels.size() when only the graph's outputs do); for

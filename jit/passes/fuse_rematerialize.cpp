@@ -163,9 +163,12 @@ void fuse_steps::rematerialize(const Graph& g, std::vector<bool>& mat,
   }
 }
 
-Graph recompute_late_gemm_operands(const Graph& g, FusionOptions options) {
+Graph recompute_late_gemm_operands(const Graph& g, FusionOptions options,
+                                   const std::function<bool(const FusionPlan&)>& fits) {
   if (!options.rematerialize) return g;
-  std::vector<LateOperand> late = late_gemm_operands(g, fuse(g, options));
+  FusionPlan plan = fuse(g, options);
+  if (fits && fits(plan)) return g;
+  std::vector<LateOperand> late = late_gemm_operands(g, plan);
   if (late.empty()) return g;
   std::map<ValueId, std::vector<const LateOperand*>> before; // GEMM node -> operands to redo
   for (const LateOperand& operand : late)

@@ -36,7 +36,8 @@ constexpr StageInfo order[] = {
     {"attention-views",
      "attention reads and writes the heads where they lie (cuda); cpu: head-major results"},
     {"split-reductions", "cuda: long column reductions as partial sums over row groups, then one"},
-    {"rematerialize", "cuda: cheap values recomputed before the late GEMMs that read them"},
+    {"rematerialize", "cuda: cheap values recomputed before the late GEMMs that read them, if "
+                      "keeping them does not fit"},
     {"fuse", "kernels: fused loops, reductions, rows, GEMMs, attention, collectives"},
     {"memory", "every intermediate buffer placed in one arena; the peak"},
     {"buffers",

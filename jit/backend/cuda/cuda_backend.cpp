@@ -7,11 +7,14 @@
 #include "jit/backend/cuda/gpu_executable.hpp"
 #include "jit/backend/cuda/nvptx_attention.hpp"
 #include "jit/backend/cuda/nvptx_schedule.hpp"
+#include "jit/runtime/memory_plan.hpp"
 #include "jit/settings.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <tuple>
 
 namespace sinter {
@@ -52,42 +55,10 @@ bool cublaslt_sums_columns(int ordinal, DType product, DType sum) {
   return sums;
 }
 
-BackendGraphStages cuda_graph_stages(const Graph& optimized, const Device& device) {
-  int capability = 90; // an H100 where no GPU can be asked (planning on a build machine)
-  if (cuda::driver()) capability = CudaDevice::get(device.ordinal).info().compute_capability;
-  NvptxAttentionChoice choice;
-  int ordinal = device.ordinal;
-  BackendGraphStages stages =
-      nvptx_graph_stages(optimized, capability, &choice, [ordinal](DType product, DType sum) {
-        return cublaslt_sums_columns(ordinal, product, sum);
-      });
-  static std::once_flag said_fused, said_decomposed;
-  if (choice.fused)
-    std::call_once(said_fused, [] {
-      log_line("sinter: attention on cuda: fused (NVPTX flash-attention kernels on tensor cores)");
-    });
-  if (choice.decomposed)
-    std::call_once(said_decomposed, [&] {
-      log_line("sinter: attention on cuda: decomposed (scores and softmax in memory): " +
-               choice.why);
-    });
-  return stages;
-}
-
-std::unique_ptr<Executable> compile_for_cuda(Prepared prepared, const Device& device,
-                                             Context& context, CompileRun& run) {
-  auto executable = std::make_unique<GpuExecutable>(
-      std::move(prepared), CudaDevice::get(device.ordinal), context.cache(), run);
-  executable->stage_with(context.pool());
-  context.cache().record_run_stats();
-  return executable;
-}
-
-StepMemory plan_memory_for_cuda(const Prepared& prepared, const Device& device,
-                                std::span<const InputKeeping> keeping) {
-  const Graph& g = *prepared.graph;
-  const FusionPlan& fusion = prepared.fusion;
-  const MemoryPlan& memory = prepared.memory;
+/// What a step of this plan allocates on the device (plan_memory; an input without a keeping is
+/// given per run).
+StepMemory step_memory(const Graph& g, const FusionPlan& fusion, const MemoryPlan& memory,
+                       const Device& device, std::span<const InputKeeping> keeping) {
   // As the constructor and the first runs allocate, each allocation in whole device pages
   // (device_pages): the arena; the outputs outside it (not those stored over the inputs they
   // replace), in one allocation; the first input
@@ -136,6 +107,54 @@ StepMemory plan_memory_for_cuda(const Prepared& prepared, const Device& device,
   out.runtime = runtime_allowance_bytes;
   out.largest = largest_buffers(std::move(buffers));
   return out;
+}
+
+BackendGraphStages cuda_graph_stages(const Graph& optimized, const Device& device) {
+  int capability = 90; // an H100 where no GPU can be asked (planning on a build machine)
+  if (cuda::driver()) capability = CudaDevice::get(device.ordinal).info().compute_capability;
+  NvptxAttentionChoice choice;
+  int ordinal = device.ordinal;
+  // The backward's GEMM operands are kept, not recomputed, where the step's plan that keeps
+  // them fits in what the GPU has free (and in SINTER_MEMORY_LIMIT), counted as plan_memory
+  // counts it with every input given per run: more than a step holds, so what fits here fits.
+  std::function<bool(const FusionPlan&)> keeping_fits;
+  if (cuda::driver())
+    keeping_fits = [device](const FusionPlan& plan) {
+      int64_t budget = CudaDevice::get(device.ordinal).free_bytes();
+      if (std::optional<int64_t> limit = memory_limit_from_environment())
+        budget = std::min(budget, *limit);
+      MemoryPlan memory(plan);
+      return step_memory(*plan.graph, plan, memory, device, {}).total() <= budget;
+    };
+  BackendGraphStages stages = nvptx_graph_stages(
+      optimized, capability, &choice,
+      [ordinal](DType product, DType sum) { return cublaslt_sums_columns(ordinal, product, sum); },
+      keeping_fits);
+  static std::once_flag said_fused, said_decomposed;
+  if (choice.fused)
+    std::call_once(said_fused, [] {
+      log_line("sinter: attention on cuda: fused (NVPTX flash-attention kernels on tensor cores)");
+    });
+  if (choice.decomposed)
+    std::call_once(said_decomposed, [&] {
+      log_line("sinter: attention on cuda: decomposed (scores and softmax in memory): " +
+               choice.why);
+    });
+  return stages;
+}
+
+std::unique_ptr<Executable> compile_for_cuda(Prepared prepared, const Device& device,
+                                             Context& context, CompileRun& run) {
+  auto executable = std::make_unique<GpuExecutable>(
+      std::move(prepared), CudaDevice::get(device.ordinal), context.cache(), run);
+  executable->stage_with(context.pool());
+  context.cache().record_run_stats();
+  return executable;
+}
+
+StepMemory plan_memory_for_cuda(const Prepared& prepared, const Device& device,
+                                std::span<const InputKeeping> keeping) {
+  return step_memory(*prepared.graph, prepared.fusion, prepared.memory, device, keeping);
 }
 
 int64_t cuda_free_memory(const Device& device) {

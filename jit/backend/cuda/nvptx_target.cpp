@@ -250,7 +250,8 @@ std::optional<std::filesystem::path> NvptxTarget::find_libdevice() {
 
 BackendGraphStages nvptx_graph_stages(const Graph& optimized, int compute_capability,
                                       NvptxAttentionChoice* choice,
-                                      std::function<bool(DType, DType)> gemm_sums_columns) {
+                                      std::function<bool(DType, DType)> gemm_sums_columns,
+                                      std::function<bool(const FusionPlan&)> keeping_fits) {
   NvptxAttentionChoice seen;
   bool requested = has_fused_attention(optimized) && attention_decomposition_requested();
   // Why this GPU decomposes a fused attention node with these operands; empty: it fuses it.
@@ -312,8 +313,10 @@ BackendGraphStages nvptx_graph_stages(const Graph& optimized, int compute_capabi
                             options.row_group_max_length = gpu_row_partial_max_values / 2;
                             return split_column_reductions(g, options);
                           }});
-  out.stages.push_back({"rematerialize", [](Graph g) {
-                          return recompute_late_gemm_operands(g, gpu_fusion_options);
+  // Recomputing the backward's GEMM operands saves memory and costs bandwidth: only where
+  // keeping them would not fit.
+  out.stages.push_back({"rematerialize", [keeping_fits](Graph g) {
+                          return recompute_late_gemm_operands(g, gpu_fusion_options, keeping_fits);
                         }});
   return out;
 }

@@ -34,10 +34,14 @@ struct NvptxAttentionChoice {
 /// gpu_fusion_options. `choice`, when given, says what happens to attention.
 /// `gemm_sums_columns` (ColumnSplitOptions): which bias gradients `split-reductions` leaves
 /// whole for a GEMM's epilogue (the CUDA backend asks cuBLASLt; unset: none).
+/// `keeping_fits`: `rematerialize` recomputes nothing when it says the step's fused plan, which
+/// keeps the late GEMM operands, fits the device (the CUDA backend counts it as plan_memory
+/// does); unset, it always trades their bandwidth for memory (the emulator, the PTX tests).
 BackendGraphStages
 nvptx_graph_stages(const Graph& optimized, int compute_capability,
                    NvptxAttentionChoice* choice = nullptr,
-                   std::function<bool(DType product, DType sum)> gemm_sums_columns = {});
+                   std::function<bool(DType product, DType sum)> gemm_sums_columns = {},
+                   std::function<bool(const FusionPlan&)> keeping_fits = {});
 /// prepare() with those stages: the graph, kernels and buffers a GPU of `compute_capability`
 /// runs (the CUDA executable, its memory planner, the emulator and the PTX tests all use it).
 Prepared prepare_for_nvptx(Graph optimized, int compute_capability, CompileRun& run);
