@@ -24,9 +24,10 @@ namespace sinter::testing {
 namespace {
 
 void compare_emulated(const Graph& optimized, const std::vector<F64Tensor>& values,
-                      double tolerance) {
+                      double tolerance, bool keeps_operands = false) {
   std::vector<F64Tensor> want = interpret(optimized, values);
-  std::vector<HostTensor> got = emulate_nvptx_step(optimized, as_host(optimized, values));
+  std::vector<HostTensor> got =
+      emulate_nvptx_step(optimized, as_host(optimized, values), 80, keeps_operands);
   check_outputs_match(optimized, got, want, tolerance);
 }
 
@@ -55,9 +56,16 @@ struct GpuPlan {
   Prepared prepared;
   const Graph& graph;
   const FusionPlan& plan;
-  explicit GpuPlan(const Graph& optimized)
-      : prepared(prepare_for_nvptx(optimized, 90, run)), graph(*prepared.graph),
-        plan(prepared.fusion) {}
+  /// `keeps_operands`: as on a device where the plan that keeps the backward's GEMM operands
+  /// fits (no `rematerialize`); otherwise they are recomputed, as where no device says.
+  explicit GpuPlan(const Graph& optimized, bool keeps_operands = false)
+      : prepared(keeps_operands
+                     ? prepare(optimized,
+                               nvptx_graph_stages(optimized, 90, nullptr, {},
+                                                  [](const FusionPlan&) { return true; }),
+                               run)
+                     : prepare_for_nvptx(optimized, 90, run)),
+        graph(*prepared.graph), plan(prepared.fusion) {}
   std::size_t count(KernelKind kind) const {
     return static_cast<std::size_t>(std::count_if(plan.kernels.begin(), plan.kernels.end(),
                                                   [&](const Kernel& k) { return k.kind == kind; }));
@@ -126,6 +134,9 @@ TEST_CASE("emulated CUDA: a transformer layer's gradients match the interpreter 
                                gpu_launch(gpu.graph, k).strategy == GpuStrategy::column_split;
     CHECK(sibling_column_passes >= 2); // the γ and β sums of each layernorm
     compare_emulated(g, layer_values(g, 10), backend_tolerance(t, true));
+    // And with the GEMM operands kept (a device where they fit): GELU's backward then writes
+    // its gradient as its root.
+    compare_emulated(g, layer_values(g, 10), backend_tolerance(t, true), true);
   }
 }
 
@@ -498,17 +509,24 @@ TEST_CASE("GPU plan: a GPT step's transformer block is at most 32 kernels forwar
     CHECK((!casts || computes || k.kind != KernelKind::loop));
   }
   // Every buffer a kernel writes is read by another kernel or returned (merges leave none
-  // behind: GELU's backward used to write a product of its own terms nothing read).
-  for (std::size_t k = 0; k < gpu.plan.kernels.size(); ++k)
-    for (ValueId out : gpu.plan.kernels[k].outputs()) {
-      bool used = std::any_of(gpu.graph.outputs().begin(), gpu.graph.outputs().end(),
-                              [&](const NamedValue& o) { return gpu.plan.view_of[o.id] == out; });
-      for (std::size_t j = 0; j < gpu.plan.kernels.size() && !used; ++j)
-        for (ValueId r : gpu.plan.kernels[j].reads)
-          used = used || (j != k && (r == out || gpu.plan.view_of[r] == out));
-      INFO("kernel " << k << " writes %" << out);
-      CHECK(used);
-    }
+  // behind: GELU's backward used to write a product of its own terms nothing read, as an extra
+  // output and, with the GEMM operands kept, as its root), recomputing the GEMM operands or not.
+  GpuPlan kept(step.runtime().program().graph(), true);
+  for (const GpuPlan* each : {&gpu, &kept}) {
+    const FusionPlan& plan = each->plan;
+    INFO((each == &kept ? "operands kept" : "operands recomputed"));
+    for (std::size_t k = 0; k < plan.kernels.size(); ++k)
+      for (ValueId out : plan.kernels[k].outputs()) {
+        bool used = std::any_of(each->graph.outputs().begin(), each->graph.outputs().end(),
+                                [&](const NamedValue& o) { return plan.view_of[o.id] == out; });
+        for (std::size_t j = 0; j < plan.kernels.size() && !used; ++j)
+          for (ValueId r : plan.kernels[j].reads)
+            used = used || (j != k && (r == out || plan.view_of[r] == out));
+        INFO("kernel " << k << " writes %" << out);
+        CHECK(used);
+      }
+  }
+  CHECK(kept.plan.kernels.size() < gpu.plan.kernels.size()); // no kernels that recompute
   // The loss's forward reads the logits in one pass: the picked logit (the sum of logits times
   // the one-hot labels) joins the row kernel of the log-sum-exp.
   std::optional<ValueId> logits;

@@ -38,7 +38,9 @@ std::vector<std::size_t> buffer_last_use(const FusionPlan& plan) {
 /// A kernel's extra output that no other kernel reads and the graph does not return stops being
 /// stored: merges leave them behind when a value's readers all end up in the kernel that
 /// computes it (GELU's backward kept writing a product of its own terms, 154 MB a layer of a
-/// ViT-S at batch 256, that nothing read).
+/// ViT-S at batch 256, that nothing read). A loop kernel's root left so hands the root over to
+/// its last extra output of the same shape (GELU's backward again, where its weight gradient's
+/// operand is kept rather than recomputed: the product was the root, the gradient an extra).
 void fuse_steps::drop_unread_outputs(FusionPlan& plan) {
   const Graph& g = *plan.graph;
   std::vector<bool> needed(g.size(), false); // read by a kernel or returned, through views
@@ -58,11 +60,23 @@ void fuse_steps::drop_unread_outputs(FusionPlan& plan) {
     if (kernel.kind != KernelKind::loop && kernel.kind != KernelKind::row &&
         kernel.kind != KernelKind::reduce)
       continue;
+    auto unread = [&](ValueId out) {
+      return !needed[out] && (read_by[out] == plan.kernels.size() || read_by[out] == k);
+    };
     std::erase_if(kernel.extra_outputs, [&](ValueId out) {
-      bool unread = !needed[out] && (read_by[out] == plan.kernels.size() || read_by[out] == k);
-      if (unread) stop_storing(plan, out);
-      return unread;
+      if (unread(out)) stop_storing(plan, out);
+      return unread(out);
     });
+    if (kernel.kind != KernelKind::loop || !unread(kernel.root)) continue;
+    auto heir =
+        std::find_if(kernel.extra_outputs.rbegin(), kernel.extra_outputs.rend(),
+                     [&](ValueId out) { return g.type(out).shape == g.type(kernel.root).shape; });
+    if (heir == kernel.extra_outputs.rend()) continue;
+    ValueId old_root = kernel.root;
+    kernel.root = *heir;
+    if (kernel.overwrites == old_root) kernel.overwrites = kernel.root;
+    kernel.extra_outputs.erase(std::next(heir).base());
+    stop_storing(plan, old_root);
   }
 }
 

@@ -603,9 +603,15 @@ void emulate_nvptx_rows_kernel(const RuntimeRowsKernel& kernel, const GpuLaunch&
 void set_emulated_block_order(EmulatedBlockOrder order) { block_order = order; }
 
 std::vector<HostTensor> emulate_nvptx_step(const Graph& optimized,
-                                           std::span<const HostTensor> inputs, int capability) {
+                                           std::span<const HostTensor> inputs, int capability,
+                                           bool keeps_operands) {
   CompileRun run("emulated step", false, DumpSelection(""));
-  Prepared prepared = prepare_for_nvptx(optimized, capability, run);
+  Prepared prepared = keeps_operands
+                          ? prepare(optimized,
+                                    nvptx_graph_stages(optimized, capability, nullptr, {},
+                                                       [](const FusionPlan&) { return true; }),
+                                    run)
+                          : prepare_for_nvptx(optimized, capability, run);
   const Graph& g = *prepared.graph;
   if (inputs.size() != g.inputs().size())
     throw std::invalid_argument("emulator: the step takes " + std::to_string(g.inputs().size()) +

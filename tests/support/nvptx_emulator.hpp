@@ -36,9 +36,11 @@ void set_emulated_block_order(EmulatedBlockOrder order);
 /// `capability`: for_nvptx, the GPU's fusion (gpu_fusion_options), buffers laid out by the
 /// memory plan (intermediates sharing one arena), every generated kernel in the emulator and
 /// every GEMM on the host (float64 accumulation, rounded to its type). Kernels take their row
-/// count as a parameter wherever the CUDA backend's would (RuntimeRowsKernel). Returns the
-/// outputs.
+/// count as a parameter wherever the CUDA backend's would (RuntimeRowsKernel). With
+/// `keeps_operands`, the plan keeps the backward's GEMM operands, as on a device where they fit
+/// (otherwise it recomputes them, as where no device says). Returns the outputs.
 std::vector<HostTensor> emulate_nvptx_step(const Graph& optimized,
-                                           std::span<const HostTensor> inputs, int capability = 80);
+                                           std::span<const HostTensor> inputs, int capability = 80,
+                                           bool keeps_operands = false);
 
 } // namespace sinter
