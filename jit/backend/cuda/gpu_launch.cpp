@@ -34,8 +34,9 @@ int64_t column_vector_width(const Graph& g, const Kernel& k) {
   if (narrowest == 0) return 1;
   auto partials = static_cast<int64_t>(k.outputs().size());
   int64_t width = std::min<int64_t>(8, 16 / static_cast<int64_t>(narrowest));
-  while (width > 1 && (columns % width != 0 ||
-                       partials * width * gpu_column_vector_threads * 8 > gpu_column_shared_bytes))
+  while (width > 1 &&
+         (columns % width != 0 || gpu_column_partials_bytes(gpu_column_vector_threads, width,
+                                                            partials) > gpu_column_shared_bytes))
     width /= 2;
   return std::max<int64_t>(1, width);
 }
@@ -69,17 +70,15 @@ GpuLaunch gpu_launch(const Graph& g, const Kernel& k) {
     int64_t outputs = numel(s), reduced = numel(xs) / std::max<int64_t>(1, outputs);
     launch.items = outputs;
     int64_t width = contiguous ? 1 : column_vector_width(g, k);
-    int64_t vector_blocks = (outputs + 32 * width - 1) / (32 * width);
-    if (width > 1 && reduced >= gpu_column_vector_min_rows &&
-        vector_blocks >= gpu_column_vector_min_blocks) {
+    bool vectors = width > 1 && reduced >= gpu_column_vector_min_rows &&
+                   (outputs + 32 * width - 1) / (32 * width) >= gpu_column_vector_min_blocks;
+    if (vectors || (!contiguous && reduced >= 64)) {
+      // 32 lanes a block, each `vector_width` neighbouring outputs.
       launch.strategy = GpuStrategy::column_split;
-      launch.threads = gpu_column_vector_threads;
-      launch.vector_width = width;
-      launch.blocks = std::clamp<int64_t>(vector_blocks, 1, max_blocks);
-    } else if (!contiguous && reduced >= 64) {
-      launch.strategy = GpuStrategy::column_split;
-      launch.threads = 1024;
-      launch.blocks = std::clamp<int64_t>((outputs + 31) / 32, 1, max_blocks);
+      launch.threads = vectors ? gpu_column_vector_threads : 1024;
+      launch.vector_width = vectors ? width : 1;
+      int64_t tile = 32 * launch.vector_width;
+      launch.blocks = std::clamp<int64_t>((outputs + tile - 1) / tile, 1, max_blocks);
     } else if (!contiguous || reduced < 32) {
       launch.strategy = GpuStrategy::thread_per_output;
       launch.blocks = blocks_for(outputs);

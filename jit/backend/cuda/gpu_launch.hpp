@@ -80,6 +80,12 @@ inline constexpr int64_t gpu_column_vector_threads = 256;
 inline constexpr int64_t gpu_column_vector_min_blocks = 128;
 inline constexpr int64_t gpu_column_vector_min_rows = 8;
 inline constexpr int64_t gpu_column_shared_bytes = 48 * 1024;
+/// The shared memory a column reduction's block keeps its threads' partials in: an 8-byte slot
+/// (any compute type) per thread, column of its lane and reduction.
+inline constexpr int64_t gpu_column_partials_bytes(int64_t threads, int64_t width,
+                                                   int64_t reductions) {
+  return threads * width * reductions * 8;
+}
 /// Column reductions split before fusion (split_column_reductions) aim at this many blocks of
 /// gpu_column_vector_threads: about eight an SM of an H100, a full wave.
 inline constexpr int64_t gpu_column_target_blocks = 1024;

@@ -92,8 +92,8 @@ private:
 
   /// [reductions][columns][threads] 8-byte slots (any compute type fits) in shared memory.
   llvm::GlobalVariable* shared_partials(std::size_t count) {
-    auto* slots = llvm::ArrayType::get(b_.getInt64Ty(),
-                                       static_cast<uint64_t>(launch_.threads * width_) * count);
+    int64_t bytes = gpu_column_partials_bytes(launch_.threads, width_, static_cast<int64_t>(count));
+    auto* slots = llvm::ArrayType::get(b_.getInt64Ty(), static_cast<uint64_t>(bytes / 8));
     auto* partials = new llvm::GlobalVariable(
         e_.module(), slots, false, llvm::GlobalValue::InternalLinkage, llvm::UndefValue::get(slots),
         e_.function()->getName() + ".columns", nullptr, llvm::GlobalValue::NotThreadLocal, 3);
