@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include <fstream>
+#include <numeric>
 #include <set>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -531,4 +532,34 @@ TEST_CASE("bf16 stores round with vcvtneps2bf16 where the CPU has AVX-512 BF16",
   // The host decides for itself (AVX-NE-CONVERT, which GCC cannot ask about, also counts).
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512bf16")) CHECK(CpuTarget().native_bf16());
+}
+
+TEST_CASE("a 16-bit column sum accumulates in f32 and rounds once (a bias gradient under AMP)",
+          "[cpu]") {
+  // In bf16, 256 + 1 rounds back to 256: a sum accumulated in its own type stops there. Each
+  // column's exact sum is representable, so f32 accumulation gives it exactly; column j sums
+  // ((j mod 7) + 1) / 4 over the rows. 300 columns: more than one chunk of accumulators.
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    for (Shape shape : {Shape{4096, 8}, Shape{4, 1024, 48}, Shape{512, 300}}) {
+      INFO(dtype_name(dtype) << " " << to_string(shape));
+      Graph g;
+      Value x = input(g, "x", {dtype, shape});
+      std::vector<int64_t> axes(shape.size() - 1);
+      std::iota(axes.begin(), axes.end(), int64_t{0});
+      g.add_output("s", emit(OpId::reduce_sum, {x}, Attrs{.ints = axes}).id);
+      Graph opt = optimized(g);
+      FusionPlan plan = fuse(opt);
+      INFO(plan.print());
+      const int64_t columns = shape.back(), rows = numel(shape) / columns;
+      std::vector<double> values(static_cast<std::size_t>(numel(shape)));
+      for (std::size_t i = 0; i < values.size(); ++i)
+        values[i] = static_cast<double>(static_cast<int64_t>(i) % columns % 7 + 1) / 4.0;
+      TestBackend backend;
+      std::vector<HostTensor> inputs{HostTensor::from_doubles(dtype, shape, values)};
+      F64Tensor got = to_f64(CpuExecutable(opt, *backend.library, backend.pool).run(inputs)[0]);
+      REQUIRE(got.data.size() == static_cast<std::size_t>(columns));
+      for (int64_t j = 0; j < columns; ++j)
+        CHECK(got.data[j] == static_cast<double>(rows * (j % 7 + 1)) / 4.0);
+    }
+  }
 }

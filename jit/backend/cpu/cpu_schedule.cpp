@@ -83,6 +83,13 @@ public:
     // The last axis is kept: accumulate whole output rows, innermost loop over that axis.
     Shape rows_shape(out_shape.begin(), out_shape.end() - 1);
     int64_t inner = out_shape.back();
+    bool narrow = std::any_of(reductions.begin(), reductions.end(), [](const Node* r) {
+      return r->type.dtype == DType::bf16 || r->type.dtype == DType::f16;
+    });
+    if (narrow) {
+      columns_in_f32(begin, end, reductions, rows_shape, inner, reduced_dims, fold);
+      return;
+    }
     e_.emit_for(begin, end, [&](llvm::Value* row) {
       Index row_idx = e_.delinearize(row, rows_shape);
       llvm::Value* base = b_.CreateMul(row, e_.i64(inner));
@@ -99,6 +106,58 @@ public:
               e_.operand_index(out_idx, red_idx),
               [&](std::size_t p) { return e_.load_output(p, slot); },
               [&](std::size_t p, llvm::Value* v) { e_.store_output(p, v, slot); });
+        });
+      });
+    });
+  }
+
+  /// Column sums (the last axis kept) into 16-bit outputs: the outputs cannot be the
+  /// accumulators, since a bf16 sum stops growing once an addend is under half its last
+  /// place (512 ones summed to 256). Each output row is walked in chunks of
+  /// `column_chunk` columns, folded over every reduced index into f32 accumulators on the
+  /// stack and rounded once, as PyTorch's and cuBLASLt's 16-bit sums are.
+  template <class Fold>
+  void columns_in_f32(llvm::Value* begin, llvm::Value* end,
+                      const std::vector<const Node*>& reductions, const Shape& rows_shape,
+                      int64_t inner, const Shape& reduced_dims, Fold& fold) {
+    constexpr int64_t column_chunk = 256;
+    const int64_t chunk = std::min(inner, column_chunk);
+    const int64_t chunks = (inner + chunk - 1) / chunk;
+    std::vector<llvm::AllocaInst*> accs;
+    std::vector<llvm::Type*> acc_types;
+    for (const Node* r : reductions) {
+      acc_types.push_back(e_.compute_type(r->type.dtype));
+      accs.push_back(e_.entry_alloca(llvm::ArrayType::get(acc_types.back(), chunk)));
+    }
+    auto slot = [&](std::size_t p, llvm::Value* j) {
+      return b_.CreateInBoundsGEP(accs[p]->getAllocatedType(), accs[p], {e_.i64(0), j});
+    };
+    e_.emit_for(begin, end, [&](llvm::Value* row) {
+      Index row_idx = e_.delinearize(row, rows_shape);
+      llvm::Value* base = b_.CreateMul(row, e_.i64(inner));
+      e_.emit_for(e_.i64(0), e_.i64(chunks), [&](llvm::Value* c) {
+        llvm::Value* first = b_.CreateMul(c, e_.i64(chunk));
+        llvm::Value* left = b_.CreateSub(e_.i64(inner), first);
+        llvm::Value* width =
+            b_.CreateSelect(b_.CreateICmpSLT(left, e_.i64(chunk)), left, e_.i64(chunk));
+        e_.emit_for(e_.i64(0), width, [&](llvm::Value* j) {
+          for (std::size_t p = 0; p < reductions.size(); ++p)
+            b_.CreateStore(e_.reduce_init(*reductions[p]), slot(p, j));
+        });
+        e_.emit_nest(reduced_dims, [&](const Index& red_idx) {
+          e_.emit_for(e_.i64(0), width, [&](llvm::Value* j) {
+            Index out_idx = row_idx;
+            out_idx.push_back(b_.CreateAdd(first, j));
+            fold(
+                e_.operand_index(out_idx, red_idx),
+                [&](std::size_t p) { return b_.CreateLoad(acc_types[p], slot(p, j)); },
+                [&](std::size_t p, llvm::Value* v) { b_.CreateStore(v, slot(p, j)); });
+          });
+        });
+        e_.emit_for(e_.i64(0), width, [&](llvm::Value* j) {
+          llvm::Value* flat = b_.CreateAdd(base, b_.CreateAdd(first, j));
+          for (std::size_t p = 0; p < reductions.size(); ++p)
+            e_.store_output(p, b_.CreateLoad(acc_types[p], slot(p, j)), flat);
         });
       });
     });
