@@ -109,13 +109,13 @@ TEST_CASE("cuda: attention through cuDNN, the NVPTX kernels and the timed choice
 }
 
 /// A mixed-precision linear layer's gradients on the GPU: its bf16 weight-gradient GEMM and its
-/// f32 bias gradient (cuBLASLt's BGRADA epilogue where cuBLASLt has it for a bf16 GEMM and an
-/// f32 bias, else a column sum). Against the emulator, which runs the same plan's kernels with
-/// every GEMM and column sum in float64 on the host: the GPU must agree with it to a few bf16
-/// roundings. Against the interpreter only loosely: the kernels keep a fused loop's
-/// intermediates in f32 where the graph rounds each bf16 node, and the bias gradient sums 256 of
-/// those differences (the emulator lies 0.052 from the interpreter there).
-TEST_CASE("cuda: a bf16 linear layer's f32 bias gradient matches the emulator", "[cuda]") {
+/// bias gradient, summed in bf16 as PyTorch's autocast sums it and widened to f32 (cuBLASLt's
+/// BGRADA epilogue where cuBLASLt has it, else a column sum). Against the emulator, which runs the
+/// same plan's kernels with every GEMM and column sum in float64 on the host: the GPU must agree
+/// with it to a few bf16 roundings. Against the interpreter only loosely: the kernels keep a fused
+/// loop's intermediates in f32 where the graph rounds each bf16 node, and the bias gradient sums
+/// 256 of those differences (the emulator lies 0.052 from the interpreter there).
+TEST_CASE("cuda: a bf16 linear layer's bias gradient matches the emulator", "[cuda]") {
   Graph step = mixed_precision_linear_step();
   std::vector<F64Tensor> values = random_values(step, 11);
   std::vector<HostTensor> got = run_on_gpu(step, values);

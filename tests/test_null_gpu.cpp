@@ -263,8 +263,8 @@ TEST_CASE("null gpu: a step recompiled for another shape bucket reuses the kerne
   CHECK(without[2] >= with_parameter[2] + 8);
 }
 
-TEST_CASE("null gpu: a GPT's bf16 step sums its f32 bias gradients in kernels of its own, "
-          "as on an H200, and its qkv bias rides on the projection",
+TEST_CASE("null gpu: a GPT's bf16 step sums each bias gradient in bf16 as its weight "
+          "gradient's GEMM epilogue, and its qkv bias rides on the projection",
           "[null-gpu]") {
   DefaultDeviceCuda on_cuda;
   EnvOverride dump("SINTER_DUMP", "launch-plan");
@@ -285,12 +285,18 @@ TEST_CASE("null gpu: a GPT's bf16 step sums its f32 bias gradients in kernels of
   std::regex bias(R"(\n  epilogue bias: kernel [0-9]+ into the GEMM of kernel [0-9]+)");
   CHECK(std::distance(std::sregex_iterator(text.begin(), text.end(), bias),
                       std::sregex_iterator()) == depth);
-  // And no other GEMM takes an epilogue: the 4 · depth + 1 bias gradients, each an f32 sum of
-  // a bf16 dY, are considered where no split was worth it, but the null cuBLASLt has no
-  // algorithm for them, as the H200's had none (2026-11-29), so they run as column sums.
+  // And the 4 · depth + 1 bias gradients (qkv, projection, the MLP's two, the head) ride on
+  // their weight gradients' GEMMs as BGRADA: autocast rounds each bias to bf16 before its
+  // broadcast, as PyTorch's linear does, so the gradient is a bf16 sum of the bf16 dY — the
+  // type cuBLASLt's bias-gradient vector has (the output's), where the H200's had no algorithm
+  // for an f32 one (2026-11-29).
+  std::regex gradient(
+      R"(\n  epilogue bias_gradient: kernel [0-9]+ into the GEMM of kernel [0-9]+)");
+  CHECK(std::distance(std::sregex_iterator(text.begin(), text.end(), gradient),
+                      std::sregex_iterator()) == 4 * depth + 1);
   std::regex absorbed(R"(\n  launch [0-9]+ kernel [0-9]+ gemm [^\n]* with epilogue)");
   CHECK(std::distance(std::sregex_iterator(text.begin(), text.end(), absorbed),
-                      std::sregex_iterator()) == depth);
+                      std::sregex_iterator()) == depth + 4 * depth + 1);
   // The null cuBLASLt checked each bias pointer against its vector's extent, and ran them.
   CHECK(counters().gemms > 0);
 }

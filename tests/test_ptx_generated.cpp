@@ -379,9 +379,16 @@ TEST_CASE("gpu: bias and bias+ReLU kernels after GEMMs become cuBLASLt epilogues
       CHECK(step.type(reduce.root).shape.back() == step.type(gemm.root).shape.back());
     }
   }
-  SECTION("mixed precision and 3-D activations: the f32 bias gradient of a bf16 dY rides on the "
-          "weight-gradient GEMM too") {
+  SECTION("mixed precision and 3-D activations: the bias gradient, a bf16 sum of a bf16 dY as "
+          "PyTorch's autocast sums it, rides on the weight-gradient GEMM too") {
     Graph step = mixed_precision_linear_step();
+    // As in a training step, what reads the f32 gradients (here an fp16 step's unscaling; an
+    // optimizer's update) runs after the backward's GEMMs, and the widening joins it. (A graph
+    // that returns the widened gradient itself widens it right after the sum, before the GEMM
+    // could write that sum: it keeps the column sum.)
+    Value unscale = input(step, "unscale", {DType::f32, {}});
+    for (NamedValue& out : step.mutable_outputs())
+      if (out.name != "loss") out.id = (Value{&step, out.id} * unscale).id;
     FusionPlan plan = fuse(step);
     INFO(plan.print());
     auto found = find_gemm_epilogues(plan, MemoryPlan(plan));
@@ -393,7 +400,14 @@ TEST_CASE("gpu: bias and bias+ReLU kernels after GEMMs become cuBLASLt epilogues
     ValueId dy = reduce.reads[0];
     CHECK(step.type(dy).dtype == DType::bf16);
     CHECK(step.type(dy).shape.size() == 3);
-    CHECK(step.type(reduce.root) == TensorType{DType::f32, {48}});
+    // Summed in the GEMM's type (cuBLASLt's bias-gradient vector has the output's type), then
+    // widened for the f32 master bias.
+    CHECK(step.type(reduce.root) == TensorType{DType::bf16, {48}});
+    bool widened = false;
+    for (ValueId id = 0; id < step.size(); ++id)
+      widened |= step.node(id).op == OpId::cast && step.node(id).inputs[0] == reduce.root &&
+                 step.type(id) == TensorType{DType::f32, {48}};
+    CHECK(widened);
     CHECK(gemm.gemm_b.buffer == dy);
     CHECK(step.type(gemm.root).dtype == DType::bf16);
   }

@@ -61,6 +61,18 @@ bool gemm_bias(const Graph& graph, const Node& n, std::size_t i) {
          graph.node(product).op == OpId::matmul;
 }
 
+/// `bias` (a Linear's bias, possibly broadcast or reshaped to the GEMM's rows) cast to `low`
+/// beneath its views: the vector is rounded, then broadcast. The backward then sums dY in the
+/// GEMM's own type and widens the sum, as PyTorch's `linear` under autocast does; and a bias
+/// gradient of D's type is one cuBLASLt's BGRADA epilogue writes (its bias-gradient vector has
+/// the output's type), where an f32 sum of a bf16 GEMM's rows was a separate column reduction.
+Value cast_beneath_views(Value bias, DType low) {
+  const Node n = bias.node(); // a copy: casting the source below grows the graph
+  if (!is_view(n.op)) return cast(bias, low);
+  Value source = cast_beneath_views(Value{bias.graph, n.inputs[0]}, low);
+  return emit(*bias.graph, n.op, std::span<const Value>(&source, 1), n.attrs);
+}
+
 } // namespace
 
 Graph autocast(const Graph& graph, DType low) {
@@ -97,7 +109,9 @@ Graph autocast(const Graph& graph, DType low) {
           }
           for (std::size_t i = 0; i < operands.size(); ++i)
             if (graph.type(n.inputs[i]).dtype == DType::f32 && operands[i].dtype() != target)
-              operands[i] = cast(operands[i], target);
+              operands[i] = target == low && gemm_bias(graph, n, i)
+                                ? cast_beneath_views(operands[i], target)
+                                : cast(operands[i], target);
         }
         return emit(*operands[0].graph, n.op, operands, n.attrs);
       },

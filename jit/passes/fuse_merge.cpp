@@ -278,8 +278,20 @@ void fuse_steps::merge_sibling_kernels(FusionPlan& plan, bool reductions,
         }
       }
       if (!aligned_ok || !related) continue;
-      if (early.reads.size() + late.reads.size() + early.outputs().size() + late.outputs().size() >
-          max_merged_buffers)
+      // The buffers the merged kernel would take, each counted once. A working copy cast from
+      // what the early kernel writes adds a store and no load: it always joins, or the updates
+      // merged up to the bound would leave each bias's copy a launch of its own.
+      std::size_t added = late.outputs().size();
+      bool early_writes_all = true;
+      for (ValueId r : late.reads) {
+        bool written_early = early.writes(r);
+        early_writes_all = early_writes_all && written_early;
+        added += !written_early &&
+                 std::find(early.reads.begin(), early.reads.end(), r) == early.reads.end();
+      }
+      bool copy_of_early = outputs_only && early_writes_all;
+      if (!copy_of_early &&
+          early.reads.size() + early.outputs().size() + added > max_merged_buffers)
         continue;
       // Otherwise the early kernel may move down to the late one, if nothing in between reads
       // what it writes.
