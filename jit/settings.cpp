@@ -80,6 +80,13 @@ constexpr SettingInfo table[] = {
      "kernel reduces (a language model's head and its loss) for the GEMM's cuBLASLt epilogue; "
      "`0` lets the loss's row kernel add it, reading the whole vector again for every row and "
      "pass (docs/gpu.md). Another value is an error naming it"},
+    {"SINTER_GELU_EPILOGUE", "`0`, `1`", "`1`",
+     "cuda: `1` stores a GEMM's bias add that feeds a tanh-GELU and that more than one "
+     "kernel reads (GELU's forward and backward, in training) in place of the GEMM's "
+     "product, so the GEMM writes it and GELU's output together (cuBLASLt's GELU_AUX_BIAS "
+     "epilogue) and the backward's GEMM applies GELU's derivative to its product (DGELU); "
+     "`0` computes GELU and its derivative in loop kernels of their own (docs/gpu.md). "
+     "Another value is an error naming it"},
     {"SINTER_DETERMINISTIC", "`0`, `1`", "`0`",
      "cuda: `1` makes a step give the same bits on every run with the same inputs: scatters "
      "(embedding gradients) add their updates in position order, a block owning each output row, "

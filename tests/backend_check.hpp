@@ -182,6 +182,20 @@ inline Graph mixed_precision_linear_step() {
       .run(autocast(g, DType::bf16), DumpSelection(""), std::cerr);
 }
 
+/// A bf16 MLP with tanh-GELU between its two layers (autocast), its loss and its weights' and
+/// biases' gradients: on a GPU, GELU's pre-activation is written beside GELU's output by the
+/// first GEMM's GELU_AUX_BIAS epilogue and read back by DGELU in the backward.
+inline Graph mixed_precision_gelu_mlp_step() {
+  Graph g;
+  Value x = input(g, "x", {DType::f32, {4, 64, 32}});
+  Value r = input(g, "r", {DType::f32, {4, 64, 32}});
+  Value w1 = input(g, "w1", {DType::f32, {32, 64}}), b1 = input(g, "b1", {DType::f32, {64}});
+  Value w2 = input(g, "w2", {DType::f32, {64, 32}}), b2 = input(g, "b2", {DType::f32, {32}});
+  g.add_output("loss", sum(tanh(matmul(gelu_tanh(matmul(x, w1) + b1), w2) + b2) * r).id);
+  return Pipeline::standard(AutodiffOptions{{"w1", "b1", "w2", "b2"}, 0})
+      .run(autocast(g, DType::bf16), DumpSelection(""), std::cerr);
+}
+
 /// A language model's bf16 head with its bias and the mean cross entropy over [batch, tokens],
 /// differentiated for x, w and b: with more than 2048 classes its rows take a block each on a
 /// GPU, and the bias rides on the head's GEMM as its epilogue.

@@ -383,6 +383,16 @@ TEST_CASE("cost model: SINTER_DUMP=plan's kernel fields read back", "[cost-model
   REQUIRE(unrolled);
   CHECK(unrolled->rows_in_flight == 4);
   CHECK(parse_work(describe(w))->rows_in_flight == 1); // profiles from before it was printed
+  // A GEMM whose epilogue writes GELU's inputs beside D: the matrix's bytes cost time.
+  KernelWork gelu = w;
+  gelu.epilogue_bytes = 50331648; // GPT-2's [8192, 3072] bf16 pre-activation
+  std::optional<KernelWork> aux = parse_work(describe(gelu));
+  REQUIRE(aux);
+  CHECK(aux->epilogue_bytes == 50331648);
+  CHECK(parse_work(describe(w))->epilogue_bytes == 0);
+  GpuRates rates = gpu_rates(h100());
+  CHECK(predict_kernel(gelu, rates).seconds - predict_kernel(w, rates).seconds ==
+        Approx(50331648 / (rates.bytes_per_second * 0.74)));
   CHECK_FALSE(parse_work(describe(columns) + "0x"));
 }
 

@@ -127,6 +127,28 @@ TEST_CASE("cuda: a bf16 linear layer's bias gradient matches the emulator", "[cu
   check_outputs_match(step, got, interpret(step, values), 0.1);
 }
 
+/// A mixed-precision MLP with GELU (tanh) on the GPU: its first GEMM writes GELU's input and
+/// output (cuBLASLt's GELU_AUX_BIAS), and the backward's GEMM of GELU's output gradient
+/// multiplies by GELU's derivative at that input (DGELU), where the emulator runs the plan's own
+/// loop kernels for both: cuBLASLt adds, activates and differentiates in f32 on the unrounded
+/// product and rounds once, so they agree to a few bf16 roundings.
+TEST_CASE("cuda: a bf16 MLP's GELU and its gradient as cuBLASLt epilogues match the emulator",
+          "[cuda]") {
+  Graph step = mixed_precision_gelu_mlp_step();
+  std::vector<F64Tensor> values = random_values(step, 17);
+  EnvOverride dump("SINTER_DUMP", "launch-plan");
+  std::vector<HostTensor> got;
+  std::string plan = capture_stderr([&] { got = run_on_gpu(step, values); });
+  INFO(plan);
+  CHECK(plan.find("epilogue gelu_aux_bias") != std::string::npos);
+  CHECK(plan.find("epilogue gelu_gradient") != std::string::npos);
+  std::vector<HostTensor> emulated = emulate_nvptx_step(step, as_host(step, values));
+  std::vector<F64Tensor> want;
+  for (const HostTensor& t : emulated)
+    want.push_back(to_f64(t));
+  check_outputs_match(step, got, want, 2e-2);
+}
+
 /// Forward-only bf16 layers (a distillation teacher's MLP): the bf16 product, a bf16 or f32
 /// bias widened or narrowed to the sum's type, GELU in f32 or bf16, the result narrowed back, all
 /// of it cuBLASLt's GELU_BIAS epilogue, which adds and activates in f32 on the f32 product and

@@ -264,7 +264,8 @@ TEST_CASE("null gpu: a step recompiled for another shape bucket reuses the kerne
 }
 
 TEST_CASE("null gpu: a GPT's bf16 step sums each bias gradient in bf16 as its weight "
-          "gradient's GEMM epilogue, and its qkv bias rides on the projection",
+          "gradient's GEMM epilogue, its qkv bias rides on the projection, and GELU and its "
+          "gradient on the MLP's GEMMs",
           "[null-gpu]") {
   DefaultDeviceCuda on_cuda;
   EnvOverride dump("SINTER_DUMP", "launch-plan");
@@ -294,9 +295,20 @@ TEST_CASE("null gpu: a GPT's bf16 step sums each bias gradient in bf16 as its we
       R"(\n  epilogue bias_gradient: kernel [0-9]+ into the GEMM of kernel [0-9]+)");
   CHECK(std::distance(std::sregex_iterator(text.begin(), text.end(), gradient),
                       std::sregex_iterator()) == 4 * depth + 1);
+  // Each MLP's GELU: its GEMM writes the pre-activation and GELU's output (GELU_AUX_BIAS), and
+  // in the backward the GEMM of GELU's output gradient multiplies by GELU's derivative at that
+  // pre-activation (DGELU); the null cuBLASLt checks the aux matrix against its allocation.
+  std::regex gelu_aux(
+      R"(\n  epilogue gelu_aux_bias: kernel [0-9]+ into the GEMM of kernel [0-9]+)");
+  CHECK(std::distance(std::sregex_iterator(text.begin(), text.end(), gelu_aux),
+                      std::sregex_iterator()) == depth);
+  std::regex gelu_gradient(
+      R"(\n  epilogue gelu_gradient: kernel [0-9]+ into the GEMM of kernel [0-9]+)");
+  CHECK(std::distance(std::sregex_iterator(text.begin(), text.end(), gelu_gradient),
+                      std::sregex_iterator()) == depth);
   std::regex absorbed(R"(\n  launch [0-9]+ kernel [0-9]+ gemm [^\n]* with epilogue)");
   CHECK(std::distance(std::sregex_iterator(text.begin(), text.end(), absorbed),
-                      std::sregex_iterator()) == depth + 4 * depth + 1);
+                      std::sregex_iterator()) == depth + 4 * depth + 1 + 2 * depth);
   // The null cuBLASLt checked each bias pointer against its vector's extent, and ran them.
   CHECK(counters().gemms > 0);
 }

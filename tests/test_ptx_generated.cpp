@@ -469,6 +469,40 @@ TEST_CASE("gpu: bias and bias+ReLU kernels after GEMMs become cuBLASLt epilogues
     rounded.add_output("y", (cast(cast(matmul(rx, rw), DType::i32), DType::f32) + rb).id);
     CHECK(epilogues_of(rounded).first.empty());
   }
+  SECTION("training with GELU: its pre-activation is stored, written beside GELU's output by "
+          "GELU_AUX_BIAS and read back by the backward GEMM's DGELU") {
+    Graph step = mixed_precision_gelu_mlp_step();
+    for (bool stored : {true, false}) {
+      INFO((stored ? "pre-activation stored" : "gemm_gelu_pre_activation off"));
+      FusionOptions options = gpu_fusion_options;
+      options.gemm_gelu_pre_activation = stored;
+      FusionPlan plan = fuse(step, options);
+      INFO(plan.print());
+      std::vector<GemmEpilogue> found = find_gemm_epilogues(plan, MemoryPlan(plan));
+      std::vector<const GemmEpilogue*> aux_bias, gradient;
+      for (const GemmEpilogue& e : found) {
+        if (e.kind == EpilogueKind::gelu_aux_bias) aux_bias.push_back(&e);
+        if (e.kind == EpilogueKind::gelu_gradient) gradient.push_back(&e);
+      }
+      if (!stored) {
+        CHECK(aux_bias.empty());
+        CHECK(gradient.empty());
+        continue;
+      }
+      REQUIRE(aux_bias.size() == 1);
+      REQUIRE(gradient.size() == 1);
+      // One matrix: written by the forward GEMM, read by the backward one.
+      ValueId pre_activation = aux_bias[0]->aux;
+      CHECK(gradient[0]->aux == pre_activation);
+      CHECK(plan.graph->type(pre_activation) == TensorType{DType::bf16, {4, 64, 64}});
+      CHECK(plan.graph->node(pre_activation).op == OpId::add);
+      CHECK(plan.kernels[aux_bias[0]->absorbed].outputs().size() == 2);
+      // DGELU writes GELU's input gradient where the GEMM's product was (in place over it).
+      const Kernel& loop = plan.kernels[gradient[0]->absorbed];
+      CHECK(loop.overwrites == plan.kernels[gradient[0]->gemm].root);
+      CHECK(gradient[0]->gemm < gradient[0]->absorbed);
+    }
+  }
   SECTION("not when the product itself is also needed, or the added row is not a bias") {
     Graph g;
     Value x = input(g, "x", {DType::f32, {64, 32}});

@@ -3,6 +3,7 @@
 #include "jit/passes/fuse_internal.hpp"
 
 #include <algorithm>
+#include <set>
 #include <sstream>
 
 namespace sinter {
@@ -84,15 +85,11 @@ bool rows_reduced(const Graph& g, const std::vector<std::vector<ValueId>>& consu
   return false;
 }
 
-/// Whether `id` adds a vector, broadcast along its rows, to a GEMM's result, with rows longer
-/// than `length` that a row kernel would reduce: `C + broadcast(bias)` with reshapes and casts
-/// anywhere between.
-bool is_long_gemm_bias(const Graph& g, const std::vector<std::vector<ValueId>>& consumers,
-                       ValueId id, int64_t length) {
+/// Whether `id` adds a vector, broadcast along its rows, to a GEMM's result (reshapes and casts
+/// anywhere between).
+bool is_gemm_bias(const Graph& g, ValueId id) {
   const Node& node = g.node(id);
-  if (node.op != OpId::add || node.type.shape.empty() || node.type.shape.back() <= length ||
-      !rows_reduced(g, consumers, id, 4))
-    return false;
+  if (node.op != OpId::add || node.type.shape.empty()) return false;
   for (std::size_t side = 0; side < 2; ++side) {
     ValueId product = under_reshapes_and_casts(g, node.inputs[side]);
     ValueId spread = under_reshapes_and_casts(g, node.inputs[1 - side]);
@@ -101,6 +98,46 @@ bool is_long_gemm_bias(const Graph& g, const std::vector<std::vector<ValueId>>& 
     if (bias.size() == 1 && bias[0] == node.type.shape.back()) return true;
   }
   return false;
+}
+
+/// Whether `id` adds a vector, broadcast along its rows, to a GEMM's result, with rows longer
+/// than `length` that a row kernel would reduce: `C + broadcast(bias)` with reshapes and casts
+/// anywhere between.
+bool is_long_gemm_bias(const Graph& g, const std::vector<std::vector<ValueId>>& consumers,
+                       ValueId id, int64_t length) {
+  const Node& node = g.node(id);
+  return is_gemm_bias(g, id) && node.type.shape.back() > length &&
+         rows_reduced(g, consumers, id, 4);
+}
+
+/// Whether a tanh reads `id` through at most `depth` elementwise ops of `id`'s shape.
+bool feeds_tanh(const Graph& g, const std::vector<std::vector<ValueId>>& consumers, ValueId id,
+                int depth) {
+  for (ValueId c : consumers[id]) {
+    const Node& n = g.node(c);
+    if (n.type.shape != g.type(id).shape || kind_of(n.op) != KernelKind::loop) continue;
+    if (n.op == OpId::tanh) return true;
+    if (depth > 0 && feeds_tanh(g, consumers, c, depth - 1)) return true;
+  }
+  return false;
+}
+
+/// The stored values whose kernels inline `id` (reached through values that are not stored).
+std::set<ValueId> kernels_inlining(const std::vector<std::vector<ValueId>>& consumers,
+                                   const std::vector<bool>& mat, ValueId id) {
+  std::set<ValueId> roots, seen;
+  std::vector<ValueId> stack(consumers[id].begin(), consumers[id].end());
+  while (!stack.empty()) {
+    ValueId v = stack.back();
+    stack.pop_back();
+    if (!seen.insert(v).second) continue;
+    if (mat[v]) {
+      roots.insert(v);
+      continue;
+    }
+    stack.insert(stack.end(), consumers[v].begin(), consumers[v].end());
+  }
+  return roots;
 }
 
 /// The partition: which values are stored (graph inputs and outputs, kernel roots, what a GEMM,
@@ -251,6 +288,14 @@ std::vector<bool> stored_values(const Graph& g, FusionOptions options) {
   if (options.gemm_bias_rows_above > 0)
     for (ValueId id = 0; id < n; ++id)
       if (!mat[id] && is_long_gemm_bias(g, consumers, id, options.gemm_bias_rows_above)) {
+        mat[id] = true;
+        gemm_biases.push_back(id);
+      }
+  // GELU's pre-activation, stored for GELU_AUX_BIAS (FusionOptions::gemm_gelu_pre_activation).
+  if (options.gemm_gelu_pre_activation)
+    for (ValueId id = 0; id < n; ++id)
+      if (!mat[id] && is_gemm_bias(g, id) && feeds_tanh(g, consumers, id, 5) &&
+          kernels_inlining(consumers, mat, id).size() > 1) {
         mat[id] = true;
         gemm_biases.push_back(id);
       }

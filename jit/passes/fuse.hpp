@@ -150,6 +150,12 @@ struct FusionOptions {
   /// kernel that reads the whole vector again for every row and pass (a language model's head:
   /// GPT-2's 201 KB bias, three passes over each of 8192 rows of logits). 0: never.
   int64_t gemm_bias_rows_above = 0;
+  /// A bias added to a GEMM's result (as for gemm_bias_rows_above) that feeds a tanh (GELU's
+  /// tanh form) and that more than one kernel reads (GELU's forward and, in training, its
+  /// backward) is stored in place of the GEMM's result: the GEMM then writes it as the
+  /// pre-activation cuBLASLt's GELU_AUX_BIAS epilogue stores beside GELU's output, and DGELU
+  /// reads it back in the backward (find_gemm_epilogues), where the loops read C and the bias.
+  bool gemm_gelu_pre_activation = false;
 };
 
 /// Decides what to materialise: graph outputs, reductions, GEMMs and their operands, scatters,

@@ -133,6 +133,12 @@ void fuse_steps::choose_in_place(FusionPlan& plan) {
   // A collective still reads its operands until its wait point: nothing writes over them first.
   std::vector<std::size_t> last_use = buffer_last_use(plan);
   std::vector<bool> taken(g.size(), false); // one kernel writes over a buffer at most once
+  // A GEMM's product is the first choice: a cuBLASLt epilogue that absorbs the kernel then
+  // writes its result where the GEMM would have, not over another operand it still reads
+  // (DGELU reads GELU's pre-activation as it writes the gradient).
+  std::vector<bool> gemm_product(g.size(), false);
+  for (const Kernel& kernel : plan.kernels)
+    if (kernel.kind == KernelKind::gemm) gemm_product[kernel.root] = true;
   for (std::size_t k = 0; k < plan.kernels.size(); ++k) {
     Kernel& kernel = plan.kernels[k];
     kernel.overwrites = kernel.root;
@@ -159,7 +165,11 @@ void fuse_steps::choose_in_place(FusionPlan& plan) {
     // an aligned read is still the old value whichever output takes over the buffer; a row
     // kernel's reductions have read the whole row by then.
     const TensorType& t = g.type(kernel.root);
-    for (ValueId r : loop ? aligned_reads(plan, kernel) : row_overwritable_reads(plan, kernel)) {
+    std::vector<ValueId> candidates =
+        loop ? aligned_reads(plan, kernel) : row_overwritable_reads(plan, kernel);
+    std::stable_partition(candidates.begin(), candidates.end(),
+                          [&](ValueId r) { return gemm_product[r]; });
+    for (ValueId r : candidates) {
       const TensorType& rt = g.type(r);
       bool same_bytes = numel(rt.shape) * static_cast<int64_t>(dtype_bytes(rt.dtype)) ==
                         numel(t.shape) * static_cast<int64_t>(dtype_bytes(t.dtype));

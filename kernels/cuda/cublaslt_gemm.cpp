@@ -18,8 +18,9 @@ constexpr int cuda_r_32f = 0, cuda_r_64f = 1, cuda_r_16f = 2, cuda_r_16bf = 14;
 constexpr int compute_32f = 68, compute_32f_fast_tf32 = 77, compute_64f = 70;
 constexpr int op_n = 0, op_t = 1;
 constexpr int desc_transa = 3, desc_transb = 4, desc_epilogue = 7, desc_bias_pointer = 8,
-              desc_bias_data_type = 26;
+              desc_aux_pointer = 11, desc_aux_ld = 12, desc_bias_data_type = 26;
 constexpr uint32_t epilogue_bias = 4, epilogue_relu_bias = 6, epilogue_gelu_bias = 36,
+                   epilogue_gelu_aux_bias = 164, epilogue_dgelu = 192,
                    epilogue_bias_gradient_a = 256;
 constexpr int layout_batch_count = 5, layout_strided_batch_offset = 6;
 constexpr int pref_max_workspace_bytes = 1;
@@ -183,13 +184,29 @@ const CublasLt::Plan& CublasLt::plan(const GpuGemmShape& g) {
   if (g.epilogue != GemmEpilogueOp::none) {
     // Column-major D is n × m, so the row-major bias over columns is cuBLASLt's per-row bias;
     // and our B goes first (cuBLASLt's A): BGRADA sums it over k, giving [n].
-    uint32_t epilogue = g.epilogue == GemmEpilogueOp::relu_bias       ? epilogue_relu_bias
-                        : g.epilogue == GemmEpilogueOp::gelu_bias     ? epilogue_gelu_bias
-                        : g.epilogue == GemmEpilogueOp::bias_gradient ? epilogue_bias_gradient_a
-                                                                      : epilogue_bias;
-    const void* bias = reinterpret_cast<const void*>(static_cast<uintptr_t>(g.bias));
+    uint32_t epilogue = epilogue_bias;
+    switch (g.epilogue) {
+    case GemmEpilogueOp::relu_bias: epilogue = epilogue_relu_bias; break;
+    case GemmEpilogueOp::gelu_bias: epilogue = epilogue_gelu_bias; break;
+    case GemmEpilogueOp::gelu_aux_bias: epilogue = epilogue_gelu_aux_bias; break;
+    case GemmEpilogueOp::bias_gradient: epilogue = epilogue_bias_gradient_a; break;
+    case GemmEpilogueOp::gelu_gradient: epilogue = epilogue_dgelu; break;
+    default: break;
+    }
     api.check(api.desc_set(plan->desc, desc_epilogue, &epilogue, sizeof epilogue), "EPILOGUE");
-    api.check(api.desc_set(plan->desc, desc_bias_pointer, &bias, sizeof bias), "BIAS_POINTER");
+    if (g.epilogue != GemmEpilogueOp::gelu_gradient) {
+      const void* bias = reinterpret_cast<const void*>(static_cast<uintptr_t>(g.bias));
+      api.check(api.desc_set(plan->desc, desc_bias_pointer, &bias, sizeof bias), "BIAS_POINTER");
+    }
+    if (g.epilogue == GemmEpilogueOp::gelu_aux_bias ||
+        g.epilogue == GemmEpilogueOp::gelu_gradient) {
+      // GELU's inputs lie as D does: column-major n × m, leading dimension n.
+      const void* aux = reinterpret_cast<const void*>(static_cast<uintptr_t>(g.aux));
+      int64_t aux_ld = s.n;
+      api.check(api.desc_set(plan->desc, desc_aux_pointer, &aux, sizeof aux),
+                "EPILOGUE_AUX_POINTER");
+      api.check(api.desc_set(plan->desc, desc_aux_ld, &aux_ld, sizeof aux_ld), "EPILOGUE_AUX_LD");
+    }
     if (g.bias_dtype && *g.bias_dtype != g.dtype) {
       int32_t bias_type = *g.bias_dtype == DType::f32    ? cuda_r_32f
                           : *g.bias_dtype == DType::bf16 ? cuda_r_16bf

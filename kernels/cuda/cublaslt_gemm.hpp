@@ -25,7 +25,17 @@ Fp32Math fp32_math_from_environment();
 
 /// What cuBLASLt does besides the product: add a bias row [n] (then ReLU or GELU), or also write
 /// the bias gradient, the column sums of B ([n], B = the row-major [k, n] operand, not transposed).
-enum class GemmEpilogueOp { none, bias, relu_bias, gelu_bias, bias_gradient };
+/// cuBLASLt epilogues: bias (BIAS, RELU_BIAS, GELU_BIAS), GELU_AUX_BIAS (GELU's input written to
+/// `aux` beside D), the bias gradient (BGRADA), and GELU's gradient (DGELU: D = A·B · gelu′(aux)).
+enum class GemmEpilogueOp {
+  none,
+  bias,
+  relu_bias,
+  gelu_bias,
+  gelu_aux_bias,
+  bias_gradient,
+  gelu_gradient
+};
 
 /// One row-major GEMM shape, batched: C[i] = op(A[i]) · op(B[i]) for i < batch, contiguous,
 /// with an optional epilogue whose vector is `bias`.
@@ -39,10 +49,13 @@ struct GpuGemmShape {
   /// The bias vector's type: `dtype` unless set (mixed precision: an f32 bias gradient of a
   /// bf16 or f16 GEMM, cuBLASLt's BIAS_DATA_TYPE).
   std::optional<DType> bias_dtype;
+  /// GELU_AUX_BIAS's and DGELU's matrix of GELU inputs (device; D's type and layout, so its
+  /// leading dimension is `shape.n`), part of the cached descriptor.
+  cuda::DevicePtr aux = 0;
   auto key() const {
     return std::make_tuple(static_cast<int>(dtype), shape.m, shape.n, shape.k, shape.trans_a,
                            shape.trans_b, batch, static_cast<int>(fp32), static_cast<int>(epilogue),
-                           bias, static_cast<int>(bias_dtype.value_or(dtype)));
+                           bias, static_cast<int>(bias_dtype.value_or(dtype)), aux);
   }
 };
 

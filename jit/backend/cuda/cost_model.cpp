@@ -120,7 +120,8 @@ std::string describe(const KernelWork& w) {
          (w.rows_in_flight != 1 ? " rows_in_flight=" + std::to_string(w.rows_in_flight) : "") +
          (w.vector_width != 1 ? " vector_width=" + std::to_string(w.vector_width) : "") +
          (w.reread_bytes != 0 ? " reread_bytes=" + std::to_string(w.reread_bytes) : "") +
-         (w.scan_tiles != 0 ? " scan_tiles=" + std::to_string(w.scan_tiles) : "");
+         (w.scan_tiles != 0 ? " scan_tiles=" + std::to_string(w.scan_tiles) : "") +
+         (w.epilogue_bytes != 0 ? " epilogue_bytes=" + std::to_string(w.epilogue_bytes) : "");
 }
 
 std::optional<KernelWork> parse_work(std::string_view text) {
@@ -157,6 +158,8 @@ std::optional<KernelWork> parse_work(std::string_view text) {
     ok = ok && number("reread_bytes", w.reread_bytes) && w.reread_bytes >= 0;
   if (fields.contains("scan_tiles"))
     ok = ok && number("scan_tiles", w.scan_tiles) && w.scan_tiles >= 0;
+  if (fields.contains("epilogue_bytes"))
+    ok = ok && number("epilogue_bytes", w.epilogue_bytes) && w.epilogue_bytes >= 0;
   auto library = fields.find("library");
   if (library != fields.end()) {
     if (library->second != "cudnn") return std::nullopt;
@@ -285,6 +288,8 @@ std::vector<KernelWork> plan_work(const FusionPlan& plan, std::span<const GpuLau
     w.tensor_cores = launch.kind == KernelKind::gemm &&
                      (launch.gemm.dtype == DType::bf16 || launch.gemm.dtype == DType::f16);
     w.outputs = static_cast<int64_t>(kernel.outputs().size());
+    if (launch.aux_node)
+      w.epilogue_bytes = static_cast<int64_t>(byte_size(g.type(*launch.aux_node)));
     if (w.strategy == GpuStrategy::column_split) {
       w.rows_in_flight = gpu_column_split_unroll;
       w.vector_width = launch.shape.vector_width;
@@ -338,7 +343,11 @@ KernelPrediction predict_kernel(const KernelWork& w, const GpuRates& r) {
   switch (w.kind) {
   case KernelKind::gemm: {
     double rate = (w.tensor_cores ? r.tensor_flops : r.fp32_flops) * gemm_flops_share;
-    return {static_cast<double>(w.flops) / rate + gemm_overhead_seconds, "tensor cores"};
+    // An epilogue's matrix of GELU inputs: assumed streamed after the products, at the loops'
+    // share of the bandwidth (not measured).
+    return {static_cast<double>(w.flops) / rate + gemm_overhead_seconds +
+                static_cast<double>(w.epilogue_bytes) / (r.bytes_per_second * loop_memory_share),
+            "tensor cores"};
   }
   case KernelKind::attention: {
     double share =

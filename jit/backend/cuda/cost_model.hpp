@@ -57,12 +57,15 @@ struct KernelWork {
   /// Scatters that own their output rows (GpuStrategy::owned_scatter): the tiles of indices
   /// each block walks, one index a thread, two barriers a tile.
   int64_t scan_tiles = 0;
+  /// GEMMs whose cuBLASLt epilogue writes or reads a matrix of GELU inputs besides D
+  /// (GELU_AUX_BIAS, DGELU): its bytes, streamed as the tiles finish.
+  int64_t epilogue_bytes = 0;
 };
 
 /// `kind=loop strategy=elementwise gradient=0 ... outputs=1`: every field, as SINTER_DUMP=plan
 /// prints it (then ` library=cudnn` for attention cuDNN runs, ` rows_in_flight=N` and
-/// ` vector_width=N` where they are not 1, ` reread_bytes=N` and ` scan_tiles=N` where they are
-/// not 0); parse_work reads it back
+/// ` vector_width=N` where they are not 1, ` reread_bytes=N`, ` scan_tiles=N` and
+/// ` epilogue_bytes=N` where they are not 0); parse_work reads it back
 /// (nullopt for anything else).
 std::string describe(const KernelWork& work);
 std::optional<KernelWork> parse_work(std::string_view text);

@@ -253,6 +253,7 @@ void GpuExecutable::bind(InputSet& set) const {
     } else if (launch.kind == KernelKind::gemm) {
       b.gemm = launch.gemm;
       if (launch.bias_node) b.gemm.bias = pointer_for(set, *launch.bias_node);
+      if (launch.aux_node) b.gemm.aux = pointer_for(set, *launch.aux_node);
       b.a = pointer_for(set, launch.a);
       b.b = pointer_for(set, launch.b);
       b.c = pointer_for(set, launch.c);

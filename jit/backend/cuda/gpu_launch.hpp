@@ -131,6 +131,7 @@ inline constexpr FusionOptions gpu_fusion_options{
     .attention_operand_views = true,
     .scalar_sibling_max_elements = 1 << 18,
     .store_over_donated_inputs = true,
-    .gemm_bias_rows_above = gpu_warp_row_limit};
+    .gemm_bias_rows_above = gpu_warp_row_limit,
+    .gemm_gelu_pre_activation = true};
 
 } // namespace sinter

@@ -86,10 +86,26 @@ std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion,
           gemm.bias_dtype = g.type(epilogue->bias).dtype;
         launch.c = absorbed.root; // the GEMM writes the absorbed kernel's result
         break;
+      case EpilogueKind::gelu_aux_bias: {
+        gemm.epilogue = kernels::GemmEpilogueOp::gelu_aux_bias;
+        launch.bias_node = epilogue->bias;
+        if (g.type(epilogue->bias).dtype != gemm.dtype)
+          gemm.bias_dtype = g.type(epilogue->bias).dtype;
+        // D is GELU's output, the loop's other output the sum it also stored.
+        std::vector<ValueId> outputs = absorbed.outputs();
+        launch.c = outputs[0] == epilogue->aux ? outputs[1] : outputs[0];
+        launch.aux_node = epilogue->aux;
+        break;
+      }
       case EpilogueKind::bias_gradient:
         gemm.epilogue = kernels::GemmEpilogueOp::bias_gradient;
         gemm.bias_dtype = g.type(absorbed.root).dtype; // f32 under mixed precision
         launch.bias_node = absorbed.root;              // the GEMM writes the reduction's result too
+        break;
+      case EpilogueKind::gelu_gradient:
+        gemm.epilogue = kernels::GemmEpilogueOp::gelu_gradient;
+        launch.aux_node = epilogue->aux; // the stored pre-activation, read
+        launch.c = absorbed.root;
         break;
       }
     }
@@ -195,7 +211,8 @@ std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion,
   for (const GemmEpilogue& e : epilogues) {
     GpuLaunchStep& gemm = launches[launch_of_kernel[e.gemm]];
     kernels::GpuGemmShape probe = gemm.gemm;
-    probe.bias = pointer_of(*gemm.bias_node); // the plan bind() then reuses
+    if (gemm.bias_node) probe.bias = pointer_of(*gemm.bias_node); // the plan bind() reuses
+    if (gemm.aux_node) probe.aux = pointer_of(*gemm.aux_node);
     try {
       blas->prepare(probe);
       continue;
@@ -224,6 +241,8 @@ std::string print_launch_plan(std::span<const GemmEpilogue> epilogues,
     case EpilogueKind::bias: return "bias";
     case EpilogueKind::relu_bias: return "relu_bias";
     case EpilogueKind::gelu_bias: return "gelu_bias";
+    case EpilogueKind::gelu_aux_bias: return "gelu_aux_bias";
+    case EpilogueKind::gelu_gradient: return "gelu_gradient";
     case EpilogueKind::bias_gradient: return "bias_gradient";
     }
     return "?";

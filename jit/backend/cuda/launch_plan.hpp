@@ -36,6 +36,7 @@ struct GpuLaunchStep {
   kernels::GpuGemmShape gemm; ///< gemm.bias unset: see bias_node
   ValueId a = 0, b = 0, c = 0;
   std::optional<ValueId> bias_node; ///< the epilogue's vector
+  std::optional<ValueId> aux_node;  ///< GELU's inputs the epilogue writes (GELU_AUX) or reads
   /// An attention kernel that cuDNN runs instead of `function` (choose_attention).
   std::optional<CudnnAttentionStep> cudnn;
 };

@@ -280,6 +280,7 @@ BackendGraphStages nvptx_graph_stages(const Graph& optimized, int compute_capabi
   out.fusion.attention_operand_views = switch_setting("SINTER_ATTENTION_VIEWS", true);
   out.fusion.store_over_donated_inputs = switch_setting("SINTER_UPDATE_IN_PLACE", true);
   if (!switch_setting("SINTER_HEAD_BIAS_EPILOGUE", true)) out.fusion.gemm_bias_rows_above = 0;
+  out.fusion.gemm_gelu_pre_activation = switch_setting("SINTER_GELU_EPILOGUE", true);
   if (decompose_some)
     out.stages.push_back({"decompose-attention", [why](Graph g) {
                             return decompose_nodes(

@@ -27,7 +27,12 @@ struct MatmulDesc {
   uint32_t epilogue = 1; // CUBLASLT_EPILOGUE_DEFAULT
   uint64_t bias = 0;
   int32_t bias_type = -1; // CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: -1 is D's type
+  uint64_t aux = 0;       // CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: GELU's inputs
+  int64_t aux_ld = 0;     // CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD
 };
+
+/// GELU_AUX_BIAS (written) and DGELU (read) take a matrix of GELU inputs of D's type.
+bool gelu_aux_epilogue(uint32_t epilogue) { return epilogue == 164 || epilogue == 192; }
 
 struct Layout {
   int type = 0;
@@ -145,6 +150,8 @@ NULL_GPU_API int cublasLtMatmulDescSetAttribute(void* desc, int attribute, const
   case 4: return take(d->trans_b);
   case 7: return take(d->epilogue);
   case 8: return take(d->bias);
+  case 11: return take(d->aux);
+  case 12: return take(d->aux_ld);
   case 26: {
     int r = take(d->bias_type);
     if (r == blas_success && d->bias_type != -1 && element_bytes(d->bias_type) == 0)
@@ -219,6 +226,12 @@ NULL_GPU_API int cublasLtMatmulAlgoGetHeuristic(void* handle, void* desc, void* 
   if (bias_gradient && md.bias_type != -1 && md.bias_type != d_type)
     return blas_fail(s, blas_not_supported,
                      "no algorithm for a bias gradient of another type than D's");
+  // GELU's inputs lie as D does: cuBLASLt asks for a leading dimension of at least D's rows,
+  // divisible by 8.
+  if (gelu_aux_epilogue(md.epilogue) && (md.aux_ld < static_cast<int64_t>(m) || md.aux_ld % 8 != 0))
+    return blas_fail(s, blas_invalid_value,
+                     "EPILOGUE_AUX_LD " + std::to_string(md.aux_ld) + " for D's " +
+                         std::to_string(m) + " rows (at least that, divisible by 8)");
   results[0] = HeuristicResult{};
   results[0].algo.data[0] = 0x6e756c6c; // "null"
   results[0].waves_count = 1;
@@ -256,12 +269,22 @@ NULL_GPU_API int cublasLtMatmul(void* handle, void* desc, const void* alpha, con
   if (int r = operand(b_ptr, extent(lb), "B")) return r;
   if (int r = operand(c_ptr, extent(lc), "C")) return r;
   if (int r = operand(d_ptr, extent(*static_cast<Layout*>(d)), "D")) return r;
-  bool has_bias = md.epilogue == 4 || md.epilogue == 6 || md.epilogue == 36 || md.epilogue == 256;
+  bool has_bias = md.epilogue == 4 || md.epilogue == 6 || md.epilogue == 36 || md.epilogue == 164 ||
+                  md.epilogue == 256;
   if (has_bias) {
     uint64_t bias_rows = md.epilogue == 256 ? (md.trans_a ? la.cols : la.rows) : m;
     int bias_type = md.bias_type == -1 ? lc.type : md.bias_type;
     if (int r = operand(reinterpret_cast<const void*>(md.bias),
                         bias_rows * element_bytes(bias_type), "the bias"))
+      return r;
+  }
+  if (gelu_aux_epilogue(md.epilogue)) {
+    if (md.aux_ld < static_cast<int64_t>(m))
+      return blas_fail(s, blas_invalid_value, "EPILOGUE_AUX_LD is under D's rows");
+    uint64_t aux_bytes = static_cast<uint64_t>(md.aux_ld) * (n - 1) * element_bytes(lc.type) +
+                         m * element_bytes(lc.type);
+    if (int r = operand(reinterpret_cast<const void*>(md.aux), aux_bytes * std::max(la.batch, 1),
+                        "GELU's inputs (EPILOGUE_AUX_POINTER)"))
       return r;
   }
   if (workspace_bytes && operand(workspace, workspace_bytes, "the workspace"))
