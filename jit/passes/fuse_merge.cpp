@@ -568,7 +568,10 @@ void fuse_steps::merge_column_partials(FusionPlan& plan, const FusionOptions& op
 /// A loop kernel of elementwise ops (and reshapes) over full rows that reads a row kernel's
 /// outputs joins that row kernel as further outputs, when everything else it reads exists by
 /// the time the row kernel runs: under AMP the cast of an f32 gradient for the next GEMM is
-/// then written by the pass that computes the gradient, not by a pass of its own.
+/// then written by the pass that computes the gradient, not by a pass of its own. So does a
+/// reduction over those rows, as a further pass and a per-row output: a layer norm's variance
+/// of the centred rows that the row kernel writes for a later column sum (a ViT's pooled final
+/// norm, forward only) is then not a second read of every row.
 void fuse_steps::join_row_kernels(FusionPlan& plan) {
   const Graph& g = *plan.graph;
   auto& kernels = plan.kernels;
@@ -576,14 +579,16 @@ void fuse_steps::join_row_kernels(FusionPlan& plan) {
   std::vector<bool> merged(kernels.size(), false);
   for (std::size_t j = 0; j < kernels.size(); ++j) {
     const Kernel& late = kernels[j];
-    if (late.kind != KernelKind::loop || g.recomputed(late.root)) continue;
+    const bool row_sums = late.kind == KernelKind::reduce && late.extra_outputs.empty() &&
+                          is_row_reduction(g, late.root);
+    if ((late.kind != KernelKind::loop && !row_sums) || g.recomputed(late.root)) continue;
     bool elementwise = std::all_of(late.body.begin(), late.body.end(), [&](ValueId v) {
       OpId op = g.node(v).op;
       // Index ops that read nothing along another axis: reshapes, broadcasts (a bias along
       // the rows, a per-row value across its row), constants and iota (the labels' one-hot).
       bool keeps_elements =
           op == OpId::reshape || op == OpId::broadcast || op == OpId::constant || op == OpId::iota;
-      return keeps_elements ||
+      return keeps_elements || (row_sums && v == late.root) ||
              (op != OpId::input && is_primitive(op) && !index_only(op) && !always_root(op));
     });
     std::size_t i = none;
@@ -602,15 +607,21 @@ void fuse_steps::join_row_kernels(FusionPlan& plan) {
         early.reads.size() + late.reads.size() + early.outputs().size() + late.outputs().size() <=
         max_merged_buffers;
     for (ValueId out : late.outputs())
-      fits = fits && geo.full_row(g.type(out).shape);
+      fits = fits && (row_sums ? geo.per_row(g.type(out).shape) : geo.full_row(g.type(out).shape));
     for (ValueId r : late.reads)
       fits = fits && (early.writes(r) || writer[r] == none || writer[r] < i);
+    // A sum over rows the row kernel computes: over every one of its rows, and of a value it
+    // writes (not one it only reads, which another kernel may be writing over meanwhile).
+    if (row_sums)
+      fits = fits && geo.full_row(g.type(g.node(late.root).inputs[0]).shape) &&
+             std::all_of(late.reads.begin(), late.reads.end(),
+                         [&](ValueId r) { return early.writes(r); });
     if (!fits) continue;
     Kernel candidate = early;
     absorb(candidate, late);
     // A row kernel whose root is a per-row value (the log-sum-exp) takes the full-row output
     // as its root: only the root can be written over a buffer that dies in it (choose_in_place).
-    if (!geo.full_row(g.type(early.root).shape)) {
+    if (!row_sums && !geo.full_row(g.type(early.root).shape)) {
       std::replace(candidate.extra_outputs.begin(), candidate.extra_outputs.end(), late.root,
                    early.root);
       candidate.root = late.root;
