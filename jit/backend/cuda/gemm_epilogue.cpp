@@ -7,6 +7,7 @@
 #include "ops/value.hpp"
 
 #include <algorithm>
+#include <deque>
 #include <iostream>
 #include <optional>
 #include <set>
@@ -53,6 +54,26 @@ LoweredGeluGradient lowered_gelu_gradient(const TensorType& t) {
   return out;
 }
 
+/// The reference graphs by type, each built once per plan: a model's MLPs share one.
+class GeluReferences {
+public:
+  const LoweredGelu& forward(const TensorType& t) { return find(forward_, t, lowered_gelu); }
+  const LoweredGeluGradient& gradient(const TensorType& t) {
+    return find(gradient_, t, lowered_gelu_gradient);
+  }
+
+private:
+  template <class Reference, class Build>
+  static const Reference& find(std::deque<std::pair<TensorType, Reference>>& made,
+                               const TensorType& t, Build build) {
+    for (const auto& [type, reference] : made)
+      if (type == t) return reference;
+    return made.emplace_back(t, build(t)).second;
+  }
+  std::deque<std::pair<TensorType, LoweredGelu>> forward_;
+  std::deque<std::pair<TensorType, LoweredGeluGradient>> gradient_;
+};
+
 /// `v` with the reshapes and floating-point casts on top of it taken off, each noted in `used`.
 ValueId under_reshapes_and_casts(const Graph& g, ValueId v, std::set<ValueId>& used) {
   for (;;) {
@@ -98,7 +119,8 @@ bool same_computation(const Graph& g, ValueId a, const Graph& ref, ValueId b,
 /// The pre-activation P if `loop`'s body is exactly GELU's gradient dG · gelu′(P), with `dg`
 /// the GEMM's result (read through reshapes) and P a stored value of the loop's type, both its
 /// only reads, and its one output of dG's type and elements.
-std::optional<ValueId> match_gelu_gradient(const Graph& g, const Kernel& loop, ValueId dg) {
+std::optional<ValueId> match_gelu_gradient(const Graph& g, const Kernel& loop, ValueId dg,
+                                           GeluReferences& references) {
   if (!loop.extra_outputs.empty() || loop.reads.size() != 2) return std::nullopt;
   const TensorType& result = g.type(loop.root);
   const TensorType& product = g.type(dg);
@@ -106,7 +128,7 @@ std::optional<ValueId> match_gelu_gradient(const Graph& g, const Kernel& loop, V
     return std::nullopt;
   ValueId p = loop.reads[0] == dg ? loop.reads[1] : loop.reads[0];
   if (p == dg || g.type(p) != result) return std::nullopt;
-  LoweredGeluGradient gradient = lowered_gelu_gradient(result);
+  const LoweredGeluGradient& gradient = references.gradient(result);
   std::set<ValueId> used;
   const Leaf leaves[] = {{gradient.z, p}, {gradient.dy, dg}};
   if (!same_computation(g, loop.root, gradient.graph, gradient.root, leaves, used))
@@ -122,7 +144,8 @@ std::optional<ValueId> match_gelu_gradient(const Graph& g, const Kernel& loop, V
 /// type, and the activation is narrowed back; cuBLASLt adds and activates in f32 and rounds once.
 /// With a loop that also stores the sum (GELU's pre-activation), `aux` is set to that output.
 std::optional<std::pair<ValueId, EpilogueKind>> match_body(const Graph& g, const Kernel& loop,
-                                                           ValueId c, ValueId* aux = nullptr) {
+                                                           ValueId c, GeluReferences& references,
+                                                           ValueId* aux = nullptr) {
   if (loop.extra_outputs.size() > 1 || loop.reads.size() != 2) return std::nullopt;
   // The GEMM writes the loop's result: the same elements in the same order, maybe reshaped
   // (a qkv projection's sum split into [batch, tokens, 3·width] for attention's views).
@@ -191,7 +214,7 @@ std::optional<std::pair<ValueId, EpilogueKind>> match_body(const Graph& g, const
     if (used == body) return std::make_pair(bias, EpilogueKind::relu_bias);
     return std::nullopt;
   }
-  LoweredGelu gelu = lowered_gelu(g.type(sum));
+  const LoweredGelu& gelu = references.forward(g.type(sum));
   const Leaf z[] = {{gelu.z, sum}};
   if (same_computation(g, activation, gelu.graph, gelu.root, z, used) && used == body)
     return std::make_pair(bias, stores_sum ? EpilogueKind::gelu_aux_bias : EpilogueKind::gelu_bias);
@@ -231,6 +254,7 @@ bool overlaps(const MemoryPlan& memory, const Graph& g, ValueId a, ValueId b) {
 
 std::vector<GemmEpilogue> find_gemm_epilogues(const FusionPlan& plan, const MemoryPlan& memory) {
   const Graph& g = *plan.graph;
+  GeluReferences references;
   std::vector<GemmEpilogue> found;
   for (std::size_t k = 0; k + 1 < plan.kernels.size(); ++k) {
     const Kernel& gemm = plan.kernels[k];
@@ -253,7 +277,7 @@ std::vector<GemmEpilogue> find_gemm_epilogues(const FusionPlan& plan, const Memo
     }
     if (output || read_elsewhere) continue;
     ValueId aux = 0;
-    auto match = match_body(g, next, c, &aux);
+    auto match = match_body(g, next, c, references, &aux);
     if (!match) continue;
     bool clash = false;
     for (ValueId written : next.outputs())
@@ -298,7 +322,7 @@ std::vector<GemmEpilogue> find_gemm_epilogues(const FusionPlan& plan, const Memo
                     [&](const NamedValue& o) { return o.id == dg; }) ||
         read_by(dg, l))
       continue;
-    std::optional<ValueId> p = match_gelu_gradient(g, loop, dg);
+    std::optional<ValueId> p = match_gelu_gradient(g, loop, dg, references);
     if (!p) continue;
     const Kernel& gemm = plan.kernels[k];
     if (overlaps(memory, g, loop.root, gemm.gemm_a.buffer) ||

@@ -76,27 +76,24 @@ std::vector<GpuLaunchStep> plan_launches(const FusionPlan& fusion,
       case EpilogueKind::bias:
       case EpilogueKind::relu_bias:
       case EpilogueKind::gelu_bias:
-        gemm.epilogue = epilogue->kind == EpilogueKind::bias ? kernels::GemmEpilogueOp::bias
-                        : epilogue->kind == EpilogueKind::relu_bias
-                            ? kernels::GemmEpilogueOp::relu_bias
-                            : kernels::GemmEpilogueOp::gelu_bias;
+      case EpilogueKind::gelu_aux_bias:
+        gemm.epilogue =
+            epilogue->kind == EpilogueKind::bias        ? kernels::GemmEpilogueOp::bias
+            : epilogue->kind == EpilogueKind::relu_bias ? kernels::GemmEpilogueOp::relu_bias
+            : epilogue->kind == EpilogueKind::gelu_bias ? kernels::GemmEpilogueOp::gelu_bias
+                                                        : kernels::GemmEpilogueOp::gelu_aux_bias;
         launch.bias_node = epilogue->bias;
         // An f32 bias beside a bf16 product (mixed precision): cuBLASLt's BIAS_DATA_TYPE.
         if (g.type(epilogue->bias).dtype != gemm.dtype)
           gemm.bias_dtype = g.type(epilogue->bias).dtype;
         launch.c = absorbed.root; // the GEMM writes the absorbed kernel's result
+        if (epilogue->kind == EpilogueKind::gelu_aux_bias) {
+          // D is GELU's output; the loop's other output, the sum it also stored, is the aux.
+          std::vector<ValueId> outputs = absorbed.outputs();
+          launch.c = outputs[0] == epilogue->aux ? outputs[1] : outputs[0];
+          launch.aux_node = epilogue->aux;
+        }
         break;
-      case EpilogueKind::gelu_aux_bias: {
-        gemm.epilogue = kernels::GemmEpilogueOp::gelu_aux_bias;
-        launch.bias_node = epilogue->bias;
-        if (g.type(epilogue->bias).dtype != gemm.dtype)
-          gemm.bias_dtype = g.type(epilogue->bias).dtype;
-        // D is GELU's output, the loop's other output the sum it also stored.
-        std::vector<ValueId> outputs = absorbed.outputs();
-        launch.c = outputs[0] == epilogue->aux ? outputs[1] : outputs[0];
-        launch.aux_node = epilogue->aux;
-        break;
-      }
       case EpilogueKind::bias_gradient:
         gemm.epilogue = kernels::GemmEpilogueOp::bias_gradient;
         gemm.bias_dtype = g.type(absorbed.root).dtype; // f32 under mixed precision
